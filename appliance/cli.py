@@ -1,0 +1,78 @@
+"""The ``appliance`` command line.
+
+Subcommands import their implementation lazily so that ``appliance --help``
+stays fast and a missing optional dependency only affects the command that
+needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from typing import Sequence
+
+import appliance
+import appliance.bench
+
+
+def _bench_names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(appliance.bench.__path__) if not m.name.startswith("_"))
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    module = importlib.import_module(f"appliance.bench.{args.name}")
+    return int(module.main(args.bench_args) or 0)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from appliance.run import run
+
+    return run(args)
+
+
+def _cmd_triton_info(args: argparse.Namespace) -> int:
+    from appliance.triton.locate import TritonNotFound, locate
+
+    try:
+        dist = locate(args.triton_home)
+    except TritonNotFound as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(dist.describe())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"appliance {appliance.__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run the appliance (the bundled demo camera when no config is given)")
+    p.add_argument("--config", help="YAML config file (default: the bundled demo)")
+    p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
+    p.add_argument("--once", action="store_true", help="start, report readiness, stop cleanly and exit")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
+    p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
+    p.set_defaults(func=_cmd_triton_info)
+
+    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(_bench_names()))
+    p.add_argument("name", choices=_bench_names())
+    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    p.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return int(args.func(args) or 0)

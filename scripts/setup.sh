@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Install everything the appliance and its tests need on a Debian 12 / Ubuntu host, idempotently:
+# system packages (apt), a virtualenv at .venv with the project and its test extras, the CPU-host Triton
+# distribution at .triton, and the detector model. Safe to run again; each step is skipped when done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+PYVER=$("$PYTHON" -c 'import sys; print(f"{sys.version_info.major}.{sys.version_info.minor}")')
+
+APT_PACKAGES=(
+  "libpython${PYVER}"                       # the Python-backend stub links the shared libpython
+  mosquitto mosquitto-clients               # a real broker for the MQTT tests and the demo
+  ffmpeg                                    # test videos, RTSP publishing
+  gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
+  gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav
+  gir1.2-gst-rtsp-server-1.0 python3-gi     # a real RTSP server for the capture tests
+  darknet                                   # the classic test images in /usr/share/darknet/data
+  systemd                                   # systemd-analyze verify for the unit files
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing system packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The virtualenv is rebuilt only when pyproject.toml changes.
+stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing the project into .venv"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
+
+.venv/bin/python scripts/provision_triton.py --dest .triton
+
+# Later steps (detector model, ...) register themselves here.
+for step in scripts/setup.d/*.sh; do
+  [ -e "$step" ] && bash "$step"
+done
+echo "setup: done"
