@@ -1,0 +1,54 @@
+"""Validate parsed YAML against a config model and report every error with file, line and key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _describe(error: Mapping) -> str:
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown key (not allowed here; check the spelling against `appliance check-config --schema`)"
+    if kind == "missing":
+        return "required key is missing"
+    message = str(error.get("msg", "invalid value"))
+    if kind not in ("value_error", "assertion_error") and "input" in error and not isinstance(error["input"], (dict, list)):
+        message += f" (got {error['input']!r})"
+    return message.removeprefix("Value error, ")
+
+
+def _file_path(doc: YamlDocument, loc: tuple) -> tuple:
+    """Map pydantic's error location to a key path in the file.
+
+    Unions insert their tag (``cameras.0.rtsp.url``). Every non-final part of a real location exists in the file
+    (only the final key can be missing), so a non-final part the file does not have is such a tag.
+    """
+    kept: list = []
+    for i, part in enumerate(loc):
+        if i == len(loc) - 1 or (*kept, part) in doc.lines:
+            kept.append(part)
+    return tuple(kept)
+
+
+def validate_document(doc: YamlDocument, model: type[M]) -> M:
+    """Return a validated model, or raise ConfigError listing every problem with its line."""
+    try:
+        return model.model_validate(doc.data)
+    except ValidationError as exc:
+        issues = []
+        for error in exc.errors():
+            path = _file_path(doc, tuple(error["loc"]))
+            issues.append(ConfigIssue(doc.source, doc.line_of(path), path, _describe(error)))
+        issues.sort(key=lambda i: (i.line or 0, i.key))  # in file order, as an operator reads it
+        raise ConfigError(issues) from None
+
+
+def load_config(path: Path, model: type[M], environ: Mapping[str, str] | None = None) -> M:
+    return validate_document(read_yaml(path, environ), model)
