@@ -1,0 +1,1 @@
+"""The supervisor: wires capture, Triton, MQTT, health and engines into one systemd service."""
