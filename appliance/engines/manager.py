@@ -1,0 +1,282 @@
+"""Make sure every model has a verified engine for this device: look up the cache, else build under the key's
+lock, verify against ONNX Runtime on the original ONNX, install atomically, garbage-collect old entries."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import appliance
+from appliance.engines.builders import BuilderName, EngineBuilder, select_builder
+from appliance.engines.builders.base import BuilderUnavailable, BuildError, check_io
+from appliance.engines.cache import CacheEntry, EngineCache, write_file_durably
+from appliance.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint, sha256_file
+from appliance.engines.onnxinfo import OnnxModelError
+from appliance.engines.profile import EngineProfile, load_profiles
+from appliance.engines.progress import ProgressCallback, ProgressReporter
+from appliance.sdnotify import Notifier
+
+log = logging.getLogger("appliance.engines")
+
+
+class EngineBuildError(RuntimeError):
+    """Building ``model`` failed in ``phase``; nothing was installed for it."""
+
+    def __init__(self, model: str, phase: str, message: str) -> None:
+        super().__init__(f"{model}: {phase} failed: {message}")
+        self.model = model
+        self.phase = phase
+        self.reason = message
+
+
+class VerificationFailed(EngineBuildError):
+    """The engine's outputs differ from ONNX Runtime's beyond the profile's tolerance; ``report`` says how much."""
+
+    def __init__(self, model: str, report: dict[str, Any], report_path: Path) -> None:
+        super().__init__(model, "verify", f"{report['summary']} (full report: {report_path})")
+        self.report = report
+        self.report_path = report_path
+
+
+@dataclass(frozen=True)
+class InstalledEngine:
+    """A verified engine in the cache: what the model-repository materializer needs."""
+
+    model: str
+    key: str
+    builder: str
+    triton_kind: str  # 'tensorrt_plan' or 'onnxruntime'
+    precision: str
+    engine_path: Path
+    manifest_path: Path
+    onnx_path: Path
+    cache_hit: bool
+    build_seconds: float | None
+    verification: str
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    max_batch: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for name in ("engine_path", "manifest_path", "onnx_path"):
+            out[name] = str(out[name])
+        return out
+
+
+def _installed(entry: CacheEntry, onnx_path: Path, cache_hit: bool) -> InstalledEngine:
+    m = entry.manifest
+    return InstalledEngine(
+        model=entry.model,
+        key=entry.key,
+        builder=m["fingerprint"]["builder"],
+        triton_kind=m["triton_kind"],
+        precision=m["precision"],
+        engine_path=entry.engine_path,
+        manifest_path=entry.directory / "manifest.json",
+        onnx_path=onnx_path,
+        cache_hit=cache_hit,
+        build_seconds=m.get("build_seconds"),
+        verification=m["verification"]["summary"],
+        inputs=m["io"]["inputs"],
+        outputs=m["io"]["outputs"],
+        max_batch=m["profile"]["batch"]["max"],
+    )
+
+
+class EngineManager:
+    """One builder, one state directory, one device. Roots and clocks are arguments so tests use fixtures."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        models_root: Path,
+        builder: EngineBuilder,
+        *,
+        device: DeviceProbe | None = None,
+        reporter: ProgressReporter | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cache = EngineCache(Path(state_dir))
+        self.models_root = Path(models_root)
+        self.builder = builder
+        self.device = device or DeviceProbe()
+        self.reporter = reporter or ProgressReporter()
+        self._clock = clock
+        self._monotonic = monotonic
+        self._device_fields: dict[str, str] | None = None
+
+    def fingerprint(self, profile: EngineProfile, onnx_path: Path) -> Fingerprint:
+        if self._device_fields is None:
+            self._device_fields = {**self.device.fields(), **self.builder.device_fields()}
+        return engine_fingerprint(
+            onnx_sha256=sha256_file(onnx_path),
+            profile_sha256=profile.digest(),
+            builder=self.builder.name,
+            builder_version=self.builder.version(),
+            device_fields=self._device_fields,
+            builder_fields={"precision": self.builder.precision(profile)},
+        )
+
+    def ensure(self, profile: EngineProfile, force: bool = False) -> InstalledEngine:
+        model, report = profile.model, self.reporter.report
+        onnx_path = profile.onnx_path(self.models_root)
+        report(model, "fingerprint", 0, str(onnx_path))
+        if not onnx_path.is_file():
+            raise EngineBuildError(model, "fingerprint", f"ONNX file {onnx_path} not found (profile field 'onnx')")
+        fp = self.fingerprint(profile, onnx_path)
+        entry, problem = self.cache.inspect(model, fp.key)
+        if entry is not None and not force:
+            report(model, "cached", 100, f"engine {fp.key} ({entry.manifest['precision']}, {self.builder.name})")
+            return _installed(entry, onnx_path, cache_hit=True)
+        self._explain_miss(model, fp, problem, force)
+
+        with self.cache.lock(model, fp.key, on_wait=lambda msg: report(model, "waiting", 1, msg)):
+            entry, problem = self.cache.inspect(model, fp.key)
+            if entry is not None and not force:  # built by the process we waited for
+                report(model, "cached", 100, f"engine {fp.key} built by another process")
+                return _installed(entry, onnx_path, cache_hit=True)
+            if problem or (force and entry is not None):
+                self.cache.discard(model, fp.key, problem or "rebuild forced")
+            self.cache.clean_stale(model, fp.key)
+            installed = self._build(profile, onnx_path, fp)
+        self.cache.gc(model, keep=profile.keep, protect=fp.key)
+        return installed
+
+    def _explain_miss(self, model: str, fp: Fingerprint, problem: str | None, force: bool) -> None:
+        if force:
+            log.info("%s: rebuild forced (key %s)", model, fp.key)
+        elif problem:
+            log.warning("%s: cached engine %s is unusable (%s); rebuilding", model, fp.key, problem)
+        else:
+            previous = self.cache.entries(model)
+            if previous and "fingerprint" in previous[0].manifest:
+                changed = fp.diff(previous[0].manifest["fingerprint"])
+                what = ", ".join(
+                    f"{name}: {_short(old)} -> {_short(new)}" for name, (old, new) in changed.items()
+                )
+                log.info("%s: no engine for key %s; changed since the last build: %s", model, fp.key, what)
+            else:
+                log.info("%s: no engine for key %s yet; building (first boot)", model, fp.key)
+
+    def _build(self, profile: EngineProfile, onnx_path: Path, fp: Fingerprint) -> InstalledEngine:
+        from appliance.engines.builders.ort import reference_session
+        from appliance.engines.onnxinfo import inspect_onnx
+        from appliance.engines.verify import GoldenInputError, golden_inputs, verify
+
+        model, report = profile.model, self.reporter.report
+        start = self._monotonic()
+        build_dir = self.cache.new_build_dir(model, fp.key)
+        phase = "parse"
+        try:
+            report(model, phase, 5, "checking the ONNX")
+            info = inspect_onnx(onnx_path)
+            samples = golden_inputs(info, profile)
+            phase = "build"
+            report(model, phase, 10, f"{self.builder.name} {self.builder.version()} ({self.builder.precision(profile)})")
+            engine_path = build_dir / self.builder.engine_file
+            with self.reporter.heartbeat():
+                details = self.builder.build(
+                    info, profile, engine_path,
+                    lambda frac, msg: report(model, "build", 10 + 70 * frac, msg),
+                    self.cache.timing_dir,
+                )
+            phase = "verify"
+            report(model, phase, 80, f"{len(samples)} golden input(s) vs ONNX Runtime on the original ONNX")
+            runner = self.builder.load(engine_path, profile)
+            try:
+                check_io(info, runner, profile)
+                inputs, outputs = runner.io()
+                ref = reference_session(onnx_path)
+                ref_names = [o.name for o in ref.get_outputs()]
+                result = verify(
+                    runner.run,
+                    lambda feeds: dict(zip(ref_names, ref.run(ref_names, feeds))),
+                    samples,
+                    [o.name for o in info.outputs],
+                    self.builder.precision(profile),
+                    profile.verify.tolerances[self.builder.precision(profile)],  # type: ignore[index]
+                )
+            finally:
+                runner.close()
+            if not result.passed:
+                raise VerificationFailed(model, result.to_dict(), self._save_failure(model, fp, result.to_dict()))
+            phase = "install"
+            report(model, phase, 95, result.summary())
+            manifest = {
+                "fingerprint": dict(fp.fields),
+                "triton_kind": self.builder.triton_kind,
+                "precision": self.builder.precision(profile),
+                "onnx_path": str(onnx_path),
+                "profile": profile.model_dump(mode="json"),
+                "built_at": dt.datetime.fromtimestamp(self._clock(), dt.timezone.utc).isoformat(),
+                "build_seconds": round(self._monotonic() - start, 3),
+                "build": details,
+                "io": {
+                    "inputs": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims)} for t in inputs],
+                    "outputs": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims)} for t in outputs],
+                },
+                "verification": result.to_dict(),
+                "appliance_version": appliance.__version__,
+            }
+            entry = self.cache.install(model, fp.key, build_dir, self.builder.engine_file, manifest)
+        except VerificationFailed:
+            report(model, "failed", 100, "verification failed; engine not installed")
+            raise
+        except (OnnxModelError, GoldenInputError, BuildError, BuilderUnavailable) as exc:
+            report(model, "failed", 100, f"{phase}: {exc}")
+            raise EngineBuildError(model, phase, str(exc)) from exc
+        finally:
+            if build_dir.exists():
+                shutil.rmtree(build_dir, ignore_errors=True)
+        report(model, "done", 100, f"engine {fp.key} installed in {self._monotonic() - start:.1f}s; {result.summary()}")
+        return _installed(entry, onnx_path, cache_hit=False)
+
+    def _save_failure(self, model: str, fp: Fingerprint, report: dict[str, Any]) -> Path:
+        """Keep the failed verification's numbers where an operator can read them; the engine is discarded."""
+        path = self.cache.root / ".failed" / f"{model}-{fp.key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file_durably(path, json.dumps({"fingerprint": dict(fp.fields), **report}, indent=2).encode())
+        log.error("%s: engine failed verification, not installed: %s", model, report["summary"])
+        return path
+
+
+def _short(value: str | None, limit: int = 40) -> str:
+    if value is None:
+        return "(none)"
+    return value if len(value) <= limit else value[:limit] + "..."
+
+
+def ensure_engines(
+    engines_dir: Path,
+    *,
+    state_dir: Path,
+    models_root: Path,
+    builder: BuilderName = "auto",
+    models: Sequence[str] | None = None,
+    force: bool = False,
+    notifier: Notifier | None = None,
+    progress: ProgressCallback | None = None,
+    device_root: Path | str = "/",
+) -> list[InstalledEngine]:
+    """Build or reuse an engine for every profile in ``engines_dir`` (or the named ``models``).
+
+    This is what ``appliance build-engines``, the first-boot unit and the supervisor call. Returns one record
+    per model; raises :class:`EngineBuildError` (or a subclass) on the first model that cannot be built.
+    """
+    profiles = load_profiles(Path(engines_dir), list(models) if models else None)
+    manager = EngineManager(
+        Path(state_dir),
+        Path(models_root),
+        select_builder(builder, device_root),
+        device=DeviceProbe(device_root),
+        reporter=ProgressReporter(notifier, progress),
+    )
+    return [manager.ensure(profile, force=force) for profile in profiles]

@@ -1,0 +1,178 @@
+"""Engine build profiles: one YAML per model in ``engines/<model>.yaml``.
+
+A profile says how to turn the model's ONNX into an engine for each builder (precision, batch range,
+workspace, DLA core, timing cache) and how to verify the result. Its canonical hash is part of the cache key,
+so editing a profile triggers a rebuild.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from appliance.config import StrictModel
+
+Precision = Literal["fp32", "fp16", "int8"]
+
+
+class ProfileError(ValueError):
+    """A profile file is missing, unparsable or invalid; the message names the file and the field."""
+
+
+class BatchRange(StrictModel):
+    """The leading (batch) dimension of every input: the TensorRT optimization profile's min/opt/max."""
+
+    min: int = Field(1, ge=1, le=4096, description="smallest batch the engine accepts")
+    opt: int = Field(1, ge=1, le=4096, description="batch the engine is tuned for")
+    max: int = Field(1, ge=1, le=4096, description="largest batch the engine accepts")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "BatchRange":
+        if not self.min <= self.opt <= self.max:
+            raise ValueError(f"batch must satisfy min <= opt <= max, got min={self.min} opt={self.opt} max={self.max}")
+        return self
+
+
+class Tolerance(StrictModel):
+    """An element passes when |engine - reference| <= atol + rtol * |reference|."""
+
+    atol: float = Field(..., ge=0, description="absolute tolerance")
+    rtol: float = Field(..., ge=0, description="relative tolerance")
+    max_mismatch: float = Field(
+        0.0, ge=0, le=1, description="fraction of elements allowed outside the tolerance (for INT8 rounding flips)"
+    )
+
+
+def _default_tolerances() -> dict[str, Tolerance]:
+    return {
+        "fp32": Tolerance(atol=1e-4, rtol=1e-3),
+        "fp16": Tolerance(atol=2e-2, rtol=2e-2, max_mismatch=0.001),
+        "int8": Tolerance(atol=1e-1, rtol=1e-1, max_mismatch=0.01),
+    }
+
+
+class VerifyProfile(StrictModel):
+    """Golden inputs and per-precision tolerances for checking a built engine against ONNX Runtime."""
+
+    samples: int = Field(2, ge=1, le=64, description="golden input sets (seeded random in the input's range)")
+    seed: int = Field(0, ge=0, description="seed for the golden inputs, so every device checks the same data")
+    low: float = Field(0.0, description="lowest value of float golden inputs")
+    high: float = Field(1.0, description="highest value of float golden inputs")
+    golden: str | None = Field(
+        None, description="optional .npz of real golden inputs (keys = input names), relative to the profile"
+    )
+    tolerances: dict[Precision, Tolerance] = Field(default_factory=_default_tolerances)
+
+    @model_validator(mode="after")
+    def _range(self) -> "VerifyProfile":
+        if self.high <= self.low:
+            raise ValueError(f"verify.high ({self.high}) must be greater than verify.low ({self.low})")
+        for precision, tol in _default_tolerances().items():
+            self.tolerances.setdefault(precision, tol)
+        return self
+
+
+class TensorRTProfile(StrictModel):
+    """Settings for the TensorRT builder (Jetson / NVIDIA GPU hosts)."""
+
+    precision: Precision = Field("fp16", description="fp16 falls back to fp32 per layer where TensorRT must")
+    workspace_mib: int = Field(1024, ge=16, le=65536, description="builder workspace memory pool limit")
+    dla_core: int | None = Field(None, ge=0, le=7, description="run on this DLA core (Orin AGX/NX have 0 and 1)")
+    gpu_fallback: bool = Field(True, description="layers the DLA cannot run fall back to the GPU")
+    timing_cache: bool = Field(True, description="reuse and update a per-device timing cache across builds")
+    optimization_level: int | None = Field(
+        None, ge=0, le=5, description="builder optimization level (TensorRT >= 8.6); default: TensorRT's own (3)"
+    )
+    calibration_batches: int = Field(8, ge=1, le=1024, description="INT8 calibration batches (golden-style inputs)")
+
+    @model_validator(mode="after")
+    def _dla_precision(self) -> "TensorRTProfile":
+        if self.dla_core is not None and self.precision == "fp32":
+            raise ValueError("tensorrt.dla_core needs precision fp16 or int8: the DLA has no fp32 mode")
+        return self
+
+
+class OnnxRuntimeProfile(StrictModel):
+    """Settings for the ONNX Runtime builder (CPU hosts): an ONNX graph optimized for this CPU."""
+
+    precision: Literal["fp32"] = Field("fp32", description="the CPU path runs the ONNX in fp32")
+    optimization_level: Literal["basic", "extended", "all"] = Field(
+        "all", description="'all' adds layout transforms specific to this CPU's instruction set"
+    )
+    intra_op_threads: int = Field(0, ge=0, le=256, description="threads per operator; 0 lets ORT choose")
+
+
+class InputShape(StrictModel):
+    """Non-batch dimensions of one input, for ONNX files whose inputs have other dynamic dims."""
+
+    dims: list[int] = Field(..., min_length=0, description="dimensions after the batch dimension")
+
+    @model_validator(mode="after")
+    def _positive(self) -> "InputShape":
+        if any(d < 1 for d in self.dims):
+            raise ValueError(f"input dims must be positive, got {self.dims}")
+        return self
+
+
+class EngineProfile(StrictModel):
+    """Everything needed to build and verify one model's engine."""
+
+    model: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="model name (Triton detector)")
+    onnx: str = Field(..., description="ONNX path; relative paths resolve against the models root")
+    batch: BatchRange = Field(default_factory=BatchRange)
+    inputs: dict[str, InputShape] = Field(default_factory=dict, description="fixes dynamic non-batch dims")
+    tensorrt: TensorRTProfile = Field(default_factory=TensorRTProfile)
+    onnxruntime: OnnxRuntimeProfile = Field(default_factory=OnnxRuntimeProfile)
+    verify: VerifyProfile = Field(default_factory=VerifyProfile)
+    keep: int = Field(3, ge=1, le=50, description="installed engines kept per model by garbage collection")
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON form: formatting and key order in the YAML do not matter."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def onnx_path(self, models_root: Path) -> Path:
+        path = Path(self.onnx)
+        return path if path.is_absolute() else models_root / path
+
+
+def load_profile(path: Path) -> EngineProfile:
+    """Read and validate one profile; errors name the file and the offending field."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read engine profile: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: an engine profile must be a mapping, got {type(data).__name__}")
+    try:
+        return EngineProfile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ProfileError(f"{path}: invalid engine profile: {problems}") from exc
+
+
+def load_profiles(engines_dir: Path, models: list[str] | None = None) -> list[EngineProfile]:
+    """Every ``*.yaml`` in ``engines_dir`` (or only the named models), sorted by model name."""
+    if not engines_dir.is_dir():
+        raise ProfileError(f"{engines_dir}: engine profile directory does not exist")
+    profiles = [load_profile(p) for p in sorted(engines_dir.glob("*.yaml"))]
+    seen: dict[str, EngineProfile] = {}
+    for profile in profiles:
+        if profile.model in seen:
+            raise ProfileError(f"{engines_dir}: model {profile.model!r} has more than one profile")
+        seen[profile.model] = profile
+    if models:
+        missing = [m for m in models if m not in seen]
+        if missing:
+            raise ProfileError(f"{engines_dir}: no engine profile for {', '.join(missing)} (have: {', '.join(seen)})")
+        return [seen[m] for m in models]
+    return [seen[name] for name in sorted(seen)]
