@@ -1,0 +1,140 @@
+"""Make the appliance's Python packages importable inside Triton Python-backend models.
+
+Triton runs each Python model in ``triton_python_backend_stub``, which embeds the *system* libpython in
+isolated mode: it ignores ``PYTHONPATH`` and sees neither the virtualenv (numpy, onnxruntime, the
+editable ``appliance``) nor anything else we install. The stub does put the model directory on
+``sys.path`` before importing ``model.py``, so we write a tiny module, ``_appliance_site.py``, into every
+Python model's directory; a model's ``model.py`` imports it first::
+
+    import _appliance_site  # noqa: F401  (must come before numpy and appliance imports)
+
+The hook calls ``site.addsitedir`` on each recorded directory (so ``.pth`` files, including the
+editable-install finder for ``appliance``, are honoured) and moves them to the front of ``sys.path``.
+The first directory is the *stub site* (numpy<2, see ``stubsite``) when one is needed: the 2.51 stub's
+pybind11 predates NumPy 2 and silently produces empty/garbled tensors with it.
+
+``prepare_repository`` is called for every repository by ``Server.start`` (and for the model's own
+directory by ``Server.load_model``), so no other code has to remember to do it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import site
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from appliance.triton import stubsite
+
+HOOK_MODULE = "_appliance_site"
+HOOK_FILE = HOOK_MODULE + ".py"
+_PYTHON_BACKEND = re.compile(r'^\s*backend\s*:\s*"python"', re.MULTILINE)
+
+_TEMPLATE = '''\
+# Written by appliance.triton.pymodels; do not edit (it is rewritten when the environment changes).
+# Triton's Python-backend stub ignores PYTHONPATH, so model.py imports this module first to see the
+# appliance's packages. Directories are added in front of the stub's own sys.path.
+import site as _site
+import sys as _sys
+
+_DIRS = {dirs!r}
+_before = list(_sys.path)
+for _d in _DIRS:
+    _site.addsitedir(_d)
+_sys.path[:] = [_p for _p in _sys.path if _p not in _before] + _before
+'''
+
+
+def default_site_dirs() -> list[str]:
+    """Directories the stub needs: the numpy<2 stub site (when needed), then this interpreter's site-packages.
+
+    Raises ``stubsite.StubSiteMissing`` when the stub site is needed but not provisioned.
+    """
+    dirs: list[str] = []
+    if stubsite.needed():
+        dirs.append(str(stubsite.require()))
+    for d in site.getsitepackages():
+        if os.path.isdir(d) and d not in dirs:
+            dirs.append(d)
+    import appliance
+
+    # Running from a plain checkout (not pip-installed): make its package root visible too.
+    root = str(Path(appliance.__file__).resolve().parents[1])
+    if not _installed() and root not in dirs:
+        dirs.append(root)
+    return dirs
+
+
+def _installed() -> bool:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("appliance")
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def hook_source(site_dirs: Sequence[str]) -> str:
+    return _TEMPLATE.format(dirs=[str(d) for d in site_dirs])
+
+
+def write_path_hook(model_dir: Path, site_dirs: Sequence[str] | None = None) -> Path:
+    """Write ``_appliance_site.py`` into one model directory (idempotent); return its path."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model directory {model_dir} does not exist")
+    source = hook_source(default_site_dirs() if site_dirs is None else site_dirs)
+    target = model_dir / HOOK_FILE
+    if target.is_file() and target.read_text() == source:
+        return target
+    tmp = model_dir / f".{HOOK_FILE}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(source)
+        os.replace(tmp, target)
+    except PermissionError as exc:
+        tmp.unlink(missing_ok=True)
+        raise PermissionError(
+            f"cannot write the Python-model path hook {target}: {exc.strerror}. Prepare read-only "
+            f"repositories at install time with appliance.triton.pymodels.prepare_repository()."
+        ) from exc
+    return target
+
+
+def is_python_model(model_dir: Path) -> bool:
+    """A model served by the Python backend: its config says so, or a version holds a model.py."""
+    config = model_dir / "config.pbtxt"
+    if config.is_file() and _PYTHON_BACKEND.search(config.read_text(errors="replace")):
+        return True
+    return any(v.name.isdigit() and (v / "model.py").is_file() for v in model_dir.iterdir() if v.is_dir())
+
+
+def prepare_repository(repository: Path, site_dirs: Sequence[str] | None = None) -> list[Path]:
+    """Write the path hook into every Python model of a repository; return the hooks written."""
+    repository = Path(repository)
+    if not repository.is_dir():
+        raise FileNotFoundError(f"model repository {repository} does not exist")
+    dirs = default_site_dirs() if site_dirs is None else list(site_dirs)
+    return [
+        write_path_hook(model_dir, dirs)
+        for model_dir in sorted(repository.iterdir())
+        if model_dir.is_dir() and not model_dir.name.startswith(".") and is_python_model(model_dir)
+    ]
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="write the Python-model path hook into a repository")
+    parser.add_argument("repository", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    for repo in args.repository:
+        for hook in prepare_repository(repo):
+            print(hook)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
