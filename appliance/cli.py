@@ -45,6 +45,12 @@ def _cmd_triton_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build_engines(args: argparse.Namespace) -> int:
+    from appliance.engines.cli import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"appliance {appliance.__version__}")
@@ -60,6 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
     p.set_defaults(func=_cmd_triton_info)
+
+    p = sub.add_parser("build-engines", help="build, verify and cache an engine per model for this device")
+    p.add_argument("--engines-dir", help="engine build profiles (default: $APPLIANCE_ENGINES_DIR or engines/)")
+    p.add_argument("--models-dir", help="root for the profiles' ONNX paths (default: $APPLIANCE_MODELS_DIR)")
+    p.add_argument("--state-dir", help="engine cache location (default: $APPLIANCE_STATE_DIR)")
+    p.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
+    p.add_argument("--model", action="append", help="only this model (repeatable)")
+    p.add_argument("--force", action="store_true", help="rebuild even when a verified engine is cached")
+    p.add_argument("--json", action="store_true", help="print the installed engines as JSON")
+    p.set_defaults(func=_cmd_build_engines)
 
     p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(_bench_names()))
     p.add_argument("name", choices=_bench_names())
