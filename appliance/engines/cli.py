@@ -1,0 +1,54 @@
+"""``appliance build-engines``: build, verify and install an engine per model, or confirm the cached one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+from appliance.engines import paths
+
+log = logging.getLogger("appliance.engines")
+
+EXIT_OK, EXIT_BUILD_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from appliance.engines.builders import BuilderUnavailable
+    from appliance.engines.cache import CacheError
+    from appliance.engines.manager import EngineBuildError, ensure_engines
+    from appliance.engines.profile import ProfileError
+    from appliance.sdnotify import Notifier
+
+    start = time.monotonic()
+    notifier = Notifier()
+    try:
+        engines = ensure_engines(
+            paths.engines_dir(args.engines_dir),
+            state_dir=paths.state_dir(args.state_dir),
+            models_root=paths.models_dir(args.models_dir),
+            builder=args.builder,
+            models=args.model or None,
+            force=args.force,
+            notifier=notifier,
+        )
+    except (ProfileError, BuilderUnavailable, CacheError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        notifier.status(f"engines: {exc}")
+        return EXIT_BAD_INPUT
+    except EngineBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        notifier.status(f"engines: {exc}")
+        return EXIT_BUILD_FAILED
+    elapsed = time.monotonic() - start
+    if args.json:
+        print(json.dumps({"engines": [e.to_dict() for e in engines], "seconds": round(elapsed, 3)}, indent=2))
+    else:
+        for e in engines:
+            how = "cached" if e.cache_hit else f"built in {e.build_seconds:.1f}s"
+            print(f"{e.model}: {how}; {e.builder} {e.precision} -> {e.engine_path}")
+        print(f"engines ready in {elapsed:.2f}s")
+    notifier.status(f"engines: {len(engines)} ready")
+    return EXIT_OK
