@@ -1,0 +1,159 @@
+"""MQTT section of the appliance config: broker, security, QoS per message class, spool bounds, publish modes.
+
+Secrets: ``password`` may come from the environment through the YAML loader's ``${NAME}`` expansion, or from a
+file (``password_file``, e.g. a systemd credential) so it never sits in the config itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, SecretStr, model_validator
+
+from appliance.config.base import StrictModel
+
+QoS = Literal[0, 1, 2]
+
+# One topic level: no '/', no wildcards, nothing that needs escaping in a dashboard.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+PREFIX_PATTERN = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"
+
+
+class TlsConfig(StrictModel):
+    """TLS towards the broker. The server certificate is always verified (against ``ca`` or the system store)."""
+
+    ca: Optional[Path] = Field(None, description="CA bundle (PEM) that signed the broker certificate; None: system store")
+    cert: Optional[Path] = Field(None, description="client certificate (PEM) for mutual TLS; needs `key`")
+    key: Optional[Path] = Field(None, description="private key (PEM, unencrypted) of the client certificate")
+    check_hostname: bool = Field(True, description="verify that the broker certificate names `host`")
+
+    @model_validator(mode="after")
+    def _cert_and_key_together(self) -> "TlsConfig":
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("tls.cert and tls.key must be given together (mutual TLS needs both)")
+        return self
+
+
+class QosConfig(StrictModel):
+    """QoS per message class. Detections default to 1: the spool deletes a message only on PUBACK."""
+
+    detections: QoS = Field(1, description="per-camera detections (spooled; 0 means best effort once sent)")
+    status: QoS = Field(1, description="retained device and camera status")
+    health: QoS = Field(0, description="periodic health (the next one supersedes a lost one)")
+    commands: QoS = Field(1, description="subscription QoS for command topics")
+    replies: QoS = Field(1, description="command replies")
+
+
+class BackoffConfig(StrictModel):
+    """Reconnect delay: initial_s * multiplier**attempt, capped at max_s, +/- jitter (a fraction)."""
+
+    initial_s: float = Field(1.0, gt=0, le=300, description="delay before the first retry")
+    max_s: float = Field(60.0, gt=0, le=3600, description="upper bound on the delay")
+    multiplier: float = Field(2.0, ge=1.0, le=10.0, description="growth per failed attempt")
+    jitter: float = Field(0.2, ge=0.0, le=0.5, description="random spread, fraction of the delay, so a fleet does "
+                          "not reconnect in lockstep after a broker restart")
+
+    @model_validator(mode="after")
+    def _max_not_below_initial(self) -> "BackoffConfig":
+        if self.max_s < self.initial_s:
+            raise ValueError(f"backoff.max_s ({self.max_s}) must be >= backoff.initial_s ({self.initial_s})")
+        return self
+
+
+class SpoolConfig(StrictModel):
+    """On-disk queue of detections awaiting a broker acknowledgement (SQLite, WAL)."""
+
+    path: Optional[Path] = Field(None, description="spool file; None: <state dir>/mqtt-spool.sqlite3 "
+                                 "(the supervisor resolves it)")
+    max_bytes: int = Field(256 * 1024 * 1024, ge=64 * 1024, le=64 * 1024**3,
+                           description="bound on the queued payload+topic bytes")
+    max_age_s: float = Field(7 * 24 * 3600.0, gt=0, description="messages older than this are dropped and counted")
+    overflow: Literal["drop_oldest", "drop_newest", "block"] = Field(
+        "drop_oldest", description="when full: drop the oldest queued message, refuse the new one, or block the "
+        "caller up to block_timeout_s and then refuse")
+    block_timeout_s: float = Field(1.0, ge=0, le=600, description="longest a publish call blocks under 'block'")
+    synchronous: Literal["normal", "full"] = Field(
+        "normal", description="normal: a returned publish survives a process crash (SIGKILL, OOM); full: also a "
+        "power cut (fsync per commit, slower)")
+
+
+class PublishConfig(StrictModel):
+    """When a camera's detections are published."""
+
+    mode: Literal["every_frame", "on_change", "fixed_rate"] = Field(
+        "every_frame", description="every frame; only when the class counts change; or at most rate_hz")
+    rate_hz: Optional[float] = Field(None, gt=0, le=1000, description="fixed_rate only: messages per second")
+    min_score: float = Field(0.0, ge=0, le=1, description="on_change only: ignore detections below this score")
+    heartbeat_s: Optional[float] = Field(None, gt=0, le=86400,
+                                         description="on_change only: publish unchanged results at least this often")
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> "PublishConfig":
+        if self.mode == "fixed_rate" and self.rate_hz is None:
+            raise ValueError("publish mode 'fixed_rate' needs rate_hz")
+        if self.mode != "fixed_rate" and self.rate_hz is not None:
+            raise ValueError(f"rate_hz only applies to mode 'fixed_rate', not '{self.mode}'")
+        if self.mode != "on_change" and self.heartbeat_s is not None:
+            raise ValueError(f"heartbeat_s only applies to mode 'on_change', not '{self.mode}'")
+        return self
+
+
+class MqttConfig(StrictModel):
+    """The MQTT publisher: where, how securely, how reliably."""
+
+    host: str = Field("localhost", min_length=1, max_length=253, description="broker host name or address")
+    port: int = Field(1883, ge=1, le=65535, description="broker port (8883 is the usual TLS port)")
+    protocol: Literal["3.1.1", "5"] = Field("3.1.1", description="MQTT protocol version")
+    transport: Literal["tcp", "websockets"] = Field("tcp", description="MQTT over TCP or over WebSockets")
+    websocket_path: str = Field("/mqtt", pattern=r"^/", description="websockets only: the HTTP path")
+    tls: Optional[TlsConfig] = Field(None, description="TLS settings; None: plain TCP")
+    username: Optional[str] = Field(None, min_length=1, description="broker user")
+    password: Optional[SecretStr] = Field(None, description="password (use ${ENV} in YAML, or password_file)")
+    password_file: Optional[Path] = Field(None, description="file holding the password (trailing newline ignored)")
+    client_id: Optional[str] = Field(None, min_length=1, max_length=128, pattern=r"^[^\s+#/]+$",
+                                     description="stable client id for the persistent session; "
+                                     "None: appliance-<device_id>")
+    clean_session: bool = Field(False, description="False keeps the broker-side session (command subscriptions "
+                                "and queued commands) across reconnects")
+    session_expiry_s: int = Field(3600, ge=0, le=2**32 - 1, description="MQTT 5: how long the broker keeps the "
+                                  "session after a disconnect")
+    topic_prefix: str = Field("appliance", min_length=1, max_length=128, pattern=PREFIX_PATTERN,
+                              description="first topic levels, e.g. 'factory/line1'")
+    device_id: str = Field(..., pattern=ID_PATTERN, description="this appliance's topic level")
+    keepalive_s: int = Field(30, ge=5, le=3600, description="MQTT keepalive; the broker sends the last will after "
+                             "1.5x this without traffic")
+    connect_timeout_s: float = Field(10.0, gt=0, le=300, description="TCP/TLS connect and CONNACK wait")
+    inflight_window: int = Field(100, ge=1, le=10000, description="detections sent but not yet acknowledged")
+    backoff: BackoffConfig = Field(default_factory=BackoffConfig)
+    qos: QosConfig = Field(default_factory=QosConfig)
+    spool: SpoolConfig = Field(default_factory=SpoolConfig)
+    health_interval_s: float = Field(30.0, ge=1, le=3600, description="period of the health message")
+    publish: PublishConfig = Field(default_factory=PublishConfig, description="default publish mode per camera")
+    cameras: dict[str, PublishConfig] = Field(default_factory=dict, description="publish mode per camera id")
+
+    @model_validator(mode="after")
+    def _auth(self) -> "MqttConfig":
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("give either password or password_file, not both")
+        if (self.password is not None or self.password_file is not None) and self.username is None:
+            raise ValueError("a password needs a username")
+        if self.transport == "websockets" and self.port == 1883:
+            raise ValueError("transport 'websockets' on port 1883 (the plain MQTT port) is almost certainly wrong; "
+                             "set the broker's websockets listener port")
+        return self
+
+    @model_validator(mode="after")
+    def _camera_ids(self) -> "MqttConfig":
+        from appliance.mqtt.topics import check_camera_id  # lazy: topics has no pydantic dependency
+
+        for camera_id in self.cameras:
+            check_camera_id(camera_id)
+        return self
+
+    @property
+    def effective_client_id(self) -> str:
+        return self.client_id or f"appliance-{self.device_id}"
+
+    def publish_config(self, camera_id: str) -> PublishConfig:
+        return self.cameras.get(camera_id, self.publish)

@@ -1,0 +1,32 @@
+"""Typed errors of the MQTT publisher, one base so callers can catch the family."""
+
+from __future__ import annotations
+
+
+class MqttError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class MqttConfigError(MqttError):
+    """The configuration cannot be used (unreadable password file, bad TLS material, bad id)."""
+
+
+class NotStartedError(MqttError):
+    """A publisher method that needs start() was called before start() or after stop()."""
+
+
+class SpoolError(MqttError):
+    """The on-disk spool cannot be opened or written."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(f"{message} (spool {path})")
+        self.path = path
+
+
+class CommandError(MqttError):
+    """Raised by a command handler to answer with a clean error reply instead of an internal error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message

@@ -1,0 +1,208 @@
+"""Typed messages and their JSON payloads (schemas in appliance/mqtt/schemas/, documented in docs/mqtt.md).
+
+The dataclasses check their inputs on construction so that a bad value fails in the caller with a clear
+message, not later as an unreadable payload on a PLC gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal, Mapping, Optional, Sequence
+
+SCHEMA_VERSION = 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+CameraState = Literal["starting", "streaming", "stalled", "stopped", "error"]
+CAMERA_STATES: tuple[str, ...] = ("starting", "streaming", "stalled", "stopped", "error")
+
+
+def _finite(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def epoch_ms(t: float) -> int:
+    return int(round(_finite("time", t) * 1000))
+
+
+def iso_utc_ms(ms: int) -> str:
+    """ISO 8601 UTC with milliseconds, computed from integer ms so it always agrees with the epoch-ms field."""
+    return (_EPOCH + timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def time_fields(t: float, name: str = "time") -> dict[str, Any]:
+    ms = epoch_ms(t)
+    return {name: iso_utc_ms(ms), f"{name}_ms": ms}
+
+
+def encode(payload: Mapping[str, Any]) -> bytes:
+    """Compact UTF-8 JSON; NaN/Infinity are refused (they are not JSON)."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    version: str
+    hash: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("model name must not be empty")
+        if not isinstance(self.version, str) or not self.version:
+            raise ValueError(f"model version must be a non-empty string, got {self.version!r}")
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One detected object; ``box`` is (x1, y1, x2, y2) in pixels of the original image."""
+
+    class_id: int
+    class_name: str
+    score: float
+    box: tuple[float, float, float, float]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.class_id, bool) or not isinstance(self.class_id, int) or self.class_id < 0:
+            raise ValueError(f"class_id must be an int >= 0, got {self.class_id!r}")
+        score = _finite("score", self.score)
+        if not 0.0 <= score <= 1.0:
+            raise ValueError(f"score must be within [0, 1], got {self.score!r}")
+        if len(self.box) != 4:
+            raise ValueError(f"box must be (x1, y1, x2, y2), got {self.box!r}")
+        x1, y1, x2, y2 = (_finite("box coordinate", v) for v in self.box)
+        if x2 < x1 or y2 < y1:
+            raise ValueError(f"box must have x2 >= x1 and y2 >= y1, got {self.box!r}")
+
+
+@dataclass(frozen=True)
+class DetectionsMessage:
+    """Everything one frame produced. ``capture_time`` is epoch seconds (UTC) from the capture process."""
+
+    camera_id: str
+    seq: int
+    capture_time: float
+    model: ModelInfo
+    image_width: int
+    image_height: int
+    detections: Sequence[Detection] = ()
+    latency_ms: Mapping[str, float] = field(default_factory=dict)
+    message_id: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seq, bool) or not isinstance(self.seq, int) or self.seq < 0:
+            raise ValueError(f"seq must be an int >= 0, got {self.seq!r}")
+        _finite("capture_time", self.capture_time)
+        for name in ("image_width", "image_height"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be an int > 0, got {value!r}")
+        for stage, ms in self.latency_ms.items():
+            if _finite(f"latency_ms[{stage!r}]", ms) < 0:
+                raise ValueError(f"latency_ms[{stage!r}] must be >= 0, got {ms!r}")
+        for det in self.detections:
+            if not isinstance(det, Detection):
+                raise ValueError(f"detections must be Detection objects, got {type(det).__name__}")
+
+
+def _box_dicts(box: Sequence[float], width: int, height: int) -> tuple[dict[str, float], dict[str, float]]:
+    # Detectors emit boxes slightly outside the frame; clamp so subscribers can trust the bounds.
+    x1 = min(max(box[0], 0.0), width)
+    y1 = min(max(box[1], 0.0), height)
+    x2 = min(max(box[2], 0.0), width)
+    y2 = min(max(box[3], 0.0), height)
+    pixels = {"x1": round(x1, 2), "y1": round(y1, 2), "x2": round(x2, 2), "y2": round(y2, 2)}
+    norm = {"x1": round(x1 / width, 6), "y1": round(y1 / height, 6),
+            "x2": round(x2 / width, 6), "y2": round(y2 / height, 6)}
+    return pixels, norm
+
+
+def new_message_id() -> str:
+    return uuid.uuid4().hex
+
+
+def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str) -> dict[str, Any]:
+    dets = []
+    for d in msg.detections:
+        pixels, norm = _box_dicts(d.box, msg.image_width, msg.image_height)
+        dets.append({"class_id": d.class_id, "class_name": d.class_name, "score": round(float(d.score), 6),
+                     "box": pixels, "box_norm": norm})
+    payload: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "type": "detections",
+        "message_id": message_id,
+        "device_id": device_id,
+        "camera_id": msg.camera_id,
+        "seq": msg.seq,
+    }
+    payload.update(time_fields(msg.capture_time, "capture_time"))
+    payload["model"] = {"name": msg.model.name, "version": msg.model.version, "hash": msg.model.hash}
+    payload["image"] = {"width": msg.image_width, "height": msg.image_height}
+    payload["latency_ms"] = {k: round(float(v), 3) for k, v in msg.latency_ms.items()}
+    payload["detections"] = dets
+    return payload
+
+
+def device_status_payload(device_id: str, state: Literal["online", "offline"], now: Optional[float],
+                          versions: Mapping[str, str], reason: Optional[str] = None) -> dict[str, Any]:
+    """``now`` is None for the last will: it is registered at connect time, so any time in it would be wrong."""
+    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "device_status", "device_id": device_id,
+                               "state": state, "versions": dict(versions)}
+    if now is not None:
+        payload.update(time_fields(now))
+    if reason is not None:
+        payload["reason"] = reason
+    return payload
+
+
+@dataclass(frozen=True)
+class CameraStatus:
+    camera_id: str
+    state: CameraState
+    fps: Optional[float] = None
+    detail: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.state not in CAMERA_STATES:
+            raise ValueError(f"camera state must be one of {CAMERA_STATES}, got {self.state!r}")
+        if self.fps is not None and _finite("fps", self.fps) < 0:
+            raise ValueError(f"fps must be >= 0, got {self.fps!r}")
+
+
+def camera_status_payload(status: CameraStatus, device_id: str, now: float) -> dict[str, Any]:
+    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "camera_status", "device_id": device_id,
+                               "camera_id": status.camera_id, "state": status.state}
+    payload.update(time_fields(now))
+    if status.fps is not None:
+        payload["fps"] = round(float(status.fps), 3)
+    if status.detail is not None:
+        payload["detail"] = status.detail
+    return payload
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command received on <prefix>/<device>/command/<name>."""
+
+    name: str
+    request_id: Optional[str]
+    args: Mapping[str, Any]
+    topic: str
+
+
+def command_reply_payload(device_id: str, command: str, request_id: Optional[str], now: float, *,
+                          result: Optional[Mapping[str, Any]] = None,
+                          error: Optional[tuple[str, str]] = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "command_reply", "device_id": device_id,
+                               "command": command, "request_id": request_id, "ok": error is None}
+    payload.update(time_fields(now))
+    if error is None:
+        payload["result"] = dict(result or {})
+    else:
+        payload["error"] = {"code": error[0], "message": error[1]}
+    return payload

@@ -1,0 +1,45 @@
+"""Per-camera publish modes: every frame, on change of the class counts, or at a fixed rate.
+
+A gate only decides; the publisher counts what it suppresses. Time is monotonic seconds passed in by the
+caller, so tests drive it directly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Optional, Sequence
+
+from appliance.mqtt.config import PublishConfig
+from appliance.mqtt.messages import Detection
+
+
+class PublishGate:
+    def __init__(self, config: PublishConfig) -> None:
+        self._config = config
+        self._last_time: Optional[float] = None
+        self._last_signature: Optional[frozenset[tuple[int, int]]] = None
+
+    def _signature(self, detections: Sequence[Detection]) -> frozenset[tuple[int, int]]:
+        counts = Counter(d.class_id for d in detections if d.score >= self._config.min_score)
+        return frozenset(counts.items())
+
+    def admit(self, detections: Sequence[Detection], now: float) -> bool:
+        """True if this frame's detections should be published."""
+        c = self._config
+        if c.mode == "every_frame":
+            return True
+        if c.mode == "fixed_rate":
+            assert c.rate_hz is not None  # the config validator guarantees it
+            if self._last_time is not None and now - self._last_time < 1.0 / c.rate_hz:
+                return False
+            self._last_time = now
+            return True
+        signature = self._signature(detections)
+        changed = signature != self._last_signature
+        due = (c.heartbeat_s is not None and self._last_time is not None
+               and now - self._last_time >= c.heartbeat_s)
+        if self._last_time is not None and not changed and not due:
+            return False
+        self._last_signature = signature
+        self._last_time = now
+        return True

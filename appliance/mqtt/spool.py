@@ -1,0 +1,357 @@
+"""Durable on-disk queue of messages awaiting a broker acknowledgement (SQLite in WAL mode).
+
+Guarantees (see docs/mqtt.md):
+- ``append`` returns only after its transaction has committed. With ``synchronous=normal`` a committed message
+  survives a crash of this process (SIGKILL, OOM kill); with ``full`` it also survives a power cut.
+- Rows leave only through ``delete`` (the publisher calls it on PUBACK/PUBCOMP), the overflow policy, or the
+  age bound; every drop is counted by reason.
+- Ids only grow (AUTOINCREMENT), so reading "after id N" replays in insertion order, across restarts too.
+
+One connection, serialized by a lock: the producers' inserts, the sender's reads and the ack deletes are all
+short, and SQLite would serialize the writers anyway.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+from appliance.mqtt.config import SpoolConfig
+from appliance.mqtt.errors import SpoolError
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+_DELETE_CHUNK = 500  # stays under SQLite's bound-parameter limit on old builds (999)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spool (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic   TEXT    NOT NULL,
+    payload BLOB    NOT NULL,
+    qos     INTEGER NOT NULL,
+    created REAL    NOT NULL,
+    size    INTEGER NOT NULL
+)"""
+
+
+@dataclass(frozen=True)
+class SpoolRecord:
+    topic: str
+    payload: bytes
+    qos: int
+
+    @property
+    def size(self) -> int:
+        return len(self.payload) + len(self.topic.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class SpooledMessage:
+    id: int
+    topic: str
+    payload: bytes
+    qos: int
+    created: float
+
+
+@dataclass(frozen=True)
+class SpoolStats:
+    backlog: int
+    bytes: int
+    max_bytes: int
+    spooled: int
+    dropped_oldest: int
+    dropped_newest: int
+    dropped_expired: int
+    quarantined: int
+
+
+class Spool:
+    """``clock`` gives wall-clock epoch seconds; it stamps rows for the age bound (it must survive restarts)."""
+
+    def __init__(self, path: Path, config: SpoolConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self._config = config
+        self._clock = clock
+        self._cond = threading.Condition(threading.Lock())
+        self._db: Optional[sqlite3.Connection] = None
+        self._lock_fd: Optional[int] = None
+        self._count = 0
+        self._bytes = 0
+        self._spooled = 0
+        self._dropped_oldest = 0
+        self._dropped_newest = 0
+        self._dropped_expired = 0
+        self._quarantined = 0
+        self._last_drop_log = float("-inf")
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        with self._cond:
+            if self._db is not None:
+                return
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SpoolError(f"cannot create the spool directory: {exc}", str(self.path)) from exc
+            self._take_process_lock()
+            try:
+                try:
+                    self._db = self._connect()
+                except sqlite3.DatabaseError as exc:
+                    self._quarantine(exc)
+                    self._db = self._connect()
+            except (sqlite3.Error, OSError) as exc:
+                self._release_process_lock()
+                raise SpoolError(f"cannot open the spool: {exc}", str(self.path)) from exc
+            if self._count:
+                log.info("MQTT spool %s holds %d messages (%d bytes) from before; they will be replayed first",
+                         self.path, self._count, self._bytes)
+
+    def close(self) -> None:
+        with self._cond:
+            if self._db is not None:
+                try:
+                    self._db.close()
+                finally:
+                    self._db = None
+                    self._release_process_lock()
+            self._cond.notify_all()
+
+    def _take_process_lock(self) -> None:
+        # Two publishers on one spool would both replay it; refuse the second one clearly.
+        lock_path = str(self.path) + ".lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise SpoolError(f"cannot create the spool lock file {lock_path}: {exc}", str(self.path)) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise SpoolError(f"the spool is in use by another process (pid {holder})", str(self.path)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def _release_process_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > FORMAT_VERSION:
+                raise SpoolError(f"the spool has format {version}, newer than this software's {FORMAT_VERSION}; "
+                                 "upgrade, or move the file aside", str(self.path))
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise SpoolError(f"SQLite refused WAL mode (got {mode!r}); is the file system read-only?",
+                                 str(self.path))
+            db.execute(f"PRAGMA synchronous={self._config.synchronous.upper()}")
+            db.execute("PRAGMA journal_size_limit=67108864")
+            db.execute(_SCHEMA)
+            db.execute(f"PRAGMA user_version={FORMAT_VERSION}")
+            count, size = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM spool").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        self._count, self._bytes = int(count), int(size)
+        return db
+
+    def _quarantine(self, exc: Exception) -> None:
+        # A corrupt spool must not stop the appliance from publishing new detections: keep the file for a
+        # post-mortem and start an empty one. Loud, because its messages are lost.
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock()))
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(str(self.path) + suffix)
+            if src.exists():
+                os.replace(src, Path(str(target) + suffix))
+        self._quarantined += 1
+        log.error("MQTT spool %s is unreadable (%s); moved it to %s and started an empty spool. Messages in it "
+                  "were not published.", self.path, exc, target)
+
+    def _require_open(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise SpoolError("the spool is not open", str(self.path))
+        return self._db
+
+    # -- producers -----------------------------------------------------------------------------------------
+
+    def append(self, records: Sequence[SpoolRecord]) -> int:
+        """Commit ``records`` in one transaction, applying the overflow policy; returns how many were kept."""
+        if not records:
+            return 0
+        sizes = [r.size for r in records]
+        cfg = self._config
+        with self._cond:
+            db = self._require_open()
+            if cfg.overflow == "block":
+                self._wait_for_room(sum(sizes))
+            db = self._require_open()  # stop() may have closed it while we waited
+            kept = 0
+            refused = 0
+            now = self._clock()
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                for record, size in zip(records, sizes):
+                    if self._bytes + size > cfg.max_bytes:
+                        if cfg.overflow == "drop_oldest" and size <= cfg.max_bytes:
+                            self._drop_oldest(db, self._bytes + size - cfg.max_bytes)
+                        else:
+                            refused += 1
+                            continue
+                    db.execute("INSERT INTO spool (topic, payload, qos, created, size) VALUES (?, ?, ?, ?, ?)",
+                               (record.topic, record.payload, record.qos, now, size))
+                    self._bytes += size
+                    self._count += 1
+                    kept += 1
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(db)
+                raise SpoolError(f"cannot write to the spool: {exc}", str(self.path)) from exc
+            self._spooled += kept
+            if refused:
+                self._dropped_newest += refused
+                self._log_drop("refused %d new message(s)", refused)
+            return kept
+
+    def _wait_for_room(self, need: int) -> None:
+        if need > self._config.max_bytes:
+            return
+        deadline = time.monotonic() + self._config.block_timeout_s
+        while self._db is not None and self._bytes + need > self._config.max_bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cond.wait(remaining)
+
+    def _drop_oldest(self, db: sqlite3.Connection, need_free: int) -> None:
+        freed = dropped = 0
+        while freed < need_free:
+            rows = db.execute("SELECT id, size FROM spool ORDER BY id LIMIT 256").fetchall()
+            if not rows:
+                break
+            cut = rows[0][0]
+            for row_id, size in rows:
+                freed += size
+                dropped += 1
+                cut = row_id
+                if freed >= need_free:
+                    break
+            db.execute("DELETE FROM spool WHERE id <= ?", (cut,))
+        self._bytes -= freed
+        self._count -= dropped
+        self._dropped_oldest += dropped
+        if dropped:
+            self._log_drop("dropped the %d oldest message(s)", dropped)
+
+    def _log_drop(self, what: str, n: int) -> None:
+        now = time.monotonic()
+        if now - self._last_drop_log >= 10.0:  # at most one line per 10 s, with totals, not one per message
+            self._last_drop_log = now
+            log.warning("MQTT spool %s is full (%d of %d bytes, policy %s): " + what + "; totals: %d oldest, "
+                        "%d newest, %d expired dropped. Is the broker reachable?", self.path, self._bytes,
+                        self._config.max_bytes, self._config.overflow, n, self._dropped_oldest,
+                        self._dropped_newest, self._dropped_expired)
+
+    def _rollback(self, db: sqlite3.Connection) -> None:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # no transaction was open; the counters below are reloaded either way
+        try:
+            count, size = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM spool").fetchone()
+            self._count, self._bytes = int(count), int(size)
+        except sqlite3.Error as exc:
+            log.error("MQTT spool %s: cannot reload counters after a failed write: %s", self.path, exc)
+
+    # -- sender --------------------------------------------------------------------------------------------
+
+    def read_after(self, after_id: int, limit: int) -> list[SpooledMessage]:
+        with self._cond:
+            db = self._require_open()
+            rows = db.execute("SELECT id, topic, payload, qos, created FROM spool WHERE id > ? ORDER BY id LIMIT ?",
+                              (after_id, limit)).fetchall()
+        return [SpooledMessage(r[0], r[1], bytes(r[2]), r[3], r[4]) for r in rows]
+
+    def delete(self, ids: Iterable[int]) -> int:
+        """Remove acknowledged messages; ids already gone (dropped by policy) are ignored."""
+        id_list = list(ids)
+        if not id_list:
+            return 0
+        with self._cond:
+            db = self._require_open()
+            freed = removed = 0
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                for i in range(0, len(id_list), _DELETE_CHUNK):
+                    chunk = id_list[i:i + _DELETE_CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    sizes = db.execute(f"DELETE FROM spool WHERE id IN ({marks}) RETURNING size", chunk).fetchall()
+                    removed += len(sizes)
+                    freed += sum(s[0] for s in sizes)
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(db)
+                raise SpoolError(f"cannot delete acknowledged messages: {exc}", str(self.path)) from exc
+            self._count -= removed
+            self._bytes -= freed
+            self._cond.notify_all()
+            return removed
+
+    def expire(self) -> int:
+        """Drop messages older than max_age_s (oldest first); returns how many."""
+        cutoff = self._clock() - self._config.max_age_s
+        with self._cond:
+            db = self._require_open()
+            oldest = db.execute("SELECT created FROM spool ORDER BY id LIMIT 1").fetchone()
+            if oldest is None or oldest[0] >= cutoff:
+                return 0
+            freed = removed = 0
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                while True:
+                    rows = db.execute("SELECT id, size, created FROM spool ORDER BY id LIMIT 512").fetchall()
+                    # Rows are in time order unless the wall clock stepped back; stop at the first young one.
+                    prefix = []
+                    for r in rows:
+                        if r[2] >= cutoff:
+                            break
+                        prefix.append(r)
+                    if not prefix:
+                        break
+                    db.execute("DELETE FROM spool WHERE id <= ?", (prefix[-1][0],))
+                    removed += len(prefix)
+                    freed += sum(r[1] for r in prefix)
+                    if len(prefix) < len(rows):
+                        break
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(db)
+                raise SpoolError(f"cannot expire old messages: {exc}", str(self.path)) from exc
+            self._count -= removed
+            self._bytes -= freed
+            self._dropped_expired += removed
+            self._cond.notify_all()
+        if removed:
+            log.warning("MQTT spool %s: dropped %d message(s) older than max_age_s=%s", self.path, removed,
+                        self._config.max_age_s)
+        return removed
+
+    def stats(self) -> SpoolStats:
+        with self._cond:
+            return SpoolStats(self._count, self._bytes, self._config.max_bytes, self._spooled, self._dropped_oldest,
+                              self._dropped_newest, self._dropped_expired, self._quarantined)

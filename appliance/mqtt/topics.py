@@ -1,0 +1,82 @@
+"""Topic names, in one place. Layout (documented in docs/mqtt.md):
+
+    <prefix>/<device>/status                  retained device status, online/offline (last will)
+    <prefix>/<device>/health                  periodic health
+    <prefix>/<device>/command/<name>          commands to the appliance
+    <prefix>/<device>/reply                   command replies (MQTT 5: the request's response topic if given)
+    <prefix>/<device>/<camera>/status         retained camera status
+    <prefix>/<device>/<camera>/detections     detections
+"""
+
+from __future__ import annotations
+
+import re
+
+from appliance.mqtt.errors import MqttConfigError
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+# Camera ids share a topic level with these device-level topics.
+RESERVED_CAMERA_IDS = frozenset({"status", "health", "command", "reply"})
+
+
+def check_id(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise MqttConfigError(
+            f"{kind} {value!r} is not a valid topic level: use 1-64 of letters, digits, '_', '.', '-', "
+            "starting with a letter or digit")
+    return value
+
+
+def check_camera_id(camera_id: str) -> str:
+    check_id("camera id", camera_id)
+    if camera_id in RESERVED_CAMERA_IDS:
+        raise MqttConfigError(
+            f"camera id {camera_id!r} is reserved (it would collide with a device topic); "
+            f"avoid {sorted(RESERVED_CAMERA_IDS)}")
+    return camera_id
+
+
+class Topics:
+    """Builds every topic from the prefix and device id, checking ids so no wildcard or '/' slips in."""
+
+    def __init__(self, prefix: str, device_id: str) -> None:
+        if not _PREFIX.match(prefix):
+            raise MqttConfigError(f"topic prefix {prefix!r} must be levels of letters, digits, '_', '.', '-' "
+                                  "separated by single '/'")
+        self.prefix = prefix
+        self.device_id = check_id("device id", device_id)
+        self.base = f"{prefix}/{device_id}"
+
+    @property
+    def device_status(self) -> str:
+        return f"{self.base}/status"
+
+    @property
+    def health(self) -> str:
+        return f"{self.base}/health"
+
+    @property
+    def reply(self) -> str:
+        return f"{self.base}/reply"
+
+    @property
+    def command_filter(self) -> str:
+        return f"{self.base}/command/+"
+
+    def command(self, name: str) -> str:
+        return f"{self.base}/command/{check_id('command name', name)}"
+
+    def command_name(self, topic: str) -> str | None:
+        """The command name if ``topic`` is one of our command topics, else None."""
+        head = f"{self.base}/command/"
+        if not topic.startswith(head):
+            return None
+        name = topic[len(head):]
+        return name if _ID.match(name) else None
+
+    def camera_status(self, camera_id: str) -> str:
+        return f"{self.base}/{check_camera_id(camera_id)}/status"
+
+    def detections(self, camera_id: str) -> str:
+        return f"{self.base}/{check_camera_id(camera_id)}/detections"
