@@ -45,6 +45,7 @@ class ProgressReporter:
         *,
         extend_s: float = 300.0,
         heartbeat_s: float = 30.0,
+        heartbeat_limit_s: float = 7200.0,
         log_every_percent: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -52,6 +53,7 @@ class ProgressReporter:
         self._callback = callback
         self._extend_s = extend_s
         self._heartbeat_s = heartbeat_s
+        self._heartbeat_limit_s = heartbeat_limit_s
         self._log_step = log_every_percent
         self._clock = clock
         self._start = clock()
@@ -89,11 +91,20 @@ class ProgressReporter:
 
     @contextlib.contextmanager
     def heartbeat(self) -> Iterator[None]:
-        """Re-send the latest event every ``heartbeat_s`` until the block ends (for long native calls)."""
+        """Re-send the latest event every ``heartbeat_s`` until the block ends (for long native calls).
+
+        Beats stop after ``heartbeat_limit_s`` so that a build hung inside native code stops extending
+        systemd's start timeout and gets killed instead of blocking boot forever.
+        """
         stop = threading.Event()
+        started = self._clock()
 
         def beat() -> None:
             while not stop.wait(self._heartbeat_s):
+                if self._clock() - started > self._heartbeat_limit_s:
+                    log.error("engine build still running after %.0fs; no longer extending the start timeout",
+                              self._clock() - started)
+                    return
                 last = self._last
                 if last is not None:
                     self.report(last.model, last.phase, last.percent, last.message.split(" (still ")[0]

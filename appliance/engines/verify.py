@@ -116,7 +116,7 @@ class VerificationReport:
             return f"no outputs compared ({head})"
         if not failed:
             worst = max(self.checks, key=lambda c: c.worst_ratio)
-            return f"passed: max |diff| {worst.max_abs_err:.3g} ({worst.worst_ratio:.2f}x of allowed) within {head}"
+            return f"passed: max |diff| {worst.max_abs_err:.3g} ({worst.worst_ratio:.3g}x of allowed) within {head}"
         parts = [
             f"output {c.output!r} sample {c.sample}: {c.detail or ''}"
             f"{c.mismatch_fraction:.2%} of elements outside tolerance, max |diff| {c.max_abs_err:.3g}, "
