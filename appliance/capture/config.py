@@ -1,0 +1,138 @@
+"""Camera configuration: one :class:`CameraConfig` per camera, its source a discriminated union on ``type:``.
+
+The models only check what can be checked anywhere (shapes, bounds, cross-field rules). Checks that
+depend on this machine (a file exists, ``gst-launch-1.0`` is installed, /dev/shm is big enough) live in
+:mod:`appliance.capture.check` so ``appliance check-config`` can report them without starting anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from appliance.config.base import StrictModel
+
+PixelFormat = Literal["bgr", "rgb"]
+
+
+class V4l2Source(StrictModel):
+    """A USB/V4L2 camera opened through OpenCV's V4L2 backend."""
+
+    type: Literal["v4l2"]
+    device: str = Field("/dev/video0", description="device node, e.g. /dev/video0 (or /dev/v4l/by-id/... for a stable name)")
+    fourcc: Literal["MJPG", "YUYV", "UYVY", "H264", "GREY", "NV12"] | None = Field(
+        None, description="pixel format the camera should send; None keeps the driver default"
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _device_is_a_node(cls, value: str) -> str:
+        if not value.startswith("/dev/"):
+            raise ValueError(f"device must be a /dev path such as /dev/video0, got {value!r}")
+        return value
+
+
+class RtspSource(StrictModel):
+    """An RTSP or HTTP(S) stream decoded by OpenCV's FFmpeg backend."""
+
+    type: Literal["rtsp"]
+    url: str = Field(description="rtsp://, rtsps://, http:// or https:// URL, credentials included if needed")
+    transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP transport; tcp survives lossy networks better")
+    open_timeout_s: float = Field(10.0, gt=0, le=120, description="give up connecting after this long")
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        if not value.split("://", 1)[0].lower() in {"rtsp", "rtsps", "http", "https"} or "://" not in value:
+            raise ValueError(f"url must start with rtsp://, rtsps://, http:// or https://, got {value!r}")
+        return value
+
+
+class FileSource(StrictModel):
+    """A video file, for demos and tests."""
+
+    type: Literal["file"]
+    path: Path = Field(description="video file readable by FFmpeg")
+    loop: bool = Field(True, description="start again at the end instead of reconnecting")
+    realtime: bool = Field(True, description="pace frames at the camera fps (or the file's own rate)")
+
+
+class ImagesSource(StrictModel):
+    """A folder of still images played as a video, for demos and tests."""
+
+    type: Literal["images"]
+    path: Path = Field(description="folder of .jpg/.jpeg/.png/.bmp files, played in name order")
+    loop: bool = Field(True, description="start again after the last image")
+    realtime: bool = Field(True, description="pace images at the camera fps (needs fps)")
+
+
+class GStreamerSource(StrictModel):
+    """Any GStreamer pipeline (CSI cameras via nvarguscamerasrc, GigE via aravissrc...).
+
+    The pipeline is run by ``gst-launch-1.0`` in a child process; the capture appends
+    ``videoconvert ! video/x-raw,format=BGR|RGB,width=W,height=H ! fdsink`` itself, so give it the part
+    up to the decoded video, without a sink.
+    """
+
+    type: Literal["gstreamer"]
+    pipeline: str = Field(min_length=1, description="gst-launch-1.0 pipeline up to decoded video, without a sink")
+
+    @field_validator("pipeline")
+    @classmethod
+    def _no_sink(cls, value: str) -> str:
+        if "sink" in value.split("!")[-1]:
+            raise ValueError("pipeline must not end in a sink; capture appends its own conversion and fdsink")
+        return value
+
+
+Source = Annotated[
+    Union[V4l2Source, RtspSource, FileSource, ImagesSource, GStreamerSource], Field(discriminator="type")
+]
+
+
+class BackoffConfig(StrictModel):
+    """Reconnect delays: initial * factor**attempt, capped at max, then spread by +/- jitter."""
+
+    initial_s: float = Field(0.5, gt=0, le=60, description="first delay after a failure")
+    max_s: float = Field(30.0, gt=0, le=3600, description="longest delay")
+    factor: float = Field(2.0, ge=1, le=10, description="growth per consecutive failure")
+    jitter: float = Field(0.2, ge=0, le=1, description="relative random spread so cameras do not retry in lockstep")
+
+    @model_validator(mode="after")
+    def _max_not_below_initial(self) -> "BackoffConfig":
+        if self.max_s < self.initial_s:
+            raise ValueError(f"backoff max_s ({self.max_s}) must be >= initial_s ({self.initial_s})")
+        return self
+
+
+class CameraConfig(StrictModel):
+    """One camera: where frames come from and the shared-memory ring they land in."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$", description="unique camera id; names the shm ring")
+    source: Source
+    width: int = Field(ge=16, le=7680, description="frame width in the ring, pixels")
+    height: int = Field(ge=16, le=4320, description="frame height in the ring, pixels")
+    pixel_format: PixelFormat = Field("bgr", description="channel order of frames in the ring")
+    fps: float | None = Field(None, gt=0, le=240, description="target rate: pacing for files/images, cap for live")
+    resize: bool = Field(False, description="scale frames of another size; False makes a size mismatch an error")
+    ring_slots: int = Field(4, ge=3, le=64, description="slots in the ring; needs max concurrent leases + 2")
+    stall_timeout_s: float = Field(10.0, ge=0.2, le=600, description="no frame for this long means stalled")
+    max_decode_errors: int = Field(25, ge=1, le=10_000, description="consecutive bad reads before reconnecting")
+    backoff: BackoffConfig = Field(default_factory=BackoffConfig)
+
+    @model_validator(mode="after")
+    def _paced_images_need_fps(self) -> "CameraConfig":
+        if isinstance(self.source, ImagesSource) and self.source.realtime and self.fps is None:
+            raise ValueError("an images source with realtime: true needs fps (images carry no frame rate)")
+        return self
+
+    @model_validator(mode="after")
+    def _stall_longer_than_a_frame(self) -> "CameraConfig":
+        if self.fps is not None and self.stall_timeout_s <= 1.0 / self.fps:
+            raise ValueError(
+                f"stall_timeout_s ({self.stall_timeout_s}) must be longer than one frame at fps {self.fps} "
+                f"({1.0 / self.fps:.3g}s), or every frame gap would count as a stall"
+            )
+        return self

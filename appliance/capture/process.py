@@ -1,0 +1,206 @@
+"""One capture process per camera, for the supervisor to start, watch and restart.
+
+The parent side, :class:`CaptureProcess`, owns the camera's ring (created, space-checked and reclaimed
+on the first :meth:`~CaptureProcess.start`) and spawns the child, :func:`capture_main`, which becomes the
+ring's writer. The ring outlives the child: when the child dies (crash, SIGKILL, hang exit), readers keep
+their mapping, and the next ``start()`` spawns a new writer on the same ring that empties any slot the
+dead one left half-written and continues the frame sequence.
+
+Restart policy (backoff, budget) is the supervisor's; exit codes tell it what happened:
+``EXIT_OK`` stopped on request, ``EXIT_CONFIG`` the camera can never deliver what the config asks (do not
+hot-restart), ``EXIT_HUNG`` a source call hung past the stall watchdog, ``EXIT_RING_BUSY`` another writer is
+alive, negative values are signals.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.capture.config import CameraConfig
+from appliance.capture.layout import CaptureState, RingGeometry
+from appliance.capture.ring import CaptureHealth, RingBusyError, RingOwner, RingReader, create_ring, ring_path
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_RING_BUSY = 73  # EX_CANTCREAT
+EXIT_HUNG = 75  # EX_TEMPFAIL
+EXIT_CONFIG = 78  # EX_CONFIG
+
+
+class CaptureStartError(RuntimeError):
+    """The capture process died or did not attach to its ring in time; carries its exit code and last error."""
+
+    def __init__(self, message: str, exitcode: int | None = None, last_error: str = "") -> None:
+        super().__init__(message)
+        self.exitcode, self.last_error = exitcode, last_error
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """Everything the child needs, small and picklable."""
+
+    camera_json: str
+    ring_path: str
+    log_level: int = logging.INFO
+
+
+def ring_geometry(camera: CameraConfig) -> RingGeometry:
+    return RingGeometry(camera.width, camera.height, camera.ring_slots, camera.pixel_format)
+
+
+def capture_main(spec: CaptureSpec) -> None:
+    """Child process entry point: write frames of one camera into its ring until SIGTERM/SIGINT."""
+    from appliance.capture.loop import CaptureLoop
+    from appliance.capture.ring import RingWriter
+    from appliance.capture.sources import make_source
+
+    camera = CameraConfig.model_validate_json(spec.camera_json)
+    logging.basicConfig(
+        level=spec.log_level, stream=sys.stderr, format=f"%(asctime)s %(levelname)s capture[{camera.id}]: %(message)s"
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        writer = RingWriter(spec.ring_path)
+    except RingBusyError as exc:
+        log.error("%s", exc)
+        sys.stdout.flush()
+        os._exit(EXIT_RING_BUSY)
+
+    def hung(message: str) -> None:
+        logging.shutdown()
+        os._exit(EXIT_HUNG)  # the blocked native call cannot be interrupted; the process is the unit of recovery
+
+    loop = CaptureLoop(camera, writer, lambda: make_source(camera), on_hung=hung)
+    final = loop.run(stop)
+    writer.close(final)
+    logging.shutdown()
+    sys.exit(EXIT_CONFIG if final == CaptureState.FAILED else EXIT_OK)
+
+
+class CaptureProcess:
+    """Parent-side handle of one camera's capture process and ring.
+
+    ``start()`` may be called again after the child died; ``close()`` stops it and removes the ring.
+    """
+
+    def __init__(
+        self,
+        camera: CameraConfig,
+        *,
+        shm_root: Path | str = "/dev/shm",
+        log_level: int = logging.INFO,
+        mp_context: str = "spawn",
+    ) -> None:
+        self.camera = camera
+        self.ring_path = ring_path(shm_root, camera.id)
+        self._log_level = log_level
+        self._ctx = multiprocessing.get_context(mp_context)
+        self._owner: RingOwner | None = None
+        self._monitor: RingReader | None = None
+        self._proc: multiprocessing.process.BaseProcess | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Create (or reclaim) the ring on first use, spawn the capture child, wait until it writes the ring.
+
+        Raises ShmSpaceError / RingBusyError from the ring, or CaptureStartError if the child dies or does
+        not attach within ``timeout`` seconds.
+        """
+        if self.is_alive():
+            raise CaptureStartError(f"capture of camera {self.camera.id!r} is already running (pid {self.pid})")
+        if self._owner is None:
+            self._owner = create_ring(self.ring_path, ring_geometry(self.camera), self.camera.id)
+            self._monitor = RingReader(self.ring_path)
+        before = self._monitor.health().generation
+        spec = CaptureSpec(self.camera.model_dump_json(), str(self.ring_path), self._log_level)
+        self._proc = self._ctx.Process(target=capture_main, args=(spec,), name=f"capture-{self.camera.id}", daemon=False)
+        self._proc.start()
+        deadline = time.monotonic() + timeout
+        while self._monitor.health().generation == before:
+            if not self._proc.is_alive():
+                self._proc.join()
+                health = self._monitor.health()
+                raise CaptureStartError(
+                    f"capture of camera {self.camera.id!r} exited with {self._proc.exitcode} before attaching: "
+                    f"{health.last_error or 'see its log'}",
+                    self._proc.exitcode,
+                    health.last_error,
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise CaptureStartError(f"capture of camera {self.camera.id!r} did not attach to its ring in {timeout:g}s")
+            time.sleep(0.01)
+        log.info("camera %r: capture process %d started", self.camera.id, self._proc.pid)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM the child and wait; SIGKILL it if it does not exit in ``timeout``. Returns its exit code."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout)
+            if proc.is_alive():
+                log.warning("camera %r: capture process %d ignored SIGTERM for %gs; killing it", self.camera.id, proc.pid, timeout)
+                proc.kill()
+                proc.join()
+        else:
+            proc.join()
+        return proc.exitcode
+
+    def close(self) -> None:
+        """Stop the child and remove the ring (readers opened on it must be closed by their owners)."""
+        self.stop()
+        if self._monitor is not None:
+            self._monitor.close()
+            self._monitor = None
+        if self._owner is not None:
+            self._owner.close(remove=True)
+            self._owner = None
+
+    def __enter__(self) -> "CaptureProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- status --------------------------------------------------------------------------------------
+
+    def is_alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """None while running (or never started); otherwise the child's exit code (negative: signal)."""
+        if self._proc is None:
+            return None
+        if not self._proc.is_alive():
+            self._proc.join(0)
+        return self._proc.exitcode
+
+    def health(self) -> CaptureHealth:
+        if self._monitor is None:
+            raise RuntimeError(f"capture of camera {self.camera.id!r} was never started")
+        return self._monitor.health()
+
+    def reader(self) -> RingReader:
+        """A new reader on this camera's ring (the caller closes it). Other processes use RingReader(ring_path)."""
+        if self._owner is None:
+            raise RuntimeError(f"capture of camera {self.camera.id!r} was never started; no ring yet")
+        return RingReader(self.ring_path)

@@ -1,0 +1,100 @@
+"""Any GStreamer pipeline, run by ``gst-launch-1.0`` in a child process that writes raw frames to a pipe.
+
+The pip OpenCV wheels are built without GStreamer, so instead of ``cv2.CAP_GSTREAMER`` the capture
+appends ``videoconvert ! video/x-raw,format=BGR,width=W,height=H ! fdsink fd=1`` and reads exactly one
+frame's bytes at a time, straight into the ring slot. This works the same on a Jetson
+(``nvarguscamerasrc``, ``aravissrc``) as on a CI host (``videotestsrc``), and a hung pipeline can be
+killed without taking the capture process down.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from appliance.capture.sources.base import EndOfStream, FrameSource, SourceConfigError, SourceError
+
+log = logging.getLogger(__name__)
+
+GST_LAUNCH = "gst-launch-1.0"
+# Phrases gst-launch prints when the pipeline can never produce what we asked for.
+_CONFIG_FAILURES = ("not-negotiated", "could not link", "no element", "erroneous pipeline", "no property")
+
+
+def build_argv(pipeline: str, width: int, height: int, pixel_format: str, resize: bool, binary: str = GST_LAUNCH) -> list[str]:
+    tail = ["!", "videoconvert"]
+    if resize:
+        tail += ["!", "videoscale"]
+    tail += ["!", f"video/x-raw,format={pixel_format.upper()},width={width},height={height}", "!", "fdsink", "fd=1", "sync=false"]
+    return [binary, "-q", *shlex.split(pipeline), *tail]
+
+
+class GStreamerPipe(FrameSource):
+    def __init__(self, pipeline: str, **kw) -> None:
+        super().__init__(**kw)
+        self.pipeline = pipeline
+        self._proc: subprocess.Popen | None = None
+        self._stderr = None
+
+    def describe(self) -> str:
+        return f"GStreamer pipeline {self.pipeline!r}"
+
+    def open(self) -> None:
+        binary = shutil.which(GST_LAUNCH)
+        if binary is None:
+            raise SourceConfigError(f"{GST_LAUNCH} not found on PATH; install gstreamer1.0-tools for gstreamer sources")
+        argv = build_argv(self.pipeline, self.width, self.height, self.pixel_format, self.resize, binary)
+        self._stderr = tempfile.TemporaryFile()  # a file, not a pipe: a chatty pipeline cannot block on it
+        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, bufsize=0)
+        log.debug("started %s (pid %d)", " ".join(argv), self._proc.pid)
+
+    def read_into(self, out: np.ndarray) -> None:
+        view = memoryview(out).cast("B")
+        got, need = 0, len(view)
+        while got < need:
+            n = self._proc.stdout.readinto(view[got:])
+            if not n:
+                self._fail(got)
+            got += n
+
+    def _fail(self, partial: int) -> None:
+        try:
+            code = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._stderr.seek(0)
+        text = self._stderr.read().decode("utf-8", "replace").strip()
+        detail = text.splitlines()[-1] if text else f"exit code {code}"
+        if any(phrase in text.lower() for phrase in _CONFIG_FAILURES):
+            raise SourceConfigError(
+                f"{self.describe()} cannot deliver {self.width}x{self.height} {self.pixel_format.upper()} "
+                f"(set width/height to what it produces, or resize: true): {detail}"
+            )
+        if partial:
+            raise EndOfStream(f"{self.describe()} stopped mid-frame ({partial} bytes): {detail}")
+        raise EndOfStream(f"{self.describe()} ended: {detail}")
+
+    def abort(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
