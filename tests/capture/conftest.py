@@ -1,0 +1,82 @@
+"""Fixtures for the capture tests: a private /dev/shm root that must be empty again after each test, small
+real videos made with ffmpeg, and folders of the real darknet test images."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from appliance.capture.config import CameraConfig
+from support.rtsp import make_test_video
+
+DARKNET = Path("/usr/share/darknet/data")
+
+
+@pytest.fixture
+def shm_root() -> Path:
+    """A fresh directory in the real /dev/shm; the test fails if it leaks a ring."""
+    root = Path("/dev/shm") / f"appliance-test-{uuid.uuid4().hex[:12]}"
+    root.mkdir()
+    yield root
+    leftovers = sorted(p.name for p in root.iterdir())
+    shutil.rmtree(root, ignore_errors=True)
+    assert not leftovers, f"test leaked shared-memory files: {leftovers}"
+
+
+@pytest.fixture(scope="session")
+def video(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 s of 320x240 H.264 at 15 fps (60 frames)."""
+    return make_test_video(tmp_path_factory.mktemp("video") / "testsrc.mp4")
+
+
+@pytest.fixture(scope="session")
+def truncated_video(video: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test video cut in the middle: its index still promises 60 frames."""
+    data = video.read_bytes()
+    path = tmp_path_factory.mktemp("trunc") / "truncated.mp4"
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+@pytest.fixture(scope="session")
+def images_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("images")
+    for name in ("dog.jpg", "horses.jpg", "person.jpg"):
+        shutil.copy(DARKNET / name, folder / name)
+    return folder
+
+
+@pytest.fixture
+def camera() -> Callable[..., CameraConfig]:
+    """Build a CameraConfig from a source dict plus overrides (small frames, quick backoff for tests)."""
+
+    def build(source: dict, **overrides) -> CameraConfig:
+        data = {
+            "id": "cam0",
+            "source": source,
+            "width": 320,
+            "height": 240,
+            "stall_timeout_s": 3.0,
+            "backoff": {"initial_s": 0.2, "max_s": 1.0},
+        }
+        data.update(overrides)
+        return CameraConfig.model_validate(data)
+
+    return build
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.02):
+    """Poll until ``predicate()`` is truthy; generous timeouts, never an assertion on speed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
