@@ -1,0 +1,116 @@
+"""Verification against ONNX Runtime on the original ONNX: the comparison itself, a wrong engine refused with
+the amount it missed by, and the I/O check between the engine and the ONNX."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance.engines.builders.base import IOMismatchError, check_io
+from appliance.engines.builders.ort import OnnxRuntimeBuilder
+from appliance.engines.manager import VerificationFailed
+from appliance.engines.onnxinfo import inspect_onnx
+from appliance.engines.profile import Tolerance
+from appliance.engines.verify import compare, golden_batches, golden_inputs
+from tests.engines.conftest import EngineEnv, make_onnx, write_profile
+
+
+def test_compare_passes_within_tolerance() -> None:
+    ref = np.linspace(-1, 1, 100, dtype=np.float32)
+    check = compare("y", 0, ref + 1e-5, ref, Tolerance(atol=1e-4, rtol=0))
+    assert check.passed and check.mismatch_fraction == 0 and check.worst_ratio == pytest.approx(0.1, rel=1e-2)
+
+
+def test_compare_reports_by_how_much() -> None:
+    ref = np.zeros(1000, dtype=np.float32)
+    got = ref.copy()
+    got[:5] = 0.5
+    check = compare("y", 3, got, ref, Tolerance(atol=0.01, rtol=0, max_mismatch=0.001))
+    assert not check.passed
+    assert check.mismatch_fraction == pytest.approx(0.005)
+    assert check.max_abs_err == pytest.approx(0.5)
+    assert check.worst_ratio == pytest.approx(50)
+
+
+def test_compare_allows_a_mismatch_budget_and_handles_nan_and_shape() -> None:
+    ref = np.zeros(1000, dtype=np.float32)
+    got = ref.copy()
+    got[0] = 1.0
+    assert compare("y", 0, got, ref, Tolerance(atol=0.01, rtol=0, max_mismatch=0.001)).passed
+    got[1] = np.nan
+    assert not compare("y", 0, got, ref, Tolerance(atol=0.01, rtol=0, max_mismatch=0.001)).passed
+    both = np.array([np.nan, 1.0])
+    assert compare("y", 0, both, both.copy(), Tolerance(atol=0, rtol=0)).passed
+    wrong_shape = compare("y", 0, np.zeros((2, 3)), np.zeros((3, 2)), Tolerance(atol=1, rtol=1))
+    assert not wrong_shape.passed and "shape" in wrong_shape.detail
+
+
+def test_golden_inputs_are_seeded_and_cover_the_batch_range(env: EngineEnv) -> None:
+    info = inspect_onnx(env.models / "tiny.onnx")
+    profile = env.profile().model_copy(update={"verify": env.profile().verify.model_copy(update={"samples": 3})})
+    assert golden_batches(profile) == [2, 4, 1]
+    a, b = golden_inputs(info, profile), golden_inputs(info, profile)
+    assert [s["images"].shape for s in a] == [(2, 3, 8, 8), (4, 3, 8, 8), (1, 3, 8, 8)]
+    assert all(np.array_equal(x["images"], y["images"]) for x, y in zip(a, b))
+    assert all(0 <= s["images"].min() and s["images"].max() <= 1 for s in a)
+
+
+def test_golden_inputs_from_an_npz(env: EngineEnv) -> None:
+    frames = np.random.default_rng(5).uniform(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    np.savez(env.engines / "golden.npz", images=frames)
+    write_profile(env.engines, verify={"golden": str(env.engines / "golden.npz")})
+    built = env.manager().ensure(env.profile())
+    assert built.verification.startswith("passed")
+    write_profile(env.engines, verify={"golden": str(env.engines / "absent.npz")})
+    with pytest.raises(Exception, match="cannot read golden inputs"):
+        env.manager().ensure(env.profile())
+
+
+class _MiscompilingBuilder(OnnxRuntimeBuilder):
+    """The real ORT builder, but it optimizes a model with different weights: a real engine file that is
+    wrong, standing in for a toolchain that miscompiles."""
+
+    def build(self, onnx, profile, out_path, progress, timing_dir):  # type: ignore[no-untyped-def]
+        wrong = make_onnx(out_path.parent / "wrong-source.onnx", seed=42)
+        details = super().build(inspect_onnx(wrong), profile, out_path, progress, timing_dir)
+        wrong.unlink()
+        return details
+
+
+def test_failing_engine_is_not_installed_and_the_report_says_by_how_much(env: EngineEnv) -> None:
+    with pytest.raises(VerificationFailed) as err:
+        env.manager(builder=_MiscompilingBuilder()).ensure(env.profile())
+    message = str(err.value)
+    assert "FAILED (fp32 tolerance atol=0.0001 rtol=0.001" in message
+    assert "of elements outside tolerance, max |diff|" in message and "the allowed error" in message
+    report = json.loads(err.value.report_path.read_text())
+    assert report["passed"] is False
+    failed = [c for c in report["checks"] if not c["passed"]]
+    assert failed and all(c["max_abs_err"] > 1e-2 and c["worst_ratio"] > 1 for c in failed)
+    assert not (env.state / "engines" / "tiny").exists() or not list((env.state / "engines" / "tiny").iterdir())
+    assert list((env.state / "engines" / ".tmp").iterdir()) == []
+    assert env.events[-1].phase == "failed"
+    # the honest builder then builds and installs for the same key
+    assert env.manager().ensure(env.profile()).verification.startswith("passed")
+
+
+def test_loose_tolerance_lets_the_same_engine_through(env: EngineEnv) -> None:
+    write_profile(env.engines, verify={"tolerances": {"fp32": {"atol": 1000.0, "rtol": 1.0}}})
+    built = env.manager(builder=_MiscompilingBuilder()).ensure(env.profile())
+    assert built.verification.startswith("passed")
+
+
+def test_io_check_names_every_difference(tmp_path: Path, env: EngineEnv) -> None:
+    info = inspect_onnx(env.models / "tiny.onnx")
+    other = make_onnx(tmp_path / "other.onnx", input_name="pixels", height=16, batch=1)
+    runner = OnnxRuntimeBuilder().load(other, env.profile())
+    with pytest.raises(IOMismatchError) as err:
+        check_io(info, runner, env.profile())
+    text = str(err.value)
+    assert "unexpected input 'pixels'" in text and "input 'images' missing" in text
+    assert "output 'scores' dim 2 is 16, ONNX says 8" in text
+    same = OnnxRuntimeBuilder().load(env.models / "tiny.onnx", env.profile())
+    check_io(info, same, env.profile())
