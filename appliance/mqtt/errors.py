@@ -24,9 +24,14 @@ class SpoolError(MqttError):
 
 
 class CommandError(MqttError):
-    """Raised by a command handler to answer with a clean error reply instead of an internal error."""
+    """Raised by a command handler to answer with a clean error reply (code 'failed' or 'bad_request')
+    instead of an internal error."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+    CODES = ("failed", "bad_request")
+
+    def __init__(self, message: str, code: str = "failed") -> None:
+        if code not in self.CODES:
+            raise ValueError(f"CommandError code must be one of {self.CODES}, got {code!r}")
+        super().__init__(message)
         self.code = code
         self.message = message

@@ -1,0 +1,99 @@
+"""Builds a paho client from MqttConfig and turns connection failures into sentences an operator can act on."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from pathlib import Path
+from typing import Optional
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.properties import Properties
+from paho.mqtt.packettypes import PacketTypes
+
+from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.errors import MqttConfigError
+
+
+def resolve_password(config: MqttConfig) -> Optional[str]:
+    if config.password is not None:
+        return config.password.get_secret_value()
+    if config.password_file is not None:
+        try:
+            return Path(config.password_file).read_text("utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise MqttConfigError(f"cannot read mqtt.password_file {config.password_file}: {exc.strerror}") from exc
+    return None
+
+
+def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_qos: int) -> paho.Client:
+    """A configured, unconnected client. Raises MqttConfigError for unusable TLS material or password file."""
+    v5 = config.protocol == "5"
+    client = paho.Client(
+        callback_api_version=CallbackAPIVersion.VERSION2,
+        client_id=config.effective_client_id,
+        clean_session=None if v5 else config.clean_session,
+        protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
+        transport=config.transport,
+        reconnect_on_failure=False,  # we own the retry loop, its backoff and its error reporting
+    )
+    if config.transport == "websockets":
+        client.ws_set_options(path=config.websocket_path)
+    if config.tls is not None:
+        tls = config.tls
+        for label, path in (("tls.ca", tls.ca), ("tls.cert", tls.cert), ("tls.key", tls.key)):
+            if path is not None and not Path(path).is_file():
+                raise MqttConfigError(f"mqtt.{label}: no such file {path}")
+        try:
+            client.tls_set(ca_certs=str(tls.ca) if tls.ca else None,
+                           certfile=str(tls.cert) if tls.cert else None,
+                           keyfile=str(tls.key) if tls.key else None,
+                           cert_reqs=ssl.CERT_REQUIRED)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise MqttConfigError(f"mqtt.tls: cannot load the CA/certificate/key: {exc}") from exc
+        client.tls_insecure_set(not tls.check_hostname)
+    password = resolve_password(config)
+    if config.username is not None:
+        client.username_pw_set(config.username, password)
+    client.will_set(will_topic, will_payload, qos=will_qos, retain=True)
+    client.max_inflight_messages_set(0)  # the publisher bounds in-flight messages itself (see publisher.py)
+    client.max_queued_messages_set(0)
+    client.connect_timeout = config.connect_timeout_s
+    if v5:
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = 0 if config.clean_session else config.session_expiry_s
+        client.connect_async(config.host, config.port, config.keepalive_s, clean_start=config.clean_session,
+                             properties=props)
+    else:
+        client.connect_async(config.host, config.port, config.keepalive_s)
+    return client
+
+
+def describe_connect_error(exc: BaseException, config: MqttConfig) -> str:
+    where = f"{config.host}:{config.port}"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"TLS: the broker certificate at {where} failed verification ({exc.verify_message}); "
+                "check mqtt.tls.ca and that the certificate names the host")
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake with {where} failed ({exc.reason or exc}); check the client certificate and key"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"nothing accepts connections at {where} (connection refused); is the broker running?"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve broker host {config.host!r}: {exc.strerror}"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return f"connecting to {where} timed out after {config.connect_timeout_s} s"
+    if isinstance(exc, OSError):
+        return f"cannot connect to {where}: {exc.strerror or exc}"
+    return f"cannot connect to {where}: {type(exc).__name__}: {exc}"
+
+
+def describe_refusal(reason: object, config: MqttConfig) -> str:
+    text = str(reason)
+    hint = ""
+    lowered = text.lower()
+    if "password" in lowered or "authori" in lowered:
+        hint = "; check mqtt.username and the password"
+    elif "identifier" in lowered:
+        hint = "; check mqtt.client_id"
+    return f"broker {config.host}:{config.port} refused the connection: {text}{hint}"

@@ -1,0 +1,229 @@
+"""A real mosquitto broker for tests: free loopback port, generated config (optional TLS, passwords, persistence),
+start / stop / kill / restart on the same port, and wait until it accepts connections.
+
+    with Mosquitto(tmp_path) as broker:           # anonymous, plain TCP
+        client.connect("127.0.0.1", broker.port)
+
+    tls = make_tls_material(tmp_path / "pki")     # CA, server and client certificates (cryptography)
+    broker = Mosquitto(tmp_path, tls=tls, require_certificate=True, passwords={"cam": "secret"})
+
+Always stopped: the context manager and ``stop()`` terminate the process (SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Optional
+
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class CertPair:
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True)
+class TlsMaterial:
+    ca: CertPair
+    server: CertPair
+    client: CertPair
+
+
+def _write_key_and_cert(directory: Path, name: str, key: object, cert: object) -> CertPair:
+    from cryptography.hazmat.primitives import serialization
+
+    directory.mkdir(parents=True, exist_ok=True)
+    key_path, cert_path = directory / f"{name}.key", directory / f"{name}.crt"
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,  # type: ignore[attr-defined]
+                                           serialization.PrivateFormat.TraditionalOpenSSL,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))  # type: ignore[attr-defined]
+    return CertPair(cert_path, key_path)
+
+
+def make_ca(directory: Path, name: str = "test-ca") -> CertPair:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                         crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256()))
+    return _write_key_and_cert(directory, name, key, cert)
+
+
+def issue_cert(ca: CertPair, directory: Path, name: str, *, server: bool,
+               hostnames: Iterable[str] = ("localhost",), ips: Iterable[str] = ("127.0.0.1",)) -> CertPair:
+    """A leaf certificate signed by ``ca``: server (SANs for hostnames/ips) or client (CN = name)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (x509.CertificateBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+               .issuer_name(ca_cert.subject).public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
+    if server:
+        sans: list[x509.GeneralName] = [x509.DNSName(h) for h in hostnames]
+        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        builder = (builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+                   .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False))
+    else:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    return _write_key_and_cert(directory, name, key, cert)
+
+
+def make_tls_material(directory: Path) -> TlsMaterial:
+    """A CA, a server certificate for localhost/127.0.0.1 and a client certificate, all signed by the CA."""
+    ca = make_ca(directory)
+    return TlsMaterial(ca, issue_cert(ca, directory, "server", server=True),
+                       issue_cert(ca, directory, "client", server=False))
+
+
+class Mosquitto:
+    """One mosquitto process on 127.0.0.1:<port>. ``workdir`` holds its config, log, passwords, persistence."""
+
+    def __init__(self, workdir: Path, *, port: Optional[int] = None, tls: Optional[TlsMaterial] = None,
+                 require_certificate: bool = False, passwords: Optional[Mapping[str, str]] = None,
+                 persistence: bool = False, extra_config: Iterable[str] = ()) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.host = "127.0.0.1"
+        self.tls = tls
+        self.conf_path = self.workdir / f"mosquitto-{self.port}.conf"
+        self.log_path = self.workdir / f"mosquitto-{self.port}.log"
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        lines = [
+            "per_listener_settings false",
+            f"listener {self.port} 127.0.0.1",
+            "log_dest stderr",
+            "log_type error", "log_type warning", "log_type notice", "log_type information",
+            "connection_messages true",
+            "max_queued_messages 0",    # subscribers in tests must not lose queued messages during an outage
+            "user root" if os.geteuid() == 0 else "",
+        ]
+        if passwords:
+            pw_file = self.workdir / f"passwords-{self.port}"
+            first = True
+            for user, password in passwords.items():
+                args = [MOSQUITTO_PASSWD] + (["-c"] if first else []) + ["-b", str(pw_file), user, password]
+                subprocess.run(args, check=True, capture_output=True, timeout=30)
+                first = False
+            lines += ["allow_anonymous false", f"password_file {pw_file}"]
+        else:
+            lines.append("allow_anonymous true")
+        if tls is not None:
+            lines += [f"cafile {tls.ca.cert}", f"certfile {tls.server.cert}", f"keyfile {tls.server.key}",
+                      f"require_certificate {'true' if require_certificate else 'false'}"]
+        if persistence:
+            store = self.workdir / f"persist-{self.port}"
+            store.mkdir(exist_ok=True)
+            lines += ["persistence true", f"persistence_location {store}/", "autosave_interval 1"]
+        lines += list(extra_config)
+        self.conf_path.write_text("\n".join(line for line in lines if line) + "\n")
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._proc.pid if self._proc else None
+
+    def start(self, timeout: float = 15.0) -> "Mosquitto":
+        if self.running:
+            return self
+        log = open(self.log_path, "ab")
+        try:
+            self._proc = subprocess.Popen([MOSQUITTO, "-c", str(self.conf_path)], stdout=log, stderr=log,
+                                          stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        """Block until the listener accepts TCP connections; raise with the broker log if it never does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"mosquitto exited with {self._proc.returncode}:\n{self.log_text()}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1.0):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"mosquitto on port {self.port} not accepting connections after {timeout} s:\n"
+                           f"{self.log_text()}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (mosquitto saves persistence and closes clients cleanly), SIGKILL after ``timeout``."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+    def kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+    def restart(self, timeout: float = 15.0) -> "Mosquitto":
+        self.stop()
+        return self.start(timeout)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def __enter__(self) -> "Mosquitto":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
