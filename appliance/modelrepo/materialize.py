@@ -1,0 +1,153 @@
+"""Write a concrete Triton model repository for this device from the ``repository/`` templates.
+
+The detector is a parameter: ``onnxruntime`` (a Python-backend model running ONNX Runtime on an ONNX file, for
+CPU hosts) or ``tensorrt_plan`` (an engine built on the device). Each model directory is written beside its
+final place and renamed over it, so a reader never sees half a model; other models in ``dest`` are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Literal
+
+from pydantic import Field
+
+from appliance.config import StrictModel
+from appliance.modelrepo.stages.common import PROFILE_FILE
+from appliance.models.profile import ModelProfile
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "repository"
+_TRITON_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16"}
+
+
+class MaterializeError(RuntimeError):
+    """The repository could not be written: a missing file, an unfilled template placeholder, a bad name."""
+
+
+class DetectorSource(StrictModel):
+    kind: Literal["onnxruntime", "tensorrt_plan"] = Field(description="how the detector runs on this device")
+    path: Path = Field(description="the ONNX file (onnxruntime) or the serialized engine (tensorrt_plan)")
+    input_name: str = Field("images", description="engine input binding name (tensorrt_plan only)")
+    output_name: str = Field("output", description="engine output binding name (tensorrt_plan only)")
+
+
+class RepositoryOptions(StrictModel):
+    prefix: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$", description="prepended to every model name")
+    ensemble_name: str = Field("detect", pattern=r"^[A-Za-z0-9_.-]+$", description="the pipeline's model name")
+    max_batch_size: int = Field(8, ge=1, le=64, description="largest batch the detector's dynamic batcher forms")
+    queue_delay_us: int = Field(2000, ge=0, le=1_000_000, description="how long the batcher waits to fill a batch")
+    preprocess_instances: int = Field(2, ge=1, le=16)
+    postprocess_instances: int = Field(1, ge=1, le=16)
+    detector_instances: int = Field(1, ge=1, le=8)
+    intra_op_threads: int = Field(0, ge=0, le=64, description="ONNX Runtime threads per detector (0 = all cores)")
+    link: Literal["symlink", "copy"] = Field("symlink", description="how the detector file enters the repository")
+    prepare_python_models: bool = Field(
+        True, description="write appliance.triton's path hook into the Python models (Server.start also does)")
+
+
+@dataclass(frozen=True)
+class Repository:
+    """What was written: the directory and the model names to load (ensemble last)."""
+
+    path: Path
+    preprocess: str
+    detector: str
+    postprocess: str
+    ensemble: str
+
+    @property
+    def models(self) -> list[str]:
+        return [self.preprocess, self.detector, self.postprocess, self.ensemble]
+
+
+def _fill(template: Path, values: dict[str, object]) -> str:
+    try:
+        return Template(template.read_text()).substitute({k: str(v) for k, v in values.items()})
+    except KeyError as exc:
+        raise MaterializeError(f"{template}: placeholder {exc} has no value") from None
+    except ValueError as exc:
+        raise MaterializeError(f"{template}: {exc}") from None
+
+
+def _write_model(dest: Path, name: str, files: dict[str, str], extra: dict[str, Path], link: str) -> None:
+    """Build ``dest/name`` in a sibling temp dir, then swap it in."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=dest))
+    try:
+        for rel, text in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_text(text)
+        for rel, src in extra.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            if link == "symlink":
+                os.symlink(src.resolve(), tmp / rel)
+            else:
+                shutil.copyfile(src, tmp / rel)
+        final = dest / name
+        if final.exists():
+            old = dest / f".{name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def materialize(profile: ModelProfile, detector: DetectorSource, dest: Path,
+                options: RepositoryOptions | None = None, templates: Path = TEMPLATES) -> Repository:
+    """Write preprocess, detector, postprocess and the ensemble for ``profile`` into ``dest``."""
+    opts = options or RepositoryOptions()
+    if not detector.path.is_file():
+        raise MaterializeError(f"detector.path: {detector.path} is not a file")
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    names = Repository(dest, f"{opts.prefix}preprocess", f"{opts.prefix}detector", f"{opts.prefix}postprocess",
+                       f"{opts.prefix}{opts.ensemble_name}")
+    inp = profile.input
+    chw = [3, inp.height, inp.width] if inp.layout == "NCHW" else [inp.height, inp.width, 3]
+    profile_json = profile.model_dump_json(indent=2)
+    common = {"tensor_type": _TRITON_TYPES[inp.dtype], "profile_name": profile.name}
+
+    for stage, instances in (("preprocess", opts.preprocess_instances), ("postprocess", opts.postprocess_instances)):
+        name = getattr(names, stage)
+        config = _fill(templates / stage / "config.pbtxt", {
+            **common, "name": name, "instances": instances, "tensor_dims": ", ".join(map(str, [1, *chw]))})
+        _write_model(dest, name, {"config.pbtxt": config, PROFILE_FILE: profile_json,
+                                  "1/model.py": (templates / stage / "model.py").read_text()}, {}, opts.link)
+
+    det_values = {**common, "name": names.detector, "max_batch_size": opts.max_batch_size,
+                  "queue_delay_us": opts.queue_delay_us, "instances": opts.detector_instances,
+                  "input_dims": ", ".join(map(str, chw)), "intra_op_threads": opts.intra_op_threads,
+                  "input_name": detector.input_name, "output_name": detector.output_name}
+    tdir = templates / "detector" / detector.kind
+    if detector.kind == "onnxruntime":
+        files = {"config.pbtxt": _fill(tdir / "config.pbtxt", det_values), "1/model.py": (tdir / "model.py").read_text()}
+        extra = {"1/model.onnx": detector.path}
+        det_in, det_out = "INPUT", "OUTPUT"
+    else:
+        files = {"config.pbtxt": _fill(tdir / "config.pbtxt", det_values)}
+        extra = {"1/model.plan": detector.path}
+        det_in, det_out = detector.input_name, detector.output_name
+    _write_model(dest, names.detector, files, extra, opts.link)
+
+    ensemble = _fill(templates / "ensemble" / "config.pbtxt", {
+        "name": names.ensemble, "preprocess": names.preprocess, "detector": names.detector,
+        "postprocess": names.postprocess, "detector_input": det_in, "detector_output": det_out})
+    # An ensemble needs an (empty) version directory to be loadable.
+    _write_model(dest, names.ensemble, {"config.pbtxt": ensemble, "1/.keep": ""}, {}, opts.link)
+    if opts.prepare_python_models:
+        from appliance.triton import write_path_hook
+
+        python_models = [names.preprocess, names.postprocess]
+        python_models += [names.detector] if detector.kind == "onnxruntime" else []
+        for name in python_models:
+            write_path_hook(dest / name)
+    return names

@@ -1,0 +1,71 @@
+"""What every stage shares: reading the model's own config and profile, typed errors, per-stage metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+LATENCY_METRIC = "appliance_stage_latency_us"
+REQUESTS_METRIC = "appliance_stage_requests"
+REJECTED_METRIC = "appliance_stage_rejected_inputs"
+PROFILE_FILE = "profile.json"
+
+
+def model_parameters(args: dict[str, str]) -> dict[str, str]:
+    """The ``parameters`` block of the model's config.pbtxt as plain strings."""
+    config = json.loads(args["model_config"])
+    return {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+
+
+def load_model_profile(args: dict[str, str]):  # -> appliance.models.profile.ModelProfile
+    """The profile the materializer wrote beside config.pbtxt."""
+    from appliance.models.profile import ModelProfile
+
+    path = Path(args["model_repository"]) / PROFILE_FILE
+    return ModelProfile.model_validate_json(path.read_text())
+
+
+class StageMetrics:
+    """Per-stage counters in Triton's metrics endpoint: total latency, requests, rejected inputs by reason.
+
+    Latency is exported as a running sum (µs) plus a request count, the pair Prometheus turns into a mean with
+    ``rate(sum)/rate(count)``; counters work on every Triton release that has custom metrics.
+    """
+
+    def __init__(self, pb_utils: ModuleType, stage: str, model: str) -> None:
+        fam = pb_utils.MetricFamily
+        self._labels = {"stage": stage, "model": model}
+        # Triton invalidates a Metric whose family object is garbage-collected: keep the families alive.
+        self._families = (
+            fam(name=LATENCY_METRIC, description="cumulative time spent per stage, microseconds", kind=fam.COUNTER),
+            fam(name=REQUESTS_METRIC, description="requests handled per stage", kind=fam.COUNTER),
+            fam(name=REJECTED_METRIC, description="inputs rejected per stage, by reason", kind=fam.COUNTER),
+        )
+        self._latency = self._families[0].Metric(labels=self._labels)
+        self._requests = self._families[1].Metric(labels=self._labels)
+        self._rejected: dict[str, Any] = {}
+
+    def observe(self, started_ns: int) -> None:
+        self._latency.increment((time.perf_counter_ns() - started_ns) / 1000.0)
+        self._requests.increment(1)
+
+    def reject(self, reason: str) -> None:
+        metric = self._rejected.get(reason)
+        if metric is None:
+            metric = self._families[2].Metric(labels={**self._labels, "reason": reason})
+            self._rejected[reason] = metric
+        metric.increment(1)
+
+    def close(self) -> None:
+        """Drop the metrics before their families, the order Triton requires."""
+        self._latency = self._requests = None
+        self._rejected.clear()
+        self._families = ()
+
+
+def error_response(pb_utils: ModuleType, message: str, invalid_arg: bool = True) -> Any:
+    code = pb_utils.TritonError.INVALID_ARG if invalid_arg else pb_utils.TritonError.INTERNAL
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))

@@ -1,0 +1,58 @@
+"""CPU-host detector: ONNX Runtime inside a Python-backend model.
+
+Triton's dynamic batcher hands ``execute`` several requests (frames of several cameras); they are concatenated
+into one batch, run once, and split back, which is where batching pays off on a CPU.
+Parameters (config.pbtxt): ``onnx_path`` (default ``<version dir>/model.onnx``), ``intra_op_threads`` (0 = ORT's
+default).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from appliance.modelrepo.stages.common import StageMetrics, error_response, model_parameters
+
+log = logging.getLogger(__name__)
+
+
+class OrtDetectorStage:
+    def __init__(self, pb_utils: ModuleType, args: dict[str, str]) -> None:
+        import onnxruntime as ort
+
+        self.pb = pb_utils
+        params = model_parameters(args)
+        path = params.get("onnx_path") or str(Path(args["model_repository"]) / args["model_version"] / "model.onnx")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = int(params.get("intra_op_threads") or 0)
+        self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        self.in_name = self.session.get_inputs()[0].name
+        self.out_name = self.session.get_outputs()[0].name
+        self.metrics = StageMetrics(pb_utils, "detector", params.get("profile_name", "detector"))
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        started = time.perf_counter_ns()
+        batches = [self.pb.get_input_tensor_by_name(r, "INPUT").as_numpy() for r in requests]
+        responses: list[Any] = []
+        try:
+            x = batches[0] if len(batches) == 1 else np.concatenate(batches, axis=0)
+            y = self.session.run([self.out_name], {self.in_name: x})[0]
+            offset = 0
+            for b in batches:
+                responses.append(self.pb.InferenceResponse(
+                    output_tensors=[self.pb.Tensor("OUTPUT", y[offset:offset + len(b)])]))
+                offset += len(b)
+        except Exception as exc:  # e.g. a shape the model rejects: fail these requests, keep serving
+            log.exception("detector failed")
+            responses = [error_response(self.pb, f"detector: {exc}") for _ in requests]
+        for _ in requests:
+            self.metrics.observe(started)
+        return responses
+
+    def finalize(self) -> None:
+        self.metrics.close()

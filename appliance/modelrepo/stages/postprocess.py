@@ -1,0 +1,55 @@
+"""Postprocess model: raw detector head + LETTERBOX → BOXES float32 [K,4] (frame pixels, xyxy), SCORES float32 [K],
+CLASSES int32 [K]. Head layout, thresholds, allow-list and NMS come from the model profile."""
+
+from __future__ import annotations
+
+import logging
+import time
+from types import ModuleType
+from typing import Any
+
+from appliance.modelrepo.stages.common import StageMetrics, error_response, load_model_profile
+from appliance.processing.errors import InputRejected
+from appliance.processing.letterbox import Letterbox
+from appliance.processing.pipeline import Postprocessor
+
+log = logging.getLogger(__name__)
+
+
+class PostprocessStage:
+    def __init__(self, pb_utils: ModuleType, args: dict[str, str]) -> None:
+        self.pb = pb_utils
+        profile = load_model_profile(args)
+        self.post = Postprocessor(profile)
+        self.metrics = StageMetrics(pb_utils, "postprocess", profile.name)
+
+    def _one(self, request: Any) -> Any:
+        raw = self.pb.get_input_tensor_by_name(request, "RAW").as_numpy()
+        try:
+            lb = Letterbox.from_array(self.pb.get_input_tensor_by_name(request, "LETTERBOX").as_numpy())
+        except ValueError as exc:
+            raise InputRejected("letterbox", str(exc)) from None
+        det = self.post(raw, lb)
+        return self.pb.InferenceResponse(output_tensors=[
+            self.pb.Tensor("BOXES", det.boxes),
+            self.pb.Tensor("SCORES", det.scores),
+            self.pb.Tensor("CLASSES", det.class_ids),
+        ])
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            started = time.perf_counter_ns()
+            try:
+                responses.append(self._one(request))
+            except InputRejected as exc:
+                self.metrics.reject(exc.reason)
+                responses.append(error_response(self.pb, f"postprocess: {exc}"))
+            except Exception as exc:
+                log.exception("postprocess failed")
+                responses.append(error_response(self.pb, f"postprocess: internal error: {exc}", invalid_arg=False))
+            self.metrics.observe(started)
+        return responses
+
+    def finalize(self) -> None:
+        self.metrics.close()

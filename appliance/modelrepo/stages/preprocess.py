@@ -1,0 +1,69 @@
+"""Preprocess model: a raw frame (IMAGE, H×W×C uint8) or encoded bytes (ENCODED) → detector tensor + letterbox.
+
+Inputs (all optional; exactly one of IMAGE / ENCODED): IMAGE uint8 [H,W,C]; ENCODED uint8 [L];
+CHANNEL_ORDER string [1] "BGR" (default) or "RGB" for IMAGE. Outputs: INPUT_TENSOR [1,3,H,W] (or NHWC), LETTERBOX
+float32 [6]. Bad input → INVALID_ARG naming the problem; the stage keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from appliance.modelrepo.stages.common import StageMetrics, error_response, load_model_profile
+from appliance.processing.errors import InputRejected
+from appliance.processing.pipeline import Preprocessor
+
+log = logging.getLogger(__name__)
+
+
+class PreprocessStage:
+    def __init__(self, pb_utils: ModuleType, args: dict[str, str]) -> None:
+        self.pb = pb_utils
+        profile = load_model_profile(args)
+        self.pre = Preprocessor(profile)
+        self.metrics = StageMetrics(pb_utils, "preprocess", profile.name)
+
+    def _input(self, request: Any, name: str) -> np.ndarray | None:
+        tensor = self.pb.get_input_tensor_by_name(request, name)
+        return None if tensor is None else tensor.as_numpy()
+
+    def _one(self, request: Any) -> Any:
+        image, encoded = self._input(request, "IMAGE"), self._input(request, "ENCODED")
+        order = self._input(request, "CHANNEL_ORDER")
+        if (image is None) == (encoded is None):
+            raise InputRejected("inputs", "send exactly one of IMAGE (raw H×W×C frame) or ENCODED (JPEG/PNG bytes)")
+        if encoded is not None:
+            tensor, lb = self.pre.encoded(encoded)
+        else:
+            channel_order = "BGR"
+            if order is not None:
+                raw = order.reshape(-1)[0] if order.size else b""
+                channel_order = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)).upper()
+            tensor, lb = self.pre.frame(image, channel_order)
+        return self.pb.InferenceResponse(output_tensors=[
+            self.pb.Tensor("INPUT_TENSOR", tensor[None]),
+            self.pb.Tensor("LETTERBOX", lb.as_array()),
+        ])
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            started = time.perf_counter_ns()
+            try:
+                responses.append(self._one(request))
+            except InputRejected as exc:
+                self.metrics.reject(exc.reason)
+                responses.append(error_response(self.pb, f"preprocess: {exc}"))
+            except Exception as exc:  # a bug must fail this request, not the stage
+                log.exception("preprocess failed")
+                responses.append(error_response(self.pb, f"preprocess: internal error: {exc}", invalid_arg=False))
+            self.metrics.observe(started)
+        return responses
+
+    def finalize(self) -> None:
+        self.metrics.close()
