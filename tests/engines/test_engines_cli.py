@@ -1,0 +1,114 @@
+"""`appliance build-engines` as a real process: build, cache hit, JSON, exit codes, progress over a real
+sd_notify socket; the first-boot unit passes `systemd-analyze verify`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.engines.conftest import DETECTOR_ONNX, REPO, EngineEnv
+
+UNIT = REPO / "systemd" / "appliance-build-engines.service"
+
+
+def _cli(env: EngineEnv, *args: str, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "appliance", "build-engines", "--engines-dir", str(env.engines),
+           "--models-dir", str(env.models), "--state-dir", str(env.state), "--builder", "onnxruntime", *args]
+    full_env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+    full_env.update(environ or {})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, env=full_env)
+
+
+def test_build_then_cache_hit(env: EngineEnv) -> None:
+    first = _cli(env, "--json")
+    assert first.returncode == 0, first.stderr
+    built = json.loads(first.stdout)["engines"][0]
+    assert built["cache_hit"] is False and built["triton_kind"] == "onnxruntime"
+    assert Path(built["engine_path"]).is_file()
+    assert "tiny: build" in first.stderr and "tiny: done 100%" in first.stderr
+    second = _cli(env)
+    assert second.returncode == 0, second.stderr
+    assert re.search(r"^tiny: cached; onnxruntime fp32 -> .*model\.onnx$", second.stdout, re.M)
+
+
+def test_progress_goes_to_a_real_notify_socket(env: EngineEnv, tmp_path: Path) -> None:
+    path = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(5)
+        result = _cli(env, environ={"NOTIFY_SOCKET": path})
+        assert result.returncode == 0, result.stderr
+        messages = []
+        sock.setblocking(False)
+        while True:
+            try:
+                messages.append(sock.recv(4096).decode())
+            except BlockingIOError:
+                break
+    statuses = [m for m in messages if m.startswith("STATUS=engines: tiny")]
+    assert any("tiny build" in m for m in statuses) and any("tiny done 100%" in m for m in statuses)
+    assert all("EXTEND_TIMEOUT_USEC=300000000" in m for m in statuses)
+    assert messages[-1] == "STATUS=engines: 1 ready"
+
+
+def test_bad_profile_exits_2(env: EngineEnv) -> None:
+    env.profile_path.write_text("model: tiny\nonnx: tiny.onnx\nbatch: {min: 3, opt: 2, max: 1}\n")
+    result = _cli(env)
+    assert result.returncode == 2
+    assert "error:" in result.stderr and "batch" in result.stderr and "min <= opt <= max" in result.stderr
+
+
+def test_bad_onnx_exits_1_naming_the_phase(env: EngineEnv) -> None:
+    (env.models / "tiny.onnx").write_bytes(b"\x08\x07garbage")
+    result = _cli(env)
+    assert result.returncode == 1
+    assert "tiny: parse failed:" in result.stderr
+
+
+def test_unknown_model_exits_2(env: EngineEnv) -> None:
+    result = _cli(env, "--model", "nope")
+    assert result.returncode == 2 and "no engine profile for nope" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DETECTOR_ONNX.is_file(), reason="the detector is placed by scripts/setup.sh")
+def test_the_real_detector_builds_verifies_and_hits(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "appliance", "build-engines", "--engines-dir", str(REPO / "engines"),
+           "--models-dir", str(REPO / ".models"), "--state-dir", str(tmp_path / "state"),
+           "--builder", "onnxruntime", "--model", "yolov3-tiny", "--json"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    engine = json.loads(first.stdout)["engines"][0]
+    assert engine["cache_hit"] is False and engine["verification"].startswith("passed")
+    assert engine["inputs"] == [{"name": "images", "dtype": "float32", "dims": [None, 3, 416, 416]}]
+    assert engine["outputs"] == [{"name": "output", "dtype": "float32", "dims": [None, 2535, 85]}]
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0 and json.loads(second.stdout)["engines"][0]["cache_hit"] is True
+
+
+def test_first_boot_unit_is_a_oneshot_before_the_appliance() -> None:
+    text = UNIT.read_text()
+    for line in ("Type=oneshot", "Before=appliance.service", "NotifyAccess=main", "StateDirectory=appliance",
+                 "WantedBy=multi-user.target", "ProtectSystem=strict"):
+        assert re.search(rf"^{re.escape(line)}$", text, re.M), line
+    assert re.search(r"^ExecStart=\S+/appliance build-engines$", text, re.M)
+    assert re.search(r"^TimeoutStartSec=\d+", text, re.M)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_first_boot_unit_verifies(tmp_path: Path) -> None:
+    real_bin = str(Path(sys.executable).with_name("appliance"))
+    staged = tmp_path / UNIT.name
+    staged.write_text(UNIT.read_text().replace("/opt/appliance/venv/bin/appliance", real_bin))
+    result = subprocess.run(["systemd-analyze", "verify", str(staged)], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=60)
+    problems = [line for line in result.stderr.splitlines() if "appliance" in line]
+    assert result.returncode == 0 and not problems, result.stderr
