@@ -293,8 +293,11 @@ class TensorRTBuilder:
         timing_reused = False
         if settings.timing_cache:
             blob = cache_path.read_bytes() if cache_path.is_file() else b""
-            cache = config.create_timing_cache(blob)
-            timing_reused = bool(blob) and config.set_timing_cache(cache, False)
+            try:
+                cache = config.create_timing_cache(blob)
+            except Exception:  # a truncated cache file (power loss) must not block the build
+                cache = None
+            timing_reused = bool(blob) and cache is not None and bool(config.set_timing_cache(cache, False))
             if blob and not timing_reused:
                 log.warning("%s: timing cache %s does not match this device; starting a new one",
                             profile.model, cache_path)
