@@ -1,0 +1,435 @@
+"""The in-process Triton server: lifecycle, model control, metrics and inference.
+
+::
+
+    opts = ServerOptions(repositories=[repo], startup_models=["detector"])
+    with Server(opts) as server:          # start(timeout=60) ... stop(timeout=30)
+        result = server.infer("detector", {"images": frame})
+        boxes = result["boxes"]
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import enum
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from appliance.triton import _capi, infer, pymodels, stubs
+from appliance.triton.errors import (
+    InvalidArgumentError,
+    ServerStateError,
+    StartupError,
+    TritonError,
+    UnavailableError,
+    check,
+    take,
+)
+from appliance.triton.locate import TritonDistribution, locate
+
+log = logging.getLogger(__name__)
+_server_ids = itertools.count(1)
+
+
+class ServerState(enum.Enum):
+    CREATED = "created"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """What the server serves and how it logs. Python-backend settings go in ``backend_config["python"]``
+    (e.g. ``{"shm-default-byte-size": "16777216"}``)."""
+
+    repositories: Sequence[Path]
+    model_control: Literal["none", "poll", "explicit"] = "explicit"
+    startup_models: Sequence[str] = ()
+    log_verbose: int = 0
+    log_info: bool = False
+    log_warn: bool = True
+    log_error: bool = True
+    log_format: Literal["default", "iso8601"] = "default"
+    log_file: Path | None = None
+    metrics: bool = True
+    backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    strict_model_config: bool = False
+    strict_readiness: bool = True
+    exit_timeout_s: int = 10
+    server_id: str = "appliance"
+    prepare_python_models: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.repositories, str | Path) or not self.repositories:
+            raise InvalidArgumentError("repositories must be a non-empty list of directories")
+        object.__setattr__(self, "repositories", tuple(Path(r) for r in self.repositories))
+        object.__setattr__(self, "startup_models", tuple(self.startup_models))
+        if self.model_control not in _capi.MODEL_CONTROL:
+            raise InvalidArgumentError(f"model_control must be one of {sorted(_capi.MODEL_CONTROL)}, "
+                                       f"got {self.model_control!r}")  # fmt: skip
+        if self.log_format not in _capi.LOG_FORMAT:
+            raise InvalidArgumentError(f"log_format must be one of {sorted(_capi.LOG_FORMAT)}, "
+                                       f"got {self.log_format!r}")  # fmt: skip
+        if self.startup_models and self.model_control != "explicit":
+            raise InvalidArgumentError("startup_models needs model_control='explicit'")
+        if not 0 <= self.log_verbose:
+            raise InvalidArgumentError(f"log_verbose must be >= 0, got {self.log_verbose}")
+        if not 0 <= self.exit_timeout_s <= 3600:
+            raise InvalidArgumentError(f"exit_timeout_s must be within 0..3600, got {self.exit_timeout_s}")
+        for backend, settings in self.backend_config.items():
+            for key, value in settings.items():
+                if not isinstance(value, str):
+                    raise InvalidArgumentError(f"backend_config[{backend!r}][{key!r}] must be a string, "
+                                               f"got {value!r}")  # fmt: skip
+
+
+class Server:
+    """Triton embedded in this process. Not restartable: make a new ``Server`` after ``stop``."""
+
+    def __init__(self, options: ServerOptions, distribution: TritonDistribution | None = None,
+                 *, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.options = options
+        self._distribution = distribution
+        self._clock = clock
+        self._state = ServerState.CREATED
+        self._lock = threading.RLock()
+        self._api: _capi.CApi | None = None
+        self._runtime: infer._Runtime | None = None
+        self._ptr: int | None = None
+        self._deadlines: infer.Deadlines | None = None
+        self._number = next(_server_ids)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    @property
+    def state(self) -> ServerState:
+        return self._state
+
+    @property
+    def distribution(self) -> TritonDistribution | None:
+        return self._distribution
+
+    def start(self, timeout: float = 60.0) -> Server:
+        """Create the server and load the startup models; raise ``StartupError`` (or a ``TritonError``)."""
+        with self._lock:
+            if self._state is not ServerState.CREATED:
+                raise ServerStateError(f"start() needs a new server; this one is {self._state.value}")
+            self._state = ServerState.STARTING
+        try:
+            self._start(timeout)
+        except BaseException:
+            self._state = ServerState.FAILED
+            raise
+        self._state = ServerState.RUNNING
+        _live_servers.add(self)
+        _install_atexit()
+        return self
+
+    def _start(self, timeout: float) -> None:
+        dist = self._distribution = self._distribution or locate()
+        for repo in self.options.repositories:
+            if not repo.is_dir():
+                raise StartupError(f"model repository {repo} does not exist")
+            if self.options.prepare_python_models:
+                pymodels.prepare_repository(repo)
+        api = self._api = _capi.load(dist.library)
+        self._runtime = infer.runtime_for(api)
+        opts = ctypes.c_void_p()
+        check(api, api.TRITONSERVER_ServerOptionsNew(ctypes.byref(opts)))
+        try:
+            self._apply_options(api, opts.value, dist)
+            self._ptr = self._create(api, opts.value, timeout)
+        finally:
+            check(api, api.TRITONSERVER_ServerOptionsDelete(opts.value))
+        self._deadlines = infer.Deadlines(self._clock)
+
+    def _apply_options(self, api: _capi.CApi, opts: int, dist: TritonDistribution) -> None:
+        o = self.options
+        check(api, api.TRITONSERVER_ServerOptionsSetServerId(opts, o.server_id.encode()))
+        for repo in o.repositories:
+            check(api, api.TRITONSERVER_ServerOptionsSetModelRepositoryPath(opts, os.fsencode(repo.resolve())))
+        check(api, api.TRITONSERVER_ServerOptionsSetModelControlMode(opts, _capi.MODEL_CONTROL[o.model_control]))
+        for name in o.startup_models:
+            check(api, api.TRITONSERVER_ServerOptionsSetStartupModel(opts, name.encode()))
+        check(api, api.TRITONSERVER_ServerOptionsSetStrictModelConfig(opts, o.strict_model_config))
+        check(api, api.TRITONSERVER_ServerOptionsSetStrictReadiness(opts, o.strict_readiness))
+        check(api, api.TRITONSERVER_ServerOptionsSetExitOnError(opts, True))
+        check(api, api.TRITONSERVER_ServerOptionsSetExitTimeout(opts, o.exit_timeout_s))
+        if o.log_file is not None:
+            check(api, api.TRITONSERVER_ServerOptionsSetLogFile(opts, os.fsencode(o.log_file)))
+        check(api, api.TRITONSERVER_ServerOptionsSetLogInfo(opts, o.log_info))
+        check(api, api.TRITONSERVER_ServerOptionsSetLogWarn(opts, o.log_warn))
+        check(api, api.TRITONSERVER_ServerOptionsSetLogError(opts, o.log_error))
+        check(api, api.TRITONSERVER_ServerOptionsSetLogVerbose(opts, o.log_verbose))
+        check(api, api.TRITONSERVER_ServerOptionsSetLogFormat(opts, _capi.LOG_FORMAT[o.log_format]))
+        check(api, api.TRITONSERVER_ServerOptionsSetMetrics(opts, o.metrics))
+        check(api, api.TRITONSERVER_ServerOptionsSetGpuMetrics(opts, False))  # DCGM: the GPU collector is separate
+        check(api, api.TRITONSERVER_ServerOptionsSetCpuMetrics(opts, o.metrics))
+        check(api, api.TRITONSERVER_ServerOptionsSetBackendDirectory(opts, os.fsencode(dist.backend_dir)))
+        for backend, settings in self._backend_config().items():
+            for key, value in settings.items():
+                check(api, api.TRITONSERVER_ServerOptionsSetBackendConfig(
+                    opts, backend.encode(), key.encode(), value.encode()))  # fmt: skip
+
+    def _backend_config(self) -> dict[str, dict[str, str]]:
+        config = {name: dict(settings) for name, settings in self.options.backend_config.items()}
+        python = config.setdefault("python", {})
+        # Stub shared-memory regions are named system-wide; keep servers (tests, benches, other users) apart.
+        python.setdefault("shm-region-prefix-name", f"appliance_{os.getpid()}_{self._number}_")
+        return config
+
+    def _create(self, api: _capi.CApi, opts: int, timeout: float) -> int:
+        """ServerNew blocks while startup models load; bound it by ``timeout`` without abandoning the server."""
+        box: dict[str, Any] = {}
+        gave_up = threading.Event()
+
+        def create() -> None:
+            server = ctypes.c_void_p()
+            err = api.TRITONSERVER_ServerNew(ctypes.byref(server), opts)
+            if err:
+                box["error"] = take(api, err)
+            elif gave_up.is_set():  # the caller moved on: shut down what we made
+                api.TRITONSERVER_ServerDelete(server.value)
+            else:
+                box["server"] = server.value
+
+        worker = threading.Thread(target=create, name="triton-start", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            gave_up.set()
+            raise StartupError(f"Triton did not start within {timeout} s (models still loading?)")
+        if "error" in box:
+            exc = box["error"]
+            raise StartupError(f"Triton failed to start: {exc.message}", exc.code) from exc
+        return box["server"]
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop serving, wait for in-flight requests (up to ``exit_timeout_s``), unload models, end stubs.
+
+        Never waits longer than ``timeout``: requests still pending then fail with ``UnavailableError`` and
+        any stub process left is killed. Idempotent.
+        """
+        with self._lock:
+            if self._state in (ServerState.STOPPED, ServerState.STOPPING):
+                return
+            if self._state in (ServerState.CREATED, ServerState.FAILED):
+                self._state = ServerState.STOPPED
+                return
+            if self._state is ServerState.STARTING:
+                raise ServerStateError("stop() during start(): wait for start() to return")
+            self._state = ServerState.STOPPING
+        deadline = self._clock() + timeout
+        api, ptr = self._api, self._ptr
+        assert api is not None and ptr is not None and self._runtime is not None
+        errors: list[TritonError] = []
+
+        def delete() -> None:
+            err = api.TRITONSERVER_ServerDelete(ptr)  # stops, waits for in-flight work, unloads models
+            if err:
+                errors.append(take(api, err))
+
+        worker = threading.Thread(target=delete, name="triton-stop", daemon=True)
+        worker.start()
+        worker.join(max(0.0, deadline - self._clock()))
+        finished = not worker.is_alive()
+        if self._deadlines is not None:
+            self._deadlines.stop()
+        left = infer.fail_all(self._runtime, self, "server stopped before the request completed",
+                              release_inputs=finished)  # fmt: skip
+        if left:
+            log.warning("%d request(s) still pending when the server stopped", left)
+        killed = stubs.wait_gone(max(0.5, deadline - self._clock()))
+        if killed:
+            log.error("killed %d Python-backend stub process(es) that outlived the server: %s", len(killed), killed)
+        self._ptr = None
+        self._state = ServerState.STOPPED
+        _live_servers.discard(self)
+        if not finished:
+            log.error("Triton did not shut down within %s s; abandoning it", timeout)
+        for exc in errors:
+            log.warning("Triton reported while stopping: %s", exc)
+
+    def __enter__(self) -> Server:
+        if self._state is ServerState.CREATED:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _require_running(self) -> tuple[_capi.CApi, int]:
+        if self._state is not ServerState.RUNNING or self._api is None or self._ptr is None:
+            raise ServerStateError(f"the server is {self._state.value}; call start() first"
+                                   if self._state is ServerState.CREATED
+                                   else f"the server is {self._state.value}")  # fmt: skip
+        return self._api, self._ptr
+
+    # -- health -------------------------------------------------------------------------------------
+    @property
+    def live(self) -> bool:
+        api, ptr = self._require_running()
+        flag = ctypes.c_bool()
+        check(api, api.TRITONSERVER_ServerIsLive(ptr, ctypes.byref(flag)))
+        return flag.value
+
+    @property
+    def ready(self) -> bool:
+        api, ptr = self._require_running()
+        flag = ctypes.c_bool()
+        check(api, api.TRITONSERVER_ServerIsReady(ptr, ctypes.byref(flag)))
+        return flag.value
+
+    def metrics(self) -> str:
+        """The server's metrics in Prometheus text format."""
+        api, ptr = self._require_running()
+        metrics = ctypes.c_void_p()
+        check(api, api.TRITONSERVER_ServerMetrics(ptr, ctypes.byref(metrics)))
+        try:
+            base, size = ctypes.c_void_p(), ctypes.c_size_t()
+            check(api, api.TRITONSERVER_MetricsFormatted(metrics, _capi.METRIC_PROMETHEUS,
+                                                         ctypes.byref(base), ctypes.byref(size)))  # fmt: skip
+            return _capi.read_bytes(base.value, size.value).decode("utf-8")
+        finally:
+            check(api, api.TRITONSERVER_MetricsDelete(metrics))
+
+    # -- model control ------------------------------------------------------------------------------
+    def load_model(self, name: str) -> None:
+        """Load (or reload, picking up changed files) a model; blocks until it is ready or failed."""
+        api, ptr = self._require_running()
+        _check_name(name)
+        if self.options.prepare_python_models:
+            for repo in self.options.repositories:
+                model_dir = repo / name
+                if model_dir.is_dir() and pymodels.is_python_model(model_dir):
+                    pymodels.write_path_hook(model_dir)
+        check(api, api.TRITONSERVER_ServerLoadModel(ptr, name.encode()))
+
+    def unload_model(self, name: str, wait: bool = True, timeout: float = 30.0) -> None:
+        """Unload a model; with ``wait``, until no version is READY or UNLOADING (its stub has exited)."""
+        api, ptr = self._require_running()
+        _check_name(name)
+        check(api, api.TRITONSERVER_ServerUnloadModel(ptr, name.encode()))
+        if not wait:
+            return
+        deadline = self._clock() + timeout
+        while any(m.get("name") == name and m.get("state") in ("READY", "UNLOADING") for m in self.model_index()):
+            if self._clock() >= deadline:
+                raise UnavailableError(f"model {name!r} still unloading after {timeout} s")
+            time.sleep(0.02)
+
+    def model_ready(self, name: str, version: int = -1) -> bool:
+        api, ptr = self._require_running()
+        _check_name(name)
+        flag = ctypes.c_bool()
+        check(api, api.TRITONSERVER_ServerModelIsReady(ptr, name.encode(), version, ctypes.byref(flag)))
+        return flag.value
+
+    def model_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Every model in the repositories: ``[{"name", "version", "state", "reason"}, ...]``."""
+        api, ptr = self._require_running()
+        msg = ctypes.c_void_p()
+        flags = _capi.INDEX_FLAG_READY if ready_only else 0
+        check(api, api.TRITONSERVER_ServerModelIndex(ptr, flags, ctypes.byref(msg)))
+        return _message_json(api, msg.value)
+
+    def model_config(self, name: str, version: int = -1) -> dict[str, Any]:
+        api, ptr = self._require_running()
+        _check_name(name)
+        msg = ctypes.c_void_p()
+        check(api, api.TRITONSERVER_ServerModelConfig(ptr, name.encode(), version, 1, ctypes.byref(msg)))
+        return _message_json(api, msg.value)
+
+    def model_statistics(self, name: str = "", version: int = -1) -> dict[str, Any]:
+        """Triton's statistics message; ``name=""`` means every model."""
+        api, ptr = self._require_running()
+        msg = ctypes.c_void_p()
+        check(api, api.TRITONSERVER_ServerModelStatistics(ptr, name.encode(), version, ctypes.byref(msg)))
+        return _message_json(api, msg.value)
+
+    # -- inference ----------------------------------------------------------------------------------
+    def infer_async(
+        self,
+        model: str,
+        inputs: Mapping[str, infer.InputValue],
+        outputs: Sequence[str] | None = None,
+        *,
+        version: int = -1,
+        request_id: str = "",
+        timeout_s: float | None = None,
+        on_inputs_released: Callable[[], None] | None = None,
+    ) -> infer.InferFuture:
+        """Start an inference; see ``appliance.triton.infer`` for memory ownership.
+
+        Invalid arguments raise here (``InvalidArgumentError``); Triton's verdicts (unknown model, wrong
+        shape or dtype, the model raised, timeout) arrive as the future's exception. ``on_inputs_released``
+        is called exactly once in every case, when Triton no longer reads the inputs.
+        """
+        try:
+            api, ptr = self._require_running()
+        except ServerStateError:
+            if on_inputs_released is not None:
+                on_inputs_released()
+            raise
+        assert self._runtime is not None
+        return infer.submit(self._runtime, ptr, self, model, inputs, outputs, version=version,
+                            request_id=request_id, timeout_s=timeout_s, on_inputs_released=on_inputs_released,
+                            deadlines=self._deadlines)  # fmt: skip
+
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, infer.InputValue],
+        outputs: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> infer.InferResult:
+        """Blocking ``infer_async``: returns the result or raises the ``TritonError``."""
+        return self.infer_async(model, inputs, outputs, **kwargs).result()
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not name or "/" in name:
+        raise InvalidArgumentError(f"model name must be a non-empty string without '/', got {name!r}")
+
+
+def _message_json(api: _capi.CApi, msg: int) -> Any:
+    try:
+        base, size = ctypes.c_void_p(), ctypes.c_size_t()
+        check(api, api.TRITONSERVER_MessageSerializeToJson(msg, ctypes.byref(base), ctypes.byref(size)))
+        return json.loads(_capi.read_bytes(base.value, size.value))
+    finally:
+        check(api, api.TRITONSERVER_MessageDelete(msg))
+
+
+# Servers still running at interpreter exit are stopped, so exit never hangs on Triton's threads and no stub
+# process outlives us. Registered on the first start, not at import.
+_live_servers: weakref.WeakSet[Server] = weakref.WeakSet()
+_atexit_installed = False
+
+
+def _install_atexit() -> None:
+    global _atexit_installed
+    if not _atexit_installed:
+        _atexit_installed = True
+        atexit.register(_stop_all)
+
+
+def _stop_all() -> None:
+    for server in list(_live_servers):
+        try:
+            server.stop(timeout=10)
+        except Exception:  # noqa: BLE001 - best effort at exit
+            log.exception("stopping Triton at exit failed")
+
