@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", action="append", help="only this model (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when a verified engine is cached")
     p.add_argument("--json", action="store_true", help="print the installed engines as JSON")
+    p.add_argument("--repository", help="then materialize the Triton model repository for this device here")
     p.set_defaults(func=_cmd_build_engines)
 
     p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(_bench_names()))

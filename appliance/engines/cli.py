@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 from appliance.engines import paths
 
@@ -42,6 +43,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         notifier.status(f"engines: {exc}")
         return EXIT_BUILD_FAILED
+    if getattr(args, "repository", None):
+        from appliance.engines.repository import materialize_for_device
+        from appliance.modelrepo.materialize import RepositoryOptions
+
+        for engine in engines:
+            prefix = "" if len(engines) == 1 else f"{engine.model}_"
+            try:
+                repo = materialize_for_device(engine, Path(args.repository), options=RepositoryOptions(prefix=prefix))
+            except Exception as exc:  # template, profile or wiring problems: the engines themselves are fine
+                print(f"error: {engine.model}: cannot materialize the repository: {exc}", file=sys.stderr)
+                return EXIT_BUILD_FAILED
+            log.info("%s: model repository written to %s (%s)", engine.model, repo.path, ", ".join(repo.models))
     elapsed = time.monotonic() - start
     if args.json:
         print(json.dumps({"engines": [e.to_dict() for e in engines], "seconds": round(elapsed, 3)}, indent=2))

@@ -1,0 +1,61 @@
+"""Materialize the Triton model repository for this device from the templates and the engine cache.
+
+The templates and their writer belong to :mod:`appliance.modelrepo`; this module only turns an installed
+engine record into the materializer's ``DetectorSource`` and caps the dynamic batcher at the batch range the
+engine was built for (Triton refuses a TensorRT plan whose profile is smaller than ``max_batch_size``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from appliance.engines.manager import InstalledEngine
+
+if TYPE_CHECKING:
+    from appliance.modelrepo.materialize import DetectorSource, Repository, RepositoryOptions
+    from appliance.models.profile import ModelProfile
+
+PROFILES = Path(__file__).resolve().parents[2] / "repository" / "profiles"
+
+
+class RepositoryWiringError(ValueError):
+    """The installed engine cannot serve as the ensemble's detector (it must have one input and one output)."""
+
+
+def detector_source(engine: InstalledEngine) -> "DetectorSource":
+    from appliance.modelrepo.materialize import DetectorSource
+
+    if len(engine.inputs) != 1 or len(engine.outputs) != 1:
+        raise RepositoryWiringError(
+            f"{engine.model}: the detector stage needs exactly one input and one output, the engine has "
+            f"{[t['name'] for t in engine.inputs]} -> {[t['name'] for t in engine.outputs]}"
+        )
+    return DetectorSource(
+        kind=engine.triton_kind,  # type: ignore[arg-type]
+        path=engine.engine_path,
+        input_name=engine.inputs[0]["name"],
+        output_name=engine.outputs[0]["name"],
+    )
+
+
+def materialize_for_device(
+    engine: InstalledEngine,
+    dest: Path,
+    *,
+    model_profile: "ModelProfile | None" = None,
+    profiles_dir: Path = PROFILES,
+    options: "RepositoryOptions | None" = None,
+) -> "Repository":
+    """Write preprocess -> detector (this device's engine) -> postprocess and the ensemble into ``dest``.
+
+    ``model_profile`` defaults to ``<profiles_dir>/<model>.yaml`` (the pre/post-processing profile).
+    """
+    from appliance.modelrepo.materialize import RepositoryOptions, materialize
+    from appliance.models.profile import load_profile
+
+    profile = model_profile or load_profile(profiles_dir / f"{engine.model}.yaml")
+    opts = options or RepositoryOptions()
+    if opts.max_batch_size > engine.max_batch:
+        opts = opts.model_copy(update={"max_batch_size": engine.max_batch})
+    return materialize(profile, detector_source(engine), Path(dest), opts)

@@ -1,0 +1,58 @@
+"""The cache feeds the model-repository materializer: the detector becomes the ONNX Runtime Python model
+(CPU) or a tensorrt_plan (Jetson) pointing at the cached engine, batch capped at the engine's range."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from appliance.engines import ensure_engines
+from appliance.engines.repository import RepositoryWiringError, detector_source, materialize_for_device
+from tests.engines.conftest import DETECTOR_ONNX, REPO, EngineEnv
+
+pytestmark = pytest.mark.skipif(not DETECTOR_ONNX.is_file(), reason="the detector is placed by scripts/setup.sh")
+
+
+@pytest.fixture(scope="module")
+def detector_engine(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    state = tmp_path_factory.mktemp("state")
+    [engine] = ensure_engines(REPO / "engines", state_dir=state, models_root=REPO / ".models",
+                              builder="onnxruntime", models=["yolov3-tiny"])
+    return engine
+
+
+@pytest.mark.slow
+def test_cpu_host_repository_uses_the_cached_optimized_model(detector_engine, tmp_path: Path) -> None:
+    from appliance.modelrepo.materialize import RepositoryOptions
+
+    repo = materialize_for_device(detector_engine, tmp_path / "repo",
+                                  options=RepositoryOptions(max_batch_size=16, prepare_python_models=False))
+    model_file = tmp_path / "repo" / repo.detector / "1" / "model.onnx"
+    assert model_file.resolve() == detector_engine.engine_path.resolve()
+    config = (tmp_path / "repo" / repo.detector / "config.pbtxt").read_text()
+    assert re.search(r"max_batch_size: 4\b", config)  # capped at the profile's batch.max
+    assert repo.models[-1] == repo.ensemble
+
+
+@pytest.mark.slow
+def test_jetson_repository_gets_a_tensorrt_plan(detector_engine, tmp_path: Path) -> None:
+    from appliance.modelrepo.materialize import RepositoryOptions
+
+    plan = tmp_path / "model.plan"
+    plan.write_bytes(b"stands in for the plan file; the materializer only links it")
+    trt_engine = dataclasses.replace(detector_engine, triton_kind="tensorrt_plan", builder="tensorrt",
+                                     engine_path=plan)
+    repo = materialize_for_device(trt_engine, tmp_path / "repo",
+                                  options=RepositoryOptions(prepare_python_models=False))
+    config = (tmp_path / "repo" / repo.detector / "config.pbtxt").read_text()
+    assert 'platform: "tensorrt_plan"' in config and 'name: "images"' in config and 'name: "output"' in config
+    assert (tmp_path / "repo" / repo.detector / "1" / "model.plan").resolve() == plan.resolve()
+
+
+def test_multi_output_engine_is_refused_as_detector(env: EngineEnv) -> None:
+    tiny = env.manager().ensure(env.profile())  # two outputs: scores, pooled
+    with pytest.raises(RepositoryWiringError, match=r"exactly one input and one output.*'scores', 'pooled'"):
+        detector_source(tiny)
