@@ -42,7 +42,6 @@ def _finish(proc: subprocess.Popen[str]) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
 def test_concurrent_requests_build_once(env: EngineEnv, tmp_path: Path) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -58,7 +57,6 @@ def test_concurrent_requests_build_once(env: EngineEnv, tmp_path: Path) -> None:
     assert [e.key for e in EngineCache(env.state).entries("tiny")] == [results[0]["key"]]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["build", "verify", "install"])
 def test_build_killed_midway_leaves_nothing_usable(env: EngineEnv, tmp_path: Path, phase: str) -> None:
     markers = tmp_path / "markers"

@@ -24,7 +24,6 @@ def detector_engine(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     return engine
 
 
-@pytest.mark.slow
 def test_cpu_host_repository_uses_the_cached_optimized_model(detector_engine, tmp_path: Path) -> None:
     from appliance.modelrepo.materialize import RepositoryOptions
 
@@ -37,7 +36,6 @@ def test_cpu_host_repository_uses_the_cached_optimized_model(detector_engine, tm
     assert repo.models[-1] == repo.ensemble
 
 
-@pytest.mark.slow
 def test_jetson_repository_gets_a_tensorrt_plan(detector_engine, tmp_path: Path) -> None:
     from appliance.modelrepo.materialize import RepositoryOptions
 
