@@ -7,13 +7,20 @@ import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
-    """Works for SECONDS unless Triton cancels the request; then writes 'cancelled' to the MARKER path."""
+    """Works for SECONDS unless Triton cancels the request.
+
+    Writes "started" to the MARKER path (if not empty) on entry and "cancelled" or "finished" at the end,
+    so tests can see that a cancellation really reached the model.
+    """
 
     def execute(self, requests):
         out = []
         for request in requests:
             seconds = float(pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()[0])
             marker = bytes(pb_utils.get_input_tensor_by_name(request, "MARKER").as_numpy()[0]).decode()
+            if marker:
+                with open(marker, "w") as f:
+                    f.write("started")
             end = time.monotonic() + seconds
             cancelled = False
             while time.monotonic() < end:
