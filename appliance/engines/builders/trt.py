@@ -117,6 +117,7 @@ class TrtRunner:
         cuda, ctx, engine = self._cuda, self._context, self._engine
         buffers: list[int] = []
         outputs: dict[str, np.ndarray] = {}
+        out_ptrs: dict[str, int] = {}
         stream = cuda.stream()
         try:
             for name in self._names:
@@ -136,11 +137,12 @@ class TrtRunner:
                     buffers.append(ptr)
                     ctx.set_tensor_address(name, ptr)
                     outputs[name] = out
+                    out_ptrs[name] = ptr
             if not ctx.execute_async_v3(stream):
                 raise BuildError("TensorRT execute_async_v3 failed; see the TensorRT log lines above")
             cuda.synchronize(stream)
             for name, out in outputs.items():
-                cuda.copy_to_host(out, int(ctx.get_tensor_address(name)))
+                cuda.copy_to_host(out, out_ptrs[name])
         finally:
             for ptr in buffers:
                 cuda.free(ptr)
