@@ -97,3 +97,17 @@ def describe_refusal(reason: object, config: MqttConfig) -> str:
     elif "identifier" in lowered:
         hint = "; check mqtt.client_id"
     return f"broker {config.host}:{config.port} refused the connection: {text}{hint}"
+
+
+def describe_early_close(detail: str, config: MqttConfig) -> str:
+    """The broker closed the connection before answering CONNECT: usually TLS on one side only, or a client
+    certificate the broker does not accept (TLS 1.3 reports that only on the first read)."""
+    where = f"{config.host}:{config.port}"
+    lowered = detail.lower()
+    if "ssl" in lowered or "tls" in lowered or "certificate" in lowered:
+        hint = "the broker rejected our TLS client certificate or TLS settings; check mqtt.tls.cert and mqtt.tls.key"
+    elif config.tls is None:
+        hint = "if that listener expects TLS, configure mqtt.tls"
+    else:
+        hint = "check that the port is an MQTT listener and the broker log"
+    return f"{where} closed the connection before CONNACK ({detail}): {hint}"

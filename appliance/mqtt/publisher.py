@@ -33,7 +33,8 @@ from paho.mqtt.properties import Properties
 import appliance
 from appliance.mqtt.backoff import Backoff
 from appliance.mqtt.config import MqttConfig
-from appliance.mqtt.connection import build_client, describe_connect_error, describe_refusal
+from appliance.mqtt.connection import (build_client, describe_connect_error, describe_early_close,
+                                        describe_refusal)
 from appliance.mqtt.errors import CommandError, NotStartedError
 from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, Command, DetectionsMessage,
                                      camera_status_payload, command_reply_payload, detections_payload,
@@ -130,6 +131,7 @@ class MqttPublisher:
         self._health_provider: Optional[HealthProvider] = None
         self._connack: Optional[tuple[Any, Any]] = None
         self._disconnect_reason: Optional[str] = None
+        self._socket_error: Optional[str] = None  # paho reports socket/TLS read errors only through on_log
         self._started_mono = 0.0
         self._connects = self._connect_failures = self._published = self._acked = 0
         self._rejected = self._suppressed = 0
@@ -151,6 +153,7 @@ class MqttPublisher:
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
         client.on_message = self._on_message
+        client.on_log = self._on_log
         self._spool.open()
         self._client = client
         self._started = True
@@ -367,6 +370,11 @@ class MqttPublisher:
         self._acks.append((mid, reason))
         self._wake.set()
 
+    def _on_log(self, client: paho.Client, userdata: Any, level: int, buf: str) -> None:
+        # Keep the first error of a session: it is the cause; later ones are consequences.
+        if level == paho.MQTT_LOG_ERR and self._socket_error is None:
+            self._socket_error = buf
+
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         name = self.topics.command_name(msg.topic)
         if name is None:
@@ -417,6 +425,7 @@ class MqttPublisher:
             self._set_state(State.CONNECTING)
             self._connack = None
             self._disconnect_reason = None
+            self._socket_error = None
             try:
                 client.reconnect()
             except Exception as exc:  # socket, TLS and DNS errors all mean "not connected; retry"
@@ -435,11 +444,10 @@ class MqttPublisher:
                 connected = True
                 self._session_up(client, properties)
             if rc != paho.MQTT_ERR_SUCCESS:
-                detail = self._disconnect_reason or paho.error_string(rc)
+                detail = self._socket_error or self._disconnect_reason or paho.error_string(rc)
                 if connected:
                     return True, detail
-                return False, (f"connection to {self.config.host}:{self.config.port} closed before CONNACK "
-                               f"({detail})")
+                return False, describe_early_close(detail, self.config)
             if not connected and time.monotonic() > deadline:
                 return False, f"no CONNACK from {self.config.host}:{self.config.port} within " \
                               f"{self.config.connect_timeout_s} s"
