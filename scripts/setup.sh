@@ -42,6 +42,8 @@ if [ ! -f "$stamp" ]; then
 fi
 
 .venv/bin/python scripts/provision_triton.py --dest .triton
+# numpy<2 for the Python-backend stub's embedded interpreter (its pybind11 predates NumPy 2; docs/triton.md).
+.venv/bin/python -m appliance.triton.stubsite
 
 # Later steps (detector model, ...) register themselves here.
 for step in scripts/setup.d/*.sh; do
