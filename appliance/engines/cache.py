@@ -141,7 +141,7 @@ class EngineCache:
 
     # -- locking ---------------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def lock(self, model: str, key: str, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    def lock(self, model: str, key: str, on_wait: Callable[[str], object] | None = None) -> Iterator[None]:
         """Exclusive per-key build lock (flock; released by the kernel if the holder dies)."""
         self._ensure_dirs()
         path = self.root / ".locks" / f"{model}-{key}.lock"

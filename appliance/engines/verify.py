@@ -60,10 +60,10 @@ def golden_inputs(info: OnnxInfo, profile: EngineProfile, profile_dir: Path | No
         path = path if path.is_absolute() or profile_dir is None else profile_dir / path
         try:
             with np.load(path) as data:
-                feeds = {spec.name: np.ascontiguousarray(data[spec.name], dtype=spec.dtype) for spec in info.inputs}
+                loaded = {spec.name: np.ascontiguousarray(data[spec.name], dtype=spec.dtype) for spec in info.inputs}
         except (OSError, KeyError, ValueError) as exc:
             raise GoldenInputError(f"verify.golden {path}: cannot read golden inputs: {exc}") from exc
-        return [feeds]
+        return [loaded]
     rng = np.random.default_rng(profile.verify.seed)
     samples: list[Feeds] = []
     for batch in golden_batches(profile):
@@ -71,6 +71,7 @@ def golden_inputs(info: OnnxInfo, profile: EngineProfile, profile_dir: Path | No
         for spec in info.inputs:
             shape = input_shape(spec, batch, profile)
             kind = np.dtype(spec.dtype).kind
+            arr: np.ndarray
             if kind == "f":
                 arr = rng.uniform(profile.verify.low, profile.verify.high, size=shape)
             elif kind in "iu":

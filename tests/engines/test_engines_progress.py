@@ -3,7 +3,6 @@ callback that cannot break the build, and a heartbeat that stops extending after
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 from pathlib import Path

@@ -11,7 +11,7 @@ from appliance.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.engines.profile import EngineProfile
 
 # Progress inside a build: (fraction 0..1 of the build phase, message).
-BuildProgress = Callable[[float, str], None]
+BuildProgress = Callable[[float, str], object]
 
 
 class BuilderUnavailable(RuntimeError):
