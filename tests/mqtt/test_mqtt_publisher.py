@@ -1,0 +1,220 @@
+"""The publisher against a real broker: every message type on the wire validates against its schema; status is
+retained and republished; lifecycle errors; publish modes; spool overflow policies end to end."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.mqtt.errors import NotStartedError
+from appliance.mqtt.messages import CameraStatus, Detection
+from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
+from conftest import frame, make_config, seqs_by_camera, validate
+from support.mosquitto import Mosquitto
+
+
+class SteppedClock:
+    """Wall time is real; monotonic time only moves when the test says so (drives publish modes)."""
+
+    def __init__(self) -> None:
+        self.mono = 1000.0
+
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return self.mono
+
+
+def test_every_message_type_on_the_wire_validates(tmp_path: Path, broker: Mosquitto,
+                                                  subscriber_factory: Any) -> None:
+    sub = subscriber_factory(broker, ["plant/#"])
+    publisher = MqttPublisher(make_config(broker), tmp_path / "spool.sqlite3", versions={"model": "yolov3-tiny@1"})
+    publisher.on_command("ping", lambda cmd: {"pong": cmd.args.get("n", 0)})
+    publisher.set_health_provider(lambda: {"cameras": {"cam0": {"fps": 9.5, "stalled": False}},
+                                           "system": {"cpu_percent": 42.0, "gpu": None}})
+    publisher.start()
+    assert publisher.wait_connected(20)
+    empty = frame("cam0", 0, n_dets=0)
+    assert publisher.publish_detections(empty) is PublishResult.SPOOLED
+    assert publisher.publish_detections(frame("cam0", 1, n_dets=5)) is PublishResult.SPOOLED
+    publisher.publish_camera_status(CameraStatus("cam0", "streaming", fps=9.5))
+    publisher.publish_camera_status(CameraStatus("cam1", "error", detail="RTSP 401 Unauthorized"))
+    publisher.publish_health_now()
+    sub.client.publish("plant/dev1/command/ping", json.dumps({"request_id": "r1", "args": {"n": 3}}), qos=1)
+    sub.client.publish("plant/dev1/command/nope", b"{}", qos=1)
+    assert sub.wait_for(lambda ms: len([m for m in ms if m.topic.endswith("/reply")]) >= 2)
+    assert publisher.wait_idle(20)
+    publisher.stop()
+    assert sub.wait_for(lambda ms: any(json.loads(m.payload).get("reason") == "stopped" for m in ms))
+
+    seen: dict[str, int] = {}
+    for m in sub.messages:
+        if m.topic.endswith("/command/ping") or m.topic.endswith("/command/nope"):
+            validate("command", json.loads(m.payload))  # what we sent is a valid command too
+            continue
+        payload = json.loads(m.payload)
+        validate(payload["type"], payload)
+        seen[payload["type"]] = seen.get(payload["type"], 0) + 1
+    assert seen.keys() == {"detections", "device_status", "camera_status", "health", "command_reply"}
+    assert seen["detections"] == 2 and seen["camera_status"] == 2 and seen["device_status"] == 2
+    ping = [p for p in sub.json_on("/reply") if p["command"] == "ping"][0]
+    assert ping["ok"] and ping["result"] == {"pong": 3} and ping["request_id"] == "r1"
+    health = sub.json_on("/health")[-1]
+    assert health["cameras"] == {"cam0": {"fps": 9.5, "stalled": False}}
+    assert health["mqtt"]["state"] == "connected" and health["spool"]["max_bytes"] > 0
+    online = sub.json_on("/dev1/status")[0]
+    assert online["state"] == "online" and online["versions"]["model"] == "yolov3-tiny@1"
+
+
+def test_health_is_periodic_and_reports_counters(tmp_path: Path, broker: Mosquitto,
+                                                 subscriber_factory: Any) -> None:
+    sub = subscriber_factory(broker, ["plant/dev1/health"])
+    publisher = MqttPublisher(make_config(broker), tmp_path / "spool.sqlite3")  # health_interval_s=1
+    publisher.start()
+    try:
+        for seq in range(3):
+            publisher.publish_detections(frame("cam0", seq))
+        assert publisher.wait_idle(20)
+        assert sub.wait_for(lambda ms: any(json.loads(m.payload)["mqtt"]["acked"] == 3 for m in ms), timeout=10)
+    finally:
+        publisher.stop()
+    for p in sub.json_on("/health"):
+        validate("health", p)
+
+
+def test_calls_outside_start_stop_fail_clearly(tmp_path: Path, broker: Mosquitto) -> None:
+    publisher = MqttPublisher(make_config(broker), tmp_path / "spool.sqlite3")
+    with pytest.raises(NotStartedError, match="start"):
+        publisher.publish_detections(frame("cam0", 0))
+    with pytest.raises(NotStartedError, match="start"):
+        publisher.publish_camera_status(CameraStatus("cam0", "starting"))
+    publisher.start()
+    with pytest.raises(NotStartedError, match="already"):
+        publisher.start()
+    with pytest.raises(TypeError, match="DetectionsMessage"):
+        publisher.publish_detections({"camera_id": "cam0"})  # type: ignore[arg-type]
+    publisher.stop()
+    assert publisher.state is State.STOPPED
+    with pytest.raises(NotStartedError, match="stopped"):
+        publisher.publish_detections(frame("cam0", 1))
+    publisher.stop()  # idempotent
+
+
+def test_retained_status_is_republished_after_the_broker_loses_it(tmp_path: Path, broker: Mosquitto,
+                                                                  subscriber_factory: Any) -> None:
+    publisher = MqttPublisher(make_config(broker), tmp_path / "spool.sqlite3")
+    publisher.start()
+    try:
+        assert publisher.wait_connected(20)
+        publisher.publish_camera_status(CameraStatus("cam0", "streaming", fps=10.0))
+        broker.restart()  # no persistence: the broker forgets every retained message
+        assert publisher.wait_connected(20)
+        assert publisher.stats().connects == 2
+        late = subscriber_factory(broker, ["plant/dev1/status", "plant/dev1/cam0/status"])
+        assert late.wait_for(lambda ms: {m.topic for m in ms} == {"plant/dev1/status", "plant/dev1/cam0/status"})
+    finally:
+        publisher.stop()
+    assert all(m.retain for m in late.messages[:2])
+    cam = late.json_on("/cam0/status")[0]
+    assert cam["state"] == "streaming" and cam["fps"] == 10.0
+
+
+def test_unacknowledged_detections_survive_stop_and_replay_with_the_same_ids(tmp_path: Path,
+                                                                             subscriber_factory: Any) -> None:
+    broker = Mosquitto(tmp_path / "broker")  # not started yet: everything spools
+    spool = tmp_path / "spool.sqlite3"
+    first = MqttPublisher(make_config(broker), spool)
+    first.start()
+    ids = []
+    for seq in range(10):
+        msg = frame("cam0", seq)
+        assert first.publish_detections(msg) is PublishResult.SPOOLED
+    first.stop(timeout=0.5)
+    assert first.stats().spool.backlog == 10
+    with broker:
+        sub = subscriber_factory(broker, ["plant/dev1/cam0/detections"])
+        second = MqttPublisher(make_config(broker), spool)
+        second.start()
+        try:
+            assert second.wait_idle(20)
+            assert sub.wait_for(lambda ms: len(ms) >= 10)
+        finally:
+            second.stop()
+        ids = [p["message_id"] for p in sub.json_on("/detections")]
+        assert [p["seq"] for p in sub.json_on("/detections")] == list(range(10))
+        assert len(set(ids)) == 10
+
+
+def test_publish_modes_on_change_and_fixed_rate(tmp_path: Path, broker: Mosquitto, subscriber_factory: Any) -> None:
+    sub = subscriber_factory(broker, ["plant/dev1/+/detections"])
+    clock = SteppedClock()
+    config = make_config(broker, cameras={"door": {"mode": "on_change"},
+                                          "belt": {"mode": "fixed_rate", "rate_hz": 2.0}})
+    publisher = MqttPublisher(config, tmp_path / "spool.sqlite3", clock=clock)
+    publisher.start()
+    person = (Detection(0, "person", 0.9, (1, 1, 5, 5)),)
+    two = person + (Detection(0, "person", 0.8, (6, 6, 9, 9)),)
+    try:
+        results = []
+        for seq, dets in enumerate([(), (), person, person, two, two, ()]):
+            msg = frame("door", seq, n_dets=0)
+            msg = type(msg)(**{**msg.__dict__, "detections": dets})
+            results.append(publisher.publish_detections(msg))
+            clock.mono += 0.1
+        S, X = PublishResult.SPOOLED, PublishResult.SUPPRESSED
+        assert results == [S, X, S, X, S, X, S]
+        belt = []
+        for seq in range(10):  # 10 frames at 10 fps -> 2 per second
+            belt.append(publisher.publish_detections(frame("belt", seq)))
+            clock.mono += 0.1
+        assert [i for i, r in enumerate(belt) if r is S] == [0, 5]
+        assert publisher.stats().suppressed == 3 + 8
+        assert publisher.wait_idle(20)
+        assert sub.wait_for(lambda ms: len(ms) >= 6)
+    finally:
+        publisher.stop()
+    got = seqs_by_camera(sub.json_on("/detections"))
+    assert got == {"door": [0, 2, 4, 6], "belt": [0, 5]}
+
+
+@pytest.mark.parametrize("policy", ["drop_oldest", "drop_newest"])
+def test_spool_full_applies_the_policy_and_counts_each_drop(tmp_path: Path, subscriber_factory: Any,
+                                                            policy: str) -> None:
+    # The subscriber's persistent session survives the outage, so it misses nothing published after restart.
+    broker = Mosquitto(tmp_path / "broker", persistence=True).start()
+    sub = subscriber_factory(broker, ["plant/dev1/cam0/detections", "plant/dev1/health"], persistent=True)
+    broker.stop()  # down while the spool fills
+    config = make_config(broker, spool={"max_bytes": 64 * 1024, "overflow": policy})
+    publisher = MqttPublisher(config, tmp_path / "spool.sqlite3")
+    publisher.start()
+    try:
+        results = [publisher.publish_detections(frame("cam0", seq)) for seq in range(300)]
+        stats = publisher.stats().spool
+        kept = stats.backlog
+        assert 0 < kept < 300 and stats.bytes <= 64 * 1024
+        if policy == "drop_oldest":
+            assert stats.dropped_oldest == 300 - kept and stats.dropped_newest == 0
+            assert all(r is PublishResult.SPOOLED for r in results)
+            expected = list(range(300 - kept, 300))
+        else:
+            assert stats.dropped_newest == 300 - kept and stats.dropped_oldest == 0
+            assert results[:kept] == [PublishResult.SPOOLED] * kept
+            assert results[kept:] == [PublishResult.DROPPED] * (300 - kept)
+            expected = list(range(kept))
+        broker.start()
+        assert publisher.wait_idle(30)
+        assert sub.wait_for(lambda ms: len([m for m in ms if m.topic.endswith("detections")]) >= kept)
+        publisher.publish_health_now()
+        assert sub.wait_for(lambda ms: any(m.topic.endswith("health") for m in ms))
+    finally:
+        publisher.stop()
+        broker.stop()
+    assert [p["seq"] for p in sub.json_on("/detections")] == expected
+    health = sub.json_on("/health")[-1]
+    validate("health", health)
+    assert health["spool"]["dropped_oldest" if policy == "drop_oldest" else "dropped_newest"] == 300 - kept
