@@ -79,8 +79,8 @@ class Subscriber:
         return [json.loads(m.payload) for m in self.on_topic(suffix)]
 
     def stop(self) -> None:
+        self.client.disconnect()  # first, so the network thread wakes up and loop_stop() returns at once
         self.client.loop_stop()
-        self.client.disconnect()
 
 
 @pytest.fixture
