@@ -145,10 +145,14 @@ class MqttConfig(StrictModel):
 
     @model_validator(mode="after")
     def _camera_ids(self) -> "MqttConfig":
-        from appliance.mqtt.topics import check_camera_id  # lazy: topics has no pydantic dependency
+        from appliance.mqtt.errors import MqttConfigError
+        from appliance.mqtt.topics import check_camera_id  # lazy: topics imports nothing of pydantic
 
         for camera_id in self.cameras:
-            check_camera_id(camera_id)
+            try:
+                check_camera_id(camera_id)
+            except MqttConfigError as exc:
+                raise ValueError(str(exc)) from None  # a ValidationError, so check-config shows the line
         return self
 
     @property

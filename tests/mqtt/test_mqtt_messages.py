@@ -1,0 +1,131 @@
+"""Typed messages: bad values fail at construction; payloads carry what subscribers need and match the schemas,
+and the schemas reject what they should."""
+
+from __future__ import annotations
+
+import copy
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import jsonschema
+import pytest
+
+from appliance.mqtt.messages import (CameraStatus, Detection, DetectionsMessage, ModelInfo, camera_status_payload,
+                                     command_reply_payload, detections_payload, device_status_payload, encode,
+                                     iso_utc_ms)
+from appliance.mqtt.schema import MESSAGE_TYPES, load_schema
+from conftest import MODEL, frame, validate
+
+
+def test_detections_payload_fields() -> None:
+    msg = DetectionsMessage(camera_id="cam0", seq=42, capture_time=1714564800.1234, model=MODEL,
+                            image_width=640, image_height=480,
+                            detections=(Detection(16, "dog", 0.87, (-3.0, 48.0, 320.0, 500.0)),),
+                            latency_ms={"infer": 20.25, "total": 25.5})
+    p = detections_payload(msg, "dev1", "0" * 32)
+    validate("detections", p)
+    assert p["capture_time"] == "2024-05-01T12:00:00.123Z" and p["capture_time_ms"] == 1714564800123
+    assert p["model"] == {"name": "yolov3-tiny", "version": "1", "hash": MODEL.hash}
+    assert p["image"] == {"width": 640, "height": 480}
+    d = p["detections"][0]
+    assert (d["class_id"], d["class_name"], d["score"]) == (16, "dog", 0.87)
+    # Clamped to the image, and the normalized box agrees with the pixel box.
+    assert d["box"] == {"x1": 0.0, "y1": 48.0, "x2": 320.0, "y2": 480.0}
+    assert d["box_norm"] == {"x1": 0.0, "y1": 0.1, "x2": 0.5, "y2": 1.0}
+    assert p["latency_ms"] == {"infer": 20.25, "total": 25.5}
+
+
+@pytest.mark.parametrize("ms", [0, 999, 1000, 1714564800123, 1714564800999, 253402300799999])
+def test_iso_time_always_agrees_with_epoch_ms(ms: int) -> None:
+    text = iso_utc_ms(ms)
+    parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    assert (parsed - datetime(1970, 1, 1, tzinfo=timezone.utc)) == timedelta(milliseconds=ms)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"seq": -1}, "seq must be an int >= 0"),
+    ({"seq": 1.5}, "seq must be an int >= 0"),
+    ({"seq": True}, "seq must be an int >= 0"),
+    ({"capture_time": math.nan}, "capture_time must be a finite number"),
+    ({"image_width": 0}, "image_width must be an int > 0"),
+    ({"image_height": 480.0}, "image_height must be an int > 0"),
+    ({"latency_ms": {"infer": -1.0}}, "latency_ms['infer'] must be >= 0"),
+    ({"latency_ms": {"infer": math.inf}}, "must be a finite number"),
+    ({"detections": ({"class_id": 1},)}, "detections must be Detection objects"),
+])
+def test_bad_detections_message_fails_at_construction(kwargs: dict[str, Any], fragment: str) -> None:
+    base = dict(camera_id="cam0", seq=0, capture_time=1.0, model=MODEL, image_width=640, image_height=480)
+    base.update(kwargs)
+    with pytest.raises(ValueError) as info:
+        DetectionsMessage(**base)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ((-1, "x", 0.5, (0, 0, 1, 1)), "class_id must be an int >= 0"),
+    ((1, "x", 1.5, (0, 0, 1, 1)), "score must be within [0, 1]"),
+    ((1, "x", math.nan, (0, 0, 1, 1)), "score must be a finite number"),
+    ((1, "x", 0.5, (0, 0, 1)), "box must be (x1, y1, x2, y2)"),
+    ((1, "x", 0.5, (5, 0, 1, 1)), "x2 >= x1"),
+    ((1, "x", 0.5, (0, 0, 1, math.inf)), "box coordinate must be a finite number"),
+])
+def test_bad_detection_fails_at_construction(args: tuple, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        Detection(*args)
+    assert fragment in str(info.value)
+
+
+def test_model_and_camera_status_checks() -> None:
+    with pytest.raises(ValueError, match="model name must not be empty"):
+        ModelInfo("", "1")
+    with pytest.raises(ValueError, match="model version must be a non-empty string"):
+        ModelInfo("m", 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="camera state must be one of"):
+        CameraStatus("cam0", "running")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fps must be >= 0"):
+        CameraStatus("cam0", "streaming", fps=-1)
+
+
+def test_encode_refuses_nan() -> None:
+    with pytest.raises(ValueError):
+        encode({"x": math.nan})
+
+
+def test_every_schema_is_valid_and_every_builder_matches_it() -> None:
+    for name in MESSAGE_TYPES:
+        jsonschema.Draft202012Validator.check_schema(load_schema(name))
+    versions = {"appliance": "0.1.0", "schema": "1"}
+    validate("device_status", device_status_payload("dev1", "online", 1.0, versions))
+    validate("device_status", device_status_payload("dev1", "offline", None, versions, reason="connection lost"))
+    validate("camera_status", camera_status_payload(CameraStatus("cam0", "stalled", 0.0, "no frame for 5 s"),
+                                                    "dev1", 2.0))
+    validate("command_reply", command_reply_payload("dev1", "x", "r", 3.0, result={"a": 1}))
+    validate("command_reply", command_reply_payload("dev1", "x", None, 3.0, error=("bad_request", "why")))
+    with pytest.raises(KeyError, match="no schema for message type 'nope'"):
+        load_schema("nope")
+
+
+@pytest.mark.parametrize("mutate, path", [
+    (lambda p: p.pop("message_id"), "message_id"),
+    (lambda p: p.update(seq=-1), "seq"),
+    (lambda p: p.update(capture_time="2024-05-01 12:00:00"), "capture_time"),
+    (lambda p: p["detections"][0].update(score=1.2), "score"),
+    (lambda p: p["detections"][0]["box_norm"].update(x2=1.01), "x2"),
+    (lambda p: p.update(extra=1), "extra"),
+    (lambda p: p.update(schema_version=2), "schema_version"),
+])
+def test_detections_schema_rejects_bad_payloads(mutate: Any, path: str) -> None:
+    payload = detections_payload(frame("cam0", 1), "dev1", "f" * 32)
+    validate("detections", payload)
+    bad = copy.deepcopy(payload)
+    mutate(bad)
+    with pytest.raises(jsonschema.ValidationError):
+        validate("detections", bad)
+
+
+def test_reply_schema_rejects_ok_with_error() -> None:
+    reply = command_reply_payload("dev1", "x", "r", 3.0, result={})
+    reply["error"] = {"code": "failed", "message": "both"}
+    with pytest.raises(jsonschema.ValidationError):
+        validate("command_reply", reply)
