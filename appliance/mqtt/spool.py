@@ -90,6 +90,7 @@ class Spool:
         self._dropped_newest = 0
         self._dropped_expired = 0
         self._quarantined = 0
+        self._blocked = 0
         self._last_drop_log = float("-inf")
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -232,11 +233,15 @@ class Spool:
         if need > self._config.max_bytes:
             return
         deadline = time.monotonic() + self._config.block_timeout_s
-        while self._db is not None and self._bytes + need > self._config.max_bytes:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            self._cond.wait(remaining)
+        self._blocked += 1
+        try:
+            while self._db is not None and self._bytes + need > self._config.max_bytes:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._cond.wait(remaining)
+        finally:
+            self._blocked -= 1
 
     def _drop_oldest(self, db: sqlite3.Connection, need_free: int) -> None:
         freed = dropped = 0
@@ -350,6 +355,12 @@ class Spool:
             log.warning("MQTT spool %s: dropped %d message(s) older than max_age_s=%s", self.path, removed,
                         self._config.max_age_s)
         return removed
+
+    @property
+    def blocked(self) -> int:
+        """Producers waiting for room under the 'block' policy right now."""
+        with self._cond:
+            return self._blocked
 
     def stats(self) -> SpoolStats:
         with self._cond:
