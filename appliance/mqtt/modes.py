@@ -17,6 +17,7 @@ class PublishGate:
     def __init__(self, config: PublishConfig) -> None:
         self._config = config
         self._last_time: Optional[float] = None
+        self._next_due: Optional[float] = None
         self._last_signature: Optional[frozenset[tuple[int, int]]] = None
 
     def _signature(self, detections: Sequence[Detection]) -> frozenset[tuple[int, int]]:
@@ -30,9 +31,13 @@ class PublishGate:
             return True
         if c.mode == "fixed_rate":
             assert c.rate_hz is not None  # the config validator guarantees it
-            if self._last_time is not None and now - self._last_time < 1.0 / c.rate_hz:
+            period = 1.0 / c.rate_hz
+            if self._next_due is not None and now < self._next_due:
                 return False
-            self._last_time = now
+            # Keep to the schedule so the average rate is rate_hz whatever the camera's fps; after a long gap
+            # restart it instead of bursting to catch up.
+            on_time = self._next_due is not None and now - self._next_due < period
+            self._next_due = (self._next_due if on_time else now) + period  # type: ignore[operator]
             return True
         signature = self._signature(detections)
         changed = signature != self._last_signature
