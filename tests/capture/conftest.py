@@ -4,7 +4,6 @@ real videos made with ffmpeg, and folders of the real darknet test images."""
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -68,15 +67,3 @@ def camera() -> Callable[..., CameraConfig]:
         return CameraConfig.model_validate(data)
 
     return build
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.02):
-    """Poll until ``predicate()`` is truthy; generous timeouts, never an assertion on speed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
