@@ -1,0 +1,126 @@
+"""The capture state machine driven in-process (a thread) with real sources and a real ring."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+
+import pytest
+
+from appliance.capture.layout import CaptureState
+from appliance.capture.loop import CaptureLoop
+from appliance.capture.process import ring_geometry
+from appliance.capture.ring import RingReader, RingWriter, create_ring, ring_path
+from appliance.capture.sources import make_source
+from appliance.capture.sources.gstreamer import GStreamerPipe
+from capture_helpers import wait_for
+
+NOTHING = "videotestsrc is-live=true ! valve drop=true"  # connects fine, never yields a frame
+
+
+@contextlib.contextmanager
+def running(camera, shm_root, factory=None, **loop_kw):
+    """Run a CaptureLoop in a thread on a fresh ring; yield (loop, reader, result dict); stop on exit."""
+    path = ring_path(shm_root, camera.id)
+    with create_ring(path, ring_geometry(camera), camera.id):
+        writer, reader = RingWriter(path), RingReader(path)
+        loop = CaptureLoop(camera, writer, factory or (lambda: make_source(camera)), rng=random.Random(1), **loop_kw)
+        stop, result = threading.Event(), {}
+        thread = threading.Thread(target=lambda: result.setdefault("state", loop.run(stop)))
+        thread.start()
+        try:
+            yield loop, reader, result
+        finally:
+            stop.set()
+            thread.join(30)
+            assert not thread.is_alive(), "capture loop did not stop"
+            writer.close(result.get("state", CaptureState.STOPPED))
+            result["final"] = reader.health()
+            reader.close()
+
+
+def test_file_streams_into_the_ring_and_stops_cleanly(camera, video, shm_root):
+    cam = camera({"type": "file", "path": str(video)}, fps=30)
+    with running(cam, shm_root) as (_, reader, result):
+        wait_for(lambda: reader.health().frames >= 20, 30, "20 frames")
+        health = reader.health()
+        assert health.state == CaptureState.STREAMING and health.writer_alive
+        with reader.acquire_latest() as lease:
+            assert lease.array.std() > 10 and 1 <= lease.meta.seq <= reader.latest_seq
+    assert result["state"] == CaptureState.STOPPED == result["final"].state
+    assert not result["final"].writer_alive and result["final"].fps == 0
+
+
+def test_source_that_delivers_nothing_is_detected_as_stalled_and_retried(camera, shm_root):
+    cam = camera({"type": "gstreamer", "pipeline": NOTHING}, stall_timeout_s=0.5)
+    seen = set()
+    with running(cam, shm_root) as (_, reader, _result):
+        def stalled_and_retried():
+            h = reader.health()
+            seen.add(h.state)
+            return h.stalls >= 2 and h.reconnects >= 2
+
+        wait_for(stalled_and_retried, 60, "two stalls and two reconnects", interval=0.005)
+        health = reader.health()
+        assert health.frames == 0 and "no frame from GStreamer pipeline" in health.last_error
+    assert {CaptureState.CONNECTING, CaptureState.BACKOFF} <= seen
+
+
+def test_a_read_that_cannot_be_interrupted_is_reported_as_hung(camera, shm_root):
+    cam = camera({"type": "gstreamer", "pipeline": NOTHING}, stall_timeout_s=0.3)
+    sources, hung = [], []
+
+    class Unabortable(GStreamerPipe):
+        """A real pipeline whose read, like a native camera call, ignores abort()."""
+
+        def abort(self) -> None:
+            pass
+
+    def factory():
+        sources.append(Unabortable(NOTHING, width=320, height=240, pixel_format="bgr", resize=False))
+        return sources[-1]
+
+    with running(cam, shm_root, factory, on_hung=hung.append, hung_after_s=0.5) as (_, reader, _r):
+        wait_for(lambda: hung, 30, "the hung report")
+        assert "cannot be interrupted; exiting so the supervisor restarts capture" in hung[0]
+        assert reader.health().state == CaptureState.STALLED
+        GStreamerPipe.abort(sources[-1])  # what the process exit does for real: let the thread finish
+
+
+def test_truncated_file_counts_decode_errors_and_keeps_streaming(camera, truncated_video, shm_root):
+    cam = camera({"type": "file", "path": str(truncated_video), "realtime": False})
+    with running(cam, shm_root) as (_, reader, _r):
+        wait_for(lambda: reader.health().decode_errors >= 2, 60, "two decode errors (two passes over the file)")
+        h = reader.health()
+        assert h.state == CaptureState.STREAMING and h.frames > 2 and h.reconnects == 0
+
+
+def test_unopenable_file_backs_off_with_growing_delays_and_says_why(camera, tmp_path, shm_root):
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"\x00garbage" * 4000)
+    cam = camera({"type": "file", "path": str(junk)}, backoff={"initial_s": 0.05, "max_s": 0.4, "jitter": 0})
+    with running(cam, shm_root) as (loop, reader, _r):
+        wait_for(lambda: reader.health().reconnects >= 4, 60, "four reconnect attempts")
+        h = reader.health()
+        assert h.state in (CaptureState.BACKOFF, CaptureState.CONNECTING) and h.frames == 0
+        assert "could not open file" in h.last_error and "junk.mp4" in h.last_error
+        assert loop._backoff.attempt >= 4
+
+
+def test_impossible_size_fails_once_with_a_clear_error(camera, video, shm_root):
+    cam = camera({"type": "file", "path": str(video)}, width=640, height=360)
+    with running(cam, shm_root) as (_, reader, result):
+        wait_for(lambda: "state" in result, 30, "the loop to give up")
+        h = reader.health()
+        assert result["state"] == CaptureState.FAILED == h.state and h.reconnects == 0
+        assert "delivers 320x240 frames but the camera is configured for 640x360" in h.last_error
+
+
+@pytest.mark.parametrize("order, pixel", [("bgr", [0, 0, 255]), ("rgb", [255, 0, 0])])
+def test_gstreamer_pipeline_through_the_loop(camera, shm_root, order, pixel):
+    cam = camera({"type": "gstreamer", "pipeline": "videotestsrc pattern=solid-color foreground-color=0xffff0000"}, pixel_format=order)
+    with running(cam, shm_root) as (_, reader, _r):
+        wait_for(lambda: reader.health().frames >= 5, 30, "5 frames")
+        with reader.acquire_latest() as lease:
+            assert lease.array[0, 0].tolist() == pixel and lease.meta.pixel_format == order

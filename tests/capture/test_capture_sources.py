@@ -1,0 +1,199 @@
+"""Frame sources on real inputs: ffmpeg-made videos, darknet images, GStreamer pipelines, absent devices."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from appliance.capture.sources import DecodeError, EndOfStream, SourceConfigError, SourceError, make_source
+from appliance.capture.sources.opencv import _redact
+from support.rtsp import free_port
+
+
+def frame(shape=(240, 320)) -> np.ndarray:
+    return np.zeros((*shape, 3), np.uint8)
+
+
+def opened(config):
+    source = make_source(config)
+    source.open()
+    return source
+
+
+def test_file_source_reads_every_frame_then_loops_to_the_first(camera, video):
+    source = opened(camera({"type": "file", "path": str(video)}))
+    try:
+        first, out = frame(), frame()
+        source.read_into(first)
+        assert source.native_fps == pytest.approx(15)
+        for _ in range(59):
+            source.read_into(out)
+        assert not np.array_equal(out, first)  # testsrc moves
+        source.read_into(out)  # frame 61 is frame 1 again
+        assert np.array_equal(out, first)
+    finally:
+        source.close()
+
+
+def test_file_source_without_loop_ends(camera, video):
+    source = opened(camera({"type": "file", "path": str(video), "loop": False}))
+    out = frame()
+    for _ in range(60):
+        source.read_into(out)
+    with pytest.raises(EndOfStream, match="ended after 60 frames"):
+        source.read_into(out)
+    source.close()
+
+
+def test_rgb_pixel_order_is_the_reverse_of_bgr(camera, video):
+    bgr, rgb = frame(), frame()
+    for out, order in ((bgr, "bgr"), (rgb, "rgb")):
+        source = opened(camera({"type": "file", "path": str(video)}, pixel_format=order))
+        source.read_into(out)
+        source.close()
+    assert bgr.std() > 10 and np.array_equal(rgb, bgr[..., ::-1])
+
+
+def test_file_of_another_size_is_a_config_error_unless_resize(camera, video):
+    source = opened(camera({"type": "file", "path": str(video)}, width=640, height=480))
+    with pytest.raises(SourceConfigError, match="delivers 320x240 frames but the camera is configured for 640x480"):
+        source.read_into(frame((480, 640)))
+    source.close()
+    source = opened(camera({"type": "file", "path": str(video)}, width=640, height=480, resize=True))
+    out = frame((480, 640))
+    source.read_into(out)
+    assert out.std() > 10
+    source.close()
+
+
+def test_truncated_file_reports_a_decode_error_then_starts_over(camera, truncated_video, video):
+    source = opened(camera({"type": "file", "path": str(truncated_video)}))
+    out, first = frame(), frame()
+    source.read_into(first)
+    frames = 1
+    with pytest.raises(DecodeError, match=r"read failed at frame \d+ of 60: truncated or corrupt"):
+        while True:
+            source.read_into(out)
+            frames += 1
+    assert 1 <= frames < 60
+    source.read_into(out)  # the next read starts again from the top
+    assert np.array_equal(out, first)
+    source.close()
+
+
+def test_garbage_and_missing_files_cannot_be_opened(camera, tmp_path):
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(np.random.default_rng(0).integers(0, 256, 50_000, dtype=np.uint8).tobytes())
+    with pytest.raises(SourceError, match="could not open file .*junk.mp4: corrupt"):
+        opened(camera({"type": "file", "path": str(junk)}))
+    with pytest.raises(SourceError, match="does not exist"):
+        opened(camera({"type": "file", "path": str(tmp_path / "missing.mp4")}))
+
+
+def test_image_folder_resized_in_name_order_and_looping(camera, images_dir):
+    source = opened(camera({"type": "images", "path": str(images_dir), "realtime": False}, resize=True))
+    dog = cv2.resize(cv2.imread(str(images_dir / "dog.jpg")), (320, 240), interpolation=cv2.INTER_AREA)
+    out = frame()
+    source.read_into(out)
+    assert np.array_equal(out, dog)
+    for _ in range(3):  # horses, person, then dog again
+        source.read_into(out)
+    assert np.array_equal(out, dog)
+    source.close()
+
+
+def test_image_folder_in_rgb(camera, images_dir):
+    source = opened(camera({"type": "images", "path": str(images_dir), "realtime": False}, resize=True, pixel_format="rgb"))
+    out = frame()
+    source.read_into(out)
+    dog = cv2.resize(cv2.imread(str(images_dir / "dog.jpg")), (320, 240), interpolation=cv2.INTER_AREA)
+    assert np.array_equal(out, dog[..., ::-1])
+    source.close()
+
+
+def test_image_of_another_size_without_resize_is_a_config_error(camera, images_dir):
+    source = opened(camera({"type": "images", "path": str(images_dir), "realtime": False}))
+    with pytest.raises(SourceConfigError, match="image .*dog.jpg delivers 768x576 frames .* configured for 320x240; .*resize: true"):
+        source.read_into(frame())
+    source.close()
+
+
+def test_image_folder_problems(camera, tmp_path):
+    with pytest.raises(SourceError, match="has no .*jpg"):
+        opened(camera({"type": "images", "path": str(tmp_path), "realtime": False}))
+    with pytest.raises(SourceError, match="does not exist"):
+        opened(camera({"type": "images", "path": str(tmp_path / "none"), "realtime": False}))
+    (tmp_path / "a.jpg").write_bytes(b"not a jpeg")
+    source = opened(camera({"type": "images", "path": str(tmp_path), "realtime": False, "loop": False}))
+    with pytest.raises(DecodeError, match="a.jpg is not a readable image"):
+        source.read_into(frame())
+    with pytest.raises(EndOfStream, match="all 1 images shown"):
+        source.read_into(frame())
+    source.close()
+
+
+RED = "videotestsrc num-buffers=3 pattern=solid-color foreground-color=0xffff0000"
+
+
+@pytest.mark.parametrize("order, pixel", [("bgr", [0, 0, 255]), ("rgb", [255, 0, 0])])
+def test_gstreamer_pipeline_frames_in_the_asked_order_then_end(camera, order, pixel):
+    source = opened(camera({"type": "gstreamer", "pipeline": RED}, pixel_format=order))
+    out = frame()
+    try:
+        for _ in range(3):
+            out[...] = 0
+            source.read_into(out)
+            assert out[120, 160].tolist() == pixel and np.ptp(out.reshape(-1, 3), axis=0).max() == 0
+        with pytest.raises(EndOfStream, match="ended"):
+            source.read_into(out)
+    finally:
+        source.close()
+
+
+def test_gstreamer_impossible_size_is_a_config_error_unless_resize(camera):
+    pipeline = f"{RED} ! video/x-raw,width=640,height=480"
+    source = opened(camera({"type": "gstreamer", "pipeline": pipeline}))
+    with pytest.raises(SourceConfigError, match="cannot deliver 320x240 BGR .*resize: true.*can.t handle caps"):
+        source.read_into(frame())
+    source.close()
+    source = opened(camera({"type": "gstreamer", "pipeline": pipeline}, resize=True))
+    out = frame()
+    source.read_into(out)
+    assert out[0, 0].tolist() == [0, 0, 255]
+    source.close()
+
+
+def test_gstreamer_unknown_element_is_a_config_error(camera):
+    source = opened(camera({"type": "gstreamer", "pipeline": "nosuchelement0 ! videoconvert"}))
+    with pytest.raises(SourceConfigError, match="no element"):
+        source.read_into(frame())
+    source.close()
+
+
+def test_gstreamer_abort_breaks_a_blocked_read(camera):
+    import threading
+
+    source = opened(camera({"type": "gstreamer", "pipeline": "videotestsrc is-live=true ! valve drop=true"}))
+    timer = threading.Timer(0.5, source.abort)
+    timer.start()
+    with pytest.raises(EndOfStream):
+        source.read_into(frame())  # the pipeline delivers nothing; only abort() can end this read
+    timer.join()
+    source.close()
+
+
+def test_absent_v4l2_device_and_unreachable_stream_are_retryable_errors(camera):
+    with pytest.raises(SourceError, match="/dev/video63 does not exist") as info:
+        opened(camera({"type": "v4l2", "device": "/dev/video63"}))
+    assert not isinstance(info.value, SourceConfigError)
+    with pytest.raises(SourceError, match="could not open V4L2 device /dev/null"):
+        opened(camera({"type": "v4l2", "device": "/dev/null"}))
+    url = f"rtsp://127.0.0.1:{free_port()}/cam"
+    with pytest.raises(SourceError, match=f"could not open stream {url} over tcp"):
+        opened(camera({"type": "rtsp", "url": url, "open_timeout_s": 2}))
+
+
+def test_passwords_are_redacted_in_messages():
+    assert _redact("rtsp://admin:s3cret@10.0.0.5/h264") == "rtsp://admin:***@10.0.0.5/h264"
+    assert _redact("rtsp://10.0.0.5/h264") == "rtsp://10.0.0.5/h264"
