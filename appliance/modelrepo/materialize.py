@@ -40,11 +40,16 @@ class RepositoryOptions(StrictModel):
     prefix: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$", description="prepended to every model name")
     ensemble_name: str = Field("detect", pattern=r"^[A-Za-z0-9_.-]+$", description="the pipeline's model name")
     max_batch_size: int = Field(8, ge=1, le=64, description="largest batch the detector's dynamic batcher forms")
-    queue_delay_us: int = Field(2000, ge=0, le=1_000_000, description="how long the batcher waits to fill a batch")
+    queue_delay_us: int = Field(
+        0, ge=0, le=1_000_000,
+        description="how long the batcher waits to fill a batch; 0 still batches every frame that queued while "
+                    "the detector was busy, without delaying a lone camera")
     preprocess_instances: int = Field(2, ge=1, le=16)
     postprocess_instances: int = Field(1, ge=1, le=16)
     detector_instances: int = Field(1, ge=1, le=8)
     intra_op_threads: int = Field(0, ge=0, le=64, description="ONNX Runtime threads per detector (0 = all cores)")
+    ort_spinning: bool = Field(
+        False, description="let ONNX Runtime's idle threads spin; off, they leave the cores to pre/post stages")
     link: Literal["symlink", "copy"] = Field("symlink", description="how the detector file enters the repository")
     prepare_python_models: bool = Field(
         True, description="write appliance.triton's path hook into the Python models (Server.start also does)")
@@ -126,6 +131,7 @@ def materialize(profile: ModelProfile, detector: DetectorSource, dest: Path,
     det_values = {**common, "name": names.detector, "max_batch_size": opts.max_batch_size,
                   "queue_delay_us": opts.queue_delay_us, "instances": opts.detector_instances,
                   "input_dims": ", ".join(map(str, chw)), "intra_op_threads": opts.intra_op_threads,
+                  "ort_spinning": int(opts.ort_spinning),
                   "input_name": detector.input_name, "output_name": detector.output_name}
     tdir = templates / "detector" / detector.kind
     if detector.kind == "onnxruntime":

@@ -12,6 +12,7 @@ LATENCY_METRIC = "appliance_stage_latency_us"
 REQUESTS_METRIC = "appliance_stage_requests"
 REJECTED_METRIC = "appliance_stage_rejected_inputs"
 PROFILE_FILE = "profile.json"
+FLUSH_NS = 1_000_000_000
 
 
 def model_parameters(args: dict[str, str]) -> dict[str, str]:
@@ -32,7 +33,8 @@ class StageMetrics:
     """Per-stage counters in Triton's metrics endpoint: total latency, requests, rejected inputs by reason.
 
     Latency is exported as a running sum (µs) plus a request count, the pair Prometheus turns into a mean with
-    ``rate(sum)/rate(count)``; counters work on every Triton release that has custom metrics.
+    ``rate(sum)/rate(count)``; counters work on every Triton release that has custom metrics. Rejections are
+    pushed at once (they are rare and an operator wants to see them); latency at most once a second.
     """
 
     def __init__(self, pb_utils: ModuleType, stage: str, model: str) -> None:
@@ -47,10 +49,24 @@ class StageMetrics:
         self._latency = self._families[0].Metric(labels=self._labels)
         self._requests = self._families[1].Metric(labels=self._labels)
         self._rejected: dict[str, Any] = {}
+        self._pending_us, self._pending_n = 0.0, 0
+        self._flushed_ns: int | None = None  # None: push the first request at once, so the series appear early
 
     def observe(self, started_ns: int) -> None:
-        self._latency.increment((time.perf_counter_ns() - started_ns) / 1000.0)
-        self._requests.increment(1)
+        """Count one request. Each Metric update is an IPC round trip to the Triton process, so updates are
+        summed here and pushed at most once per ``FLUSH_NS`` (and on close)."""
+        now = time.perf_counter_ns()
+        self._pending_us += (now - started_ns) / 1000.0
+        self._pending_n += 1
+        if self._flushed_ns is None or now - self._flushed_ns >= FLUSH_NS:
+            self.flush(now)
+
+    def flush(self, now: int | None = None) -> None:
+        if self._pending_n and self._latency is not None:
+            self._latency.increment(self._pending_us)
+            self._requests.increment(self._pending_n)
+        self._pending_us, self._pending_n = 0.0, 0
+        self._flushed_ns = time.perf_counter_ns() if now is None else now
 
     def reject(self, reason: str) -> None:
         metric = self._rejected.get(reason)
@@ -60,7 +76,8 @@ class StageMetrics:
         metric.increment(1)
 
     def close(self) -> None:
-        """Drop the metrics before their families, the order Triton requires."""
+        """Push what is pending, then drop the metrics before their families (the order Triton requires)."""
+        self.flush()
         self._latency = self._requests = None
         self._rejected.clear()
         self._families = ()

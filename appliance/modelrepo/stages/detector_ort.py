@@ -3,7 +3,7 @@
 Triton's dynamic batcher hands ``execute`` several requests (frames of several cameras); they are concatenated
 into one batch, run once, and split back, which is where batching pays off on a CPU.
 Parameters (config.pbtxt): ``onnx_path`` (default ``<version dir>/model.onnx``), ``intra_op_threads`` (0 = ORT's
-default).
+default), ``ort_spinning`` ("0"/"1").
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class OrtDetectorStage:
         path = params.get("onnx_path") or str(Path(args["model_repository"]) / args["model_version"] / "model.onnx")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = int(params.get("intra_op_threads") or 0)
+        # Spinning idle threads would take the cores the pre/post stages need between batches.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", params.get("ort_spinning") or "0")
         self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         self.in_name = self.session.get_inputs()[0].name
         self.out_name = self.session.get_outputs()[0].name

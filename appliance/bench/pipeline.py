@@ -1,0 +1,192 @@
+"""``appliance bench pipeline``: the Triton ensemble (preprocess → detector → postprocess, in-process) versus a plain
+Python loop (cv2 letterbox + ONNX Runtime + numpy decode/NMS) on the same frames, at 1 and 4 cameras.
+
+Each camera keeps one frame in flight (the next frame goes in when the previous result is back). The plain loop
+serves cameras round-robin, one frame at a time, in this thread. The two alternatives run in alternating rounds
+so that background load on the machine hits both alike. Per-stage times: the plain loop measures its own;
+the ensemble's come from Triton's per-model statistics (compute time per frame; the detector's is per frame of
+a batch, so batching shows up there). The last line is ``ensemble_vs_plain_loop=<fps ratio at 4 cameras>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = Path("/usr/share/darknet/data")
+IMAGE_NAMES = ("dog", "person", "horses", "kite", "eagle", "giraffe")
+
+
+@dataclass
+class Run:
+    frames: int = 0
+    seconds: float = 0.0
+    stage_ms: dict[str, float] = field(default_factory=dict)  # summed ms, divided by frames when reported
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.seconds if self.seconds else 0.0
+
+    def per_frame(self, stage: str) -> float:
+        return self.stage_ms.get(stage, 0.0) / self.frames if self.frames else 0.0
+
+
+def _frames() -> list[np.ndarray]:
+    frames = [cv2.imread(str(IMAGES / f"{n}.jpg")) for n in IMAGE_NAMES]
+    if any(f is None for f in frames):
+        raise SystemExit(f"error: the darknet test images are missing from {IMAGES} (apt package 'darknet')")
+    return frames
+
+
+class PlainLoop:
+    def __init__(self, profile, onnx_path: Path, spinning: bool) -> None:
+        import onnxruntime as ort
+
+        from appliance.processing.pipeline import Postprocessor, Preprocessor
+
+        self.pre, self.post = Preprocessor(profile), Postprocessor(profile)
+        opts = ort.SessionOptions()  # the same session settings the ensemble's detector uses
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+        self.input = self.session.get_inputs()[0].name
+
+    def run(self, frames: list[np.ndarray], cameras: int, per_camera: int, into: Run) -> None:
+        clock = time.perf_counter
+        start = clock()
+        for i in range(per_camera):
+            for cam in range(cameras):
+                frame = frames[(i + cam) % len(frames)]
+                t0 = clock()
+                tensor, lb = self.pre.frame(frame, "BGR")
+                t1 = clock()
+                raw = self.session.run(None, {self.input: tensor[None]})[0]
+                t2 = clock()
+                self.post(raw[0], lb)
+                t3 = clock()
+                for stage, dt in (("pre", t1 - t0), ("detector", t2 - t1), ("post", t3 - t2)):
+                    into.stage_ms[stage] = into.stage_ms.get(stage, 0.0) + dt * 1e3
+        into.seconds += clock() - start
+        into.frames += cameras * per_camera
+
+
+class Ensemble:
+    def __init__(self, server, repo) -> None:
+        self.server, self.repo = server, repo
+        self.stages = {"pre": repo.preprocess, "detector": repo.detector, "post": repo.postprocess}
+
+    def _compute_ns(self) -> dict[str, int]:
+        """Compute time per model, counted once per execution (a batch of frames counts once)."""
+        out = {}
+        for stage, model in self.stages.items():
+            batches = self.server.model_statistics(model)["model_stats"][0].get("batch_stats", [])
+            out[stage] = sum(int(b[k]["ns"]) for b in batches for k in ("compute_input", "compute_infer",
+                                                                        "compute_output"))
+        return out
+
+    def run(self, frames: list[np.ndarray], cameras: int, per_camera: int, into: Run) -> None:
+        errors: list[BaseException] = []
+
+        def camera(cam: int) -> None:
+            try:
+                for i in range(per_camera):
+                    self.server.infer(self.repo.ensemble, {"IMAGE": frames[(i + cam) % len(frames)]})
+            except BaseException as exc:  # reported after the threads are joined
+                errors.append(exc)
+
+        before = self._compute_ns()
+        threads = [threading.Thread(target=camera, args=(c,), daemon=True) for c in range(cameras)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        into.seconds += time.perf_counter() - start
+        if errors:
+            raise errors[0]
+        after = self._compute_ns()
+        for stage in self.stages:
+            into.stage_ms[stage] = into.stage_ms.get(stage, 0.0) + (after[stage] - before[stage]) / 1e6
+        into.frames += cameras * per_camera
+
+
+def _table(results: dict[int, tuple[Run, Run]]) -> str:
+    head = f"{'cameras':>7}  {'path':<10} {'frames':>6} {'fps':>7} {'pre ms':>7} {'det ms':>7} {'post ms':>8}  ratio"
+    lines = [head, "-" * len(head)]
+    for cams, (plain, ens) in results.items():
+        for label, r in (("plain", plain), ("ensemble", ens)):
+            ratio = f"{ens.fps / plain.fps:5.2f}x" if label == "ensemble" and plain.fps else ""
+            lines.append(f"{cams:>7}  {label:<10} {r.frames:>6} {r.fps:>7.2f} {r.per_frame('pre'):>7.2f} "
+                         f"{r.per_frame('detector'):>7.2f} {r.per_frame('post'):>8.2f}  {ratio}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="appliance bench pipeline", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer frames (a smoke run, noisier numbers)")
+    parser.add_argument("--frames", type=int, default=None, help="frames per camera per round")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating plain/ensemble rounds")
+    parser.add_argument("--cameras", default="1,4", help="comma-separated camera counts (default 1,4)")
+    parser.add_argument("--model-dir", type=Path, default=ROOT / ".models" / "yolov3-tiny")
+    parser.add_argument("--profile", type=Path, default=ROOT / "repository" / "profiles" / "yolov3-tiny.yaml")
+    parser.add_argument("--triton-home", type=Path, default=None)
+    parser.add_argument("--ort-spinning", action="store_true",
+                        help="let ONNX Runtime threads spin when idle (both paths; default off for both)")
+    args = parser.parse_args(argv)
+    per_camera = args.frames or (4 if args.quick else 12)
+    rounds = args.rounds or (1 if args.quick else 3)
+    camera_counts = [int(c) for c in args.cameras.split(",") if c.strip()]
+    if not camera_counts or min(camera_counts) < 1:
+        parser.error("--cameras needs positive counts, e.g. 1,4")
+    onnx_path = args.model_dir / "model.onnx"
+    if not onnx_path.is_file():
+        print(f"error: {onnx_path} missing; run scripts/setup.sh (or scripts/fetch_detector.py)", file=sys.stderr)
+        return 2
+
+    from appliance.modelrepo.materialize import DetectorSource, RepositoryOptions, materialize
+    from appliance.models.profile import load_profile
+    from appliance.triton import stubsite
+    from appliance.triton.locate import locate
+    from appliance.triton.server import Server, ServerOptions
+
+    profile = load_profile(args.profile)
+    frames = _frames()
+    plain = PlainLoop(profile, onnx_path, args.ort_spinning)
+    if stubsite.needed():
+        stubsite.ensure()
+    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
+        repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx_path), Path(tmp) / "repo",
+                           RepositoryOptions(ort_spinning=args.ort_spinning))
+        server = Server(ServerOptions(repositories=[repo.path], startup_models=repo.models),
+                        locate(args.triton_home))
+        server.start(timeout=180)
+        try:
+            ensemble = Ensemble(server, repo)
+            warm = Run()
+            plain.run(frames, 1, 2, warm)
+            ensemble.run(frames, max(camera_counts), 2, warm)
+            results: dict[int, tuple[Run, Run]] = {}
+            for cams in camera_counts:
+                p, e = Run(), Run()
+                for _ in range(rounds):
+                    plain.run(frames, cams, per_camera, p)
+                    ensemble.run(frames, cams, per_camera, e)
+                results[cams] = (p, e)
+        finally:
+            server.stop(timeout=60)
+    print(f"pipeline: YOLOv3-tiny {profile.input.width}x{profile.input.height}, {len(frames)} darknet test images, "
+          f"{rounds} alternating rounds x {per_camera} frames per camera; per-stage ms per frame")
+    print(_table(results))
+    last = results[max(camera_counts)]
+    for cams, (p, e) in results.items():
+        print(f"ensemble_vs_plain_loop_{cams}cam={e.fps / p.fps:.3f}")
+    print(f"ensemble_vs_plain_loop={last[1].fps / last[0].fps:.3f}")
+    return 0
