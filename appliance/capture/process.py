@@ -70,6 +70,7 @@ def capture_main(spec: CaptureSpec) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    threading.Thread(target=_stop_when_orphaned, args=(os.getppid(), stop), name="parent-watch", daemon=True).start()
     try:
         writer = RingWriter(spec.ring_path)
     except RingBusyError as exc:
@@ -86,6 +87,14 @@ def capture_main(spec: CaptureSpec) -> None:
     writer.close(final)
     logging.shutdown()
     sys.exit(EXIT_CONFIG if final == CaptureState.FAILED else EXIT_OK)
+
+
+def _stop_when_orphaned(parent: int, stop: threading.Event, interval_s: float = 0.5) -> None:
+    """A capture process must not outlive its supervisor: it would hold the ring's writer role forever."""
+    while not stop.wait(interval_s):
+        if os.getppid() != parent:
+            log.warning("supervisor (pid %d) is gone; stopping capture", parent)
+            stop.set()
 
 
 class CaptureProcess:

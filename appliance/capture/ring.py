@@ -188,6 +188,12 @@ def create_ring(
         if os.fstat(fd).st_nlink == 0:  # unlinked by a racing reclaim between open and lock: start over
             os.close(fd)
             continue
+        if locks.is_locked(fd, WRITER_LOCK):
+            pid = _peek_pid(fd, "writer_pid")
+            os.close(fd)
+            raise RingBusyError(
+                f"{path}: capture process {pid} of a previous run is still writing it; stop that process first"
+            )
         size = os.fstat(fd).st_size
         if size == 0:
             break

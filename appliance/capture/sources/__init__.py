@@ -25,7 +25,8 @@ def make_source(camera: CameraConfig) -> FrameSource:
     if src.type == "rtsp":
         from appliance.capture.sources.opencv import RtspCapture
 
-        return RtspCapture(src.url, src.transport, src.open_timeout_s, camera.stall_timeout_s, **common)
+        # Reads time out a little after the stall watchdog fires, so a silent stream is reported as a stall.
+        return RtspCapture(src.url, src.transport, src.open_timeout_s, camera.stall_timeout_s + 2.0, **common)
     if src.type == "v4l2":
         from appliance.capture.sources.opencv import V4l2Capture
 

@@ -1,0 +1,74 @@
+"""Capture from a real RTSP server (gst-rtsp-server on loopback) that dies, comes back, and hangs."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.capture import CaptureProcess, CaptureState
+from capture_helpers import wait_for
+from support.rtsp import RtspServer, make_test_video
+
+
+@pytest.fixture(scope="module")
+def long_video(tmp_path_factory):
+    """30 s so the stream does not end by itself during a test."""
+    return make_test_video(tmp_path_factory.mktemp("rtsp") / "long.mp4", seconds=30)
+
+
+@pytest.fixture
+def server(long_video):
+    with RtspServer(long_video) as srv:
+        yield srv
+
+
+def start_capture(camera, server, shm_root, **source):
+    cam = camera({"type": "rtsp", "url": server.url, "open_timeout_s": 5, **source})
+    proc = CaptureProcess(cam, shm_root=shm_root)
+    proc.start()
+    return proc
+
+
+@pytest.mark.slow
+def test_capture_resumes_by_itself_when_the_server_is_killed_and_restarted(camera, server, shm_root):
+    proc = start_capture(camera, server, shm_root)
+    try:
+        wait_for(lambda: proc.health().frames >= 10, 60, "10 frames from the RTSP server")
+        assert proc.health().state == CaptureState.STREAMING
+        server.kill()  # the camera loses power mid-stream
+        wait_for(lambda: proc.health().state != CaptureState.STREAMING, 60, "capture to notice the server is gone")
+        wait_for(lambda: proc.health().reconnects >= 1, 60, "a reconnect attempt against the dead server")
+        assert proc.health().state in (CaptureState.BACKOFF, CaptureState.CONNECTING, CaptureState.STALLED)
+        before = proc.health().frames
+        server.start()  # the camera comes back on the same address
+        wait_for(lambda: proc.health().frames >= before + 10, 90, "frames again after the server restart")
+        h = proc.health()
+        assert h.state == CaptureState.STREAMING and proc.is_alive() and h.generation == 1  # same process recovered
+        with proc.reader() as reader, reader.acquire_latest() as lease:
+            assert lease.meta.seq > before and lease.array.std() > 10
+    finally:
+        proc.close()
+
+
+@pytest.mark.slow
+def test_a_server_that_hangs_is_detected_as_stalled(camera, server, shm_root):
+    proc = start_capture(camera, server, shm_root)
+    try:
+        wait_for(lambda: proc.health().frames >= 5, 60, "5 frames")
+        server.pause()  # SIGSTOP: the TCP connection stays up, nothing flows
+        wait_for(lambda: proc.health().stalls >= 1, 60, "the stall to be detected")
+        assert "no frame from stream" in proc.health().last_error
+        server.resume()
+        before = proc.health().frames
+        wait_for(lambda: proc.health().frames >= before + 5, 90, "frames again after the server resumes")
+        assert proc.health().state == CaptureState.STREAMING
+    finally:
+        server.resume()
+        proc.close()
+
+
+def test_udp_transport(camera, server, shm_root):
+    proc = start_capture(camera, server, shm_root, transport="udp")
+    try:
+        wait_for(lambda: proc.health().frames >= 5, 60, "5 frames over RTP/UDP")
+    finally:
+        proc.close()
