@@ -64,6 +64,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "TRITONSERVER_ServerOptionsSetStrictReadiness": (E, [_P, c_bool]),
     "TRITONSERVER_ServerOptionsSetExitTimeout": (E, [_P, ctypes.c_uint]),
     "TRITONSERVER_ServerOptionsSetPinnedMemoryPoolByteSize": (E, [_P, c_uint64]),
+    "TRITONSERVER_ServerOptionsSetModelLoadRetryCount": (E, [_P, ctypes.c_uint]),
     "TRITONSERVER_ServerOptionsSetLogFile": (E, [_P, c_char_p]),
     "TRITONSERVER_ServerOptionsSetLogInfo": (E, [_P, c_bool]),
     "TRITONSERVER_ServerOptionsSetLogWarn": (E, [_P, c_bool]),

@@ -69,6 +69,7 @@ class ServerOptions:
     strict_model_config: bool = False
     strict_readiness: bool = True
     exit_timeout_s: int = 10
+    model_load_retries: int = 0
     server_id: str = "appliance"
     prepare_python_models: bool = True
 
@@ -87,6 +88,8 @@ class ServerOptions:
             raise InvalidArgumentError("startup_models needs model_control='explicit'")
         if not 0 <= self.log_verbose:
             raise InvalidArgumentError(f"log_verbose must be >= 0, got {self.log_verbose}")
+        if not 0 <= self.model_load_retries <= 100:
+            raise InvalidArgumentError(f"model_load_retries must be within 0..100, got {self.model_load_retries}")
         if not 0 <= self.exit_timeout_s <= 3600:
             raise InvalidArgumentError(f"exit_timeout_s must be within 0..3600, got {self.exit_timeout_s}")
         for backend, settings in self.backend_config.items():
@@ -167,6 +170,8 @@ class Server:
         check(api, api.TRITONSERVER_ServerOptionsSetStrictReadiness(opts, o.strict_readiness))
         check(api, api.TRITONSERVER_ServerOptionsSetExitOnError(opts, True))
         check(api, api.TRITONSERVER_ServerOptionsSetExitTimeout(opts, o.exit_timeout_s))
+        # Set explicitly: through the C API the default is not 0 and a broken model is retried endlessly.
+        check(api, api.TRITONSERVER_ServerOptionsSetModelLoadRetryCount(opts, o.model_load_retries))
         if o.log_file is not None:
             check(api, api.TRITONSERVER_ServerOptionsSetLogFile(opts, os.fsencode(o.log_file)))
         check(api, api.TRITONSERVER_ServerOptionsSetLogInfo(opts, o.log_info))

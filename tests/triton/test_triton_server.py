@@ -1,0 +1,195 @@
+"""Server lifecycle and model control against the real library, each test on its own server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.triton import copy_models, ensure_stub_site, started_server
+
+from appliance.triton import errors, infer, stubs
+from appliance.triton.server import Server, ServerOptions, ServerState
+
+WAIT = 120.0
+X = {"X": np.ones((1, 2), np.float32)}
+
+
+def stubs_mentioning(text: str) -> list[int]:
+    """Pids of any stub process (whoever its parent) whose command line mentions ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if stubs.STUB_NAME.encode() in cmd and text.encode() in cmd:
+                found.append(int(entry.name))
+    return found
+
+
+# -- options and state, no server needed --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"repositories": []}, "non-empty list"),
+        ({"repositories": "/some/repo"}, "non-empty list"),
+        ({"model_control": "sometimes"}, "model_control must be one of"),
+        ({"log_format": "xml"}, "log_format must be one of"),
+        ({"model_control": "poll", "startup_models": ["a"]}, "startup_models needs model_control='explicit'"),
+        ({"log_verbose": -1}, "log_verbose must be >= 0"),
+        ({"exit_timeout_s": -5}, "exit_timeout_s must be within"),
+        ({"model_load_retries": -1}, "model_load_retries must be within"),
+        ({"backend_config": {"python": {"shm-default-byte-size": 1024}}}, "must be a string"),
+    ],
+)
+def test_bad_options_are_refused(kwargs: dict, message: str) -> None:
+    kwargs = {"repositories": ["/repo"]} | kwargs
+    with pytest.raises(errors.InvalidArgumentError, match=message):
+        ServerOptions(**kwargs)
+
+
+def test_calls_before_start_fail_clearly(tmp_path: Path) -> None:
+    server = Server(ServerOptions([tmp_path]))
+    assert server.state is ServerState.CREATED
+    for call in (lambda: server.live, lambda: server.ready, server.metrics, server.model_index,
+                 lambda: server.load_model("echo"), lambda: server.model_config("echo"),
+                 lambda: server.infer("echo", X)):  # fmt: skip
+        with pytest.raises(errors.ServerStateError, match="call start\\(\\) first"):
+            call()
+    released: list[int] = []
+    with pytest.raises(errors.ServerStateError):
+        server.infer_async("echo", X, on_inputs_released=lambda: released.append(1))
+    assert released == [1]
+    server.stop()  # stopping a server that never started is allowed
+    assert server.state is ServerState.STOPPED
+
+
+def test_missing_repository_fails_start(tmp_path: Path) -> None:
+    server = Server(ServerOptions([tmp_path / "absent"]))
+    with pytest.raises(errors.StartupError, match="does not exist"):
+        server.start(WAIT)
+    assert server.state is ServerState.FAILED
+
+
+# -- real servers -------------------------------------------------------------------------------------
+
+
+def test_failing_startup_model_fails_start_and_leaves_nothing(tmp_path: Path, models_src: Path) -> None:
+    repo = copy_models(tmp_path / "repo", [models_src / "echo"])
+    (repo / "echo" / "1" / "model.py").write_text("import _appliance_site\nraise ImportError('broken on purpose')\n")
+    ensure_stub_site()
+    server = Server(ServerOptions([repo], startup_models=["echo"]))
+    with pytest.raises(errors.StartupError, match="broken on purpose"):
+        server.start(WAIT)
+    assert server.state is ServerState.FAILED
+    assert stubs.child_stubs() == []
+
+
+@pytest.mark.slow
+def test_lifecycle_model_control_and_introspection(tmp_path: Path, models_src: Path) -> None:
+    repo = copy_models(tmp_path / "repo", [models_src / "echo", models_src / "raiser"])
+    with started_server(repo, models=["echo"]) as server:
+        assert server.state is ServerState.RUNNING
+        assert server.live and server.ready
+        with pytest.raises(errors.ServerStateError, match="needs a new server"):
+            server.start(WAIT)
+
+        index = {m["name"]: m for m in server.model_index()}
+        assert index["echo"]["state"] == "READY" and "state" not in index["raiser"]
+        assert [m["name"] for m in server.model_index(ready_only=True)] == ["echo"]
+        config = server.model_config("echo")
+        assert config["max_batch_size"] == 8 and config["input"][0]["name"] == "X"
+        with pytest.raises(errors.NotFoundError):
+            server.model_config("raiser")
+
+        server.infer("echo", X)
+        # The backend reports statistics just after it sends the response: wait for them to land.
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            stats = server.model_statistics("echo")["model_stats"][0]
+            if int(stats["inference_stats"]["success"]["count"]) >= 1:
+                break
+            time.sleep(0.02)
+        assert stats["name"] == "echo" and int(stats["inference_stats"]["success"]["count"]) == 1
+        assert 'nv_inference_request_success{model="echo",version="1"} 1' in server.metrics()
+
+        # load / unload / reload
+        assert not server.model_ready("raiser")
+        server.load_model("raiser")
+        assert server.model_ready("raiser") and server.model_ready("raiser", 1)
+        stubs_before = len(stubs.child_stubs())
+        server.unload_model("raiser")
+        assert not server.model_ready("raiser")
+        assert len(stubs.child_stubs()) < stubs_before  # the raiser's stub has exited
+        with pytest.raises(errors.NotFoundError, match="'raiser' has no available versions"):
+            server.infer("raiser", {"X": np.ones(2, np.float32)})
+        server.load_model("raiser")
+        assert server.model_ready("raiser")
+
+        model_py = repo / "echo" / "1" / "model.py"
+        model_py.write_text(model_py.read_text().replace("x * 2", "x * 3"))
+        server.load_model("echo")  # explicit reload picks up the changed file
+        np.testing.assert_array_equal(server.infer("echo", X)["Y"], [[3.0, 3.0]])
+
+        with pytest.raises(errors.TritonError, match="no_such_model"):
+            server.load_model("no_such_model")
+        with pytest.raises(errors.InvalidArgumentError):
+            server.load_model("../escape")
+    assert server.state is ServerState.STOPPED
+    assert stubs.child_stubs() == []
+    with pytest.raises(errors.ServerStateError, match="stopped"):
+        server.infer("echo", X)
+    server.stop()  # idempotent
+
+
+@pytest.mark.slow
+def test_stop_while_requests_are_in_flight(tmp_path: Path, models_src: Path) -> None:
+    repo = copy_models(tmp_path / "repo", [models_src / "slow"])
+    before = infer.counters.snapshot()
+    released: list[int] = []
+    with started_server(repo, models=["slow"], exit_timeout_s=1) as server:
+        inputs = {"SECONDS": np.array([0.5], np.float32), "MARKER": np.array([b""], dtype=object)}
+        futures = [server.infer_async("slow", inputs, request_id=str(i), on_inputs_released=lambda: released.append(1))
+                   for i in range(6)]  # fmt: skip
+    # The context manager has stopped the server: every request has an outcome and released its inputs.
+    assert all(f.done() for f in futures)
+    outcomes = [f.exception() for f in futures]
+    assert all(e is None or isinstance(e, errors.TritonError) for e in outcomes)
+    assert outcomes[0] is None  # the first one was running and got to finish
+    assert len(released) == 6
+    after = infer.counters.snapshot()
+    assert after["requests_created"] - before["requests_created"] == after["requests_deleted"] - before["requests_deleted"]
+    assert after["responses_received"] - before["responses_received"] == after["responses_deleted"] - before["responses_deleted"]
+    assert stubs.child_stubs() == []
+
+
+@pytest.mark.slow
+def test_exit_without_stop_neither_hangs_nor_leaves_stubs(tmp_path: Path, models_src: Path) -> None:
+    repo = copy_models(tmp_path / "exit-repo", [models_src / "echo"])
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from pathlib import Path
+        from appliance.triton.server import Server, ServerOptions
+        server = Server(ServerOptions([Path({str(repo)!r})], startup_models=["echo"]))
+        server.start(120)
+        print(server.infer("echo", {{"X": np.ones((1, 2), np.float32)}})["Y"].tolist(), flush=True)
+        # no stop(): the atexit hook must shut Triton down
+    """)
+    ensure_stub_site()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT,
+                          env=os.environ | {"PYTHONUNBUFFERED": "1"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[[2.0, 2.0]]" in proc.stdout
+    deadline = time.monotonic() + 30
+    while stubs_mentioning(str(repo)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stubs_mentioning(str(repo)) == []
