@@ -112,6 +112,7 @@ class MqttPublisher:
         self._lock = threading.Lock()          # state and counters
         self._gate = threading.Lock()          # sender publishing vs. network thread reconnecting
         self._wake = threading.Event()
+        self._sender_idle = False              # True only while the sender waits; producers wake it only then
         self._halt = threading.Event()         # network thread: disconnect and exit
         self._stop_sender = threading.Event()
         self._connected_evt = threading.Event()
@@ -284,7 +285,7 @@ class MqttPublisher:
                 self._suppressed += suppressed
         if records:
             kept = self._spool.append(records)
-            self._wake.set()
+            self._nudge()
             if kept < len(records):
                 # The spool keeps a prefix of a batch under drop_newest/block; mark the refused tail.
                 refused = len(records) - kept
@@ -368,7 +369,7 @@ class MqttPublisher:
 
     def _on_publish(self, client: paho.Client, userdata: Any, mid: int, reason: Any, properties: Any) -> None:
         self._acks.append((mid, reason))
-        self._wake.set()
+        self._nudge()
 
     def _on_log(self, client: paho.Client, userdata: Any, level: int, buf: str) -> None:
         # Keep the first error of a session: it is the cause; later ones are consequences.
@@ -493,7 +494,12 @@ class MqttPublisher:
         next_expire = 0.0
         next_health = self._clock.monotonic() + self.config.health_interval_s
         while not self._stop_sender.is_set():
-            self._wake.wait(0.25)
+            self._sender_idle = True
+            # Re-check after announcing idleness: a producer that appended before it saw us busy and did not
+            # wake us. Waking the sender per message costs more than the message itself on a 2-core box.
+            if not self._has_work():
+                self._wake.wait(0.25)
+            self._sender_idle = False
             self._wake.clear()
             try:
                 self._process_acks()
@@ -508,6 +514,16 @@ class MqttPublisher:
             except Exception:  # keep sending; the spool keeps everything meanwhile
                 log.exception("MQTT sender error; retrying in 1 s")
                 self._stop_sender.wait(1.0)
+
+    def _nudge(self) -> None:
+        if self._sender_idle:
+            self._wake.set()
+
+    def _has_work(self) -> bool:
+        if self._acks or self._stop_sender.is_set():
+            return True
+        return (self._state is State.CONNECTED and not self._closing and self._spool.last_id > self._cursor
+                and len(self._inflight) < self._window)
 
     def _process_acks(self) -> None:
         done: list[int] = []

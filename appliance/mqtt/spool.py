@@ -91,6 +91,7 @@ class Spool:
         self._dropped_expired = 0
         self._quarantined = 0
         self._blocked = 0
+        self._last_id = 0
         self._last_drop_log = float("-inf")
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -164,11 +165,12 @@ class Spool:
             db.execute("PRAGMA journal_size_limit=67108864")
             db.execute(_SCHEMA)
             db.execute(f"PRAGMA user_version={FORMAT_VERSION}")
-            count, size = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM spool").fetchone()
+            count, size, last = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(MAX(id), 0) FROM spool").fetchone()
         except BaseException:
             db.close()
             raise
-        self._count, self._bytes = int(count), int(size)
+        self._count, self._bytes, self._last_id = int(count), int(size), int(last)
         return db
 
     def _quarantine(self, exc: Exception) -> None:
@@ -205,6 +207,19 @@ class Spool:
             kept = 0
             refused = 0
             now = self._clock()
+            if len(records) == 1 and self._bytes + sizes[0] <= cfg.max_bytes:
+                # The common case: one autocommit INSERT is one transaction, a third of BEGIN/INSERT/COMMIT.
+                record = records[0]
+                try:
+                    cur = db.execute("INSERT INTO spool (topic, payload, qos, created, size) VALUES (?, ?, ?, ?, ?)",
+                                     (record.topic, record.payload, record.qos, now, sizes[0]))
+                    self._last_id = cur.lastrowid or self._last_id
+                except sqlite3.Error as exc:
+                    raise SpoolError(f"cannot write to the spool: {exc}", str(self.path)) from exc
+                self._bytes += sizes[0]
+                self._count += 1
+                self._spooled += 1
+                return 1
             try:
                 db.execute("BEGIN IMMEDIATE")
                 for record, size in zip(records, sizes):
@@ -214,8 +229,9 @@ class Spool:
                         else:
                             refused += 1
                             continue
-                    db.execute("INSERT INTO spool (topic, payload, qos, created, size) VALUES (?, ?, ?, ?, ?)",
-                               (record.topic, record.payload, record.qos, now, size))
+                    cur = db.execute("INSERT INTO spool (topic, payload, qos, created, size) VALUES (?, ?, ?, ?, ?)",
+                                     (record.topic, record.payload, record.qos, now, size))
+                    self._last_id = cur.lastrowid or self._last_id
                     self._bytes += size
                     self._count += 1
                     kept += 1
@@ -355,6 +371,11 @@ class Spool:
             log.warning("MQTT spool %s: dropped %d message(s) older than max_age_s=%s", self.path, removed,
                         self._config.max_age_s)
         return removed
+
+    @property
+    def last_id(self) -> int:
+        """Id of the newest message ever appended (lock-free read: an int attribute)."""
+        return self._last_id
 
     @property
     def blocked(self) -> int:
