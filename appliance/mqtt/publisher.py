@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 CommandHandler = Callable[[Command], Optional[Mapping[str, Any]]]
 HealthProvider = Callable[[], Mapping[str, Any]]
 _RECENT_REQUESTS = 256
+_STABLE_SESSION_S = 10.0
 
 
 class Clock(Protocol):
@@ -395,12 +396,13 @@ class MqttPublisher:
         backoff = Backoff(self.config.backoff, self._rng)
         cfg = self.config
         while not self._halt.is_set():
+            began = time.monotonic()
             was_connected, reason = self._run_session()
             if self._halt.is_set():
                 break
             self._set_state(State.CONNECTING)
-            if was_connected:
-                backoff.reset()
+            if was_connected and time.monotonic() - began >= _STABLE_SESSION_S:
+                backoff.reset()  # only a session that held counts; a broker that drops us at once gets backoff
             else:
                 with self._lock:
                     self._connect_failures += 1
@@ -410,8 +412,12 @@ class MqttPublisher:
             self._backoff_delays.append(delay)
             backlog = self._spool.stats().backlog
             if was_connected:
-                log.warning("MQTT connection to %s:%d lost (%s); detections spool on disk (%d queued); "
-                            "reconnecting in %.1f s", cfg.host, cfg.port, reason, backlog, delay)
+                hint = ""
+                if time.monotonic() - began < _STABLE_SESSION_S:
+                    hint = (f" (dropped soon after connecting: if it repeats, check the broker log and its ACL "
+                            f"for {self.topics.base}/#)")
+                log.warning("MQTT connection to %s:%d lost (%s)%s; detections spool on disk (%d queued); "
+                            "reconnecting in %.1f s", cfg.host, cfg.port, reason, hint, backlog, delay)
             else:
                 log.warning("MQTT connect failed: %s; retry %d in %.1f s; %d detections spooled", reason,
                             backoff.failures, delay, backlog)

@@ -218,3 +218,25 @@ def test_spool_full_applies_the_policy_and_counts_each_drop(tmp_path: Path, subs
     health = sub.json_on("/health")[-1]
     validate("health", health)
     assert health["spool"]["dropped_oldest" if policy == "drop_oldest" else "dropped_newest"] == 300 - kept
+
+
+def test_mqtt5_rejected_publish_is_counted_and_does_not_block_the_queue(tmp_path: Path,
+                                                                        subscriber_factory: Any) -> None:
+    acl = tmp_path / "acl"
+    acl.write_text("topic readwrite plant/dev1/status\ntopic readwrite plant/dev1/health\n"
+                   "topic read plant/dev1/command/#\ntopic readwrite plant/dev1/cam1/detections\n")
+    with Mosquitto(tmp_path / "broker", extra_config=[f"acl_file {acl}"]) as broker:
+        sub = subscriber_factory(broker, ["plant/dev1/cam1/detections"])
+        publisher = MqttPublisher(make_config(broker, protocol="5"), tmp_path / "spool.sqlite3")
+        publisher.start()
+        try:
+            for seq in range(2):
+                publisher.publish_detections(frame("cam0", seq))  # the ACL denies cam0
+                publisher.publish_detections(frame("cam1", seq))
+            assert publisher.wait_idle(30), publisher.stats()
+            assert sub.wait_for(lambda ms: len(ms) >= 2)
+            stats = publisher.stats()
+        finally:
+            publisher.stop()
+    assert stats.rejected == 2 and stats.acked == 2 and stats.spool.backlog == 0
+    assert [p["seq"] for p in sub.json_on("/detections")] == [0, 1]
