@@ -21,6 +21,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from appliance.modelrepo.materialize import Repository
+from appliance.models.profile import ModelProfile
+from appliance.triton.server import Server
+
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = Path("/usr/share/darknet/data")
 IMAGE_NAMES = ("dog", "person", "horses", "kite", "eagle", "giraffe")
@@ -48,7 +52,7 @@ def _frames() -> list[np.ndarray]:
 
 
 class PlainLoop:
-    def __init__(self, profile, onnx_path: Path, spinning: bool) -> None:
+    def __init__(self, profile: ModelProfile, onnx_path: Path, spinning: bool) -> None:
         import onnxruntime as ort
 
         from appliance.processing.pipeline import Postprocessor, Preprocessor
@@ -79,7 +83,7 @@ class PlainLoop:
 
 
 class Ensemble:
-    def __init__(self, server, repo) -> None:
+    def __init__(self, server: Server, repo: Repository) -> None:
         self.server, self.repo = server, repo
         self.stages = {"pre": repo.preprocess, "detector": repo.detector, "post": repo.postprocess}
 
@@ -155,7 +159,7 @@ def main(argv: list[str]) -> int:
     from appliance.models.profile import load_profile
     from appliance.triton import stubsite
     from appliance.triton.locate import locate
-    from appliance.triton.server import Server, ServerOptions
+    from appliance.triton.server import ServerOptions
 
     profile = load_profile(args.profile)
     frames = _frames()

@@ -75,15 +75,16 @@ def _conv(g: _Graph, sec: Section, x: str, in_ch: int, w: WeightReader) -> tuple
     return y, filters
 
 
-def _maxpool(g: _Graph, sec: Section, x: str) -> str:
+def _maxpool(g: _Graph, sec: Section, x: str, hw: tuple[int, int]) -> tuple[str, tuple[int, int]]:
     size, stride = sec.int("size", 2), sec.int("stride", 2)
     pad = sec.int("padding", size - 1)
     # Darknet offsets the window by -pad//2, so odd padding lands on the bottom/right edge.
     before = pad // 2
-    return g.op(
+    y = g.op(
         "MaxPool", [x], kernel_shape=[size, size], strides=[stride, stride],
         pads=[before, before, pad - before, pad - before],
     )
+    return y, ((hw[0] + pad - size) // stride + 1, (hw[1] + pad - size) // stride + 1)
 
 
 def _yolo(g: _Graph, sec: Section, x: str, grid_hw: tuple[int, int], net_hw: tuple[int, int]) -> str:
@@ -130,10 +131,7 @@ def darknet_to_onnx(cfg_path: Path, weights_path: Path) -> onnx.ModelProto:
             s = sec.int("stride", 1)
             hw = (hw[0] // s, hw[1] // s)
         elif sec.name == "maxpool":
-            x = _maxpool(g, sec, x)
-            s = sec.int("stride", 2)
-            hw = ((hw[0] + sec.int("padding", sec.int("size", 2) - 1) - sec.int("size", 2)) // s + 1,
-                  (hw[1] + sec.int("padding", sec.int("size", 2) - 1) - sec.int("size", 2)) // s + 1)
+            x, hw = _maxpool(g, sec, x, hw)
         elif sec.name == "upsample":
             s = sec.int("stride", 2)
             scales = g.const("scales", np.array([1, 1, s, s], dtype=np.float32))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from appliance.models.profile import ModelProfile
 from appliance.processing import decode as _decode
 from appliance.processing import letterbox as _lb
 from appliance.processing.errors import InputRejected
@@ -26,7 +27,7 @@ class Detections:
 
 
 class Preprocessor:
-    def __init__(self, profile) -> None:  # appliance.models.profile.ModelProfile
+    def __init__(self, profile: ModelProfile) -> None:
         i = profile.input
         self.net_w, self.net_h = i.width, i.height
         self.order, self.mode, self.pad = i.channel_order, i.resize, i.pad_value
@@ -51,7 +52,7 @@ class Preprocessor:
 
 
 class Postprocessor:
-    def __init__(self, profile) -> None:
+    def __init__(self, profile: ModelProfile) -> None:
         h = profile.head
         self.fmt = _decode.HeadFormat(h.layout, len(profile.classes), h.box_format, h.box_units,
                                       profile.input.width, profile.input.height)

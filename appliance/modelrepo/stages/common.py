@@ -8,6 +8,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from appliance.models.profile import ModelProfile
+
 LATENCY_METRIC = "appliance_stage_latency_us"
 REQUESTS_METRIC = "appliance_stage_requests"
 REJECTED_METRIC = "appliance_stage_rejected_inputs"
@@ -21,10 +23,8 @@ def model_parameters(args: dict[str, str]) -> dict[str, str]:
     return {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
 
 
-def load_model_profile(args: dict[str, str]):  # -> appliance.models.profile.ModelProfile
+def load_model_profile(args: dict[str, str]) -> ModelProfile:
     """The profile the materializer wrote beside config.pbtxt."""
-    from appliance.models.profile import ModelProfile
-
     path = Path(args["model_repository"]) / PROFILE_FILE
     return ModelProfile.model_validate_json(path.read_text())
 
@@ -76,8 +76,8 @@ class StageMetrics:
         metric.increment(1)
 
     def close(self) -> None:
-        """Push what is pending, then drop the metrics before their families (the order Triton requires)."""
-        self.flush()
+        """Drop the metrics before their families (the order Triton requires). Up to a second of latency counts
+        is dropped with them: no IPC is started while Triton is shutting the stub down."""
         self._latency = self._requests = None
         self._rejected.clear()
         self._families = ()
