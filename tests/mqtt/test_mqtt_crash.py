@@ -140,6 +140,52 @@ def test_sigkill_mid_stream_and_while_offline_then_restart_delivers_every_sequen
         broker.stop()
 
 
+@pytest.mark.slow
+def test_sent_but_unacknowledged_detections_are_replayed_after_sigkill(tmp_path: Path) -> None:
+    """The broker hangs (SIGSTOP) so the publisher's in-flight window fills with messages the broker never
+    acknowledged; publisher and broker are then killed. Those messages must still be in the spool."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    children: list[Child] = []
+    subs: list[Subscriber] = []
+    try:
+        before = Subscriber(broker.host, broker.port, ["plant/dev1/+/detections"])
+        subs.append(before)
+        spool = tmp_path / "spool.sqlite3"
+        doc = _config_doc(broker)
+        a = Child(doc, spool, start_seq=0, rate=100, log_path=tmp_path / "a.log")
+        children.append(a)
+        assert a.wait_for(lambda c: c.min_durable() >= 20), a.lines[-5:]
+        assert before.wait_for(lambda ms: len(ms) >= 40)
+        broker.pause()
+        # Beyond the default in-flight window (100): some sent-unacknowledged, the rest still queued.
+        assert a.wait_for(lambda c: c.min_durable() >= 100), a.lines[-5:]
+        a.sigkill()
+        broker.kill()
+        before.stop()
+        subs.remove(before)
+
+        broker.start()
+        after = Subscriber(broker.host, broker.port, ["plant/dev1/+/detections"])
+        subs.append(after)
+        c = Child(doc, spool, start_seq=5000, count=5, log_path=tmp_path / "c.log")
+        children.append(c)
+        assert c.wait_exit(90) == 0, (tmp_path / "c.log").read_text()[-3000:]
+        assert after.wait_for(lambda ms: sum(json.loads(m.payload)["seq"] >= 5000 for m in ms) >= 20)
+        got_before = seqs_by_camera([json.loads(m.payload) for m in before.messages])
+        got_after = seqs_by_camera([json.loads(m.payload) for m in after.messages])
+        for cam in ("cam0", "cam1", "cam2", "cam3"):
+            delivered = set(got_before.get(cam, [])) | set(got_after.get(cam, []))
+            missing = sorted(set(a.durable[cam]) - delivered)
+            assert not missing, f"{cam}: lost {len(missing)} acknowledged-as-durable messages: {missing[:10]}"
+            assert got_after[cam] == sorted(got_after[cam]), f"{cam}: replay out of order"
+    finally:
+        for child in children:
+            child.ensure_dead()
+        for sub in subs:
+            sub.stop()
+        broker.kill()
+
+
 def test_last_will_reports_offline_when_the_publisher_is_killed(tmp_path: Path, broker: Mosquitto,
                                                                subscriber_factory: Any) -> None:
     sub = subscriber_factory(broker, ["plant/dev1/status"])

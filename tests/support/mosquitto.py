@@ -8,6 +8,7 @@ start / stop / kill / restart on the same port, and wait until it accepts connec
     broker = Mosquitto(tmp_path, tls=tls, require_certificate=True, passwords={"cam": "secret"})
 
 Always stopped: the context manager and ``stop()`` terminate the process (SIGKILL after a grace period).
+``pause()``/``resume()`` simulate a hung broker; ``kill()`` a crashed one.
 """
 
 from __future__ import annotations
@@ -207,10 +208,20 @@ class Mosquitto:
             proc.wait(timeout)
 
     def kill(self) -> None:
+        """SIGKILL: no persistence saved, no clean close (works on a paused broker too)."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open but nothing is read or acknowledged (a hung broker)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGCONT)
 
     def restart(self, timeout: float = 15.0) -> "Mosquitto":
         self.stop()
