@@ -14,7 +14,7 @@ from appliance.mqtt.errors import NotStartedError
 from appliance.mqtt.messages import CameraStatus, Detection
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 from conftest import frame, make_config, seqs_by_camera, validate
-from support.mosquitto import Mosquitto
+from support.mosquitto import Mosquitto, free_port
 
 
 class SteppedClock:
@@ -240,3 +240,18 @@ def test_mqtt5_rejected_publish_is_counted_and_does_not_block_the_queue(tmp_path
             publisher.stop()
     assert stats.rejected == 2 and stats.acked == 2 and stats.spool.backlog == 0
     assert [p["seq"] for p in sub.json_on("/detections")] == [0, 1]
+
+
+def test_websockets_transport(tmp_path: Path, subscriber_factory: Any) -> None:
+    ws_port = free_port()
+    with Mosquitto(tmp_path / "broker", extra_config=[f"listener {ws_port} 127.0.0.1", "protocol websockets"]) as b:
+        sub = subscriber_factory(b, ["plant/dev1/cam0/detections"])  # plain TCP listener
+        publisher = MqttPublisher(make_config(b, port=ws_port, transport="websockets"), tmp_path / "s.sqlite3")
+        publisher.start()
+        try:
+            assert publisher.wait_connected(20), publisher.stats().last_error
+            publisher.publish_detections(frame("cam0", 7))
+            assert sub.wait_for(lambda ms: len(ms) >= 1)
+        finally:
+            publisher.stop()
+    assert sub.json_on("/detections")[0]["seq"] == 7
