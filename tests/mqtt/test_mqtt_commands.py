@@ -17,7 +17,7 @@ from paho.mqtt.properties import Properties
 from appliance.mqtt.errors import CommandError
 from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher
-from conftest import make_config, validate
+from mqtt_helpers import make_config, validate
 from support.mosquitto import Mosquitto
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from conftest import Subscriber, make_config, seqs_by_camera, validate
+from mqtt_helpers import Subscriber, make_config, seqs_by_camera, validate
 from support.mosquitto import Mosquitto
 
 CHILD = Path(__file__).with_name("mqtt_child_publisher.py")

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from appliance.mqtt.schema import MESSAGE_TYPES
-from conftest import validate
+from mqtt_helpers import validate
 
 EXAMPLE = re.compile(r"<!-- schema: (\w+) -->\s*```json\n(.*?)```", re.S)
 

@@ -15,7 +15,7 @@ from appliance.mqtt.messages import (CameraStatus, Detection, DetectionsMessage,
                                      command_reply_payload, detections_payload, device_status_payload, encode,
                                      iso_utc_ms)
 from appliance.mqtt.schema import MESSAGE_TYPES, load_schema
-from conftest import MODEL, frame, validate
+from mqtt_helpers import MODEL, frame, validate
 
 
 def test_detections_payload_fields() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
 
 from appliance.mqtt.backoff import Backoff
 from appliance.mqtt.config import BackoffConfig, PublishConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
-from conftest import Subscriber, frame, make_config, seqs_by_camera, validate
+from mqtt_helpers import Subscriber, frame, make_config, seqs_by_camera, validate
 from support.mosquitto import Mosquitto
 
 CAMERAS = ("cam0", "cam1", "cam2", "cam3")

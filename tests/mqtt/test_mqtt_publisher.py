@@ -13,7 +13,7 @@ import pytest
 from appliance.mqtt.errors import NotStartedError
 from appliance.mqtt.messages import CameraStatus, Detection
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
-from conftest import frame, make_config, seqs_by_camera, validate
+from mqtt_helpers import frame, make_config, seqs_by_camera, validate
 from support.mosquitto import Mosquitto, free_port
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from appliance.mqtt.errors import MqttConfigError
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
-from conftest import frame, make_config, validate
+from mqtt_helpers import frame, make_config, validate
 from support.mosquitto import Mosquitto, issue_cert, make_ca, make_tls_material
 
 
