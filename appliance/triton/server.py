@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import enum
-import itertools
 import json
 import logging
 import os
@@ -38,7 +37,6 @@ from appliance.triton.errors import (
 from appliance.triton.locate import TritonDistribution, locate
 
 log = logging.getLogger(__name__)
-_server_ids = itertools.count(1)
 
 
 class ServerState(enum.Enum):
@@ -113,7 +111,6 @@ class Server:
         self._runtime: infer._Runtime | None = None
         self._ptr: int | None = None
         self._deadlines: infer.Deadlines | None = None
-        self._number = next(_server_ids)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     @property
@@ -191,9 +188,20 @@ class Server:
     def _backend_config(self) -> dict[str, dict[str, str]]:
         config = {name: dict(settings) for name, settings in self.options.backend_config.items()}
         python = config.setdefault("python", {})
-        # Stub shared-memory regions are named system-wide; keep servers (tests, benches, other users) apart.
-        python.setdefault("shm-region-prefix-name", f"appliance_{os.getpid()}_{self._number}_")
+        # Stub shared-memory regions are named system-wide: keep processes (tests, benches, users) apart.
+        # Triton initializes each backend once per process, so only the first server's python settings count.
+        python.setdefault("shm-region-prefix-name", f"appliance_{os.getpid()}_")
         return config
+
+    def _stub_roots(self) -> list[str]:
+        return [os.path.realpath(r) for r in self.options.repositories]
+
+    def stub_pids(self) -> list[int]:
+        """Pids of this server's Python-backend stub processes (one per model instance).
+
+        Stubs are told apart by repository, so two servers on one repository in a process share the answer.
+        """
+        return stubs.child_stubs(self._stub_roots())
 
     def _create(self, api: _capi.CApi, opts: int, timeout: float) -> int:
         """ServerNew blocks while startup models load; bound it by ``timeout`` without abandoning the server."""
@@ -256,9 +264,12 @@ class Server:
                               release_inputs=finished)  # fmt: skip
         if left:
             log.warning("%d request(s) still pending when the server stopped", left)
-        killed = stubs.wait_gone(max(0.5, deadline - self._clock()))
-        if killed:
-            log.error("killed %d Python-backend stub process(es) that outlived the server: %s", len(killed), killed)
+        roots = self._stub_roots()
+        shared = any(other is not self and set(roots) & set(other._stub_roots()) for other in list(_live_servers))
+        left = stubs.wait_gone(max(0.5, deadline - self._clock()), roots, kill=not shared)
+        if left:
+            log.error("%s %d Python-backend stub process(es) that outlived the server: %s",
+                      "left" if shared else "killed", len(left), left)  # fmt: skip
         self._ptr = None
         self._state = ServerState.STOPPED
         _live_servers.discard(self)

@@ -5,13 +5,20 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 STUB_NAME = "triton_python_backend_stub"
 
 
-def child_stubs(parent: int | None = None, proc: Path = Path("/proc")) -> list[int]:
-    """Pids of live (non-zombie) stub processes whose parent is ``parent`` (default: this process)."""
+def child_stubs(roots: Sequence[str] = (), parent: int | None = None, proc: Path = Path("/proc")) -> list[int]:
+    """Pids of live (non-zombie) stub processes of ``parent`` (default: this process).
+
+    With ``roots``, only stubs serving a model.py under one of these repository directories: that is how a
+    server's stubs are told apart from another server's in the same process (the stub's first argument is
+    its model.py path; the Python backend's other settings are process-wide, so they cannot tell them apart).
+    """
+    prefixes = [str(r).rstrip("/").encode() + b"/" for r in roots]
     parent = os.getpid() if parent is None else parent
     found = []
     for entry in proc.iterdir():
@@ -26,20 +33,30 @@ def child_stubs(parent: int | None = None, proc: Path = Path("/proc")) -> list[i
         fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) < 2 or fields[0] == "Z" or int(fields[1]) != parent:
             continue
-        if STUB_NAME.encode() in cmdline.split(b"\0", 1)[0]:
+        args = cmdline.split(b"\0")
+        if STUB_NAME.encode() in args[0] and (
+            not prefixes or (len(args) > 1 and any(args[1].startswith(p) for p in prefixes))
+        ):
             found.append(int(entry.name))
     return found
 
 
-def wait_gone(timeout: float, parent: int | None = None, proc: Path = Path("/proc")) -> list[int]:
-    """Wait up to ``timeout`` s for our stubs to exit; SIGKILL any left; return the pids that were killed."""
+def wait_gone(
+    timeout: float, roots: Sequence[str], parent: int | None = None, proc: Path = Path("/proc"), kill: bool = True
+) -> list[int]:
+    """Wait up to ``timeout`` s for our stubs under ``roots`` to exit; SIGKILL any left (if ``kill``).
+
+    Returns the pids still alive at the deadline.
+    """
+    if not roots:
+        raise ValueError("repository roots are needed: never touch stubs that belong to another server")
     deadline = time.monotonic() + timeout
     while True:
-        left = child_stubs(parent, proc)
+        left = child_stubs(roots, parent, proc)
         if not left or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
-    for pid in left:
+    for pid in left if kill else ():
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)  # reap it: it is our child, and nothing else will wait for it now
