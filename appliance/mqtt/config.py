@@ -159,5 +159,11 @@ class MqttConfig(StrictModel):
     def effective_client_id(self) -> str:
         return self.client_id or f"appliance-{self.device_id}"
 
+    def spool_path(self, state_dir: Path) -> Path:
+        """spool.path, relative to the state directory unless absolute; default <state_dir>/mqtt-spool.sqlite3."""
+        if self.spool.path is None:
+            return Path(state_dir) / "mqtt-spool.sqlite3"
+        return Path(state_dir) / self.spool.path  # an absolute spool.path wins over state_dir
+
     def publish_config(self, camera_id: str) -> PublishConfig:
         return self.cameras.get(camera_id, self.publish)

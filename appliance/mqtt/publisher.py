@@ -126,6 +126,7 @@ class MqttPublisher:
         self._cursor = 0                       # highest spool id handed to paho (sender thread only)
         self._window = config.inflight_window
         self._gates: dict[str, PublishGate] = {}
+        self._detection_topics: dict[str, str] = {}
         self._retained: dict[str, bytes] = {}  # camera status topic -> payload, republished on reconnect
         self._handlers: dict[str, CommandHandler] = {}
         self._commands: queue.Queue[Optional[tuple[str, bytes, Optional[str], Optional[bytes]]]] = queue.Queue()
@@ -270,7 +271,9 @@ class MqttPublisher:
         for msg in messages:
             if not isinstance(msg, DetectionsMessage):
                 raise TypeError(f"expected DetectionsMessage, got {type(msg).__name__}")
-            topic = self.topics.detections(msg.camera_id)
+            topic = self._detection_topics.get(msg.camera_id)
+            if topic is None:  # checks the camera id once, not per frame
+                topic = self._detection_topics.setdefault(msg.camera_id, self.topics.detections(msg.camera_id))
             gate = self._gates.get(msg.camera_id)
             if gate is None:
                 gate = self._gates.setdefault(msg.camera_id, PublishGate(self.config.publish_config(msg.camera_id)))

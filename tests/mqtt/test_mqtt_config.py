@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,3 +95,9 @@ def test_topics_layout_and_bad_ids() -> None:
         t.detections("command")
     with pytest.raises(MqttConfigError, match="topic prefix"):
         Topics("/abs", "box7")
+
+
+def test_spool_path_resolution(tmp_path: Any) -> None:
+    assert _cfg().spool_path(tmp_path) == tmp_path / "mqtt-spool.sqlite3"
+    assert _cfg(spool={"path": "q/spool.db"}).spool_path(tmp_path) == tmp_path / "q" / "spool.db"
+    assert _cfg(spool={"path": "/var/spool/a.db"}).spool_path(tmp_path) == Path("/var/spool/a.db")

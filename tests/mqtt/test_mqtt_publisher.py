@@ -255,3 +255,28 @@ def test_websockets_transport(tmp_path: Path, subscriber_factory: Any) -> None:
         finally:
             publisher.stop()
     assert sub.json_on("/detections")[0]["seq"] == 7
+
+
+def test_batch_publish_keeps_order_and_reports_each_result(tmp_path: Path) -> None:
+    broker = Mosquitto(tmp_path / "broker")  # never started: the batch stays in the spool
+    config = make_config(broker, cameras={"door": {"mode": "on_change"}}, spool={"max_bytes": 64 * 1024,
+                                                                                 "overflow": "drop_newest"})
+    publisher = MqttPublisher(config, tmp_path / "spool.sqlite3")
+    publisher.start()
+    try:
+        batch = [frame("belt", i) for i in range(3)] + [frame("door", 0), frame("door", 1)]
+        results = publisher.publish_detections_many(batch)
+        S, X, D = PublishResult.SPOOLED, PublishResult.SUPPRESSED, PublishResult.DROPPED
+        assert results == [S, S, S, S, X]  # door frame 1 has the same class counts as frame 0
+        big = publisher.publish_detections_many([frame("belt", 10 + i) for i in range(100)])
+        kept = big.count(S)
+        assert 0 < kept < 100 and big == [S] * kept + [D] * (100 - kept)
+        stats = publisher.stats()
+        assert stats.suppressed == 1 and stats.spool.backlog == 4 + kept
+        assert stats.spool.dropped_newest == 100 - kept
+        publisher.set_health_provider(lambda: 1 / 0)  # a broken provider must not break health
+        health = publisher.health_payload()
+        validate("health", health)
+        assert health["cameras"] == {} and health["spool"]["backlog"] == 4 + kept
+    finally:
+        publisher.stop(timeout=0.5)
