@@ -110,12 +110,13 @@ class DetectionsMessage:
                 raise ValueError(f"detections must be Detection objects, got {type(det).__name__}")
 
 
+def _clamp(v: float, hi: int) -> float:
+    return 0.0 if v < 0.0 else (float(hi) if v > hi else float(v))
+
+
 def _box_dicts(box: Sequence[float], width: int, height: int) -> tuple[dict[str, float], dict[str, float]]:
     # Detectors emit boxes slightly outside the frame; clamp so subscribers can trust the bounds.
-    x1 = min(max(box[0], 0.0), width)
-    y1 = min(max(box[1], 0.0), height)
-    x2 = min(max(box[2], 0.0), width)
-    y2 = min(max(box[3], 0.0), height)
+    x1, y1, x2, y2 = _clamp(box[0], width), _clamp(box[1], height), _clamp(box[2], width), _clamp(box[3], height)
     pixels = {"x1": round(x1, 2), "y1": round(y1, 2), "x2": round(x2, 2), "y2": round(y2, 2)}
     norm = {"x1": round(x1 / width, 6), "y1": round(y1 / height, 6),
             "x2": round(x2 / width, 6), "y2": round(y2 / height, 6)}
