@@ -197,3 +197,10 @@ def test_exit_without_stop_neither_hangs_nor_leaves_stubs(tmp_path: Path, models
     while stubs_mentioning(str(repo)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert stubs_mentioning(str(repo)) == []
+
+
+def test_importing_loads_nothing() -> None:
+    code = ("import sys, appliance.triton, appliance.triton.server as s; "
+            "assert not s._capi._loaded, 'library loaded at import'; "
+            "assert not any(k for k in s._capi._loaded); print('ok')")  # fmt: skip
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"
