@@ -49,6 +49,8 @@ CommandHandler = Callable[[Command], Optional[Mapping[str, Any]]]
 HealthProvider = Callable[[], Mapping[str, Any]]
 _RECENT_REQUESTS = 256
 _STABLE_SESSION_S = 10.0
+_DELETE_BATCH = 256
+_DELETE_DELAY_S = 0.05
 
 
 class Clock(Protocol):
@@ -123,6 +125,9 @@ class MqttPublisher:
         self._threads: list[threading.Thread] = []
         self._acks: collections.deque[tuple[int, Any]] = collections.deque()
         self._inflight: dict[int, int] = {}    # paho mid -> spool id (sender thread only)
+        self._to_delete: list[int] = []        # acknowledged, not yet deleted (sender thread only)
+        self._rejected_pending = 0
+        self._delete_due: Optional[float] = None
         self._cursor = 0                       # highest spool id handed to paho (sender thread only)
         self._window = config.inflight_window
         self._gates: dict[str, PublishGate] = {}
@@ -202,7 +207,7 @@ class MqttPublisher:
             thread.join(max(1.0, deadline - time.monotonic()))
             if thread.is_alive():
                 log.error("MQTT %s thread did not stop in time", thread.name)
-        self._process_acks()
+        self._process_acks(flush=True)
         self._spool.close()
         self._connected_evt.clear()
         self._set_state(State.STOPPED)
@@ -507,7 +512,10 @@ class MqttPublisher:
             # Re-check after announcing idleness: a producer that appended before it saw us busy and did not
             # wake us. Waking the sender per message costs more than the message itself on a 2-core box.
             if not self._has_work():
-                self._wake.wait(0.25)
+                timeout = 0.25
+                if self._delete_due is not None:
+                    timeout = min(timeout, max(0.0, self._delete_due - time.monotonic()))
+                self._wake.wait(timeout)
             self._sender_idle = False
             self._wake.clear()
             try:
@@ -534,7 +542,7 @@ class MqttPublisher:
         return (self._state is State.CONNECTED and not self._closing and self._spool.last_id > self._cursor
                 and len(self._inflight) < self._window)
 
-    def _process_acks(self) -> None:
+    def _process_acks(self, flush: bool = False) -> None:
         done: list[int] = []
         rejected = 0
         while True:
@@ -551,11 +559,24 @@ class MqttPublisher:
                 log.error("MQTT broker rejected a detections message (spool id %d): %s; check the broker ACL "
                           "for %s/#", row_id, reason, self.topics.base)
             done.append(row_id)
-        if done:
-            self._spool.delete(done)
+        if rejected:
             with self._lock:
-                self._acked += len(done) - rejected
                 self._rejected += rejected
+        self._to_delete.extend(done)
+        self._rejected_pending += rejected
+        if not self._to_delete:
+            return
+        now = time.monotonic()
+        if self._delete_due is None:
+            self._delete_due = now + _DELETE_DELAY_S
+        # Deleting in batches saves a commit per message; a crash in between only means a duplicate on replay.
+        if flush or len(self._to_delete) >= _DELETE_BATCH or now >= self._delete_due:
+            ids, self._to_delete = self._to_delete, []
+            rejected_in_batch, self._rejected_pending = self._rejected_pending, 0
+            self._delete_due = None
+            self._spool.delete(ids)
+            with self._lock:
+                self._acked += len(ids) - rejected_in_batch
 
     def _fill_window(self) -> None:
         if self._closing:
