@@ -49,9 +49,9 @@ class OrtDetectorStage:
                 responses.append(self.pb.InferenceResponse(
                     output_tensors=[self.pb.Tensor("OUTPUT", y[offset:offset + len(b)])]))
                 offset += len(b)
-        except Exception as exc:  # e.g. a shape the model rejects: fail these requests, keep serving
+        except Exception as exc:  # Triton already checked shapes and types: this is a model/runtime failure
             log.exception("detector failed")
-            responses = [error_response(self.pb, f"detector: {exc}") for _ in requests]
+            responses = [error_response(self.pb, f"detector: {exc}", invalid_arg=False) for _ in requests]
         for _ in requests:
             self.metrics.observe(started)
         return responses
