@@ -409,8 +409,9 @@ class MqttPublisher:
             if self._halt.is_set():
                 break
             self._set_state(State.CONNECTING)
-            if was_connected and time.monotonic() - began >= _STABLE_SESSION_S:
-                backoff.reset()  # only a session that held counts; a broker that drops us at once gets backoff
+            if was_connected:
+                if time.monotonic() - began >= _STABLE_SESSION_S:
+                    backoff.reset()  # only a session that held; a broker that drops us at once gets backoff
             else:
                 with self._lock:
                     self._connect_failures += 1
