@@ -3,16 +3,13 @@ OpenCV reference, both head layouts, concurrent frames of different sizes, and e
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import cv2
 import numpy as np
 import pytest
 
 from appliance.modelrepo.materialize import DetectorSource, RepositoryOptions, materialize
 from appliance.triton import InvalidArgumentError
-from conftest import write_v8_adapter
-from models_reference import assert_same_detections
+from models_reference import assert_same_detections, write_v8_adapter
 
 pytestmark = pytest.mark.slow
 V8_QUEUE_DELAY_US = 500_000  # long enough that concurrent frames always meet in one detector batch
