@@ -63,3 +63,21 @@ def test_normalization_mean_std_and_nhwc(profile, images) -> None:
     expected = (rgb - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
     assert tensor.shape == (416, 416, 3)
     np.testing.assert_allclose(tensor, expected, atol=1e-5)
+
+
+def test_allow_list_per_class_threshold_and_max_detections_on_real_detections(profile, images, session) -> None:
+    tensor, lb = Preprocessor(profile).frame(images["dog"])
+    raw = session.run(None, {"images": tensor[None]})[0][0]
+    full = Postprocessor(profile)(raw, lb)
+    dog, car = profile.classes.index("dog"), profile.classes.index("car")
+    assert {dog, car} <= set(full.class_ids.tolist())
+
+    def with_thresholds(**update):
+        return Postprocessor(profile.model_copy(update={"thresholds": profile.thresholds.model_copy(update=update)}))
+
+    only_dogs = with_thresholds(allow=["dog"])(raw, lb)
+    assert set(only_dogs.class_ids.tolist()) == {dog}
+    no_cars = with_thresholds(per_class={"car": 0.99})(raw, lb)
+    assert car not in no_cars.class_ids and len(no_cars.boxes) == len(full.boxes) - int((full.class_ids == car).sum())
+    top2 = with_thresholds(max_detections=2)(raw, lb)
+    np.testing.assert_array_equal(top2.scores, full.scores[:2])
