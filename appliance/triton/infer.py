@@ -26,6 +26,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
@@ -335,14 +336,14 @@ class _Runtime:
                     if err:
                         log.error("deleting a response failed: %s", take(self.api, err))
             if pending is not None and flags & _capi.RESPONSE_COMPLETE_FINAL:
-                with pending.lock:
-                    pending.responded = True
                 if pending.error is not None:
                     _resolve(pending.future, error=pending.error)
                 elif pending.result is not None:
                     _resolve(pending.future, pending.result)
                 else:
                     _resolve(pending.future, error=InternalError(f"model {pending.model!r} sent no response"))
+                with pending.lock:  # only now: maybe_forget clears the result
+                    pending.responded = True
                 self.maybe_forget(pending)
         except BaseException:  # noqa: BLE001
             log.exception("response callback failed")
@@ -401,10 +402,14 @@ class _Runtime:
         with pending.lock:
             done = pending.released and pending.responded
         if done:
-            self.pending.pop(pending.id, None)
+            self.forget(pending)
 
     def forget(self, pending: _Pending) -> None:
         self.pending.pop(pending.id, None)
+        # Break the future <-> pending cycle so a dropped result (e.g. a frame-sized output) is freed by
+        # reference counting at once rather than at the next garbage collection.
+        pending.future._pending = None
+        pending.result = pending.error = None
 
 
 _runtimes: dict[int, _Runtime] = {}
@@ -500,7 +505,8 @@ class Deadlines:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._heap: list[tuple[float, int, _Pending, float]] = []
+        # Weak references: a finished request must not be kept alive (with its outputs) until its deadline.
+        self._heap: list[tuple[float, int, weakref.ref[_Pending], float]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
@@ -513,7 +519,7 @@ class Deadlines:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="triton-deadlines", daemon=True)
                 self._thread.start()
-            heapq.heappush(self._heap, (when, next(self._seq), pending, timeout_s))
+            heapq.heappush(self._heap, (when, next(self._seq), weakref.ref(pending), timeout_s))
             self._cond.notify()
 
     def _run(self) -> None:
@@ -523,7 +529,10 @@ class Deadlines:
                     self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - self._clock()))
                 if self._stopped:
                     return
-                _, _, pending, timeout_s = heapq.heappop(self._heap)
+                _, _, ref, timeout_s = heapq.heappop(self._heap)
+            pending = ref()
+            if pending is None:
+                continue
             try:
                 pending.expire(timeout_s)
             except BaseException:  # noqa: BLE001

@@ -230,10 +230,11 @@ class Server:
         return box["server"]
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop serving, wait for in-flight requests (up to ``exit_timeout_s``), unload models, end stubs.
+        """Stop serving: in-flight requests get ``exit_timeout_s`` to finish, then models are unloaded.
 
-        Never waits longer than ``timeout``: requests still pending then fail with ``UnavailableError`` and
-        any stub process left is killed. Idempotent.
+        A model still busy after that (its stub not answering) has its stub killed, which fails its requests
+        inside Triton so the shutdown can complete. Never waits longer than ``timeout``: anything still
+        pending then fails with ``UnavailableError`` and Triton is abandoned. Idempotent.
         """
         with self._lock:
             if self._state in (ServerState.STOPPED, ServerState.STOPPING):
@@ -248,24 +249,43 @@ class Server:
         api, ptr = self._api, self._ptr
         assert api is not None and ptr is not None and self._runtime is not None
         errors: list[TritonError] = []
+        deleted = threading.Event()
 
         def delete() -> None:
-            err = api.TRITONSERVER_ServerDelete(ptr)  # stops, waits for in-flight work, unloads models
+            # Stops, waits exit_timeout_s for in-flight work, unloads models, frees the server. When the
+            # wait times out it returns an error *without* freeing anything, so it may need a second call.
+            err = api.TRITONSERVER_ServerDelete(ptr)
             if err:
                 errors.append(take(api, err))
+            else:
+                deleted.set()
 
-        worker = threading.Thread(target=delete, name="triton-stop", daemon=True)
-        worker.start()
-        worker.join(max(0.0, deadline - self._clock()))
-        finished = not worker.is_alive()
+        def attempt(wait: float) -> threading.Thread:
+            thread = threading.Thread(target=delete, name="triton-stop", daemon=True)
+            thread.start()
+            thread.join(max(0.0, wait))
+            return thread
+
+        roots = self._stub_roots()
+        shared = any(other is not self and set(roots) & set(other._stub_roots()) for other in list(_live_servers))
+        worker = attempt(min(deadline - self._clock(), self.options.exit_timeout_s + 3.0))
+        if not deleted.is_set() and not shared:
+            # A model is still busy (or its stub hung): killing its stub fails its requests inside Triton,
+            # which lets the unload and the delete complete.
+            killed = stubs.wait_gone(0.0, roots)
+            if killed:
+                log.error("killed %d busy Python-backend stub(s) to finish stopping: %s", len(killed), killed)
+            if worker.is_alive():
+                worker.join(max(0.0, deadline - self._clock()))
+            else:
+                worker = attempt(deadline - self._clock())
+        finished = deleted.is_set()
         if self._deadlines is not None:
             self._deadlines.stop()
         left = infer.fail_all(self._runtime, self, "server stopped before the request completed",
                               release_inputs=finished)  # fmt: skip
         if left:
             log.warning("%d request(s) still pending when the server stopped", left)
-        roots = self._stub_roots()
-        shared = any(other is not self and set(roots) & set(other._stub_roots()) for other in list(_live_servers))
         left = stubs.wait_gone(max(0.5, deadline - self._clock()), roots, kill=not shared)
         if left:
             log.error("%s %d Python-backend stub process(es) that outlived the server: %s",

@@ -296,3 +296,24 @@ def test_awaitable_with_asyncio(server: Server) -> None:
 
     results = asyncio.run(main())
     assert [float(r[0, 0]) for r in results] == [2.0 * i for i in range(10)]
+
+
+def test_dropped_result_is_freed_without_waiting_for_gc(server: Server) -> None:
+    import gc
+    import weakref
+
+    fut = server.infer_async("echo", {"X": np.ones((1, 1000), np.float32)}, timeout_s=WAIT)
+    y = fut.result(WAIT)["Y"]
+    owner = y
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    ref = weakref.ref(owner)
+    deadline = time.monotonic() + WAIT
+    while fut._pending is not None and time.monotonic() < deadline:  # until Triton has released the request
+        time.sleep(0.01)
+    gc.disable()
+    try:
+        del y, owner, fut
+        assert ref() is None  # no reference cycle (nor the deadline timer) keeps the output alive
+    finally:
+        gc.enable()

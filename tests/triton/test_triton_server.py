@@ -154,26 +154,53 @@ def test_lifecycle_model_control_and_introspection(tmp_path: Path, models_src: P
     server.stop()  # idempotent
 
 
+def slow_inputs(seconds: float) -> dict[str, np.ndarray]:
+    return {"SECONDS": np.array([seconds], np.float32), "MARKER": np.array([b""], dtype=object)}
+
+
 @pytest.mark.slow
-def test_stop_while_requests_are_in_flight(tmp_path: Path, models_src: Path) -> None:
+def test_stop_lets_in_flight_requests_finish(tmp_path: Path, models_src: Path) -> None:
     repo = copy_models(tmp_path / "repo", [models_src / "slow"])
     before = infer.counters.snapshot()
-    released: list[int] = []
-    with started_server(repo, models=["slow"], exit_timeout_s=1) as server:
+    released: list[str] = []
+    with started_server(repo, models=["slow"], exit_timeout_s=60) as server:
         assert len(server.stub_pids()) == 1
-        inputs = {"SECONDS": np.array([0.5], np.float32), "MARKER": np.array([b""], dtype=object)}
-        futures = [server.infer_async("slow", inputs, request_id=str(i), on_inputs_released=lambda: released.append(1))
-                   for i in range(6)]  # fmt: skip
-    # The context manager has stopped the server: every request has an outcome and released its inputs.
-    assert all(f.done() for f in futures)
-    outcomes = [f.exception() for f in futures]
-    assert all(e is None or isinstance(e, errors.TritonError) for e in outcomes)
-    assert outcomes[0] is None  # the first one was running and got to finish
-    assert len(released) == 6
+        futures = [server.infer_async("slow", slow_inputs(0.3), request_id=str(i),
+                                      on_inputs_released=lambda i=i: released.append(str(i)))
+                   for i in range(4)]  # fmt: skip
+    # The context manager has stopped the server; the queued requests were drained first.
+    assert [f.result(0)["DONE"].tolist() for f in futures] == [[1]] * 4
+    assert sorted(released) == ["0", "1", "2", "3"]  # each exactly once
     assert server.stub_pids() == []
     after = infer.counters.snapshot()
-    assert after["requests_created"] - before["requests_created"] == after["requests_deleted"] - before["requests_deleted"]
-    assert after["responses_received"] - before["responses_received"] == after["responses_deleted"] - before["responses_deleted"]
+    delta = {k: after[k] - before[k] for k in after}
+    assert delta["requests_created"] == delta["requests_deleted"] == 4
+    assert delta["responses_received"] == delta["responses_deleted"] == 4
+
+
+@pytest.mark.slow
+def test_stop_with_a_stuck_model_fails_its_requests_and_kills_its_stub(
+    tmp_path: Path, models_src: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    repo = copy_models(tmp_path / "repo", [models_src / "slow"])
+    released: list[str] = []
+    with started_server(repo, models=["slow"], exit_timeout_s=0) as server:
+        marker = tmp_path / "started"
+        first = server.infer_async("slow", {"SECONDS": np.array([600], np.float32),
+                                            "MARKER": np.array([str(marker).encode()], dtype=object)},
+                                   on_inputs_released=lambda: released.append("first"))  # fmt: skip
+        rest = [server.infer_async("slow", slow_inputs(600), on_inputs_released=lambda i=i: released.append(str(i)))
+                for i in range(2)]  # fmt: skip
+        deadline = time.monotonic() + WAIT
+        while not marker.exists() and time.monotonic() < deadline:  # the model is busy with the first one
+            time.sleep(0.02)
+        assert marker.exists()
+    for fut in [first, *rest]:
+        assert isinstance(fut.exception(0), errors.UnavailableError)
+    assert sorted(released) == ["0", "1", "first"]  # each exactly once
+    assert "killed 1 busy Python-backend stub" in caplog.text
+    assert server.stub_pids() == []
+    assert server.state is ServerState.STOPPED
 
 
 @pytest.mark.slow
