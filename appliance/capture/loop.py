@@ -56,6 +56,7 @@ class CaptureLoop:
         self._attempt = 0
         self._progress = 0.0  # clock() of the last frame or connect attempt
         self._stalled_at: float | None = None
+        self._connecting = False
         self._done = threading.Event()
         self._hung_reported = False
 
@@ -86,6 +87,7 @@ class CaptureLoop:
                     self.writer.count("reconnects")
                 self._attempt += 1
                 self._stalled_at = None
+                self._connecting = True
                 self._progress = self._clock()
             self._set_state(CaptureState.CONNECTING)
             source = self._factory()
@@ -94,6 +96,9 @@ class CaptureLoop:
             try:
                 log.info("%s: connecting to %s", self.name, source.describe())
                 source.open()
+                with self._lock:
+                    self._connecting = False
+                    self._progress = self._clock()  # connected: the stall timer counts from here
                 self._stream(source, stop)
                 error = None
             except SourceConfigError as exc:
@@ -187,7 +192,8 @@ class CaptureLoop:
                 if source is None:
                     continue
                 if self._stalled_at is None:
-                    if now - self._progress <= self.camera.stall_timeout_s:
+                    allowed = self.camera.stall_timeout_s + (source.open_timeout_s if self._connecting else 0.0)
+                    if now - self._progress <= allowed:
                         continue
                     self._stalled_at = now
                     self.writer.count("stalls")

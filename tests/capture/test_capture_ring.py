@@ -290,3 +290,19 @@ def test_slow_reader_gets_latest_frames_never_torn_and_drops_are_counted(shm_roo
     unread = count - len(seen)
     assert health.frames == count and unread - 3 <= health.drops <= unread
     assert reader.frames_skipped == count - len(seen)
+
+
+def test_release_from_another_thread_frees_the_slot(ring):
+    """Triton calls the release callback on one of its own threads."""
+    import threading
+
+    _, writer, reader = ring
+    put(writer, 1)
+    lease = reader.acquire_latest()
+    thread = threading.Thread(target=lease.release)
+    thread.start()
+    thread.join()
+    assert lease.released and reader.leases_held == 0
+    for value in range(GEOM.slots):  # every slot, including the one that was leased, is writable again
+        put(writer, value)
+    assert reader.health().ring_full == 0

@@ -32,6 +32,8 @@ class FrameSource(abc.ABC):
 
     #: True for sources that would deliver as fast as they can decode (files, images): the loop paces them.
     paced: bool = False
+    #: How long open() may legitimately block; the stall watchdog adds it while connecting.
+    open_timeout_s: float = 0.0
 
     def __init__(self, width: int, height: int, pixel_format: str, resize: bool) -> None:
         self.width, self.height, self.pixel_format, self.resize = width, height, pixel_format, resize
