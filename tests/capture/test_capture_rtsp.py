@@ -72,3 +72,27 @@ def test_udp_transport(camera, server, shm_root):
         wait_for(lambda: proc.health().frames >= 5, 60, "5 frames over RTP/UDP")
     finally:
         proc.close()
+
+
+def test_http_stream(camera, long_video, shm_root):
+    """An HTTP MPEG-TS stream served by a real ffmpeg (-listen 1: one client), through the rtsp source type."""
+    import subprocess
+
+    from support.rtsp import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/cam.ts"
+    server = subprocess.Popen(
+        ["ffmpeg", "-nostdin", "-loglevel", "error", "-re", "-i", str(long_video), "-c", "copy", "-f", "mpegts", "-listen", "1", url],
+        stdin=subprocess.DEVNULL,
+    )
+    cam = camera({"type": "rtsp", "url": url, "open_timeout_s": 5})
+    proc = CaptureProcess(cam, shm_root=shm_root)
+    try:
+        proc.start()
+        wait_for(lambda: proc.health().frames >= 5, 60, "5 frames over HTTP")
+        with proc.reader() as reader, reader.acquire_latest() as lease:
+            assert lease.array.std() > 10
+    finally:
+        proc.close()
+        server.kill()
+        server.wait()
