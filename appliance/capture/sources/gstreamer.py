@@ -17,7 +17,7 @@ import tempfile
 
 import numpy as np
 
-from appliance.capture.sources.base import EndOfStream, FrameSource, SourceConfigError, SourceError
+from appliance.capture.sources.base import EndOfStream, FrameSource, SourceConfigError
 
 log = logging.getLogger(__name__)
 
