@@ -3,8 +3,8 @@
 Triton runs each Python model in ``triton_python_backend_stub``, which embeds the *system* libpython in
 isolated mode: it ignores ``PYTHONPATH`` and sees neither the virtualenv (numpy, onnxruntime, the
 editable ``appliance``) nor anything else we install. The stub does put the model directory on
-``sys.path`` before importing ``model.py``, so we write a tiny module, ``_appliance_site.py``, into every
-Python model's directory; a model's ``model.py`` imports it first::
+``sys.path`` before importing ``model.py``, so we write a tiny module, ``_appliance_site.py``, next to every
+Python model's ``model.py``; the model imports it first::
 
     import _appliance_site  # noqa: F401  (must come before numpy and appliance imports)
 
@@ -81,16 +81,24 @@ def hook_source(site_dirs: Sequence[str]) -> str:
     return _TEMPLATE.format(dirs=[str(d) for d in site_dirs])
 
 
-def write_path_hook(model_dir: Path, site_dirs: Sequence[str] | None = None) -> Path:
-    """Write ``_appliance_site.py`` into one model directory (idempotent); return its path."""
+def write_path_hook(model_dir: Path, site_dirs: Sequence[str] | None = None) -> list[Path]:
+    """Write ``_appliance_site.py`` next to each version's ``model.py`` (idempotent); return the files.
+
+    The version directory is on the stub's ``sys.path`` too, and a ``__pycache__`` there (from importing the
+    hook) is invisible to Triton, whereas one in the model directory draws a warning on every load.
+    """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory {model_dir} does not exist")
     source = hook_source(default_site_dirs() if site_dirs is None else site_dirs)
-    target = model_dir / HOOK_FILE
+    targets = sorted(v for v in model_dir.iterdir() if v.is_dir() and v.name.isdigit() and (v / "model.py").is_file())
+    return [_write(target / HOOK_FILE, source) for target in (targets or [model_dir])]
+
+
+def _write(target: Path, source: str) -> Path:
     if target.is_file() and target.read_text() == source:
         return target
-    tmp = model_dir / f".{HOOK_FILE}.{os.getpid()}.tmp"
+    tmp = target.with_name(f".{HOOK_FILE}.{os.getpid()}.tmp")
     try:
         tmp.write_text(source)
         os.replace(tmp, target)
@@ -118,9 +126,10 @@ def prepare_repository(repository: Path, site_dirs: Sequence[str] | None = None)
         raise FileNotFoundError(f"model repository {repository} does not exist")
     dirs = default_site_dirs() if site_dirs is None else list(site_dirs)
     return [
-        write_path_hook(model_dir, dirs)
+        hook
         for model_dir in sorted(repository.iterdir())
         if model_dir.is_dir() and not model_dir.name.startswith(".") and is_python_model(model_dir)
+        for hook in write_path_hook(model_dir, dirs)
     ]
 
 

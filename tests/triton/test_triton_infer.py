@@ -120,6 +120,14 @@ def test_shared_memory_input_is_not_copied_and_released_once(server: Server) -> 
         shm.unlink()
 
 
+def test_serialized_bytes_from_a_raw_buffer(server: Server) -> None:
+    from appliance.triton import dtypes
+
+    raw = bytearray(dtypes.serialize_bytes(np.array([b"hi", b"yo"], dtype=object)).tobytes())
+    inp = dtypes_inputs() | {"S": InputBuffer(raw, "BYTES", (2,))}
+    assert server.infer("dtypes", inp)["S_OUT"].tolist() == [b"HI", b"YO"]
+
+
 def test_non_contiguous_array_is_refused(server: Server) -> None:
     released: list[int] = []
     x = np.ones((4, 4), np.float32)[:, ::2]
@@ -188,6 +196,11 @@ def test_missing_input(server: Server) -> None:
 def test_unknown_input(server: Server) -> None:
     with pytest.raises(errors.InvalidArgumentError, match=r"expected 1 inputs but got 2 inputs for model 'echo'"):
         server.infer("echo", {"X": np.ones((1, 2), np.float32), "Z": np.ones((1, 2), np.float32)})
+
+
+def test_unknown_requested_output(server: Server) -> None:
+    with pytest.raises(errors.InvalidArgumentError, match="unexpected inference output 'NOPE' for model 'echo'"):
+        server.infer("echo", {"X": np.ones((1, 2), np.float32)}, outputs=["NOPE"])
 
 
 def test_model_that_raises(server: Server) -> None:
