@@ -622,6 +622,15 @@ class RingReader(_Mapped):
     def writer_alive(self) -> bool:
         return locks.is_locked(self._fd, WRITER_LOCK)
 
+    def is_current(self) -> bool:
+        """False once the ring file was removed or replaced (camera retired or re-created): open a new reader."""
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(self._fd)
+        return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
+
     def close(self) -> None:
         """Unmap the ring. Every lease must be released first (their arrays point into the mapping)."""
         with self._lock:

@@ -306,3 +306,15 @@ def test_release_from_another_thread_frees_the_slot(ring):
     for value in range(GEOM.slots):  # every slot, including the one that was leased, is writable again
         put(writer, value)
     assert reader.health().ring_full == 0
+
+
+def test_a_reader_can_tell_when_its_ring_was_removed_or_recreated(shm_root):
+    path = ring_path(shm_root, "again")
+    owner = create_ring(path, GEOM, "again")
+    old = RingReader(path)
+    assert old.is_current()
+    owner.close()  # camera retired
+    assert not old.is_current()
+    with create_ring(path, GEOM, "again"), RingReader(path) as new:  # re-created: a new file
+        assert new.is_current() and not old.is_current()
+    old.close()
