@@ -82,17 +82,19 @@ def hook_source(site_dirs: Sequence[str]) -> str:
 
 
 def write_path_hook(model_dir: Path, site_dirs: Sequence[str] | None = None) -> list[Path]:
-    """Write ``_appliance_site.py`` next to each version's ``model.py`` (idempotent); return the files.
+    """Write ``_appliance_site.py`` into a model directory and each version holding a ``model.py``.
 
-    The version directory is on the stub's ``sys.path`` too, and a ``__pycache__`` there (from importing the
-    hook) is invisible to Triton, whereas one in the model directory draws a warning on every load.
+    Idempotent; returns the files, the model directory's first. The stub searches the version directory
+    first, so that copy is the one imported and its ``__pycache__`` stays where Triton ignores it (one in
+    the model directory draws a warning on every load); the model-directory copy serves models whose
+    loader only puts the model directory on ``sys.path``.
     """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory {model_dir} does not exist")
     source = hook_source(default_site_dirs() if site_dirs is None else site_dirs)
-    targets = sorted(v for v in model_dir.iterdir() if v.is_dir() and v.name.isdigit() and (v / "model.py").is_file())
-    return [_write(target / HOOK_FILE, source) for target in (targets or [model_dir])]
+    versions = sorted(v for v in model_dir.iterdir() if v.is_dir() and v.name.isdigit() and (v / "model.py").is_file())
+    return [_write(target / HOOK_FILE, source) for target in (model_dir, *versions)]
 
 
 def _write(target: Path, source: str) -> Path:

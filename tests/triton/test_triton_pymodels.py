@@ -27,7 +27,7 @@ def test_hook_goes_into_python_models_only(tmp_path: Path) -> None:
     (tmp_path / "ens").mkdir()
     (tmp_path / "ens" / "config.pbtxt").write_text('platform: "ensemble"\n')
     hooks = pymodels.prepare_repository(tmp_path, site_dirs=["/x/site"])
-    assert hooks == [py / "1" / "_appliance_site.py"]
+    assert hooks == [py / "_appliance_site.py", py / "1" / "_appliance_site.py"]
     assert not list(onnx.rglob("_appliance_site.py"))
 
 
@@ -36,7 +36,8 @@ def test_every_version_gets_the_hook(tmp_path: Path) -> None:
     (model / "2").mkdir()
     (model / "2" / "model.py").write_text("")
     (model / "notes").mkdir()
-    assert pymodels.write_path_hook(model, ["/a"]) == [model / "1" / "_appliance_site.py", model / "2" / "_appliance_site.py"]
+    assert pymodels.write_path_hook(model, ["/a"]) == [
+        model / "_appliance_site.py", model / "1" / "_appliance_site.py", model / "2" / "_appliance_site.py"]
 
 
 def test_model_without_config_but_with_model_py_counts(tmp_path: Path) -> None:
@@ -51,7 +52,7 @@ def test_hook_puts_site_dirs_in_front_and_honours_pth_files(tmp_path: Path) -> N
     (site_dir / "extra" / "marker_mod.py").write_text("VALUE = 42\n")
     (site_dir / "extra.pth").write_text(str(site_dir / "extra") + "\n")
     model = python_model(tmp_path / "repo", "pre")
-    (hook,) = pymodels.write_path_hook(model, [str(site_dir)])
+    _, hook = pymodels.write_path_hook(model, [str(site_dir)])
     # Run the hook in an isolated interpreter like the stub's: -I ignores PYTHONPATH and user site.
     code = "import sys; sys.path.append(sys.argv[1]); import _appliance_site, marker_mod; print(sys.path[0], marker_mod.VALUE)"
     out = subprocess.run(["/usr/bin/python3", "-I", "-c", code, str(hook.parent)], capture_output=True, text=True,
@@ -61,7 +62,7 @@ def test_hook_puts_site_dirs_in_front_and_honours_pth_files(tmp_path: Path) -> N
 
 def test_writing_is_idempotent(tmp_path: Path) -> None:
     model = python_model(tmp_path, "pre")
-    (hook,) = pymodels.write_path_hook(model, ["/a"])
+    hook = pymodels.write_path_hook(model, ["/a"])[0]
     before = hook.stat().st_mtime_ns
     os.utime(hook, ns=(before - 10**9, before - 10**9))
     pymodels.write_path_hook(model, ["/a"])
