@@ -188,7 +188,7 @@ class _Pending:
         inputs: list[_Input], on_released: Callable[[], None] | None,
     ) -> None:  # fmt: skip
         self.runtime = runtime
-        self.owner = owner  # the Server's in-flight set key
+        self.owner = owner  # the Server that submitted it (fail_all on stop)
         self.model = model
         self.request_id = request_id
         self.future = future
@@ -233,12 +233,9 @@ class _Pending:
             if self.cancelling:  # cancel_in_triton is using the pointer; it deletes when done
                 self.delete_deferred = True
             else:
-                self.delete_request_locked()
+                self.delete_request()
         self.release_inputs()
         self.runtime.maybe_forget(self)
-
-    def delete_request_locked(self) -> None:
-        self.delete_request()
 
     def cancel_in_triton(self) -> None:
         with self.lock:
@@ -252,7 +249,7 @@ class _Pending:
         with self.lock:
             self.cancelling = False
             if self.delete_deferred:
-                self.delete_request_locked()
+                self.delete_request()
 
     def expire(self, timeout_s: float) -> None:
         if self.future.done():

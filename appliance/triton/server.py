@@ -18,7 +18,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -450,8 +449,9 @@ def _message_json(api: _capi.CApi, msg: int) -> Any:
 
 
 # Servers still running at interpreter exit are stopped, so exit never hangs on Triton's threads and no stub
-# process outlives us. Registered on the first start, not at import.
-_live_servers: weakref.WeakSet[Server] = weakref.WeakSet()
+# process outlives us. Registered on the first start, not at import. Strong references: a running server
+# whose handle was dropped is still running and must still be stopped.
+_live_servers: set[Server] = set()
 _atexit_installed = False
 
 
