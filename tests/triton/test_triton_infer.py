@@ -214,9 +214,34 @@ def test_model_error_response(server: Server) -> None:
         server.infer("raiser", {"X": -np.ones(2, np.float32)})
 
 
+def wait_released(released: list[int], count: int = 1) -> list[int]:
+    deadline = time.monotonic() + WAIT
+    while len(released) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # a second (wrong) call would land here
+    return released
+
+
 def test_errors_are_futures_exceptions_not_raised_at_submit(server: Server) -> None:
-    fut = server.infer_async("no_such_model", {"X": np.ones((1, 2), np.float32)})
+    released: list[int] = []
+    fut = server.infer_async("no_such_model", {"X": np.ones((1, 2), np.float32)},
+                             on_inputs_released=lambda: released.append(1))  # fmt: skip
     assert isinstance(fut.exception(WAIT), errors.NotFoundError)
+    assert wait_released(released) == [1]
+
+
+@pytest.mark.parametrize(
+    ("model", "inputs", "error"),
+    [
+        ("echo", {"X": np.ones((1, 2), np.int32)}, errors.InvalidArgumentError),  # refused by InferAsync
+        ("raiser", {"X": np.ones(2, np.float32)}, errors.InternalError),  # failed inside the model
+    ],
+)
+def test_inputs_released_exactly_once_on_error_paths(server: Server, model: str, inputs: dict, error: type) -> None:
+    released: list[int] = []
+    fut = server.infer_async(model, inputs, on_inputs_released=lambda: released.append(1))
+    assert isinstance(fut.exception(WAIT), error)
+    assert wait_released(released) == [1]
 
 
 # -- timeout and cancellation -------------------------------------------------------------------------
