@@ -47,15 +47,17 @@ _sys.path[:] = [_p for _p in _sys.path if _p not in _before] + _before
 '''
 
 
-def default_site_dirs() -> list[str]:
+def default_site_dirs(stub: Path | None = None) -> list[str]:
     """Directories the stub needs: the numpy<2 stub site (when needed), then this interpreter's site-packages.
 
-    Raises ``stubsite.StubSiteMissing`` when the stub site is needed but not provisioned.
+    ``stub`` is the stub binary, to tell whether it copes with NumPy 2 (unknown: assume not). Raises
+    ``stubsite.StubSiteMissing`` when the stub site is needed but not provisioned.
     """
     dirs: list[str] = []
-    if stubsite.needed():
+    if stubsite.needed(stub):
         dirs.append(str(stubsite.require()))
-    for d in site.getsitepackages():
+    user_site = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
+    for d in [*site.getsitepackages(), *user_site]:
         if os.path.isdir(d) and d not in dirs:
             dirs.append(d)
     import appliance
@@ -81,7 +83,7 @@ def hook_source(site_dirs: Sequence[str]) -> str:
     return _TEMPLATE.format(dirs=[str(d) for d in site_dirs])
 
 
-def write_path_hook(model_dir: Path, site_dirs: Sequence[str] | None = None) -> list[Path]:
+def write_path_hook(model_dir: Path, site_dirs: Sequence[str] | None = None, *, stub: Path | None = None) -> list[Path]:
     """Write ``_appliance_site.py`` into a model directory and each version holding a ``model.py``.
 
     Idempotent; returns the files, the model directory's first. The stub searches the version directory
@@ -92,7 +94,7 @@ def write_path_hook(model_dir: Path, site_dirs: Sequence[str] | None = None) -> 
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory {model_dir} does not exist")
-    source = hook_source(default_site_dirs() if site_dirs is None else site_dirs)
+    source = hook_source(default_site_dirs(stub) if site_dirs is None else site_dirs)
     versions = sorted(v for v in model_dir.iterdir() if v.is_dir() and v.name.isdigit() and (v / "model.py").is_file())
     return [_write(target / HOOK_FILE, source) for target in (model_dir, *versions)]
 
@@ -121,12 +123,17 @@ def is_python_model(model_dir: Path) -> bool:
     return any(v.name.isdigit() and (v / "model.py").is_file() for v in model_dir.iterdir() if v.is_dir())
 
 
-def prepare_repository(repository: Path, site_dirs: Sequence[str] | None = None) -> list[Path]:
-    """Write the path hook into every Python model of a repository; return the hooks written."""
+def prepare_repository(
+    repository: Path, site_dirs: Sequence[str] | None = None, *, stub: Path | None = None
+) -> list[Path]:
+    """Write the path hook into every Python model of a repository; return the hook files.
+
+    ``site_dirs`` defaults to ``default_site_dirs(stub)``.
+    """
     repository = Path(repository)
     if not repository.is_dir():
         raise FileNotFoundError(f"model repository {repository} does not exist")
-    dirs = default_site_dirs() if site_dirs is None else list(site_dirs)
+    dirs = default_site_dirs(stub) if site_dirs is None else list(site_dirs)
     return [
         hook
         for model_dir in sorted(repository.iterdir())

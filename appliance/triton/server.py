@@ -142,7 +142,7 @@ class Server:
             if not repo.is_dir():
                 raise StartupError(f"model repository {repo} does not exist")
             if self.options.prepare_python_models:
-                pymodels.prepare_repository(repo)
+                pymodels.prepare_repository(repo, stub=dist.python_stub)
         api = self._api = _capi.load(dist.library)
         self._runtime = infer.runtime_for(api)
         opts = ctypes.c_void_p()
@@ -346,10 +346,11 @@ class Server:
         api, ptr = self._require_running()
         _check_name(name)
         if self.options.prepare_python_models:
+            assert self._distribution is not None  # set by start()
             for repo in self.options.repositories:
                 model_dir = repo / name
                 if model_dir.is_dir() and pymodels.is_python_model(model_dir):
-                    pymodels.write_path_hook(model_dir)
+                    pymodels.write_path_hook(model_dir, stub=self._distribution.python_stub)
         check(api, api.TRITONSERVER_ServerLoadModel(ptr, name.encode()))
 
     def unload_model(self, name: str, wait: bool = True, timeout: float = 30.0) -> None:

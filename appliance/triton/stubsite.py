@@ -33,14 +33,25 @@ def location(env: Mapping[str, str] | None = None) -> Path:
     return Path(env[ENV_VAR]) if env.get(ENV_VAR) else Path(sys.prefix) / "triton-stub-site"
 
 
-def needed() -> bool:
-    """True when this interpreter's numpy is 2.x or newer (the stub cannot use it)."""
+def needed(stub: Path | None = None) -> bool:
+    """True when this interpreter's numpy is 2.x or newer and the stub cannot use it.
+
+    Without ``stub`` we assume it cannot (the provisioned 2.51 stub). Given the stub binary, one built with
+    a NumPy-2-aware pybind11 (>= 2.12, which names ``numpy._core``) needs no stub site.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return int(version("numpy").split(".")[0]) >= 2
+        if int(version("numpy").split(".")[0]) < 2:
+            return False
     except PackageNotFoundError:
         return False
+    return stub is None or not handles_numpy2(stub)
+
+
+def handles_numpy2(stub: Path) -> bool:
+    """Whether the stub binary was built with a pybind11 that knows NumPy 2's module layout."""
+    return b"numpy._core" in Path(stub).read_bytes()
 
 
 def _numpy_major(site_dir: Path) -> int | None:

@@ -101,3 +101,19 @@ def test_stub_site_rejects_numpy_2(tmp_path: Path) -> None:
     assert not stubsite.is_provisioned(tmp_path)
     (tmp_path / "numpy-2.1.0.dist-info").rename(tmp_path / "numpy-1.26.4.dist-info")
     assert stubsite.is_provisioned(tmp_path)
+
+
+def test_stub_site_needed_for_the_provisioned_stub_only_with_numpy_2(tmp_path: Path) -> None:
+    from appliance.triton.locate import locate
+
+    import numpy
+
+    real_stub = locate().python_stub
+    assert stubsite.handles_numpy2(real_stub) is False  # the 2.51 stub's pybind11 only knows numpy.core
+    assert stubsite.needed(real_stub) is (int(numpy.__version__.split(".")[0]) >= 2)
+    newer = tmp_path / "triton_python_backend_stub"
+    newer.write_bytes(b"\x7fELF...numpy._core.multiarray...")
+    assert stubsite.handles_numpy2(newer)
+    assert stubsite.needed(newer) is False
+    # A NumPy-2-capable stub gets no stub site in its hook.
+    assert str(stubsite.location()) not in pymodels.default_site_dirs(newer)
