@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import enum
 import json
@@ -18,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -106,6 +107,8 @@ class Server:
         self._clock = clock
         self._state = ServerState.CREATED
         self._lock = threading.RLock()
+        self._users = 0  # calls now using the server pointer (see _running)
+        self._users_changed = threading.Condition(self._lock)
         self._api: _capi.CApi | None = None
         self._runtime: infer._Runtime | None = None
         self._ptr: int | None = None
@@ -243,8 +246,10 @@ class Server:
                 return
             if self._state is ServerState.STARTING:
                 raise ServerStateError("stop() during start(): wait for start() to return")
-            self._state = ServerState.STOPPING
-        deadline = self._clock() + timeout
+            self._state = ServerState.STOPPING  # from here on no new call gets the pointer
+            deadline = self._clock() + timeout
+            # Calls already inside Triton (a request being submitted, a model loading) finish first.
+            self._users_changed.wait_for(lambda: self._users == 0, max(0.0, deadline - self._clock()))
         api, ptr = self._api, self._ptr
         assert api is not None and ptr is not None and self._runtime is not None
         errors: list[TritonError] = []
@@ -305,59 +310,69 @@ class Server:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _require_running(self) -> tuple[_capi.CApi, int]:
-        if self._state is not ServerState.RUNNING or self._api is None or self._ptr is None:
-            raise ServerStateError(f"the server is {self._state.value}; call start() first"
-                                   if self._state is ServerState.CREATED
-                                   else f"the server is {self._state.value}")  # fmt: skip
-        return self._api, self._ptr
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[tuple[_capi.CApi, int]]:
+        """The library and server pointer, held in use: stop() waits for such calls before deleting."""
+        with self._users_changed:
+            if self._state is not ServerState.RUNNING or self._api is None or self._ptr is None:
+                raise ServerStateError(f"the server is {self._state.value}; call start() first"
+                                       if self._state is ServerState.CREATED
+                                       else f"the server is {self._state.value}")  # fmt: skip
+            self._users += 1
+            api, ptr = self._api, self._ptr
+        try:
+            yield api, ptr
+        finally:
+            with self._users_changed:
+                self._users -= 1
+                self._users_changed.notify_all()
 
     # -- health -------------------------------------------------------------------------------------
     @property
     def live(self) -> bool:
-        api, ptr = self._require_running()
-        flag = ctypes.c_bool()
-        check(api, api.TRITONSERVER_ServerIsLive(ptr, ctypes.byref(flag)))
-        return flag.value
+        with self._running() as (api, ptr):
+            flag = ctypes.c_bool()
+            check(api, api.TRITONSERVER_ServerIsLive(ptr, ctypes.byref(flag)))
+            return flag.value
 
     @property
     def ready(self) -> bool:
-        api, ptr = self._require_running()
-        flag = ctypes.c_bool()
-        check(api, api.TRITONSERVER_ServerIsReady(ptr, ctypes.byref(flag)))
-        return flag.value
+        with self._running() as (api, ptr):
+            flag = ctypes.c_bool()
+            check(api, api.TRITONSERVER_ServerIsReady(ptr, ctypes.byref(flag)))
+            return flag.value
 
     def metrics(self) -> str:
         """The server's metrics in Prometheus text format."""
-        api, ptr = self._require_running()
-        metrics = ctypes.c_void_p()
-        check(api, api.TRITONSERVER_ServerMetrics(ptr, ctypes.byref(metrics)))
-        try:
-            base, size = ctypes.c_void_p(), ctypes.c_size_t()
-            check(api, api.TRITONSERVER_MetricsFormatted(metrics, _capi.METRIC_PROMETHEUS,
-                                                         ctypes.byref(base), ctypes.byref(size)))  # fmt: skip
-            return _capi.read_bytes(base.value, size.value).decode("utf-8")
-        finally:
-            check(api, api.TRITONSERVER_MetricsDelete(metrics))
+        with self._running() as (api, ptr):
+            metrics = ctypes.c_void_p()
+            check(api, api.TRITONSERVER_ServerMetrics(ptr, ctypes.byref(metrics)))
+            try:
+                base, size = ctypes.c_void_p(), ctypes.c_size_t()
+                check(api, api.TRITONSERVER_MetricsFormatted(metrics, _capi.METRIC_PROMETHEUS,
+                                                             ctypes.byref(base), ctypes.byref(size)))  # fmt: skip
+                return _capi.read_bytes(base.value, size.value).decode("utf-8")
+            finally:
+                check(api, api.TRITONSERVER_MetricsDelete(metrics))
 
     # -- model control ------------------------------------------------------------------------------
     def load_model(self, name: str) -> None:
         """Load (or reload, picking up changed files) a model; blocks until it is ready or failed."""
-        api, ptr = self._require_running()
-        _check_name(name)
-        if self.options.prepare_python_models:
-            assert self._distribution is not None  # set by start()
-            for repo in self.options.repositories:
-                model_dir = repo / name
-                if model_dir.is_dir() and pymodels.is_python_model(model_dir):
-                    pymodels.write_path_hook(model_dir, stub=self._distribution.python_stub)
-        check(api, api.TRITONSERVER_ServerLoadModel(ptr, name.encode()))
+        with self._running() as (api, ptr):
+            _check_name(name)
+            if self.options.prepare_python_models:
+                assert self._distribution is not None  # set by start()
+                for repo in self.options.repositories:
+                    model_dir = repo / name
+                    if model_dir.is_dir() and pymodels.is_python_model(model_dir):
+                        pymodels.write_path_hook(model_dir, stub=self._distribution.python_stub)
+            check(api, api.TRITONSERVER_ServerLoadModel(ptr, name.encode()))
 
     def unload_model(self, name: str, wait: bool = True, timeout: float = 30.0) -> None:
         """Unload a model; with ``wait``, until no version is READY or UNLOADING (its stub has exited)."""
-        api, ptr = self._require_running()
-        _check_name(name)
-        check(api, api.TRITONSERVER_ServerUnloadModel(ptr, name.encode()))
+        with self._running() as (api, ptr):
+            _check_name(name)
+            check(api, api.TRITONSERVER_ServerUnloadModel(ptr, name.encode()))
         if not wait:
             return
         deadline = self._clock() + timeout
@@ -367,33 +382,33 @@ class Server:
             time.sleep(0.02)
 
     def model_ready(self, name: str, version: int = -1) -> bool:
-        api, ptr = self._require_running()
-        _check_name(name)
-        flag = ctypes.c_bool()
-        check(api, api.TRITONSERVER_ServerModelIsReady(ptr, name.encode(), version, ctypes.byref(flag)))
-        return flag.value
+        with self._running() as (api, ptr):
+            _check_name(name)
+            flag = ctypes.c_bool()
+            check(api, api.TRITONSERVER_ServerModelIsReady(ptr, name.encode(), version, ctypes.byref(flag)))
+            return flag.value
 
     def model_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Every model in the repositories: ``[{"name", "version", "state", "reason"}, ...]``."""
-        api, ptr = self._require_running()
-        msg = ctypes.c_void_p()
-        flags = _capi.INDEX_FLAG_READY if ready_only else 0
-        check(api, api.TRITONSERVER_ServerModelIndex(ptr, flags, ctypes.byref(msg)))
-        return _message_json(api, msg.value)
+        with self._running() as (api, ptr):
+            msg = ctypes.c_void_p()
+            flags = _capi.INDEX_FLAG_READY if ready_only else 0
+            check(api, api.TRITONSERVER_ServerModelIndex(ptr, flags, ctypes.byref(msg)))
+            return _message_json(api, msg.value)
 
     def model_config(self, name: str, version: int = -1) -> dict[str, Any]:
-        api, ptr = self._require_running()
-        _check_name(name)
-        msg = ctypes.c_void_p()
-        check(api, api.TRITONSERVER_ServerModelConfig(ptr, name.encode(), version, 1, ctypes.byref(msg)))
-        return _message_json(api, msg.value)
+        with self._running() as (api, ptr):
+            _check_name(name)
+            msg = ctypes.c_void_p()
+            check(api, api.TRITONSERVER_ServerModelConfig(ptr, name.encode(), version, 1, ctypes.byref(msg)))
+            return _message_json(api, msg.value)
 
     def model_statistics(self, name: str = "", version: int = -1) -> dict[str, Any]:
         """Triton's statistics message; ``name=""`` means every model."""
-        api, ptr = self._require_running()
-        msg = ctypes.c_void_p()
-        check(api, api.TRITONSERVER_ServerModelStatistics(ptr, name.encode(), version, ctypes.byref(msg)))
-        return _message_json(api, msg.value)
+        with self._running() as (api, ptr):
+            msg = ctypes.c_void_p()
+            check(api, api.TRITONSERVER_ServerModelStatistics(ptr, name.encode(), version, ctypes.byref(msg)))
+            return _message_json(api, msg.value)
 
     # -- inference ----------------------------------------------------------------------------------
     def infer_async(
@@ -414,15 +429,15 @@ class Server:
         is called exactly once in every case, when Triton no longer reads the inputs.
         """
         try:
-            api, ptr = self._require_running()
-        except ServerStateError:
+            with self._running() as (_, ptr):
+                assert self._runtime is not None
+                return infer.submit(self._runtime, ptr, self, model, inputs, outputs, version=version,
+                                    request_id=request_id, timeout_s=timeout_s,
+                                    on_inputs_released=on_inputs_released, deadlines=self._deadlines)  # fmt: skip
+        except ServerStateError:  # only _running raises it: the inputs were never taken
             if on_inputs_released is not None:
                 on_inputs_released()
             raise
-        assert self._runtime is not None
-        return infer.submit(self._runtime, ptr, self, model, inputs, outputs, version=version,
-                            request_id=request_id, timeout_s=timeout_s, on_inputs_released=on_inputs_released,
-                            deadlines=self._deadlines)  # fmt: skip
 
     def infer(
         self,

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -231,3 +232,38 @@ def test_importing_loads_nothing() -> None:
             "assert not s._capi._loaded, 'library loaded at import'; "
             "assert not any(k for k in s._capi._loaded); print('ok')")  # fmt: skip
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"
+
+
+@pytest.mark.slow
+def test_stop_racing_with_submitting_threads(tmp_path: Path, models_src: Path) -> None:
+    repo = copy_models(tmp_path / "repo", [models_src / "echo"])
+    attempts: list[int] = []
+    released: list[int] = []
+    outcomes: list[object] = []
+    started = threading.Event()
+    lock = threading.Lock()
+
+    def submitter(server: Server) -> None:
+        while True:
+            with lock:
+                attempts.append(1)
+            try:
+                fut = server.infer_async("echo", X, on_inputs_released=lambda: released.append(1))
+            except errors.ServerStateError:
+                return
+            started.set()
+            outcomes.append(fut)
+
+    with started_server(repo, models=["echo"]) as server:
+        threads = [threading.Thread(target=submitter, args=(server,)) for _ in range(4)]
+        for th in threads:
+            th.start()
+        assert started.wait(WAIT)
+    for th in threads:
+        th.join(WAIT)
+    assert not any(th.is_alive() for th in threads)
+    assert len(released) == len(attempts)  # every attempt, refused or not, released its inputs once
+    for fut in outcomes:
+        assert fut.done()
+        assert fut.exception() is None or isinstance(fut.exception(), errors.TritonError)
+    assert server.stub_pids() == []
