@@ -149,8 +149,6 @@ def _options(args: argparse.Namespace) -> RepositoryOptions:
     opts = RepositoryOptions(ort_spinning=args.ort_spinning)
     if args.detector_instances:
         opts = opts.model_copy(update={"detector_instances": args.detector_instances})
-    if args.cpu_batch:
-        opts = opts.model_copy(update={"cpu_batch": args.cpu_batch})
     return opts
 
 
@@ -167,8 +165,6 @@ def main(argv: list[str]) -> int:
                         help="frames each camera keeps in flight in the pipelined ensemble run (default 2)")
     parser.add_argument("--detector-instances", type=int, default=None,
                         help="detector instances in the ensemble (default: the materializer's)")
-    parser.add_argument("--cpu-batch", choices=["parallel", "tensor"], default=None,
-                        help="how the ONNX Runtime detector runs a batch (default: the materializer's)")
     parser.add_argument("--ort-spinning", action="store_true",
                         help="let ONNX Runtime threads spin when idle (both paths; default off for both)")
     args = parser.parse_args(argv)

@@ -48,9 +48,6 @@ class RepositoryOptions(StrictModel):
     postprocess_instances: int = Field(1, ge=1, le=16)
     detector_instances: int = Field(1, ge=1, le=8)
     intra_op_threads: int = Field(0, ge=0, le=64, description="ONNX Runtime threads per detector (0 = all cores)")
-    cpu_batch: Literal["parallel", "tensor"] = Field(
-        "parallel", description="ONNX Runtime detector: run a batch's frames side by side, one thread each "
-                                "(faster on CPUs), or as one batch tensor")
     ort_spinning: bool = Field(
         False, description="let ONNX Runtime's idle threads spin; off, they leave the cores to pre/post stages")
     link: Literal["symlink", "copy"] = Field("symlink", description="how the detector file enters the repository")
@@ -134,7 +131,7 @@ def materialize(profile: ModelProfile, detector: DetectorSource, dest: Path,
     det_values = {**common, "name": names.detector, "max_batch_size": opts.max_batch_size,
                   "queue_delay_us": opts.queue_delay_us, "instances": opts.detector_instances,
                   "input_dims": ", ".join(map(str, chw)), "intra_op_threads": opts.intra_op_threads,
-                  "ort_spinning": int(opts.ort_spinning), "cpu_batch": opts.cpu_batch,
+                  "ort_spinning": int(opts.ort_spinning),
                   "input_name": detector.input_name, "output_name": detector.output_name}
     tdir = templates / "detector" / detector.kind
     if detector.kind == "onnxruntime":

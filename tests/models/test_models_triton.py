@@ -24,7 +24,7 @@ def served(tmp_path_factory, detector_dir, profile):
     test_profile = profile.model_copy(update={"limits": profile.limits.model_copy(
         update={"max_width": 4096, "max_height": 4096, "max_encoded_bytes": 4 << 20})})
     v3 = materialize(test_profile, DetectorSource(kind="onnxruntime", path=detector_dir / "model.onnx"), repo,
-                     RepositoryOptions(preprocess_instances=2, intra_op_threads=2, cpu_batch="tensor"))
+                     RepositoryOptions(preprocess_instances=2, intra_op_threads=2))
     write_v8_adapter(detector_dir / "model.onnx", root / "v8.onnx")
     v8_profile = test_profile.model_copy(update={
         "name": "yolov3-tiny-v8head", "head": test_profile.head.model_copy(update={"layout": "channels_first"})})
