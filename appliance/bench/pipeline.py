@@ -1,5 +1,7 @@
-"""``appliance bench pipeline``: the Triton ensemble (preprocess → detector → postprocess, in-process) versus a plain
-Python loop (cv2 letterbox + ONNX Runtime + numpy decode/NMS) on the same frames, at 1 and 4 cameras.
+"""Triton ensemble vs a plain Python loop (letterbox + ONNX Runtime + decode/NMS) on the same frames, 1 and 4 cameras.
+
+``appliance bench pipeline``: the in-process Triton ensemble (preprocess → detector → postprocess) versus a plain
+loop doing the same work with the same functions and the same ONNX Runtime settings.
 
 The ensemble runs twice per round: each camera keeping one frame in flight (the next frame goes in when the
 previous result is back) and keeping ``--in-flight`` frames in flight (default 2, the appliance scheduler's
