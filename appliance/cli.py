@@ -12,6 +12,7 @@ import importlib
 import logging
 import pkgutil
 import sys
+from pathlib import Path
 from typing import Sequence
 
 import appliance
@@ -31,6 +32,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from appliance.run import run
 
     return run(args)
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from appliance.config.check import check_config, config_json_schema
+
+    if args.schema:
+        sys.stdout.write(config_json_schema())
+        return 0
+    if not args.file:
+        print("error: give a config FILE (or --schema)", file=sys.stderr)
+        return 2
+    report = check_config(Path(args.file), machine=not args.no_machine)
+    for issue in report.issues:
+        print(issue, file=sys.stderr)
+    print(report.summary(), file=sys.stderr if report.issues else sys.stdout)
+    return 0 if report.ok else 1
 
 
 def _cmd_triton_info(args: argparse.Namespace) -> int:
@@ -62,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
     p.add_argument("--once", action="store_true", help="start, report readiness, stop cleanly and exit")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("check-config", help="validate a config file and check it against this machine")
+    p.add_argument("file", nargs="?", help="YAML config file")
+    p.add_argument("--schema", action="store_true", help="print the config's JSON Schema (for editors) and exit")
+    p.add_argument("--no-machine", action="store_true", help="only validate the file; skip checks of this machine")
+    p.set_defaults(func=_cmd_check_config)
 
     p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")

@@ -7,6 +7,7 @@ from typing import Mapping, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from appliance.config.base import ConfigFieldError
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
 
 M = TypeVar("M", bound=BaseModel)
@@ -44,7 +45,11 @@ def validate_document(doc: YamlDocument, model: type[M]) -> M:
     except ValidationError as exc:
         issues = []
         for error in exc.errors():
-            path = _file_path(doc, tuple(error["loc"]))
+            loc = tuple(error["loc"])
+            cause = (error.get("ctx") or {}).get("error")
+            if isinstance(cause, ConfigFieldError):  # a cross-field check names its key
+                loc = loc + tuple(cause.path)
+            path = _file_path(doc, loc)
             issues.append(ConfigIssue(doc.source, doc.line_of(path), path, _describe(error)))
         issues.sort(key=lambda i: (i.line or 0, i.key))  # in file order, as an operator reads it
         raise ConfigError(issues) from None

@@ -1,0 +1,103 @@
+"""The appliance's config file (``/etc/appliance/appliance.yaml``): one model per section.
+
+Sections owned by a concern (cameras, mqtt) are defined beside that concern and embedded here; cross-field
+checks that span sections live here, each raising with the key it is about.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import Field, model_validator
+
+from appliance.capture.config import CameraConfig
+from appliance.config.base import ConfigFieldError, StrictModel
+from appliance.mqtt.config import MqttConfig
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+
+
+class DeviceConfig(StrictModel):
+    id: str = Field(pattern=ID_PATTERN, description="this appliance's id: its MQTT topic level and metrics label")
+    name: Optional[str] = Field(None, max_length=200, description="human-readable name shown in status")
+
+
+class PathsConfig(StrictModel):
+    state_dir: Optional[Path] = Field(None, description="engines, repository, spool; default $APPLIANCE_STATE_DIR, "
+                                                        "/var/lib/appliance, or .state in a source checkout")
+    models_dir: Optional[Path] = Field(None, description="ONNX models; default $APPLIANCE_MODELS_DIR or "
+                                                         "/var/lib/appliance/models (.models in a checkout)")
+    engines_dir: Optional[Path] = Field(None, description="engine build profiles; default $APPLIANCE_ENGINES_DIR "
+                                                          "or /etc/appliance/engines (engines/ in a checkout)")
+    shm_root: Path = Field(Path("/dev/shm"), description="where camera frame rings live (a tmpfs)")
+
+
+class TritonConfig(StrictModel):
+    home: Optional[Path] = Field(None, description="Triton distribution; default: discovered (appliance triton-info)")
+    log_verbose: int = Field(0, ge=0, le=3, description="Triton's verbose logging level")
+    log_info: bool = Field(False, description="Triton's info-level logs")
+    python_shm_bytes: int = Field(16 * 1024 * 1024, ge=1024 * 1024, le=1024**3,
+                                  description="Python backend shared memory per model instance (frames pass here)")
+
+
+class ModelConfig(StrictModel):
+    name: str = Field("yolov3-tiny", pattern=ID_PATTERN,
+                      description="engines/<name>.yaml (build) and repository/profiles/<name>.yaml (pre/post)")
+    builder: Literal["auto", "tensorrt", "onnxruntime"] = Field("auto", description="auto: TensorRT where present")
+    max_batch_size: int = Field(4, ge=1, le=64, description="largest detector batch (frames of several cameras)")
+    queue_delay_us: int = Field(2000, ge=0, le=1_000_000, description="how long the batcher waits to fill a batch")
+
+
+class PipelineConfig(StrictModel):
+    max_inflight: int = Field(8, ge=1, le=256, description="inference requests in flight, all cameras together")
+    per_camera_inflight: int = Field(2, ge=1, le=32, description="inference requests in flight per camera")
+    request_timeout_s: float = Field(10.0, gt=0, le=600, description="an inference slower than this fails")
+    drain_timeout_s: float = Field(10.0, ge=0, le=300, description="on stop, wait this long for in-flight frames")
+    watchdog_stall_s: float = Field(20.0, gt=0, le=3600,
+                                    description="no finished inference for this long stops feeding systemd's watchdog")
+
+
+class HealthConfig(StrictModel):
+    enabled: bool = Field(True, description="serve /metrics and /healthz")
+    host: str = Field("127.0.0.1", description="listen address; localhost by default")
+    port: int = Field(9108, ge=0, le=65535, description="listen port (0: any free port)")
+    interval_s: float = Field(5.0, gt=0, le=3600, description="how often system and camera readings refresh")
+
+
+class AppConfig(StrictModel):
+    device: DeviceConfig
+    paths: PathsConfig = Field(default_factory=PathsConfig)
+    triton: TritonConfig = Field(default_factory=TritonConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    cameras: list[CameraConfig] = Field(min_length=1, description="one entry per camera")
+    mqtt: MqttConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mqtt_device_id_defaults_to_device_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("mqtt"), dict) and isinstance(data.get("device"), dict):
+            if "device_id" not in data["mqtt"] and "id" in data["device"]:
+                data = {**data, "mqtt": {**data["mqtt"], "device_id": data["device"]["id"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> AppConfig:
+        ids = [c.id for c in self.cameras]
+        for index, camera_id in enumerate(ids):
+            if camera_id in ids[:index]:
+                raise ConfigFieldError(("cameras", index, "id"), f"duplicate camera id {camera_id!r}; each id names "
+                                                                 "a ring and an MQTT topic")
+        for camera_id in self.mqtt.cameras:
+            if camera_id not in ids:
+                raise ConfigFieldError(("mqtt", "cameras", camera_id), f"publish settings for unknown camera "
+                                                                      f"{camera_id!r}; cameras are {ids}")
+        needed = self.pipeline.per_camera_inflight + 2
+        for index, camera in enumerate(self.cameras):
+            if camera.ring_slots < needed:
+                raise ConfigFieldError(("cameras", index, "ring_slots"),
+                                       f"must be at least pipeline.per_camera_inflight + 2 = {needed} "
+                                       f"(frames in flight hold their ring slots), got {camera.ring_slots}")
+        return self

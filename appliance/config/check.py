@@ -1,0 +1,109 @@
+"""``appliance check-config``: validate a config file, then check it against this machine.
+
+Validation finds what the file itself gets wrong (every error, with line and key). The machine checks find what
+the file cannot know: a missing video file or camera tool, too little /dev/shm, no Triton, a model without its
+profiles or ONNX, TLS files that are not there. Everything found is reported at once, in file order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from appliance.config.app import AppConfig
+from appliance.config.validate import validate_document
+from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
+
+
+@dataclass
+class CheckReport:
+    source: str
+    issues: list[ConfigIssue] = field(default_factory=list)
+    config: AppConfig | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+    def summary(self) -> str:
+        if self.config is None:
+            return f"{self.source}: {len(self.issues)} problem(s)"
+        c = self.config
+        cameras = ", ".join(f"{cam.id} ({cam.source.type})" for cam in c.cameras)
+        state = "OK" if self.ok else f"{len(self.issues)} problem(s)"
+        return (f"{self.source}: {state}: device {c.device.id}; cameras {cameras}; model {c.model.name}; "
+                f"broker {c.mqtt.host}:{c.mqtt.port}")
+
+
+def resolved_paths(config: AppConfig) -> dict[str, Path]:
+    """The state, models and engines directories this config means on this machine."""
+    from appliance.engines import paths
+
+    return {
+        "state_dir": paths.state_dir(config.paths.state_dir),
+        "models_dir": paths.models_dir(config.paths.models_dir),
+        "engines_dir": paths.engines_dir(config.paths.engines_dir),
+    }
+
+
+def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
+    from appliance.capture.check import check_cameras
+    from appliance.triton.locate import TritonNotFound, locate
+
+    found: list[ConfigIssue] = []
+
+    def add(path: tuple, message: str) -> None:
+        found.append(ConfigIssue(doc.source, doc.line_of(path), path, message))
+
+    for problem in check_cameras(config.cameras, config.paths.shm_root):
+        add(("cameras",), problem)
+    try:
+        locate(config.triton.home)
+    except TritonNotFound as exc:
+        add(("triton", "home"), str(exc))
+    paths = resolved_paths(config)
+    engine_profile = paths["engines_dir"] / f"{config.model.name}.yaml"
+    if not engine_profile.is_file():
+        add(("model", "name"), f"no engine build profile {engine_profile} for model {config.model.name!r}")
+    else:
+        from appliance.engines.profile import load_profile as load_engine_profile
+
+        try:
+            onnx = load_engine_profile(engine_profile).onnx_path(paths["models_dir"])
+        except Exception as exc:  # the profile's own loader names the field
+            add(("model", "name"), f"engine build profile {engine_profile}: {exc}")
+        else:
+            if not onnx.is_file():
+                add(("model", "name"), f"model file {onnx} is missing (scripts/setup.sh fetches the demo detector; "
+                                       "OTA bundles install others)")
+    tls = config.mqtt.tls
+    for key in ("ca", "cert", "key"):
+        value = getattr(tls, key) if tls else None
+        if value is not None and not Path(value).is_file():
+            add(("mqtt", "tls", key), f"file {value} does not exist")
+    if config.mqtt.password_file is not None and not Path(config.mqtt.password_file).is_file():
+        add(("mqtt", "password_file"), f"file {config.mqtt.password_file} does not exist")
+    return found
+
+
+def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: bool = True) -> CheckReport:
+    report = CheckReport(str(path))
+    try:
+        doc = read_yaml(path, environ)
+        report.config = validate_document(doc, AppConfig)
+    except ConfigError as exc:
+        report.issues = exc.issues
+        return report
+    if machine:
+        report.issues = sorted(_machine_issues(report.config, doc), key=lambda i: (i.line or 0, i.key))
+    return report
+
+
+def config_json_schema() -> str:
+    """JSON Schema of the config file, for editors (YAML language servers accept it)."""
+    schema = AppConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "Edge vision appliance configuration"
+    return json.dumps(schema, indent=2, sort_keys=False) + "\n"

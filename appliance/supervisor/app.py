@@ -1,0 +1,330 @@
+"""The appliance: one object that wires every part in order and holds their handles.
+
+Start order (each step logs what it does; a failure says which step and why):
+  MQTT publisher (spools until the broker answers) -> engines (build or cache hit, progress to systemd/MQTT)
+  -> model repository for this device -> embedded Triton + models -> capture processes -> scheduler
+  -> health endpoint -> READY=1.
+Stop order is the reverse, draining in-flight frames into the spool before the publisher closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from appliance.config.app import AppConfig
+from appliance.config.check import resolved_paths
+from appliance.health.metrics import ApplianceMetrics
+from appliance.health.server import HealthServer
+from appliance.health.system import SystemMonitor
+from appliance.sdnotify import Notifier
+from appliance.supervisor.cameras import CaptureChild, mqtt_camera_state
+from appliance.supervisor.children import ChildState, ChildSupervisor, RestartPolicy
+from appliance.supervisor.results import build_message
+from appliance.supervisor.scheduler import Scheduler
+
+log = logging.getLogger("appliance.supervisor")
+
+
+class StartupError(RuntimeError):
+    """The appliance could not start; the message names the step."""
+
+
+@dataclass
+class _Camera:
+    id: str
+    capture: Any  # CaptureProcess
+    reader: Any = None  # RingReader, opened once the ring exists
+    published_state: str | None = None
+
+
+class Appliance:
+    def __init__(self, config: AppConfig, *, notifier: Notifier | None = None, triton_home: Path | None = None,
+                 metrics: ApplianceMetrics | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.notifier = notifier or Notifier()
+        self.metrics = metrics or ApplianceMetrics()
+        self.paths = resolved_paths(config)
+        self._triton_home = triton_home or config.triton.home
+        self._clock = clock
+        self._children = ChildSupervisor(clock)
+        self._system = SystemMonitor()
+        self._cameras: dict[str, _Camera] = {}
+        self.server: Any = None
+        self.publisher: Any = None
+        self.scheduler: Scheduler | None = None
+        self.health_server: HealthServer | None = None
+        self.repository: Any = None
+        self.engine: Any = None
+        self.class_names: list[str] = []
+        self._model_info: Any = None
+        self._last_error = ""
+        self._completed = 0
+        self._published = 0
+        self._lock = threading.Lock()
+        self._started_at = clock()
+
+    # -- start ---------------------------------------------------------------------------------------------
+    def start(self, triton_timeout_s: float = 120.0) -> None:
+        try:
+            self._start_publisher()
+            self._build_engine()
+            self._materialize_repository()
+            self._start_triton(triton_timeout_s)
+            self._start_cameras()
+            self._start_scheduler()
+            self._start_health()
+        except Exception as exc:
+            self._last_error = str(exc)
+            self.notifier.status(f"failed to start: {exc}")
+            self.stop()
+            raise
+        self.notifier.ready(self.status_line())
+        log.info("ready: %s", self.status_line())
+
+    def _step(self, what: str) -> None:
+        log.info("start: %s", what)
+        self.notifier.status(f"starting: {what}")
+
+    def _start_publisher(self) -> None:
+        from appliance.mqtt.publisher import MqttPublisher
+
+        self._step(f"MQTT publisher for {self.config.mqtt.host}:{self.config.mqtt.port}")
+        spool = self.config.mqtt.spool.path or self.paths["state_dir"] / "mqtt-spool.sqlite3"
+        spool.parent.mkdir(parents=True, exist_ok=True)
+        self.publisher = MqttPublisher(self.config.mqtt, spool)
+        self.publisher.set_health_provider(self._health_for_mqtt)
+        self.publisher.on_command("status", lambda _command: self.health_summary())
+        self.publisher.start()
+
+    def _build_engine(self) -> None:
+        from appliance.engines.manager import ensure_engines
+
+        model = self.config.model.name
+        self._step(f"engine for {model} (a first build can take minutes; progress follows)")
+
+        def progress(event: Any) -> None:
+            self.metrics.engine_build.labels(model=event.model).set(event.percent)
+
+        (self.engine,) = ensure_engines(self.paths["engines_dir"], state_dir=self.paths["state_dir"],
+                                        models_root=self.paths["models_dir"], builder=self.config.model.builder,
+                                        models=[model], notifier=self.notifier, progress=progress)
+
+    def _materialize_repository(self) -> None:
+        from appliance.engines.repository import PROFILES, materialize_for_device
+        from appliance.modelrepo.materialize import RepositoryOptions
+        from appliance.models.profile import load_profile
+        from appliance.mqtt.messages import ModelInfo
+
+        self._step("model repository for this device")
+        options = RepositoryOptions(max_batch_size=self.config.model.max_batch_size,
+                                    queue_delay_us=self.config.model.queue_delay_us)
+        self.repository = materialize_for_device(self.engine, self.paths["state_dir"] / "repository",
+                                                 options=options)
+        profile = load_profile(PROFILES / f"{self.engine.model}.yaml")
+        self.class_names = list(profile.classes)
+        self._model_info = ModelInfo(self.engine.model, "1", self.engine.key[:16])
+
+    def _start_triton(self, timeout_s: float) -> None:
+        from appliance.triton import Server, ServerOptions
+        from appliance.triton.locate import locate
+
+        self._step("embedded Triton")
+        options = ServerOptions(
+            repositories=[self.repository.path], model_control="explicit",
+            log_verbose=self.config.triton.log_verbose, log_info=self.config.triton.log_info,
+            backend_config={"python": {"shm-default-byte-size": str(self.config.triton.python_shm_bytes)}},
+        )
+        self.server = Server(options, locate(self._triton_home)).start(timeout_s)
+        for name in self.repository.models:
+            self._step(f"loading model {name}")
+            self.server.load_model(name)
+
+    def _start_cameras(self) -> None:
+        from appliance.capture import CaptureProcess, reclaim_stale_rings
+
+        ids = {c.id for c in self.config.cameras}
+        for path in reclaim_stale_rings(self.config.paths.shm_root, keep=ids):
+            log.info("removed a leftover frame ring from an earlier run: %s", path)
+        for camera in self.config.cameras:
+            self._step(f"camera {camera.id}")
+            process = CaptureProcess(camera, shm_root=self.config.paths.shm_root)
+            child = CaptureChild(process)
+            self._cameras[camera.id] = _Camera(camera.id, process)
+            self._children.register(f"camera:{camera.id}", lambda c=child: c, RestartPolicy(
+                initial_backoff_s=camera.backoff.initial_s, max_backoff_s=camera.backoff.max_s))
+        self._children.start_all()
+
+    def _start_scheduler(self) -> None:
+        from appliance.capture import RingError, RingReader
+
+        pipeline = self.config.pipeline
+        self.scheduler = Scheduler(self._submit, self._on_result, max_inflight=pipeline.max_inflight,
+                                   per_camera_inflight=pipeline.per_camera_inflight, clock=self._clock)
+        for camera in self.config.cameras:
+            cam = self._cameras[camera.id]
+            try:
+                cam.reader = RingReader(cam.capture.ring_path)
+            except RingError as exc:  # the ring could not even be created (e.g. /dev/shm full): say so, go on
+                self._last_error = f"camera {camera.id}: {exc}"
+                log.error("camera %s will not be inferred: %s", camera.id, exc)
+                continue
+            self.scheduler.add_camera(camera.id, cam.reader, camera.fps)
+        self.scheduler.start()
+
+    def _start_health(self) -> None:
+        if not self.config.health.enabled:
+            return
+        self._step(f"health endpoint on {self.config.health.host}:{self.config.health.port}")
+        self.health_server = HealthServer(self.config.health.host, self.config.health.port,
+                                          self._render_metrics, self.health_summary)
+
+    # -- the frame path ------------------------------------------------------------------------------------
+    def _submit(self, camera_id: str, lease: Any) -> "Future[Any]":
+        meta = lease.meta
+        submitted = time.monotonic()
+        future = self.server.infer_async(
+            self.repository.ensemble,
+            {"IMAGE": lease.array, "CHANNEL_ORDER": np.array([meta.pixel_format.upper().encode()], dtype=object)},
+            ["BOXES", "SCORES", "CLASSES"],
+            request_id=f"{camera_id}:{meta.seq}", timeout_s=self.config.pipeline.request_timeout_s,
+            on_inputs_released=lease.release,
+        )
+        future.submitted_mono = submitted  # type: ignore[attr-defined]
+        return future
+
+    def _on_result(self, camera_id: str, meta: Any, future: "Future[Any]") -> None:
+        done = time.monotonic()
+        error = future.exception() if not future.cancelled() else None
+        if future.cancelled() or error is not None:
+            reason = type(error).__name__ if error is not None else "cancelled"
+            self.metrics.inference_errors.labels(camera=camera_id, reason=reason).inc()
+            self._last_error = f"camera {camera_id} frame {meta.seq}: {error or 'cancelled'}"
+            log.warning("inference failed: %s", self._last_error)
+            return
+        submitted = getattr(future, "submitted_mono", done)
+        latency = {"queue": (submitted - meta.t_mono) * 1000, "inference": (done - submitted) * 1000,
+                   "total": (done - meta.t_mono) * 1000}
+        self.metrics.stage_latency.labels(stage="inference").observe(done - submitted)
+        self.metrics.stage_latency.labels(stage="capture_to_result").observe(max(0.0, done - meta.t_mono))
+        self.metrics.frames_inferred.labels(camera=camera_id).inc()
+        message = build_message(meta, future.result().outputs, self._model_info, self.class_names, latency)
+        self.publisher.publish_detections(message)
+        with self._lock:
+            self._completed += 1
+
+    # -- periodic work -------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Restart dead cameras, refresh readings, publish camera state changes, feed the watchdog."""
+        for record in self._children.poll():
+            if record.state is ChildState.CRASH_LOOP:
+                self._last_error = f"{record.name} is in a crash loop (exit code {record.last_exitcode})"
+        self._refresh_cameras()
+        self.metrics.record_system(self._system.read())
+        self._refresh_mqtt_metrics()
+        if self._pipeline_progressing():
+            self.notifier.watchdog()
+        self.notifier.status(self.status_line())
+
+    def _refresh_cameras(self) -> None:
+        from appliance.mqtt.messages import CameraStatus
+
+        for cam in self._cameras.values():
+            if cam.capture is None:
+                continue
+            try:
+                health = cam.capture.health()
+            except Exception as exc:  # ring not there yet (camera never started)
+                log.debug("camera %s: no health yet: %s", cam.id, exc)
+                continue
+            self.metrics.camera_fps.labels(camera=cam.id).set(health.fps)
+            self.metrics.camera_frames.labels(camera=cam.id).set(health.frames)
+            self.metrics.camera_drops.labels(camera=cam.id).set(health.drops)
+            self.metrics.camera_reconnects.labels(camera=cam.id).set(health.reconnects)
+            state = mqtt_camera_state(health)
+            self.metrics.camera_streaming.labels(camera=cam.id).set(1 if state == "streaming" else 0)
+            if state != cam.published_state and self.publisher is not None:
+                self.publisher.publish_camera_status(CameraStatus(cam.id, state, round(health.fps, 2),
+                                                                  health.last_error or None))
+                log.info("camera %s: %s%s", cam.id, state, f" ({health.last_error})" if health.last_error else "")
+                cam.published_state = state
+
+    def _refresh_mqtt_metrics(self) -> None:
+        if self.publisher is None:
+            return
+        stats = self.publisher.stats()
+        self.metrics.mqtt_connected.set(1 if stats.state.value == "connected" else 0)
+        self.metrics.spool_messages.set(stats.spool.backlog)
+        self.metrics.spool_dropped.set(stats.spool.dropped_oldest + stats.spool.dropped_newest
+                                       + stats.spool.dropped_expired)
+        self.metrics.published.set(stats.acked)
+        if self.scheduler is not None:
+            self.metrics.inflight.set(self.scheduler.inflight)
+
+    def _pipeline_progressing(self) -> bool:
+        """Feed the watchdog while frames finish, or while no camera has frames to offer (a dead camera is
+        handled by capture restarts, not by restarting the whole service)."""
+        if self.scheduler is None:
+            return False
+        recent = self._clock() - self.scheduler.last_progress < self.config.pipeline.watchdog_stall_s
+        return recent or self.scheduler.inflight == 0
+
+    def status_line(self) -> str:
+        streaming = sum(1 for c in self._cameras.values() if c.published_state == "streaming")
+        fps = sum(s.submitted for s in self.scheduler.cameras()) if self.scheduler else 0
+        elapsed = max(1e-6, self._clock() - self._started_at)
+        mqtt = self.publisher.stats().state.value if self.publisher else "off"
+        text = (f"{streaming}/{len(self.config.cameras)} cameras streaming, {fps / elapsed:.1f} inferences/s, "
+                f"mqtt {mqtt}")
+        return text + (f"; last error: {self._last_error}" if self._last_error else "")
+
+    def health_summary(self) -> dict[str, Any]:
+        cameras = {}
+        for slot in self.scheduler.cameras() if self.scheduler else []:
+            cam = self._cameras[slot.camera_id]
+            cameras[slot.camera_id] = {"state": cam.published_state, "inferred": slot.submitted,
+                                       "skipped": slot.skipped, "errors": slot.errors}
+        triton_ok = bool(self.server is not None and self.server.ready)
+        return {"ok": triton_ok and self._pipeline_progressing(), "triton_ready": triton_ok,
+                "status": self.status_line(), "cameras": cameras}
+
+    def _health_for_mqtt(self) -> dict[str, Any]:
+        summary = self.health_summary()
+        reading = self._system.read()
+        return {"cameras": summary["cameras"],
+                "system": {"cpu_percent": reading.cpu_percent, "mem_available_bytes": reading.mem_available_bytes,
+                           **{f"temp_{k}": v for k, v in reading.temperatures_c.items()}}}
+
+    def _render_metrics(self) -> bytes:
+        text = self.metrics.render()
+        if self.server is not None:
+            text += self.server.metrics().encode()
+        return text
+
+    # -- stop ----------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop capture, drain in-flight frames, close Triton, flush the publisher to its spool."""
+        self.notifier.stopping("stopping: draining in-flight frames")
+        if self.scheduler is not None:
+            if not self.scheduler.stop(self.config.pipeline.drain_timeout_s):
+                log.warning("stop: gave up waiting for in-flight frames after %.1f s",
+                            self.config.pipeline.drain_timeout_s)
+        self._children.stop_all(lambda child: child.process.stop())
+        for cam in self._cameras.values():
+            if cam.reader is not None:
+                cam.reader.close()
+            cam.capture.close()
+        if self.server is not None:
+            self.server.stop()
+        if self.health_server is not None:
+            self.health_server.close()
+        if self.publisher is not None:
+            self.publisher.stop()
+        log.info("stopped")

@@ -1,0 +1,180 @@
+"""Frame scheduling: which camera's frame goes into Triton next.
+
+Rules, in order:
+- latest frame wins: a camera's newest frame is taken; frames it skipped are counted, never queued;
+- a camera has at most ``per_camera_inflight`` requests outstanding and is not sampled faster than its
+  target fps, so one fast camera cannot starve the others;
+- at most ``max_inflight`` requests in total (backpressure: when Triton is saturated, frames wait in the ring
+  where newer frames replace them);
+- cameras are visited round-robin, starting after the one served last (fairness).
+
+Batching across cameras happens in Triton's dynamic batcher: requests from several cameras in flight at once
+share a detector batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class Lease(Protocol):
+    """A frame held in shared memory until ``release()`` (see appliance.capture)."""
+
+    @property
+    def meta(self) -> Any: ...
+    def release(self) -> None: ...
+
+
+class FrameReader(Protocol):
+    def acquire_latest(self, after_seq: int | None = None) -> Lease | None: ...
+
+
+# submit(camera_id, lease) -> Future; the submitter releases the lease when Triton no longer needs its memory.
+Submit = Callable[[str, Lease], "Future[Any]"]
+# on_result(camera_id, lease meta, future) — called from Triton's completion thread; keep it short.
+OnResult = Callable[[str, Any, "Future[Any]"], None]
+
+
+@dataclass
+class CameraSlot:
+    camera_id: str
+    reader: FrameReader
+    min_interval_s: float
+    last_seq: int | None = None
+    last_submit: float = float("-inf")
+    inflight: int = 0
+    submitted: int = 0
+    skipped: int = 0  # frames captured but never inferred (latest-wins)
+    errors: int = 0
+    stats_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Scheduler:
+    """Runs the scheduling loop on its own thread; ``stop()`` drains in-flight requests within a deadline."""
+
+    def __init__(self, submit: Submit, on_result: OnResult, *, max_inflight: int = 8, per_camera_inflight: int = 2,
+                 idle_wait_s: float = 0.001, clock: Callable[[], float] = time.monotonic) -> None:
+        if max_inflight < 1 or per_camera_inflight < 1:
+            raise ValueError("max_inflight and per_camera_inflight must be at least 1")
+        self._submit = submit
+        self._on_result = on_result
+        self._max_inflight = max_inflight
+        self._per_camera_inflight = per_camera_inflight
+        self._idle_wait_s = idle_wait_s
+        self._clock = clock
+        self._cameras: list[CameraSlot] = []
+        self._next = 0
+        self._inflight = 0
+        self._cond = threading.Condition()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_progress = clock()  # the watchdog is fed only while this moves
+
+    def add_camera(self, camera_id: str, reader: FrameReader, target_fps: float | None) -> CameraSlot:
+        slot = CameraSlot(camera_id, reader, 1.0 / target_fps if target_fps else 0.0)
+        with self._cond:
+            self._cameras.append(slot)
+        return slot
+
+    def cameras(self) -> list[CameraSlot]:
+        return list(self._cameras)
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("scheduler already started")
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self._thread.start()
+
+    def step(self) -> int:
+        """One pass over the cameras; returns how many frames were submitted (the loop calls this)."""
+        submitted = 0
+        n = len(self._cameras)
+        for i in range(n):
+            with self._cond:
+                if self._inflight >= self._max_inflight or self._stopping.is_set():
+                    break
+            slot = self._cameras[(self._next + i) % n]
+            if self._try_submit(slot):
+                submitted += 1
+                self._next = (self._next + i + 1) % n
+        return submitted
+
+    def _try_submit(self, slot: CameraSlot) -> bool:
+        now = self._clock()
+        if slot.inflight >= self._per_camera_inflight or now - slot.last_submit < slot.min_interval_s:
+            return False
+        lease = slot.reader.acquire_latest(slot.last_seq)
+        if lease is None:
+            return False
+        seq = lease.meta.seq
+        if slot.last_seq is not None and seq > slot.last_seq + 1:
+            slot.skipped += seq - slot.last_seq - 1
+        slot.last_seq = seq
+        slot.last_submit = now
+        meta = lease.meta
+        with self._cond:
+            self._inflight += 1
+            slot.inflight += 1
+        try:
+            future = self._submit(slot.camera_id, lease)
+        except Exception:
+            log.exception("camera %s: could not submit frame %d to Triton", slot.camera_id, seq)
+            lease.release()
+            self._finish(slot)
+            slot.errors += 1
+            return False
+        slot.submitted += 1
+        future.add_done_callback(lambda f, s=slot, m=meta: self._done(s, m, f))
+        return True
+
+    def _done(self, slot: CameraSlot, meta: Any, future: "Future[Any]") -> None:
+        try:
+            self._on_result(slot.camera_id, meta, future)
+        except Exception:
+            log.exception("camera %s: handling the result of frame %s failed", slot.camera_id, meta.seq)
+        finally:
+            if future.cancelled() or future.exception() is not None:
+                slot.errors += 1
+            else:
+                self.last_progress = self._clock()
+            self._finish(slot)
+
+    def _finish(self, slot: CameraSlot) -> None:
+        with self._cond:
+            self._inflight -= 1
+            slot.inflight -= 1
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            if self.step() == 0:
+                with self._cond:
+                    # Woken early when a request completes (a slot frees up); else poll the rings again soon.
+                    self._cond.wait(self._idle_wait_s)
+
+    def stop(self, drain_timeout_s: float = 10.0) -> bool:
+        """Stop submitting, wait for in-flight requests; True when all finished within the deadline."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        deadline = self._clock() + drain_timeout_s
+        with self._cond:
+            while self._inflight > 0:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    log.warning("stop: %d inference requests still in flight after %.1f s", self._inflight,
+                                drain_timeout_s)
+                    return False
+                self._cond.wait(min(remaining, 0.1))
+        return True
