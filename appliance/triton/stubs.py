@@ -42,12 +42,15 @@ def child_stubs(roots: Sequence[str] = (), parent: int | None = None, proc: Path
 
 
 def wait_gone(
-    timeout: float, roots: Sequence[str], parent: int | None = None, proc: Path = Path("/proc"), kill: bool = True
+    timeout: float,
+    roots: Sequence[str],
+    parent: int | None = None,
+    proc: Path = Path("/proc"),
+    kill: bool = True,
+    shm_root: Path = Path("/dev/shm"),
 ) -> list[int]:
-    """Wait up to ``timeout`` s for our stubs under ``roots`` to exit; SIGKILL any left (if ``kill``).
-
-    Returns the pids still alive at the deadline.
-    """
+    """Wait up to ``timeout`` s for our stubs under ``roots`` to exit; SIGKILL any left (if ``kill``) and
+    remove their shared-memory regions. Returns the pids still alive at the deadline."""
     if not roots:
         raise ValueError("repository roots are needed: never touch stubs that belong to another server")
     deadline = time.monotonic() + timeout
@@ -57,9 +60,22 @@ def wait_gone(
             break
         time.sleep(0.05)
     for pid in left if kill else ():
+        region = _shm_region(proc / str(pid))
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)  # reap it: it is our child, and nothing else will wait for it now
         except (ProcessLookupError, ChildProcessError):
             pass
+        if region:  # a killed stub cannot remove its shared-memory region, and Triton does not either
+            (shm_root / region).unlink(missing_ok=True)
     return left
+
+
+def _shm_region(entry: Path) -> str | None:
+    """The stub's shared-memory region name: its second argument (after the model.py path)."""
+    try:
+        args = (entry / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    name = args[2].decode(errors="replace") if len(args) > 2 else ""
+    return name if name and "/" not in name and not name.startswith(".") else None

@@ -199,6 +199,10 @@ def test_stop_with_a_stuck_model_fails_its_requests_and_kills_its_stub(
         while not marker.exists() and time.monotonic() < deadline:  # the model is busy with the first one
             time.sleep(0.02)
         assert marker.exists()
+        (pid,) = server.stub_pids()
+        region = Path("/proc", str(pid), "cmdline").read_bytes().split(b"\0")[2].decode()
+        assert Path("/dev/shm", region).exists()
+    assert not Path("/dev/shm", region).exists()  # the killed stub's shared memory was removed too
     for fut in [first, *rest]:
         assert isinstance(fut.exception(0), errors.UnavailableError)
     assert sorted(released) == ["0", "1", "first"]  # each exactly once

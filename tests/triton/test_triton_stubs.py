@@ -39,3 +39,28 @@ def test_comm_with_spaces_and_parens_is_parsed(tmp_path: Path) -> None:
 def test_waiting_needs_repository_roots() -> None:
     with pytest.raises(ValueError, match="never touch stubs that belong to another server"):
         stubs.wait_gone(0.1, [])
+
+
+def test_killing_removes_the_stubs_shared_memory(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / "appliance_1_abc").write_bytes(b"x")
+    (shm / "appliance_1_other").write_bytes(b"x")
+    # A real child process to kill, described by a fixture /proc entry that names it a stub.
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        proc = tmp_path / "proc"
+        fake_proc(proc, child.pid, 1, "S", [STUB, "/repo/a/m/1/model.py", "appliance_1_abc", "1048576"])
+        assert stubs.wait_gone(0.0, ["/repo/a"], parent=1, proc=proc, shm_root=shm) == [child.pid]
+        child.wait(timeout=30)  # already reaped by wait_gone; returns at once
+        with pytest.raises(ProcessLookupError):
+            os.kill(child.pid, 0)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert not (shm / "appliance_1_abc").exists()
+    assert (shm / "appliance_1_other").exists()
