@@ -2,7 +2,8 @@
 
 The detector is a parameter: ``onnxruntime`` (a Python-backend model running ONNX Runtime on an ONNX file, for
 CPU hosts) or ``tensorrt_plan`` (an engine built on the device). Each model directory is written beside its
-final place and renamed over it, so a reader never sees half a model; other models in ``dest`` are left alone.
+final place and swapped in by rename, so a reader never sees half a model; other models in ``dest`` are left
+alone. Load the models (explicit model control) after ``materialize`` returns.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class DetectorSource(StrictModel):
     path: Path = Field(description="the ONNX file (onnxruntime) or the serialized engine (tensorrt_plan)")
     input_name: str = Field("images", description="engine input binding name (tensorrt_plan only)")
     output_name: str = Field("output", description="engine output binding name (tensorrt_plan only)")
+    output_dims: list[int] | None = Field(
+        None, min_length=2, max_length=2,
+        description="the head's dims without the batch, e.g. [2535, 85] (tensorrt_plan; default [-1, -1])")
 
 
 class RepositoryOptions(StrictModel):
@@ -83,6 +87,7 @@ def _write_model(dest: Path, name: str, files: dict[str, str], extra: dict[str, 
     """Build ``dest/name`` in a sibling temp dir, then swap it in."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=dest))
     try:
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide the model from a server running as another user
         for rel, text in files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_text(text)
@@ -132,7 +137,8 @@ def materialize(profile: ModelProfile, detector: DetectorSource, dest: Path,
                   "queue_delay_us": opts.queue_delay_us, "instances": opts.detector_instances,
                   "input_dims": ", ".join(map(str, chw)), "intra_op_threads": opts.intra_op_threads,
                   "ort_spinning": int(opts.ort_spinning),
-                  "input_name": detector.input_name, "output_name": detector.output_name}
+                  "input_name": detector.input_name, "output_name": detector.output_name,
+                  "output_dims": ", ".join(map(str, detector.output_dims or [-1, -1]))}
     tdir = templates / "detector" / detector.kind
     if detector.kind == "onnxruntime":
         files = {"config.pbtxt": _fill(tdir / "config.pbtxt", det_values), "1/model.py": (tdir / "model.py").read_text()}

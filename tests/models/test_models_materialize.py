@@ -53,12 +53,12 @@ def test_tensorrt_plan_detector_uses_the_engine_bindings(tmp_path, profile) -> N
     plan = tmp_path / "det.plan"
     plan.write_bytes(b"engine")
     repo = materialize(profile, DetectorSource(kind="tensorrt_plan", path=plan, input_name="images",
-                                               output_name="output0"),
+                                               output_name="output0", output_dims=[2535, 85]),
                        tmp_path / "repo", RepositoryOptions(prefix="cam_", link="copy"))
     det = repo.path / "cam_detector"
     config = (det / "config.pbtxt").read_text()
     assert 'platform: "tensorrt_plan"' in config and "KIND_GPU" in config
-    assert 'name: "images"' in config and 'name: "output0"' in config
+    assert 'name: "images"' in config and 'name: "output0" data_type: TYPE_FP32 dims: [ 2535, 85 ]' in config
     assert (det / "1" / "model.plan").read_bytes() == b"engine" and not (det / "1" / "model.plan").is_symlink()
     assert not (det / "1" / "model.py").exists() and not (det / "_appliance_site.py").exists()
     ensemble = (repo.path / "cam_detect" / "config.pbtxt").read_text()
@@ -98,6 +98,7 @@ def test_unfilled_template_placeholder_is_an_error(tmp_path, profile, repo_root,
 @pytest.mark.parametrize("cls,data,field", [
     (DetectorSource, {"kind": "tflite", "path": "x"}, "kind"),
     (DetectorSource, {"kind": "onnxruntime", "path": "x", "batch": 4}, "batch"),
+    (DetectorSource, {"kind": "tensorrt_plan", "path": "x", "output_dims": [85]}, "output_dims"),
     (RepositoryOptions, {"max_batch_size": 0}, "max_batch_size"),
     (RepositoryOptions, {"prefix": "a/b"}, "prefix"),
     (RepositoryOptions, {"link": "hardlink"}, "link"),
