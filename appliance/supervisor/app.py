@@ -26,6 +26,7 @@ from appliance.health.server import HealthServer
 from appliance.health.system import SystemMonitor
 from appliance.sdnotify import Notifier
 from appliance.supervisor.cameras import CaptureChild, mqtt_camera_state
+from appliance.supervisor.leftovers import reclaim_leftovers
 from appliance.supervisor.children import ChildState, ChildSupervisor, RestartPolicy
 from appliance.supervisor.results import build_message
 from appliance.supervisor.scheduler import Scheduler
@@ -74,6 +75,7 @@ class Appliance:
     # -- start ---------------------------------------------------------------------------------------------
     def start(self, triton_timeout_s: float = 120.0) -> None:
         try:
+            reclaim_leftovers(shm_root=self.config.paths.shm_root)
             self._start_publisher()
             self._build_engine()
             self._materialize_repository()

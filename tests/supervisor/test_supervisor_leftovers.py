@@ -1,0 +1,59 @@
+"""Leftovers of an appliance that was SIGKILLed: orphaned model stubs and shared-memory regions."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from appliance.supervisor.leftovers import reclaim_leftovers
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def _fake_stub(tmp_path: Path, server_pid: int) -> subprocess.Popen:
+    """A real process with a stub's name and argv layout (the stub binary itself needs a live server)."""
+    stub = tmp_path / "triton_python_backend_stub"
+    if not stub.exists():
+        shutil.copy("/bin/sleep", stub)
+    # argv[1] is sleep's duration; the rest mirrors the stub's: region, sizes, server pid, backend dir...
+    return subprocess.Popen([str(stub), "600", "appliance_1_x", "1048576", "1048576", str(server_pid), "/b"])
+
+
+def test_stubs_of_a_dead_server_are_ended_and_live_ones_kept(tmp_path: Path) -> None:
+    orphan = _fake_stub(tmp_path, _dead_pid())
+    ours = _fake_stub(tmp_path, os.getpid())
+    try:
+        done = reclaim_leftovers(shm_root=tmp_path)
+        assert done.stubs == [orphan.pid]
+        assert orphan.wait(timeout=10) == -9
+        time.sleep(0.1)
+        assert ours.poll() is None
+    finally:
+        for p in (orphan, ours):
+            p.kill()
+            p.wait()
+
+
+def test_regions_of_dead_servers_are_removed_and_others_kept(tmp_path: Path) -> None:
+    dead = _dead_pid()
+    stale = [tmp_path / f"appliance_{dead}_1_abc", tmp_path / f"appliance_{dead}_def"]
+    live = tmp_path / f"appliance_{os.getpid()}_1_abc"
+    foreign = [tmp_path / "appliance-cam-line1.ring", tmp_path / "other_123_x", tmp_path / "appliance_notapid_x"]
+    for path in [*stale, live, *foreign]:
+        path.write_bytes(b"x")
+    done = reclaim_leftovers(shm_root=tmp_path)
+    assert sorted(done.regions) == sorted(stale)
+    assert not any(p.exists() for p in stale)
+    assert live.exists() and all(p.exists() for p in foreign)
+
+
+def test_nothing_to_do_is_quiet(tmp_path: Path) -> None:
+    done = reclaim_leftovers(shm_root=tmp_path)
+    assert done.stubs == [] and done.regions == []
