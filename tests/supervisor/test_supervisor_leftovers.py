@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,18 +17,16 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def _fake_stub(tmp_path: Path, server_pid: int) -> subprocess.Popen:
-    """A real process with a stub's name and argv layout (the stub binary itself needs a live server)."""
-    stub = tmp_path / "triton_python_backend_stub"
-    if not stub.exists():
-        shutil.copy("/bin/sleep", stub)
-    # argv[1] is sleep's duration; the rest mirrors the stub's: region, sizes, server pid, backend dir...
-    return subprocess.Popen([str(stub), "600", "appliance_1_x", "1048576", "1048576", str(server_pid), "/b"])
+def _fake_stub(server_pid: int) -> subprocess.Popen:
+    """A real process whose argv looks like a stub's (the stub binary itself needs a live server):
+    argv[0] ends in the stub's name and argv[5] is the server pid."""
+    argv = ["-c", "import time; time.sleep(600)", "1048576", "1048576", str(server_pid), "/b"]
+    return subprocess.Popen(["bash", "-c", 'exec -a /x/triton_python_backend_stub "$0" "$@"', sys.executable, *argv])
 
 
 def test_stubs_of_a_dead_server_are_ended_and_live_ones_kept(tmp_path: Path) -> None:
-    orphan = _fake_stub(tmp_path, _dead_pid())
-    ours = _fake_stub(tmp_path, os.getpid())
+    orphan = _fake_stub(_dead_pid())
+    ours = _fake_stub(os.getpid())
     try:
         done = reclaim_leftovers(shm_root=tmp_path)
         assert done.stubs == [orphan.pid]
