@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import pkgutil
 import sys
@@ -50,6 +51,19 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from appliance.supervisor.status import fetch_health, format_status
+
+    try:
+        health = fetch_health(args.url)
+    except OSError as exc:
+        print(f"no answer from {args.url} ({exc}): is the appliance running (systemctl status appliance) "
+              "with health enabled?", file=sys.stderr)
+        return 3
+    print(json.dumps(health, indent=2) if args.json else format_status(health))
+    return 0 if health.get("ok") else 1
+
+
 def _cmd_triton_info(args: argparse.Namespace) -> int:
     from appliance.triton.locate import TritonNotFound, locate
 
@@ -85,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schema", action="store_true", help="print the config's JSON Schema (for editors) and exit")
     p.add_argument("--no-machine", action="store_true", help="only validate the file; skip checks of this machine")
     p.set_defaults(func=_cmd_check_config)
+
+    p = sub.add_parser("status", help="what the running appliance is doing (from its health endpoint)")
+    p.add_argument("--url", default="http://127.0.0.1:9108", help="health endpoint (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the raw health summary")
+    p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")

@@ -1,7 +1,29 @@
 #!/usr/bin/env bash
-# Run the appliance's main job on its embedded default: the bundled sample camera, the real detector,
-# and a local MQTT broker. Extra arguments go to `appliance run`.
+# Run the appliance's main job on its embedded default: the bundled sample camera (Debian's darknet test
+# images), the real detector, and a local MQTT broker (started here on 127.0.0.1 when none is listening).
+# Detections are printed as a subscriber on the line would receive them. Ctrl-C stops everything.
+# Extra arguments go to `appliance run` (e.g. --config FILE, or --once to start, report ready and exit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/appliance run "$@"
+
+PORT=${APPLIANCE_MQTT_PORT:-1883}
+export APPLIANCE_MQTT_PORT=$PORT
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+if ! (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+  mkdir -p .state/demo-broker
+  printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n' "$PORT" > .state/demo-broker/mosquitto.conf
+  mosquitto -c .state/demo-broker/mosquitto.conf > .state/demo-broker/mosquitto.log 2>&1 &
+  pids+=($!)
+  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+  echo "demo: started a local MQTT broker on 127.0.0.1:$PORT"
+fi
+
+# What a subscriber on the line sees (one line per message, cut for the terminal).
+mosquitto_sub -h 127.0.0.1 -p "$PORT" -v -t 'appliance/demo/#' | cut -c1-220 &
+pids+=($!)
+echo "demo: health on http://127.0.0.1:${APPLIANCE_HEALTH_PORT:-9108}/metrics; 'appliance status' summarizes it"
+.venv/bin/appliance run "$@"

@@ -1,0 +1,205 @@
+"""The daemon end to end: `appliance run` as a real process with a real notify socket, a real broker, the real
+detector and a camera playing real images. Truth comes from what the images show (Debian's darknet test
+images: a dog, an eagle, horses), not from the code under test."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import jsonschema
+import paho.mqtt.client as paho
+import pytest
+from support.mosquitto import Mosquitto
+
+from appliance.mqtt.schema import load_schema
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGES = Path("/usr/share/darknet/data")
+# Played in name order, so frame seq k shows IMAGES_IN_ORDER[(k - 1) % 3].
+IMAGES_IN_ORDER = [("dog.jpg", "dog"), ("eagle.jpg", "bird"), ("horses.jpg", "horse")]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
+    pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
+]
+
+
+class NotifySocket:
+    """The systemd side of sd_notify: collects every datagram the daemon sends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.messages: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.messages.append(self.sock.recv(65536).decode())
+            except socket.timeout:
+                continue
+
+    def fields(self) -> list[str]:
+        return [line for m in list(self.messages) for line in m.splitlines()]
+
+    def wait_for(self, line: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if line in self.fields():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+class Subscriber:
+    def __init__(self, port: int, topic: str) -> None:
+        self.messages: list[tuple[str, dict, bool]] = []
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
+        self.client.on_message = lambda c, u, m: self.messages.append((m.topic, json.loads(m.payload), m.retain))
+        self.client.connect("127.0.0.1", port)
+        self.client.subscribe(topic, qos=1)
+        self.client.loop_start()
+
+    def of_type(self, kind: str) -> list[dict]:
+        return [payload for _topic, payload, _retain in list(self.messages) if payload.get("type") == kind]
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    with Mosquitto(tmp_path / "broker") as b:
+        yield b
+
+
+@pytest.fixture
+def shm_root() -> Iterator[Path]:
+    root = Path("/dev/shm") / f"appliance-e2e-{uuid.uuid4().hex[:8]}"
+    root.mkdir()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path) -> Path:
+    device = f"e2e{uuid.uuid4().hex[:6]}"
+    path = tmp_path / "appliance.yaml"
+    path.write_text(f"""
+device: {{id: {device}}}
+paths:
+  state_dir: {tmp_path / 'state'}
+  shm_root: {shm_root}
+cameras:
+  - id: line1
+    source: {{type: images, path: {camera_dir}, loop: true, realtime: true}}
+    width: 640
+    height: 480
+    resize: true
+    fps: 4
+mqtt:
+  host: 127.0.0.1
+  port: {broker.port}
+health:
+  port: 0
+""")
+    return path
+
+
+def _children_of(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
+        tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+    camera_dir = tmp_path / "camera"
+    camera_dir.mkdir()
+    for name, _ in IMAGES_IN_ORDER:
+        shutil.copy(IMAGES / name, camera_dir / name)
+    config = _config(tmp_path, broker, shm_root, camera_dir)
+    device = next(line.split("id: ")[1].rstrip("}") for line in config.read_text().splitlines() if "device:" in line)
+    notify = NotifySocket(tmp_path / "notify.sock")
+    subscriber = Subscriber(broker.port, f"appliance/{device}/#")
+    env = {**os.environ, "NOTIFY_SOCKET": str(notify.path), "PYTHONFAULTHANDLER": "1"}
+    log = (tmp_path / "daemon.log").open("w")
+    daemon = subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],
+                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    try:
+        assert notify.wait_for("READY=1", 240), (tmp_path / "daemon.log").read_text()[-3000:]
+        deadline = time.monotonic() + 120
+        while len(subscriber.of_type("detections")) < 7 and time.monotonic() < deadline:
+            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
+            time.sleep(0.2)
+        detections = subscriber.of_type("detections")
+        assert len(detections) >= 7, (tmp_path / "daemon.log").read_text()[-3000:]
+        stubs = _children_of(daemon.pid)
+
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=90) == 0, (tmp_path / "daemon.log").read_text()[-3000:]
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+        subscriber.close()
+        notify.close()
+
+    schema = load_schema("detections")
+    for message in detections:
+        jsonschema.validate(message, schema)
+    # Every frame shows what its image shows: seq k is image (k-1) % 3 of the folder.
+    for message in detections:
+        image, expected = IMAGES_IN_ORDER[(message["seq"] - 1) % 3]
+        names = {d["class_name"] for d in message["detections"]}
+        assert expected in names, f"frame {message['seq']} ({image}): expected a {expected}, got {names}"
+        assert message["image"] == {"width": 640, "height": 480}
+        for d in message["detections"]:
+            box = d["box"]
+            assert 0 <= box["x1"] <= box["x2"] <= 640 and 0 <= box["y1"] <= box["y2"] <= 480
+    seqs = [m["seq"] for m in detections]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+    fields = notify.fields()
+    assert any(f.startswith("STATUS=") and "cameras streaming" in f for f in fields)
+    assert "STOPPING=1" in fields and "WATCHDOG=1" in fields
+    statuses = subscriber.of_type("device_status")
+    assert statuses and statuses[-1]["state"] == "offline"
+    camera_states = [m["state"] for m in subscriber.of_type("camera_status")]
+    assert "streaming" in camera_states
+    # Nothing left behind: no model processes, no frame rings.
+    time.sleep(0.5)
+    assert [pid for pid in stubs if Path(f"/proc/{pid}").exists()] == []
+    assert list(shm_root.iterdir()) == []
+
+
+def test_invalid_config_exits_2_and_names_the_line(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("device: {id: x}\ncameras: []\nmqtt: {host: localhost, prot: 1883}\n")
+    result = subprocess.run([sys.executable, "-m", "appliance", "run", "--config", str(config)],
+                            capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 2
+    assert f"{config}:2: cameras:" in result.stderr
+    assert f"{config}:3: mqtt.prot: unknown key" in result.stderr
