@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import logging
 import pkgutil
 import sys
 from pathlib import Path
@@ -129,9 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from appliance.logs import configure
+
+    configure(args.log_level)
     return int(args.func(args) or 0)

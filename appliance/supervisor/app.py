@@ -209,7 +209,7 @@ class Appliance:
             reason = type(error).__name__ if error is not None else "cancelled"
             self.metrics.inference_errors.labels(camera=camera_id, reason=reason).inc()
             self._last_error = f"camera {camera_id} frame {meta.seq}: {error or 'cancelled'}"
-            log.warning("inference failed: %s", self._last_error)
+            log.warning("inference failed: %s", self._last_error, extra={"camera": camera_id, "stage": "inference"})
             return
         submitted = getattr(future, "submitted_mono", done)
         latency = {"queue": (submitted - meta.t_mono) * 1000, "inference": (done - submitted) * 1000,
@@ -255,7 +255,8 @@ class Appliance:
             if state != cam.published_state and self.publisher is not None:
                 self.publisher.publish_camera_status(CameraStatus(cam.id, state, round(health.fps, 2),
                                                                   health.last_error or None))
-                log.info("camera %s: %s%s", cam.id, state, f" ({health.last_error})" if health.last_error else "")
+                log.info("camera %s: %s%s", cam.id, state, f" ({health.last_error})" if health.last_error else "",
+                         extra={"camera": cam.id, "stage": "capture"})
                 cam.published_state = state
 
     def _refresh_mqtt_metrics(self) -> None:
