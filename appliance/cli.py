@@ -81,6 +81,12 @@ def _cmd_build_engines(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_ota(args: argparse.Namespace) -> int:
+    from appliance.ota.cli import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"appliance {appliance.__version__}")
@@ -118,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the installed engines as JSON")
     p.add_argument("--repository", help="then materialize the Triton model repository for this device here")
     p.set_defaults(func=_cmd_build_engines)
+
+    from appliance.ota.cli import add_parser as add_ota_parser  # argparse only; actions import lazily
+
+    add_ota_parser(sub).set_defaults(func=_cmd_ota)
 
     p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(_bench_names()))
     p.add_argument("name", choices=_bench_names())

@@ -1,0 +1,129 @@
+"""Build and sign a bundle from a source directory (``appliance ota sign``).
+
+The source directory holds ``bundle.yaml`` and the files it names::
+
+    model: yolov3-tiny
+    version: "2024.05.1"
+    min_appliance_version: "0.1.0"
+    onnx: model.onnx                      # default
+    model_profile: profile.yaml           # a repository/profiles file, or the mapping inline
+    engine_profile: engine.yaml           # an engines/ file, or the mapping inline
+    golden:                               # optional
+      - file: golden/dog.jpg
+        expected: [{class_name: dog, score: 0.8, box: [120, 220, 320, 540]}]
+    golden_tolerance: {min_iou: 0.5, score_abs: 0.1}
+
+The bundle is an uncompressed tar (ONNX weights do not compress): ``manifest.json``, ``manifest.sig``, then
+the files, each listed in the manifest with SHA-256 and size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from appliance.ota.errors import OtaError, OtaRejected
+from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, parse_manifest
+from appliance.ota.signing import load_private_key, sign_manifest
+
+SOURCE_FILE = "bundle.yaml"
+
+
+class BundleSourceError(OtaError):
+    """The bundle source directory is incomplete or invalid; the message names the file and field."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise BundleSourceError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise BundleSourceError(f"{path}: not valid YAML: {exc}") from None
+
+
+def _section(src: Path, spec: dict[str, Any], key: str) -> Any:
+    value = spec.get(key)
+    if isinstance(value, str):
+        return _load_yaml(src / value)
+    if value is None:
+        raise BundleSourceError(f"{src / SOURCE_FILE}: '{key}' is required (a file name or a mapping)")
+    return value
+
+
+def manifest_from_source(src: Path) -> Manifest:
+    """Read ``bundle.yaml``, hash the files it names and return the (unsigned) manifest."""
+    src = Path(src)
+    spec = _load_yaml(src / SOURCE_FILE)
+    if not isinstance(spec, dict):
+        raise BundleSourceError(f"{src / SOURCE_FILE}: must be a mapping")
+    data = dict(spec)
+    data["model_profile"] = _section(src, spec, "model_profile")
+    data["engine_profile"] = _section(src, spec, "engine_profile")
+    onnx = data.setdefault("onnx", "model.onnx")
+    names = [onnx, *[g["file"] for g in data.get("golden") or [] if isinstance(g, dict) and "file" in g]]
+    files = {}
+    for name in names:
+        path = src / name
+        if not path.is_file():
+            raise BundleSourceError(f"{path}: named in {SOURCE_FILE} but not found")
+        files[name] = {"sha256": sha256_file(path), "size": path.stat().st_size}
+    if "files" in data:
+        raise BundleSourceError(f"{src / SOURCE_FILE}: 'files' is computed; do not write it")
+    data["files"] = files
+    try:
+        return parse_manifest(json.dumps(data).encode())
+    except OtaRejected as exc:
+        raise BundleSourceError(f"{src / SOURCE_FILE}: {exc.reason}") from None
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), 0o644, 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_bundle(out: Path, manifest_bytes: bytes, signature: bytes | None, files: dict[str, Path]) -> None:
+    """Write a tar atomically (temp file, fsync, rename). ``signature=None`` makes an unsigned bundle."""
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as raw:
+            with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                _add_bytes(tar, MANIFEST_NAME, manifest_bytes)
+                if signature is not None:
+                    _add_bytes(tar, SIGNATURE_NAME, signature)
+                for name, path in files.items():
+                    info = tar.gettarinfo(str(path), arcname=name)
+                    info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = 0o644, 0, 0, 0, "", ""
+                    with open(path, "rb") as f:
+                        tar.addfile(info, f)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def build_bundle(src: Path, private_key_path: Path, out: Path) -> Manifest:
+    """``appliance ota sign``: manifest from ``src``, signed with the key, written to ``out``."""
+    manifest = manifest_from_source(src)
+    data = manifest.canonical_bytes()
+    signature = sign_manifest(data, load_private_key(private_key_path))
+    write_bundle(out, data, signature, {name: Path(src) / name for name in manifest.files})
+    return manifest

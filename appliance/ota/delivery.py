@@ -1,0 +1,257 @@
+"""Getting bundles to the manager: the MQTT ``ota`` command and a watched inbox directory.
+
+MQTT command ``<prefix>/<device>/command/ota`` (register with ``publisher.on_command("ota", handler)``), args:
+
+* ``{"path": "/data/model.bundle"}``   a bundle already on the device
+* ``{"url": "https://host/model.bundle"}``   downloaded with a size limit (http:// only with ``allow_http``)
+* ``{"upload_id": "u1", "index": 0, "count": 140, "data": "<base64>"}``   one chunk; the last one installs
+* ``{"action": "rollback"}`` / ``{"action": "status"}``
+
+Installs run on a background thread (one at a time, in order); the reply says the bundle was accepted, and
+progress and the outcome follow on the status callback (``ota/status``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from appliance.ota.config import OtaConfig
+from appliance.ota.errors import OtaError, OtaRejected
+
+log = logging.getLogger("appliance.ota")
+_UPLOAD_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class DeliveryError(OtaError):
+    """A command's arguments are wrong (reply code bad_request)."""
+
+
+def download(url: str, dest: Path, max_bytes: int, timeout_s: float, allow_http: bool = False) -> Path:
+    """Stream ``url`` into ``dest``; refuse more than ``max_bytes`` (by Content-Length or while reading)."""
+    if not (url.startswith("https://") or (allow_http and url.startswith("http://"))):
+        raise DeliveryError(f"url must be https://{' or http://' if allow_http else ''}, got {url[:80]!r}")
+    tmp = dest.with_name(f".{dest.name}.part")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (scheme checked above)
+            length = resp.headers.get("Content-Length")
+            if length is not None and int(length) > max_bytes:
+                raise OtaRejected("too_large", f"{url} is {length} bytes, the limit is {max_bytes}")
+            got = 0
+            with open(tmp, "wb") as out:
+                for block in iter(lambda: resp.read(1 << 20), b""):
+                    got += len(block)
+                    if got > max_bytes:
+                        raise OtaRejected("too_large", f"{url} sent more than the limit of {max_bytes} bytes")
+                    out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, dest)
+        return dest
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise OtaRejected("delivery", f"download of {url} failed: {exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class ChunkAssembler:
+    """Chunks of one upload, written to ``<dir>/<upload_id>.part`` in order; complete -> the bundle path."""
+
+    def __init__(self, directory: Path, max_bytes: int, timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._uploads: dict[str, tuple[int, int, float]] = {}  # id -> (next index, count, last seen)
+        self._lock = threading.Lock()
+
+    def add(self, upload_id: str, index: int, count: int, data: bytes) -> Path | None:
+        if not _UPLOAD_ID.match(upload_id):
+            raise DeliveryError(f"upload_id must be 1-64 of A-Z a-z 0-9 _ . -, got {upload_id[:80]!r}")
+        if count < 1 or not 0 <= index < count:
+            raise DeliveryError(f"chunk index {index} is outside 0..count-1 (count {count})")
+        with self._lock:
+            self._expire()
+            self.directory.mkdir(parents=True, exist_ok=True)
+            part = self.directory / f"{upload_id}.part"
+            expected, known_count, _ = self._uploads.get(upload_id, (0, count, 0.0))
+            if index == 0:  # (re)start
+                part.unlink(missing_ok=True)
+                expected, known_count = 0, count
+            if count != known_count:
+                raise DeliveryError(f"upload {upload_id}: count changed from {known_count} to {count}")
+            if index < expected:
+                return None  # a redelivered chunk: already written
+            if index > expected:
+                raise DeliveryError(f"upload {upload_id}: got chunk {index}, expected {expected} (send in order)")
+            size = part.stat().st_size if part.exists() else 0
+            if size + len(data) > self.max_bytes:
+                part.unlink(missing_ok=True)
+                self._uploads.pop(upload_id, None)
+                raise OtaRejected("too_large", f"upload {upload_id} exceeds {self.max_bytes} bytes")
+            with open(part, "ab") as f:
+                f.write(data)
+            if index + 1 < count:
+                self._uploads[upload_id] = (index + 1, count, self._clock())
+                return None
+            self._uploads.pop(upload_id, None)
+            final = self.directory / f"{upload_id}.bundle"
+            os.replace(part, final)
+            return final
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for uid, (_, _, seen) in list(self._uploads.items()):
+            if now - seen > self.timeout_s:
+                log.warning("OTA upload %s expired (no chunk for %.0f s)", uid, self.timeout_s)
+                (self.directory / f"{uid}.part").unlink(missing_ok=True)
+                del self._uploads[uid]
+
+
+class OtaCommandHandler:
+    """``handler(command) -> dict`` for ``MqttPublisher.on_command("ota", handler)``."""
+
+    def __init__(self, manager: Any, config: OtaConfig, incoming_dir: Path, *, background: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.manager = manager
+        self.config = config
+        self.incoming = Path(incoming_dir)
+        self.background = background
+        self.chunks = ChunkAssembler(self.incoming / "chunks", config.max_bundle_bytes, config.chunk_timeout_s, clock)
+        self._threads: list[threading.Thread] = []
+        self._seq = 0
+
+    def __call__(self, command: Any) -> dict[str, Any]:
+        from appliance.mqtt.errors import CommandError
+
+        try:
+            return self.handle(dict(command.args), command.request_id)
+        except DeliveryError as exc:
+            raise CommandError(str(exc), code="bad_request") from None
+        except OtaError as exc:
+            raise CommandError(str(exc)) from None
+
+    def handle(self, args: Mapping[str, Any], request_id: str | None = None) -> dict[str, Any]:
+        keys = set(args) & {"path", "url", "upload_id", "action"}
+        if len(keys) != 1:
+            raise DeliveryError("give exactly one of: path, url, upload_id (with index, count, data), action")
+        if "action" in args:
+            if args["action"] == "rollback":
+                return self.manager.rollback(request_id)
+            if args["action"] == "status":
+                return self.manager.status()
+            raise DeliveryError(f"action must be 'rollback' or 'status', got {args['action']!r}")
+        self.incoming.mkdir(parents=True, exist_ok=True)
+        if "path" in args:
+            src = Path(str(args["path"]))
+            if not src.is_file():
+                raise DeliveryError(f"path {src} is not a file")
+            if src.stat().st_size > self.config.max_bundle_bytes:
+                raise OtaRejected("too_large", f"{src} is over {self.config.max_bundle_bytes} bytes")
+            bundle = self._claim(src, copy=True)
+        elif "url" in args:
+            self._seq += 1
+            bundle = download(str(args["url"]), self.incoming / f"download-{os.getpid()}-{self._seq}.bundle",
+                              self.config.max_bundle_bytes, self.config.download_timeout_s, self.config.allow_http)
+        else:
+            try:
+                index, count = int(args["index"]), int(args["count"])
+                data = base64.b64decode(str(args["data"]), validate=True)
+            except (KeyError, ValueError, TypeError, binascii.Error) as exc:
+                raise DeliveryError(f"a chunk needs upload_id, index, count and base64 data: {exc}") from None
+            done = self.chunks.add(str(args["upload_id"]), index, count, data)
+            if done is None:
+                return {"chunk": index, "count": count}
+            bundle = done
+        return self._start(bundle, request_id)
+
+    def _claim(self, src: Path, copy: bool) -> Path:
+        self._seq += 1
+        dest = self.incoming / f"bundle-{os.getpid()}-{self._seq}.bundle"
+        tmp = dest.with_name(f".{dest.name}.part")
+        shutil.copyfile(src, tmp) if copy else os.replace(src, tmp)
+        os.replace(tmp, dest)
+        return dest
+
+    def _start(self, bundle: Path, request_id: str | None) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            try:
+                return self.manager.install(bundle, request_id=request_id)
+            finally:
+                bundle.unlink(missing_ok=True)
+
+        if not self.background:
+            return run()
+
+        def guarded() -> None:
+            try:
+                run()
+            except OtaError:
+                pass  # reported through the status callback
+            except Exception:
+                log.exception("OTA install of %s crashed", bundle.name)
+
+        thread = threading.Thread(target=guarded, name=f"ota-install-{bundle.name}", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+        return {"accepted": True, "bundle": bundle.name}
+
+    def join(self, timeout: float | None = None) -> None:
+        for thread in list(self._threads):
+            thread.join(timeout)
+
+
+class InboxWatcher:
+    """Polls ``inbox`` for ``*.bundle`` files (written elsewhere and renamed in: ``appliance ota push --inbox``)
+    and installs each, oldest first. A processed bundle is moved to ``inbox/done/`` or ``inbox/rejected/``."""
+
+    def __init__(self, manager: Any, inbox: Path, poll_s: float = 2.0) -> None:
+        self.manager = manager
+        self.inbox = Path(inbox)
+        self.poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll_once(self) -> list[tuple[str, str]]:
+        """Install whatever is waiting; returns (bundle name, outcome) pairs."""
+        self.inbox.mkdir(parents=True, exist_ok=True)
+        outcomes = []
+        for path in sorted(self.inbox.glob("*.bundle"), key=lambda p: (p.stat().st_mtime, p.name)):
+            try:
+                result = self.manager.install(path)
+                outcome, where = result["state"], "done"
+            except OtaError as exc:
+                outcome, where = f"rejected: {exc}", "rejected"
+            (self.inbox / where).mkdir(exist_ok=True)
+            if path.exists():
+                os.replace(path, self.inbox / where / path.name)
+            outcomes.append((path.name, outcome))
+        return outcomes
+
+    def start(self) -> "InboxWatcher":
+        def loop() -> None:
+            while not self._stop.wait(self.poll_s):
+                try:
+                    self.poll_once()
+                except Exception:
+                    log.exception("OTA inbox %s: poll failed", self.inbox)
+
+        self._thread = threading.Thread(target=loop, name="ota-inbox", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,41 @@
+"""Errors of the OTA pipeline. Each rejection carries a stable ``code`` (for MQTT status, metrics labels) and a
+human message naming what was wrong."""
+
+from __future__ import annotations
+
+REJECT_CODES = (
+    "corrupt",          # not a readable bundle: bad tar, missing member, unsafe path, bad JSON
+    "unsigned",         # no signature in the bundle
+    "bad_signature",    # signature does not verify with the key it names
+    "unknown_key",      # signed by a key that is not trusted on this device
+    "hash_mismatch",    # a file's SHA-256 or size differs from the signed manifest
+    "invalid_manifest", # the signed manifest fails validation
+    "incompatible",     # appliance too old, input shape does not match the ONNX, ...
+    "disk_full",        # not enough space to stage the bundle
+    "too_large",        # over the configured bundle size limit
+    "build_failed",     # the engine builder refused the model
+    "golden_mismatch",  # detections on golden frames outside tolerance
+    "load_failed",      # Triton could not load the new version
+    "duplicate",        # this version is already installed
+    "busy",             # another update holds the lock and the caller did not want to wait
+    "delivery",         # the bundle could not be fetched (download, chunks, path)
+)
+
+
+class OtaError(RuntimeError):
+    """Base of the OTA package's errors."""
+
+
+class OtaRejected(OtaError):
+    """The update was refused; nothing changed in what the appliance serves. ``code`` is one of REJECT_CODES."""
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in REJECT_CODES:
+            raise ValueError(f"unknown rejection code {code!r}")
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.reason = message
+
+
+class RollbackError(OtaError):
+    """A rollback was asked for but there is nothing complete and verified to roll back to."""

@@ -1,0 +1,282 @@
+"""The OTA pipeline: verify -> stage -> build -> check golden frames -> switch -> watch -> keep or roll back.
+
+One update at a time (a thread lock plus ``OtaStore.lock``'s flock across processes). Every step is reported
+through ``status_cb``; a refusal is ``OtaRejected`` with a code, and leaves what is served unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import appliance
+from appliance.ota import compat, golden
+from appliance.ota.config import OtaConfig
+from appliance.ota.errors import OtaRejected, RollbackError
+from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
+from appliance.ota.router import Route
+from appliance.ota.signing import TrustedKeys
+from appliance.ota.status import OtaStatus, StatusCallback
+from appliance.ota.store import OtaStore, Pointer, fsync_dir
+from appliance.ota.switcher import ModelSpec, ModelSwitcher
+from appliance.ota.unpack import FreeSpace, disk_free, extract_verified, verify_bundle
+
+log = logging.getLogger("appliance.ota")
+
+
+class OtaManager:
+    def __init__(self, state_dir: Path, trusted_keys: TrustedKeys, switcher: ModelSwitcher, *,
+                 config: OtaConfig | None = None, status_cb: StatusCallback | None = None,
+                 base_spec: Callable[[], ModelSpec] | None = None, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 free_space: FreeSpace = disk_free, appliance_version: str = appliance.__version__,
+                 builder: Any = None) -> None:
+        self.store = OtaStore(state_dir)
+        self.trusted = trusted_keys
+        self.switcher = switcher
+        self.config = config or OtaConfig()
+        self._status_cb = status_cb
+        self._base_spec = base_spec
+        self._clock, self._monotonic, self._sleep = clock, monotonic, sleep
+        self._free_space = free_space
+        self._appliance_version = appliance_version
+        self._builder = builder
+        self._lock = threading.Lock()
+        self.last_status: OtaStatus | None = None
+
+    # -- reporting -----------------------------------------------------------------------------------------
+    def _report(self, state: str, message: str, manifest: Manifest | None = None, **kw: Any) -> None:
+        status = OtaStatus(state, message, manifest.version if manifest else kw.pop("version", None),
+                           manifest.model if manifest else kw.pop("model", None), time=self._clock(), **kw)
+        self.last_status = status
+        (log.warning if state in ("rejected", "rolled_back") else log.info)("OTA %s: %s", state, message)
+        if self._status_cb is not None:
+            try:
+                self._status_cb(status)
+            except Exception:
+                log.exception("OTA status callback failed")
+
+    # -- start-up --------------------------------------------------------------------------------------------
+    def spec(self, version: str | None) -> ModelSpec:
+        """The servable spec of an installed version (None = the base model)."""
+        from appliance.engines.manager import InstalledEngine
+
+        if version is None:
+            if self._base_spec is None:
+                raise RollbackError("no base model is configured")
+            return self._base_spec()
+        record = self.store.verified_record(version)
+        eng = dict(record["engine"])
+        for key in ("engine_path", "manifest_path", "onnx_path"):
+            eng[key] = Path(eng[key])
+        return ModelSpec(version, self.store.manifest(version).model_profile, InstalledEngine(**eng))
+
+    def start_serving(self) -> Route:
+        """At appliance start: recover the state dir, load and route the version the pointer names (a complete,
+        verified one; the base model when there is none or it fails to load)."""
+        version = self.store.recover()
+        try:
+            route = self.switcher.load(self.spec(version))
+        except OtaRejected as exc:
+            if version is None:
+                raise
+            log.error("OTA version %s failed to load at start (%s); serving the base model", version, exc)
+            route = self.switcher.load(self.spec(None))
+        self.switcher.route(route)
+        return route
+
+    # -- install ---------------------------------------------------------------------------------------------
+    def install(self, bundle: Path, request_id: str | None = None, wait: bool = True) -> dict[str, Any]:
+        """Run the whole pipeline for one bundle. Returns {"state": "active"|"rolled_back", ...}; raises
+        OtaRejected. With ``wait=False`` a busy manager rejects instead of queueing."""
+        bundle = Path(bundle)
+        if not self._lock.acquire(blocking=wait):
+            raise OtaRejected("busy", "another update is in progress")
+        try:
+            self._report("received", f"bundle {bundle.name}", request_id=request_id)
+            with self.store.lock(blocking=wait):
+                try:
+                    return self._install(bundle, request_id)
+                except OtaRejected as exc:
+                    self._report("rejected", exc.reason, code=exc.code, request_id=request_id,
+                                 version=getattr(exc, "version", None))
+                    raise
+        finally:
+            self._lock.release()
+
+    def _install(self, bundle: Path, rid: str | None) -> dict[str, Any]:
+        self.store.ensure()
+        self._report("verifying", "signature, manifest and compatibility", request_id=rid)
+        opened = verify_bundle(bundle, self.trusted, self.config.max_bundle_bytes)
+        m = opened.manifest
+        try:
+            compat.check_appliance_version(m, self._appliance_version)
+            if self.store.is_verified(m.version):
+                raise OtaRejected("duplicate", f"version {m.version} is already installed")
+            vdir = self._stage(bundle, opened, rid)
+            try:
+                compat.check_onnx(m, vdir / m.onnx)
+                engine = self._build(m, vdir, rid)
+                spec = ModelSpec(m.version, m.model_profile, engine)
+                return self._switch(spec, m, engine, opened.key_id, rid)
+            except BaseException:
+                if not self.store.is_verified(m.version) or self.store.read_pointer().version != m.version:
+                    self.store.remove_version(m.version)
+                raise
+        except OtaRejected as exc:
+            exc.version = m.version  # type: ignore[attr-defined]
+            raise
+
+    def _stage(self, bundle: Path, opened: Any, rid: str | None) -> Path:
+        m = opened.manifest
+        self._report("staging", f"{len(m.files)} file(s), {sum(f.size for f in m.files.values())} bytes", m,
+                     request_id=rid)
+        self.store.remove_version(m.version)  # an earlier, interrupted attempt
+        tmp = self.store.staging_dir / f"{m.version}.{os.getpid()}.{threading.get_ident()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            extract_verified(bundle, opened, tmp, self._free_space, self.config.reserve_bytes)
+            (tmp / MANIFEST_NAME).write_bytes(opened.manifest_bytes)
+            (tmp / SIGNATURE_NAME).write_bytes(opened.signature)
+            fsync_dir(tmp)
+            final = self.store.version_dir(m.version)
+            os.replace(tmp, final)
+            fsync_dir(self.store.versions_dir)
+            return final
+        except OSError as exc:
+            raise OtaRejected("disk_full" if exc.errno == 28 else "delivery", f"staging failed: {exc}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _build(self, m: Manifest, vdir: Path, rid: str | None) -> Any:
+        from appliance.engines.builders import select_builder
+        from appliance.engines.manager import EngineBuildError, EngineManager
+        from appliance.engines.progress import ProgressReporter
+
+        def progress(event: Any) -> None:
+            self._report("building", f"{event.phase}: {event.message}", m, percent=round(event.percent, 1),
+                         request_id=rid)
+
+        self._report("building", "engine for this device", m, percent=0.0, request_id=rid)
+        profile = m.engine_profile.model_copy(update={"onnx": m.onnx})
+        try:
+            builder = self._builder or select_builder(self.config.builder)  # type: ignore[arg-type]
+            manager = EngineManager(vdir / "engine-state", vdir, builder, reporter=ProgressReporter(callback=progress),
+                                    clock=self._clock)
+            return manager.ensure(profile)
+        except EngineBuildError as exc:
+            raise OtaRejected("build_failed", f"{exc.phase}: {exc.reason}") from None
+        except Exception as exc:  # builder unavailable, unexpected toolchain errors
+            raise OtaRejected("build_failed", f"{type(exc).__name__}: {exc}") from None
+
+    def _check_golden(self, route: Route, m: Manifest, vdir: Path, rid: str | None) -> str:
+        sets: list[tuple[Path, list[Any], Any]] = []
+        if m.golden:
+            sets.append((vdir, m.golden, m.golden_tolerance))
+        if self.config.device_golden_dir is not None:
+            try:
+                device = golden.load_device_set(self.config.device_golden_dir)
+            except golden.GoldenSetError as exc:
+                raise OtaRejected("golden_mismatch", f"device golden set: {exc}") from None
+            sets.append((self.config.device_golden_dir, device.frames, device.tolerance))
+        total = sum(len(frames) for _, frames, _ in sets)
+        self._report("checking", f"{total} golden frame(s)", m, request_id=rid)
+        failures = []
+        for root, frames, tol in sets:
+            for frame in frames:
+                det = self.switcher.detect(route, golden.read_image(root / frame.file))
+                result = golden.compare(frame.file, frame.expected, det.boxes, det.scores, det.class_ids,
+                                        m.model_profile.classes, tol)
+                if not result.passed:
+                    failures.append(result.summary())
+        if failures:
+            raise OtaRejected("golden_mismatch", "; ".join(failures))
+        return f"{total} golden frame(s) passed"
+
+    def _switch(self, spec: ModelSpec, m: Manifest, engine: Any, key_id: str, rid: str | None) -> dict[str, Any]:
+        self._report("switching", f"loading {m.label} beside the current model", m, request_id=rid)
+        old = self.switcher.current()
+        new = self.switcher.load(spec)
+        try:
+            summary = self._check_golden(new, m, self.store.version_dir(m.version), rid) \
+                if self.config.check_golden else "golden frames skipped"
+            installed = self.store.installed()
+            self.store.mark_verified(m.version, {
+                "version": m.version, "model": m.model, "key_id": key_id, "installed_at": self._clock(),
+                "installed_seq": (self.store.verified_record(installed[-1])["installed_seq"] + 1) if installed else 1,
+                "golden": summary, "engine": engine.to_dict()})
+        except BaseException:
+            self.switcher.retire(new)
+            raise
+        policy = self.config.health
+        t_switch = self._monotonic()
+        baseline = self.switcher.health(old, since=t_switch - policy.period_s) if old is not None else None
+        self.switcher.route(new)
+        self._report("watching", f"traffic moved to {new.ensemble}; watching health for {policy.period_s:g} s", m,
+                     request_id=rid)
+        problem = self._watch(new, baseline, t_switch) if old is not None else None
+        if problem is not None:
+            assert old is not None
+            self.switcher.route(old)
+            self.switcher.retire(new)
+            self.store.remove_version(m.version)
+            self._report("rolled_back", f"{m.label} rolled back to {old.label}: {problem}", m, code="health",
+                         request_id=rid)
+            return {"state": "rolled_back", "version": m.version, "reason": problem, "serving": old.label}
+        previous = self.store.read_pointer()
+        history = tuple(v for v in (*previous.history, previous.version)
+                        if v is None or self.store.is_verified(v))[-(self.config.keep_versions + 1):]
+        self.store.write_pointer(Pointer(m.version, history))
+        if old is not None:
+            self.switcher.retire(old)
+        removed = self.store.prune(self.config.keep_versions, protect={m.version, *history})
+        self._report("active", f"{m.label} is serving ({summary})", m, request_id=rid)
+        return {"state": "active", "version": m.version, "model": m.model, "ensemble": new.ensemble,
+                "golden": summary, "pruned": removed}
+
+    def _watch(self, route: Route, baseline: Any, since: float) -> str | None:
+        from appliance.ota.health import breach
+
+        policy = self.config.health
+        while True:
+            elapsed = self._monotonic() - since
+            final = elapsed >= policy.period_s
+            problem = breach(policy, self.switcher.health(route, since), baseline, final)
+            if problem is not None or final:
+                return problem
+            self._sleep(min(policy.check_interval_s, policy.period_s - elapsed))
+
+    # -- rollback / status -----------------------------------------------------------------------------------
+    def rollback(self, request_id: str | None = None) -> dict[str, Any]:
+        """Serve the previous complete, verified version (or the base model)."""
+        with self._lock, self.store.lock():
+            pointer = self.store.read_pointer()
+            history = list(pointer.history)
+            while history and history[-1] is not None and not self.store.is_verified(history[-1]):
+                history.pop()
+            if not history:
+                raise RollbackError(f"nothing to roll back to from {pointer.version or 'the base model'}")
+            target = history.pop()
+            old = self.switcher.current()
+            new = self.switcher.load(self.spec(target))
+            self.switcher.route(new)
+            self.store.write_pointer(Pointer(target, tuple(history)))
+            if old is not None:
+                self.switcher.retire(old)
+            label = target or "base"
+            self._report("rolled_back", f"rolled back from {pointer.version or 'base'} to {label}", code="manual",
+                         version=target, request_id=request_id)
+            return {"state": "rolled_back", "from": pointer.version, "to": target}
+
+    def status(self) -> dict[str, Any]:
+        pointer = self.store.read_pointer()
+        current = self.switcher.current()
+        return {"active": pointer.version, "history": list(pointer.history), "installed": self.store.installed(),
+                "serving": current.label if current else None,
+                "last": self.last_status.to_dict() if self.last_status else None}

@@ -1,0 +1,156 @@
+"""The switch boundary: what the OTA pipeline needs from whoever serves models.
+
+``TritonSwitcher`` implements it over the embedded server (explicit model control): each version is
+materialized under its own prefix into the live repository, loaded while the old one serves, routed to
+atomically, and the old one is unloaded once its in-flight requests drained. ``OfflineSwitcher`` serves
+nothing (``appliance ota install`` while the daemon is stopped): golden frames run through the plain pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from appliance.ota.errors import OtaRejected
+from appliance.ota.router import HealthSample, Route, Router
+
+log = logging.getLogger("appliance.ota")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A complete model version: its pre/post profile and its built engine (appliance.engines.InstalledEngine)."""
+
+    version: str | None
+    profile: Any   # appliance.models.profile.ModelProfile
+    engine: Any    # appliance.engines.InstalledEngine
+
+
+@dataclass(frozen=True)
+class Detected:
+    boxes: np.ndarray      # [K,4] xyxy frame pixels
+    scores: np.ndarray     # [K]
+    class_ids: np.ndarray  # [K]
+
+
+class ModelSwitcher(Protocol):
+    def current(self) -> Route | None: ...
+    def load(self, spec: ModelSpec) -> Route: ...
+    def detect(self, route: Route, frame: np.ndarray) -> Detected: ...
+    def route(self, route: Route) -> None: ...
+    def retire(self, route: Route) -> None: ...
+    def health(self, route: Route, since: float, until: float | None = None) -> HealthSample: ...
+
+
+def prefix_for(version: str | None) -> str:
+    return "" if version is None else f"ota-{version}-"
+
+
+class TritonSwitcher:
+    def __init__(self, server: Any, repository_dir: Path, router: Router, *, options: Any = None,
+                 drain_timeout_s: float = 30.0, unload_timeout_s: float = 60.0) -> None:
+        self.server = server
+        self.repository_dir = Path(repository_dir)
+        self.router = router
+        self.options = options  # appliance.modelrepo.materialize.RepositoryOptions (prefix is set per version)
+        self.drain_timeout_s = drain_timeout_s
+        self.unload_timeout_s = unload_timeout_s
+
+    def current(self) -> Route | None:
+        return self.router.current()
+
+    def load(self, spec: ModelSpec) -> Route:
+        from appliance.engines.repository import materialize_for_device
+        from appliance.modelrepo.materialize import RepositoryOptions
+
+        opts = (self.options or RepositoryOptions()).model_copy(update={"prefix": prefix_for(spec.version)})
+        repo = materialize_for_device(spec.engine, self.repository_dir, model_profile=spec.profile, options=opts)
+        route = Route(repo.ensemble, tuple(repo.models), spec.profile.name, spec.version,
+                      tuple(spec.profile.classes), spec.engine.key)
+        loaded: list[str] = []
+        try:
+            for name in repo.models:  # ensemble last
+                self.server.load_model(name)
+                loaded.append(name)
+        except Exception as exc:
+            self._unload(route, loaded)
+            raise OtaRejected("load_failed", f"Triton could not load {route.label}: {exc}") from exc
+        return route
+
+    def detect(self, route: Route, frame: np.ndarray) -> Detected:
+        out = self.server.infer(route.ensemble, {"IMAGE": np.ascontiguousarray(frame)},
+                                ["BOXES", "SCORES", "CLASSES"]).outputs
+        return Detected(out["BOXES"], out["SCORES"], out["CLASSES"])
+
+    def route(self, route: Route) -> None:
+        self.router.set(route)
+
+    def retire(self, route: Route) -> None:
+        if self.router.current() is not None and self.router.current().ensemble == route.ensemble:  # type: ignore[union-attr]
+            raise ValueError(f"{route.label} is still routed; route another model first")
+        if not self.router.wait_idle(route.ensemble, self.drain_timeout_s):
+            log.warning("%s still has %d request(s) in flight after %.0f s; unloading anyway", route.label,
+                        self.router.inflight(route.ensemble), self.drain_timeout_s)
+        self._unload(route, list(route.models))
+
+    def _unload(self, route: Route, names: list[str]) -> None:
+        for name in reversed(names):  # ensemble first: it holds the others
+            try:
+                self.server.unload_model(name, wait=True, timeout=self.unload_timeout_s)
+            except Exception as exc:
+                log.warning("unloading %s (%s) failed: %s", name, route.label, exc)
+        for name in route.models:
+            shutil.rmtree(self.repository_dir / name, ignore_errors=True)
+
+    def health(self, route: Route, since: float, until: float | None = None) -> HealthSample:
+        return self.router.stats(route.ensemble, since, until)
+
+
+class OfflineSwitcher:
+    """No server: load() only describes the route; detect() runs the plain pipeline (ONNX Runtime) on the
+    built engine; route() just remembers. For ``appliance ota install`` while the appliance is stopped."""
+
+    def __init__(self, router: Router | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.router = router or Router(clock=clock)
+        self._runners: dict[str, Any] = {}
+
+    def current(self) -> Route | None:
+        return self.router.current()
+
+    def load(self, spec: ModelSpec) -> Route:
+        from appliance.engines.builders.ort import reference_session
+
+        if spec.profile is None:  # the base model, when only the pointer moves (offline rollback)
+            return Route("detect", (), "base", None, ())
+        route = Route(f"{prefix_for(spec.version)}detect", (), spec.profile.name, spec.version,
+                      tuple(spec.profile.classes), spec.engine.key)
+        if spec.engine.triton_kind == "onnxruntime":
+            self._runners[route.ensemble] = (spec.profile, reference_session(Path(spec.engine.engine_path)))
+        return route
+
+    def detect(self, route: Route, frame: np.ndarray) -> Detected:
+        from appliance.processing.pipeline import Postprocessor, Preprocessor
+
+        if route.ensemble not in self._runners:
+            raise OtaRejected("golden_mismatch", f"{route.label}: golden frames need ONNX Runtime offline "
+                                                 "(TensorRT engines are checked by the running appliance)")
+        profile, session = self._runners[route.ensemble]
+        tensor, lb = Preprocessor(profile).frame(frame, "BGR")
+        raw = session.run(None, {session.get_inputs()[0].name: tensor})[0]
+        det = Postprocessor(profile)(raw[0], lb)
+        return Detected(det.boxes, det.scores, det.class_ids)
+
+    def route(self, route: Route) -> None:
+        self.router.set(route)
+
+    def retire(self, route: Route) -> None:
+        self._runners.pop(route.ensemble, None)
+
+    def health(self, route: Route, since: float, until: float | None = None) -> HealthSample:
+        return self.router.stats(route.ensemble, since, until)
