@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Install the appliance as a systemd service (run as root, from a checkout where scripts/setup.sh has run).
+#
+#   /opt/appliance/src      this source tree (templates, profiles), installed editable into
+#   /opt/appliance/venv     the virtualenv the units run (plus numpy<2 for Triton's Python-backend stub)
+#   /opt/appliance/triton   Triton: a link to /opt/tritonserver (Jetson igpu image) or a CPU build from PyPI
+#   /etc/appliance/         appliance.yaml (kept if present) and engines/ (engine build profiles)
+#   /var/lib/appliance/     state: models/, engines, repository, MQTT spool (owned by user "appliance")
+#   /etc/systemd/system/    appliance.service, appliance-build-engines.service (enabled)
+#
+# DESTDIR=/some/root installs the files under that root and skips the user, ownership and systemctl steps
+# (how the tests check this script).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=${DESTDIR:-}
+PREFIX=$ROOT/opt/appliance
+PYTHON=${PYTHON:-python3}
+step() { echo "install: $*"; }
+
+[ -n "$ROOT" ] || [ "$(id -u)" -eq 0 ] || { echo "install: run as root (or set DESTDIR)" >&2; exit 1; }
+[ -f .models/yolov3-tiny/model.onnx ] || { echo "install: run scripts/setup.sh first (it fetches the detector)" >&2; exit 1; }
+
+step "source -> $PREFIX/src"
+mkdir -p "$PREFIX/src"
+tar --exclude=.git --exclude=.venv --exclude=.state --exclude=.triton --exclude=.models --exclude=__pycache__ \
+    --exclude='*.egg-info' -cf - . | tar -xf - -C "$PREFIX/src"
+
+step "virtualenv -> $PREFIX/venv"
+[ -x "$PREFIX/venv/bin/python" ] || "$PYTHON" -m venv "$PREFIX/venv"
+"$PREFIX/venv/bin/python" -m pip install -q -e "$PREFIX/src"
+"$PREFIX/venv/bin/python" -m appliance.triton.stubsite
+
+if [ -e "$ROOT/opt/tritonserver/lib/libtritonserver.so" ] || [ -e /opt/tritonserver/lib/libtritonserver.so ]; then
+  step "Triton: /opt/tritonserver (igpu image)"
+  ln -sfn /opt/tritonserver "$PREFIX/triton"
+else
+  step "Triton: CPU build -> $PREFIX/triton"
+  "$PREFIX/venv/bin/python" "$PREFIX/src/scripts/provision_triton.py" --dest "$PREFIX/triton"
+fi
+
+step "config and profiles -> $ROOT/etc/appliance"
+mkdir -p "$ROOT/etc/appliance/engines"
+cp engines/*.yaml "$ROOT/etc/appliance/engines/"
+if [ ! -f "$ROOT/etc/appliance/appliance.yaml" ]; then
+  cp appliance/config/demo.yaml "$ROOT/etc/appliance/appliance.yaml"
+  echo "install: wrote the demo config to /etc/appliance/appliance.yaml: edit cameras and mqtt, then"
+  echo "         check it with: $PREFIX/venv/bin/appliance check-config /etc/appliance/appliance.yaml"
+fi
+
+step "models -> $ROOT/var/lib/appliance/models"
+mkdir -p "$ROOT/var/lib/appliance/models"
+cp -r .models/. "$ROOT/var/lib/appliance/models/"
+
+step "units -> $ROOT/etc/systemd/system"
+mkdir -p "$ROOT/etc/systemd/system"
+install -m 0644 systemd/appliance.service systemd/appliance-build-engines.service "$ROOT/etc/systemd/system/"
+
+if [ -z "$ROOT" ]; then
+  id appliance >/dev/null 2>&1 || useradd --system --home-dir /var/lib/appliance --shell /usr/sbin/nologin \
+    --groups video appliance
+  chown -R appliance:appliance /var/lib/appliance
+  chgrp -R appliance /etc/appliance && chmod -R g+rX /etc/appliance
+  systemctl daemon-reload
+  systemctl enable appliance-build-engines.service appliance.service
+  echo "install: done. Start with: systemctl start appliance; watch with: journalctl -fu appliance"
+else
+  echo "install: files are under $ROOT (DESTDIR: no user, no systemctl)"
+fi
