@@ -1,0 +1,254 @@
+"""Bundles and the checks before anything is built: signature, archive, hashes, manifest, compatibility, disk
+space. Real keys, real tar files, the real ONNX Runtime engine builder on a tiny real ONNX model."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from appliance.ota.config import OtaConfig
+from appliance.ota.errors import OtaRejected
+from appliance.ota.manager import OtaManager
+from appliance.ota.signing import TrustedKeys
+from appliance.ota.switcher import OfflineSwitcher
+
+from conftest import DETECTOR_ONNX, make_tiny_detector, requires_detector, tiny_model_profile  # noqa: E402
+
+
+def manager(tmp_path: Path, trusted: TrustedKeys, events: list | None = None, **kw) -> OtaManager:  # type: ignore[no-untyped-def]
+    cb = events.append if events is not None else None
+    return OtaManager(tmp_path / "state", trusted, OfflineSwitcher(), config=OtaConfig(**kw), status_cb=cb)
+
+
+def rewrite(bundle: Path, out: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+    """Copy a bundle member by member, letting edit(name, data) -> data | None (None drops the member)."""
+    with tarfile.open(bundle) as src, tarfile.open(out, "w") as dst:
+        for info in src:
+            data = edit(info.name, src.extractfile(info).read())  # type: ignore[union-attr]
+            if data is not None:
+                info.size = len(data)
+                dst.addfile(info, io.BytesIO(data))
+    return out
+
+
+def test_signed_bundle_installs_and_points_at_the_new_version(tmp_path, keys, sign, tiny_source) -> None:
+    events: list = []
+    m = manager(tmp_path, keys.trusted(), events)
+    result = m.install(sign(tiny_source("2")))
+    assert result["state"] == "active"
+    assert m.store.read_pointer().version == "2" and m.store.serving() == "2"
+    assert m.store.check_files("2") is None
+    states = [e.state for e in events]
+    assert states[:4] == ["received", "verifying", "staging", "building"]
+    assert states[-1] == "active" and "switching" in states
+    assert any(e.state == "building" and e.percent == 100 for e in events)
+    assert not any(m.store.staging_dir.iterdir())
+
+
+@pytest.mark.parametrize("case,code", [
+    ("truncated", "corrupt"), ("garbage", "corrupt"), ("no_manifest", "corrupt"), ("unsigned", "unsigned"),
+    ("tampered_manifest", "bad_signature"), ("other_key", "unknown_key"), ("hash_mismatch", "hash_mismatch"),
+    ("size_mismatch", "hash_mismatch"), ("extra_file", "corrupt"), ("bad_sig_doc", "corrupt"),
+])
+def test_bad_bundles_are_rejected_with_a_reason(tmp_path, keys, sign, tiny_source, case, code) -> None:
+    good = sign(tiny_source("2"))
+    bad = tmp_path / "bad.bundle"
+    if case == "truncated":
+        bad.write_bytes(good.read_bytes()[:5000])
+    elif case == "garbage":
+        bad.write_bytes(b"\x00not a tar at all" * 100)
+    elif case == "no_manifest":
+        rewrite(good, bad, lambda n, d: None if n == "manifest.json" else d)
+    elif case == "unsigned":
+        rewrite(good, bad, lambda n, d: None if n == "manifest.sig" else d)
+    elif case == "tampered_manifest":
+        rewrite(good, bad, lambda n, d: d.replace(b'"score": 0.5', b'"score": 0.1') if n == "manifest.json" else d)
+    elif case == "other_key":
+        bad = sign(tiny_source("2", name="o"), "other.bundle", key=keys.other_private)
+    elif case == "hash_mismatch":
+        rewrite(good, bad, lambda n, d: bytes([d[0] ^ 1]) + d[1:] if n == "model.onnx" else d)
+    elif case == "size_mismatch":
+        rewrite(good, bad, lambda n, d: d + b"\x00" if n == "model.onnx" else d)
+    elif case == "extra_file":
+        def add(n: str, d: bytes) -> bytes:
+            return d
+        rewrite(good, bad, add)
+        with tarfile.open(bad, "a") as t:
+            info = tarfile.TarInfo("payload.sh")
+            info.size = 3
+            t.addfile(info, io.BytesIO(b"x=1"))
+    elif case == "bad_sig_doc":
+        rewrite(good, bad, lambda n, d: b"{not json" if n == "manifest.sig" else d)
+    events: list = []
+    m = manager(tmp_path, keys.trusted(), events)
+    with pytest.raises(OtaRejected) as info:
+        m.install(bad)
+    assert info.value.code == code, info.value
+    assert events[-1].state == "rejected" and events[-1].code == code
+    assert m.store.read_pointer().version is None and m.store.installed() == []
+    assert not any(m.store.staging_dir.iterdir())
+
+
+def test_no_trusted_keys_rejects_everything(tmp_path, sign, tiny_source) -> None:
+    with pytest.raises(OtaRejected, match="not trusted here .trusted: none configured"):
+        manager(tmp_path, TrustedKeys({})).install(sign(tiny_source("2")))
+
+
+def test_manifest_path_traversal_is_invalid(tmp_path, keys, sign, tiny_source) -> None:
+    good = sign(tiny_source("2"))
+    from appliance.ota.bundle import write_bundle
+    from appliance.ota.signing import load_private_key, sign_manifest
+
+    with tarfile.open(good) as t:
+        doc = json.loads(t.extractfile("manifest.json").read())  # type: ignore[union-attr]
+    doc["files"]["../evil"] = doc["files"]["model.onnx"]
+    data = json.dumps(doc).encode()
+    bad = tmp_path / "evil.bundle"
+    write_bundle(bad, data, sign_manifest(data, load_private_key(keys.private)), {})
+    with pytest.raises(OtaRejected) as info:
+        manager(tmp_path, keys.trusted()).install(bad)
+    assert info.value.code == "invalid_manifest" and "not a safe relative path" in info.value.reason
+    assert not (tmp_path / "state" / "ota" / "evil").exists()
+
+
+def test_appliance_too_old_is_incompatible(tmp_path, keys, sign, tiny_source) -> None:
+    bundle = sign(tiny_source("2", min_appliance_version="99.0"))
+    with pytest.raises(OtaRejected, match="needs appliance >= 99.0, this is") as info:
+        manager(tmp_path, keys.trusted()).install(bundle)
+    assert info.value.code == "incompatible"
+
+
+def test_input_shape_that_does_not_match_the_onnx_is_incompatible(tmp_path, keys, sign, tiny_source) -> None:
+    bundle = sign(tiny_source("2", model_profile=tiny_model_profile(size=64)))
+    m = manager(tmp_path, keys.trusted())
+    with pytest.raises(OtaRejected, match=r"input images is \['\?', 3, 32, 32\].*needs \[batch, 3, 64, 64\]") as info:
+        m.install(bundle)
+    assert info.value.code == "incompatible"
+    assert m.store.installed() == [] and not (m.store.versions_dir / "2").exists()
+
+
+def test_real_detector_at_another_input_size_is_incompatible(tmp_path, keys, sign, tiny_source) -> None:
+    requires_detector()
+    from conftest import yolo_engine_profile, yolo_model_profile
+
+    profile = yolo_model_profile()
+    profile["input"].update(width=320, height=320)
+    bundle = sign(tiny_source("2", onnx=DETECTOR_ONNX, model_profile=profile, engine_profile=yolo_engine_profile()))
+    with pytest.raises(OtaRejected, match=r"\['\?', 3, 416, 416\].*\[batch, 3, 320, 320\]"):
+        manager(tmp_path, keys.trusted()).install(bundle)
+
+
+def test_engine_build_failure_is_rejected(tmp_path, keys, sign, tiny_source) -> None:
+    broken = make_tiny_detector(tmp_path / "broken.onnx", broken=True)
+    events: list = []
+    m = manager(tmp_path, keys.trusted(), events)
+    with pytest.raises(OtaRejected) as info:
+        m.install(sign(tiny_source("2", onnx=broken)))
+    assert info.value.code == "build_failed", info.value
+    assert any(e.state == "building" for e in events)
+    assert m.store.installed() == [] and m.store.read_pointer().version is None
+
+
+def test_same_version_twice_is_a_duplicate(tmp_path, keys, sign, tiny_source) -> None:
+    m = manager(tmp_path, keys.trusted())
+    m.install(sign(tiny_source("2")))
+    with pytest.raises(OtaRejected) as info:
+        m.install(sign(tiny_source("2", name="again"), "again.bundle"))
+    assert info.value.code == "duplicate"
+    assert m.store.serving() == "2"
+
+
+def test_over_the_size_limit_is_too_large(tmp_path, keys, sign, tiny_source) -> None:
+    with pytest.raises(OtaRejected) as info:
+        manager(tmp_path, keys.trusted(), max_bundle_bytes=1000).install(sign(tiny_source("2")))
+    assert info.value.code == "too_large"
+
+
+def test_injected_free_space_check_rejects_cleanly(tmp_path, keys, sign, tiny_source) -> None:
+    m = OtaManager(tmp_path / "state", keys.trusted(), OfflineSwitcher(), free_space=lambda _p: 1000)
+    with pytest.raises(OtaRejected, match="staging needs .* bytes .* 1000 are free") as info:
+        m.install(sign(tiny_source("2")))
+    assert info.value.code == "disk_full"
+    assert not any(m.store.staging_dir.iterdir()) and m.store.installed() == []
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("precheck", [True, False], ids=["precheck", "enospc-while-writing"])
+def test_disk_full_while_staging_on_a_real_small_filesystem(tmp_path, keys, sign, tiny_source, small_tmpfs,
+                                                            precheck) -> None:
+    # the tiny model is ~80 KB; the bundle brings it twice (model + a large "golden" image) to overflow 200 KB
+    big = tmp_path / "big.jpg"
+    big.write_bytes(b"\xff" * 300_000)
+    bundle = sign(tiny_source("2", golden_files={"golden/big.jpg": big},
+                              golden=[{"file": "golden/big.jpg", "expected": []}]))
+    kw = {} if precheck else {"free_space": lambda _p: 1 << 40}  # lie, so the write itself hits ENOSPC
+    m = OtaManager(small_tmpfs, keys.trusted(), OfflineSwitcher(), config=OtaConfig(reserve_bytes=0), **kw)
+    with pytest.raises(OtaRejected) as info:
+        m.install(bundle)
+    assert info.value.code == "disk_full", info.value
+    assert not any(m.store.staging_dir.iterdir()) and not any(m.store.versions_dir.iterdir())
+    assert m.store.read_pointer().version is None
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "appliance", "ota", *args], capture_output=True, text=True)
+
+
+def test_cli_keygen_sign_install_status_rollback(tmp_path, tiny_source) -> None:
+    done = run_cli("keygen", "--private", str(tmp_path / "k"), "--public", str(tmp_path / "k.pub"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "k").stat().st_mode & 0o777 == 0o600
+    again = run_cli("keygen", "--private", str(tmp_path / "k"), "--public", str(tmp_path / "k.pub"))
+    assert again.returncode == 2 and "refusing to overwrite" in again.stderr
+    for version in ("2", "3"):
+        done = run_cli("sign", str(tiny_source(version)), "--key", str(tmp_path / "k"),
+                       "--out", str(tmp_path / f"{version}.bundle"))
+        assert done.returncode == 0 and f"tiny@{version}" in done.stdout, done.stderr
+    state = str(tmp_path / "state")
+    for version in ("2", "3"):
+        done = run_cli("install", str(tmp_path / f"{version}.bundle"), "--trusted-key", str(tmp_path / "k.pub"),
+                       "--state-dir", state)
+        assert done.returncode == 0 and json.loads(done.stdout)["state"] == "active", done.stderr
+    status = json.loads(run_cli("status", "--state-dir", state).stdout)
+    assert status["active"] == "3" and status["history"] == [None, "2"] and status["installed"] == ["2", "3"]
+    done = run_cli("rollback", "--state-dir", state)
+    assert done.returncode == 0 and json.loads(done.stdout)["to"] == "2", done.stderr
+    assert json.loads(run_cli("status", "--state-dir", state).stdout)["serving_at_next_start"] == "2"
+    wrong = run_cli("install", str(tmp_path / "3.bundle"), "--trusted-key", str(tmp_path / "nope.pub"),
+                    "--state-dir", state)
+    assert wrong.returncode == 2 and "cannot read public key" in wrong.stderr
+    bad_src = run_cli("sign", str(tmp_path / "missing"), "--key", str(tmp_path / "k"), "--out", str(tmp_path / "x"))
+    assert bad_src.returncode == 2 and "bundle.yaml" in bad_src.stderr
+
+
+def test_inbox_push_is_atomic_and_the_watcher_installs(tmp_path, keys, sign, tiny_source) -> None:
+    from appliance.ota.delivery import InboxWatcher
+    from appliance.ota.push import push_to_inbox
+
+    m = manager(tmp_path, keys.trusted())
+    inbox = tmp_path / "inbox"
+    push_to_inbox(sign(tiny_source("2")), inbox)
+    push_to_inbox(sign(tiny_source("x", name="x", min_appliance_version="99"), "x.bundle"), inbox)
+    assert [p.name for p in inbox.iterdir() if p.name.startswith(".")] == []  # no temp files left behind
+    outcomes = dict(InboxWatcher(m, inbox).poll_once())
+    assert outcomes["update.bundle"] == "active" and outcomes["x.bundle"].startswith("rejected: incompatible")
+    assert (inbox / "done" / "update.bundle").exists() and (inbox / "rejected" / "x.bundle").exists()
+    assert m.store.serving() == "2"
