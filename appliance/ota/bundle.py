@@ -109,7 +109,7 @@ def write_bundle(out: Path, manifest_bytes: bytes, signature: bytes | None, file
                 if signature is not None:
                     _add_bytes(tar, SIGNATURE_NAME, signature)
                 for name, path in files.items():
-                    info = tar.gettarinfo(str(path), arcname=name)
+                    info = tar.gettarinfo(str(Path(path).resolve()), arcname=name)
                     info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = 0o644, 0, 0, 0, "", ""
                     with open(path, "rb") as f:
                         tar.addfile(info, f)

@@ -116,8 +116,8 @@ class OtaManager:
         m = opened.manifest
         try:
             compat.check_appliance_version(m, self._appliance_version)
-            if self.store.is_verified(m.version):
-                raise OtaRejected("duplicate", f"version {m.version} is already installed")
+            if self.store.read_pointer().version == m.version:
+                raise OtaRejected("duplicate", f"version {m.version} is already active")
             vdir = self._stage(bundle, opened, rid)
             try:
                 compat.check_onnx(m, vdir / m.onnx)

@@ -1,0 +1,96 @@
+"""Crash safety: a real ``appliance ota install`` process is SIGKILLed at random points of the pipeline (after a
+random status event plus a random delay); after each kill the state directory must recover to a complete,
+verified model, the old one or the new one, which really loads, and a retry of the update must succeed."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from appliance.ota.config import OtaConfig
+from appliance.ota.manager import OtaManager
+from appliance.ota.signing import TrustedKeys
+from appliance.ota.store import OtaStore
+from appliance.ota.switcher import OfflineSwitcher
+
+TRIALS = 24
+
+
+def install_cmd(bundle: Path, pub: Path, state: Path) -> list[str]:
+    return [sys.executable, "-m", "appliance", "ota", "install", str(bundle), "--trusted-key", str(pub),
+            "--state-dir", str(state), "--no-golden", "--builder", "onnxruntime"]
+
+
+def run_and_kill(cmd: list[str], after_event: int, delay_s: float) -> tuple[list[str], int | None]:
+    """Start the install, read its status lines, SIGKILL it ``delay_s`` after status event ``after_event``."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1)
+    states: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("{"):
+                states.append(json.loads(line)["state"])
+                if len(states) == after_event:
+                    if delay_s:
+                        try:
+                            proc.wait(timeout=delay_s)  # still a kill point: the process may finish meanwhile
+                        except subprocess.TimeoutExpired:
+                            pass
+                    proc.send_signal(signal.SIGKILL)
+                    break
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return states, rc
+
+
+def test_sigkill_at_random_points_leaves_a_complete_verified_model(tmp_path, keys, sign, tiny_source) -> None:
+    rng = random.Random(int(os.environ.get("OTA_KILL_SEED", "8")))
+    base = tmp_path / "base-state"
+    first = OtaManager(base, keys.trusted(), OfflineSwitcher(), config=OtaConfig(check_golden=False))
+    first.install(sign(tiny_source("1"), "v1.bundle"))
+    bundle = sign(tiny_source("2"), "v2.bundle")
+
+    # one uninterrupted run gives the list of status events to choose kill points from
+    full = tmp_path / "full"
+    shutil.copytree(base, full, symlinks=True)
+    events, rc = run_and_kill(install_cmd(bundle, keys.public, full), after_event=-1, delay_s=0)
+    assert rc == 0 and events[-1] == "active", events
+
+    outcomes: dict[str, int] = {}
+    for trial in range(TRIALS):
+        state = tmp_path / f"trial{trial}"
+        shutil.copytree(base, state, symlinks=True)
+        phase = rng.choice(sorted(set(events), key=events.index))  # phases alike, however many events each has
+        after = rng.choice([i + 1 for i, e in enumerate(events) if e == phase])
+        delay = rng.choice([0.0, 0.0, rng.uniform(0, 0.05), rng.uniform(0, 0.3)])
+        seen, rc = run_and_kill(install_cmd(bundle, keys.public, state), after, delay)
+        # "restart": recover the state dir and load what it says to serve
+        store = OtaStore(state)
+        serving = store.recover()
+        assert serving in ("1", "2"), (trial, seen, serving)
+        assert store.is_verified(serving) and store.check_files(serving) is None
+        assert json.loads((store.root / "active.json").read_text())["version"] == serving
+        assert not any(store.staging_dir.iterdir())
+        assert sorted(p.name for p in store.versions_dir.iterdir()) in (["1"], ["1", "2"])
+        restarted = OtaManager(state, TrustedKeys({}), OfflineSwitcher(), config=OtaConfig(check_golden=False))
+        route = restarted.start_serving()
+        assert route.version == serving
+        assert Path(restarted.spec(serving).engine.engine_path).is_file()
+        if serving == "1":  # the interrupted update can simply be sent again
+            retry = OtaManager(state, keys.trusted(), OfflineSwitcher(), config=OtaConfig(check_golden=False))
+            assert retry.install(bundle)["state"] == "active"
+            assert OtaStore(state).recover() == "2"
+        key = f"{seen[-1] if seen else 'start'}->{serving}"
+        outcomes[key] = outcomes.get(key, 0) + 1
+        shutil.rmtree(state)
+    print(f"kill outcomes (last status seen -> served after restart): {outcomes}")
+    assert sum(outcomes.values()) == TRIALS
