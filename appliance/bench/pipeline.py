@@ -151,6 +151,10 @@ def _options(args: argparse.Namespace) -> RepositoryOptions:
     opts = RepositoryOptions(ort_spinning=args.ort_spinning)
     if args.detector_instances:
         opts = opts.model_copy(update={"detector_instances": args.detector_instances})
+    if args.preprocess_instances:
+        opts = opts.model_copy(update={"preprocess_instances": args.preprocess_instances})
+    if args.max_batch:
+        opts = opts.model_copy(update={"max_batch_size": args.max_batch})
     return opts
 
 
@@ -165,6 +169,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--triton-home", type=Path, default=None)
     parser.add_argument("--in-flight", type=int, default=2,
                         help="frames each camera keeps in flight in the pipelined ensemble run (default 2)")
+    parser.add_argument("--preprocess-instances", type=int, default=None,
+                        help="preprocess instances in the ensemble (default: the materializer's)")
+    parser.add_argument("--max-batch", type=int, default=None,
+                        help="the detector's max_batch_size in the ensemble (default: the materializer's)")
     parser.add_argument("--detector-instances", type=int, default=None,
                         help="detector instances in the ensemble (default: the materializer's)")
     parser.add_argument("--ort-spinning", action="store_true",
