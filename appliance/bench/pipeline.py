@@ -10,7 +10,8 @@ round-robin, one frame at a time, in this thread; it cannot overlap anything. Th
 alternating rounds so that background load on the machine hits them alike. Per-stage times: the plain loop measures its own;
 the ensemble's come from Triton's per-model statistics (compute time per frame; the detector's is per frame of
 a batch, so batching shows up there). The last line is ``ensemble_vs_plain_loop=<fps ratio at 4 cameras>``
-(the pipelined run, which is how the appliance drives the ensemble).
+(the pipelined run, which is how the appliance drives the ensemble). Ratios are medians over rounds of the
+paired per-round ratios, which a burst of load from other processes cannot swing; fps columns are totals.
 """
 
 from __future__ import annotations
@@ -41,10 +42,23 @@ class Run:
     frames: int = 0
     seconds: float = 0.0
     stage_ms: dict[str, float] = field(default_factory=dict)  # summed ms, divided by frames when reported
+    round_fps: list[float] = field(default_factory=list)
 
     @property
     def fps(self) -> float:
         return self.frames / self.seconds if self.seconds else 0.0
+
+    def add(self, frames: int, seconds: float) -> None:
+        self.frames += frames
+        self.seconds += seconds
+        self.round_fps.append(frames / seconds)
+
+    def ratio_to(self, base: "Run") -> float:
+        """Median over rounds of this path's fps over ``base``'s in the same round: rounds run back to back,
+        so a burst of load from other processes hits a pair together and the median ignores it."""
+        ratios = sorted(a / b for a, b in zip(self.round_fps, base.round_fps))
+        mid = len(ratios) // 2
+        return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
 
     def per_frame(self, stage: str) -> float:
         return self.stage_ms.get(stage, 0.0) / self.frames if self.frames else 0.0
@@ -84,8 +98,7 @@ class PlainLoop:
                 t3 = clock()
                 for stage, dt in (("pre", t1 - t0), ("detector", t2 - t1), ("post", t3 - t2)):
                     into.stage_ms[stage] = into.stage_ms.get(stage, 0.0) + dt * 1e3
-        into.seconds += clock() - start
-        into.frames += cameras * per_camera
+        into.add(cameras * per_camera, clock() - start)
 
 
 class Ensemble:
@@ -125,23 +138,23 @@ class Ensemble:
             t.start()
         for t in threads:
             t.join()
-        into.seconds += time.perf_counter() - start
+        seconds = time.perf_counter() - start
         if errors:
             raise errors[0]
         after = self._compute_ns()
         for stage in self.stages:
             into.stage_ms[stage] = into.stage_ms.get(stage, 0.0) + (after[stage] - before[stage]) / 1e6
-        into.frames += cameras * per_camera
+        into.add(cameras * per_camera, seconds)
 
 
 def _table(results: dict[int, dict[str, Run]]) -> str:
     head = (f"{'cameras':>7}  {'path':<24} {'frames':>6} {'fps':>7} {'pre ms':>7} {'det ms':>7} {'post ms':>8}"
-            f"  vs plain")
+            f"  vs plain (median of rounds)")
     lines = [head, "-" * len(head)]
     for cams, runs in results.items():
         plain = runs["plain"]
         for label, r in runs.items():
-            ratio = f"{r.fps / plain.fps:5.2f}x" if label != "plain" and plain.fps else ""
+            ratio = f"{r.ratio_to(plain):5.2f}x" if label != "plain" else ""
             lines.append(f"{cams:>7}  {label:<24} {r.frames:>6} {r.fps:>7.2f} {r.per_frame('pre'):>7.2f} "
                          f"{r.per_frame('detector'):>7.2f} {r.per_frame('post'):>8.2f}  {ratio}")
     return "\n".join(lines)
@@ -232,11 +245,11 @@ def main(argv: list[str]) -> int:
           f"load average {load:.1f} at the end; per-stage columns: ms per frame")
     print(_table(results))
     for cams, runs in results.items():
-        plain_fps = runs["plain"].fps
-        print(f"ensemble_1_in_flight_vs_plain_loop_{cams}cam={runs[one].fps / plain_fps:.3f}")
+        print(f"ensemble_1_in_flight_vs_plain_loop_{cams}cam={runs[one].ratio_to(runs['plain']):.3f}")
         if deep in runs:
-            print(f"ensemble_{args.in_flight}_in_flight_vs_plain_loop_{cams}cam={runs[deep].fps / plain_fps:.3f}")
+            print(f"ensemble_{args.in_flight}_in_flight_vs_plain_loop_{cams}cam="
+                  f"{runs[deep].ratio_to(runs['plain']):.3f}")
     last = results[max(camera_counts)]
     headline = last.get(deep, last[one])
-    print(f"ensemble_vs_plain_loop={headline.fps / last['plain'].fps:.3f}")
+    print(f"ensemble_vs_plain_loop={headline.ratio_to(last['plain']):.3f}")
     return 0
