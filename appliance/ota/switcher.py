@@ -142,7 +142,7 @@ class OfflineSwitcher:
                                                  "(TensorRT engines are checked by the running appliance)")
         profile, session = self._runners[route.ensemble]
         tensor, lb = Preprocessor(profile).frame(frame, "BGR")
-        raw = session.run(None, {session.get_inputs()[0].name: tensor})[0]
+        raw = session.run(None, {session.get_inputs()[0].name: tensor.reshape(1, *tensor.shape[-3:])})[0]
         det = Postprocessor(profile)(raw[0], lb)
         return Detected(det.boxes, det.scores, det.class_ids)
 
