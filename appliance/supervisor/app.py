@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,7 @@ class Appliance:
         self._model_info: Any = None
         self._last_error = ""
         self._completed = 0
+        self.latencies_ms: deque[float] = deque(maxlen=10_000)  # capture-to-result, newest last
         self._published = 0
         self._lock = threading.Lock()
         self._started_at = clock()
@@ -217,6 +219,7 @@ class Appliance:
         self.metrics.stage_latency.labels(stage="inference").observe(done - submitted)
         self.metrics.stage_latency.labels(stage="capture_to_result").observe(max(0.0, done - meta.t_mono))
         self.metrics.frames_inferred.labels(camera=camera_id).inc()
+        self.latencies_ms.append(latency["total"])
         message = build_message(meta, future.result().outputs, self._model_info, self.class_names, latency)
         self.publisher.publish_detections(message)
         with self._lock:
