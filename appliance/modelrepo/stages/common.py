@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from types import ModuleType
@@ -35,11 +36,18 @@ class StageMetrics:
     Latency is exported as a running sum (µs) plus a request count, the pair Prometheus turns into a mean with
     ``rate(sum)/rate(count)``; counters work on every Triton release that has custom metrics. Rejections are
     pushed at once (they are rare and an operator wants to see them); latency at most once a second.
+
+    Every Metric gets a label set that no other live Metric in the Triton process has: ``model_instance``
+    (Triton's instance name, e.g. ``preprocess_0_1``) and ``pid`` (this stub process) beside ``stage`` and
+    ``model``. Triton 2.51 hands two Metrics with the same family name and labels one shared Prometheus series,
+    and deleting either Metric frees it while the other still writes to it: with the old labels a model reload
+    (the old version's stub drops its metrics while the new one serves) or a second instance corrupted the
+    Triton process's heap. Sum over ``model_instance``/``pid`` for a stage's totals.
     """
 
-    def __init__(self, pb_utils: ModuleType, stage: str, model: str) -> None:
+    def __init__(self, pb_utils: ModuleType, stage: str, model: str, instance: str = "") -> None:
         fam = pb_utils.MetricFamily
-        self._labels = {"stage": stage, "model": model}
+        self._labels = {"stage": stage, "model": model, "model_instance": instance or stage, "pid": str(os.getpid())}
         # Triton invalidates a Metric whose family object is garbage-collected: keep the families alive.
         self._families = (
             fam(name=LATENCY_METRIC, description="cumulative time spent per stage, microseconds", kind=fam.COUNTER),

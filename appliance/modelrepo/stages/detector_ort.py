@@ -36,7 +36,8 @@ class OrtDetectorStage:
         self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         self.in_name = self.session.get_inputs()[0].name
         self.out_name = self.session.get_outputs()[0].name
-        self.metrics = StageMetrics(pb_utils, "detector", params.get("profile_name", "detector"))
+        self.metrics = StageMetrics(pb_utils, "detector", params.get("profile_name", "detector"),
+                                    args.get("model_instance_name", ""))
 
     def execute(self, requests: list[Any]) -> list[Any]:
         started = time.perf_counter_ns()

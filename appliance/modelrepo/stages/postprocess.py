@@ -21,7 +21,7 @@ class PostprocessStage:
         self.pb = pb_utils
         profile = load_model_profile(args)
         self.post = Postprocessor(profile)
-        self.metrics = StageMetrics(pb_utils, "postprocess", profile.name)
+        self.metrics = StageMetrics(pb_utils, "postprocess", profile.name, args.get("model_instance_name", ""))
 
     def _one(self, request: Any) -> Any:
         raw = self.pb.get_input_tensor_by_name(request, "RAW").as_numpy()

@@ -26,7 +26,7 @@ class PreprocessStage:
         self.pb = pb_utils
         profile = load_model_profile(args)
         self.pre = Preprocessor(profile)
-        self.metrics = StageMetrics(pb_utils, "preprocess", profile.name)
+        self.metrics = StageMetrics(pb_utils, "preprocess", profile.name, args.get("model_instance_name", ""))
 
     def _input(self, request: Any, name: str) -> np.ndarray | None:
         tensor = self.pb.get_input_tensor_by_name(request, name)
