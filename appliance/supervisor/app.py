@@ -147,9 +147,13 @@ class Appliance:
             backend_config={"python": {"shm-default-byte-size": str(self.config.triton.python_shm_bytes)}},
         )
         self.server = Server(options, locate(self._triton_home)).start(timeout_s)
-        for name in self.repository.models:
-            self._step(f"loading model {name}")
-            self.server.load_model(name)
+        # Loading the ensemble loads its steps once. Loading the steps first made Triton load them again with
+        # the ensemble (their stubs write __pycache__ into the model directories, which reads as a change).
+        self._step(f"loading models {', '.join(self.repository.models)}")
+        self.server.load_model(self.repository.ensemble)
+        not_ready = [name for name in self.repository.models if not self.server.model_ready(name)]
+        if not_ready:
+            raise StartupError(f"models not ready after loading: {not_ready}")
 
     def _start_cameras(self) -> None:
         from appliance.capture import CaptureProcess, reclaim_stale_rings

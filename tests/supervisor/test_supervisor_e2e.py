@@ -128,6 +128,14 @@ health:
     return path
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child waits for PID 1 to reap it; that is not a leak)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _children_of(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
@@ -191,7 +199,7 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
     assert "streaming" in camera_states
     # Nothing left behind: no model processes, no frame rings.
     time.sleep(0.5)
-    assert [pid for pid in stubs if Path(f"/proc/{pid}").exists()] == []
+    assert [pid for pid in stubs if _running(pid)] == []
     assert list(shm_root.iterdir()) == []
 
 
