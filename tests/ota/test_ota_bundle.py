@@ -18,7 +18,10 @@ from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.switcher import OfflineSwitcher
 
-from conftest import DETECTOR_ONNX, make_tiny_detector, requires_detector, tiny_model_profile  # noqa: E402
+# Imported at collection, while tests/ota/conftest.py is the module named 'conftest' (later, in a full run, it
+# is whichever conftest pytest imported last).
+from conftest import (DETECTOR_ONNX, make_tiny_detector, requires_detector, tiny_model_profile,  # noqa: E402
+                      yolo_engine_profile, yolo_model_profile)
 
 
 def manager(tmp_path: Path, trusted: TrustedKeys, events: list | None = None, **kw) -> OtaManager:  # type: ignore[no-untyped-def]
@@ -135,7 +138,6 @@ def test_input_shape_that_does_not_match_the_onnx_is_incompatible(tmp_path, keys
 
 def test_real_detector_at_another_input_size_is_incompatible(tmp_path, keys, sign, tiny_source) -> None:
     requires_detector()
-    from conftest import yolo_engine_profile, yolo_model_profile
 
     profile = yolo_model_profile()
     profile["input"].update(width=320, height=320)
