@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 from appliance.capture.config import CameraConfig
 from appliance.config.base import ConfigFieldError, StrictModel
 from appliance.mqtt.config import MqttConfig
+from appliance.ota.config import OtaConfig
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
@@ -74,6 +75,8 @@ class AppConfig(StrictModel):
     health: HealthConfig = Field(default_factory=HealthConfig)
     cameras: list[CameraConfig] = Field(min_length=1, description="one entry per camera")
     mqtt: MqttConfig
+    ota: OtaConfig = Field(default_factory=OtaConfig, description="over-the-air model updates (docs/ota.md); "
+                                                                   "no trusted_keys: every update is refused")
 
     @model_validator(mode="before")
     @classmethod

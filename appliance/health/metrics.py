@@ -41,6 +41,8 @@ class ApplianceMetrics:
         self.published = Gauge("appliance_mqtt_acked", "Messages acknowledged by the broker", registry=r)
         self.engine_build = Gauge("appliance_engine_build_percent", "Engine build progress (100 when done)",
                                   ["model"], registry=r)
+        self.ota_state = Gauge("appliance_ota_state", "1 for the state of the latest OTA update status, else 0",
+                               ["state"], registry=r)
         self.cpu_percent = Gauge("appliance_cpu_percent", "System CPU busy percent", registry=r)
         self.mem_available = Gauge("appliance_memory_available_bytes", "System memory available", registry=r)
         self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)

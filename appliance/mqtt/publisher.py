@@ -314,6 +314,21 @@ class MqttPublisher:
         if self._state is State.CONNECTED and self._client is not None:
             self._client.publish(topic, payload, qos=self.config.qos.status, retain=True)
 
+    def publish_device_event(self, suffix: str, payload: Mapping[str, Any], qos: Optional[int] = None,
+                             retain: bool = False) -> None:
+        """Publish ``payload`` (JSON) on ``<prefix>/<device>/<suffix>`` now if connected (QoS default: the status
+        QoS). Not spooled: a retained event is remembered and republished after every reconnect (the latest
+        per topic); an unretained one published while disconnected is lost."""
+        self._require_running()
+        topic = self.topics.device_topic(suffix)
+        data = encode(payload)
+        qos = self.config.qos.status if qos is None else qos
+        if retain:
+            with self._lock:
+                self._retained[topic] = data
+        if self._state is State.CONNECTED and self._client is not None:
+            self._client.publish(topic, data, qos=qos, retain=retain)
+
     def set_health_provider(self, provider: Optional[HealthProvider]) -> None:
         """``provider()`` returns {"cameras": {id: {name: value}}, "system": {name: value}} for each health
         message (values: numbers, strings, booleans or null); the publisher adds its own MQTT and spool state."""

@@ -4,6 +4,7 @@
     <prefix>/<device>/health                  periodic health
     <prefix>/<device>/command/<name>          commands to the appliance
     <prefix>/<device>/reply                   command replies (MQTT 5: the request's response topic if given)
+    <prefix>/<device>/ota/status              retained OTA update status (publish_device_event)
     <prefix>/<device>/<camera>/status         retained camera status
     <prefix>/<device>/<camera>/detections     detections
 """
@@ -17,7 +18,7 @@ from appliance.mqtt.errors import MqttConfigError
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 # Camera ids share a topic level with these device-level topics.
-RESERVED_CAMERA_IDS = frozenset({"status", "health", "command", "reply"})
+RESERVED_CAMERA_IDS = frozenset({"status", "health", "command", "reply", "ota"})
 
 
 def check_id(kind: str, value: str) -> str:
@@ -74,6 +75,12 @@ class Topics:
             return None
         name = topic[len(head):]
         return name if _ID.match(name) else None
+
+    def device_topic(self, suffix: str) -> str:
+        """``<base>/<suffix>``: a device-level topic such as ``ota/status``; every level is checked."""
+        for level in suffix.split("/"):
+            check_id("topic level", level)
+        return f"{self.base}/{suffix}"
 
     def camera_status(self, camera_id: str) -> str:
         return f"{self.base}/{check_camera_id(camera_id)}/status"

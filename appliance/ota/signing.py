@@ -120,6 +120,9 @@ class TrustedKeys:
             kid, sig = str(doc["key_id"]), base64.b64decode(doc["signature"], validate=True)
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, ValueError, binascii.Error) as exc:
             raise OtaRejected("corrupt", f"manifest.sig is not a valid signature document: {exc}") from None
+        if not self.keys:
+            raise OtaRejected("unknown_key", f"signed by key {kid}, but no trusted keys are configured "
+                                             "(ota.trusted_keys): OTA updates are off on this device")
         key = self.keys.get(kid)
         if key is None:
             trusted = ", ".join(sorted(self.keys)) or "none configured"

@@ -73,13 +73,14 @@ class TritonSwitcher:
         repo = materialize_for_device(spec.engine, self.repository_dir, model_profile=spec.profile, options=opts)
         route = Route(repo.ensemble, tuple(repo.models), spec.profile.name, spec.version,
                       tuple(spec.profile.classes), spec.engine.key)
-        loaded: list[str] = []
         try:
-            for name in repo.models:  # ensemble last
-                self.server.load_model(name)
-                loaded.append(name)
+            # Loading the ensemble loads its steps once (loading the steps first made Triton load them twice).
+            self.server.load_model(repo.ensemble)
+            not_ready = [name for name in repo.models if not self.server.model_ready(name)]
+            if not_ready:
+                raise RuntimeError(f"not ready after loading: {not_ready}")
         except Exception as exc:
-            self._unload(route, loaded)
+            self._unload(route, list(repo.models))
             raise OtaRejected("load_failed", f"Triton could not load {route.label}: {exc}") from exc
         return route
 

@@ -2,14 +2,16 @@
 
 Start order (each step logs what it does; a failure says which step and why):
   MQTT publisher (spools until the broker answers) -> engines (build or cache hit, progress to systemd/MQTT)
-  -> model repository for this device -> embedded Triton + models -> capture processes -> scheduler
-  -> health endpoint -> READY=1.
+  -> model repository for this device -> embedded Triton + the served model (the active OTA version, else the
+  base model; docs/ota.md) -> capture processes -> scheduler -> health endpoint -> READY=1.
+Each frame goes to the ensemble the OTA router names at submit time (an update moves traffic atomically).
 Stop order is the reverse, draining in-flight frames into the spool before the publisher closes.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections import deque
@@ -63,10 +65,13 @@ class Appliance:
         self.publisher: Any = None
         self.scheduler: Scheduler | None = None
         self.health_server: HealthServer | None = None
-        self.repository: Any = None
+        self.repository_dir: Path | None = None
         self.engine: Any = None
-        self.class_names: list[str] = []
-        self._model_info: Any = None
+        self.router: Any = None   # appliance.ota.router.Router: the route each frame takes
+        self.ota: Any = None      # appliance.ota.manager.OtaManager
+        self._inbox: Any = None   # appliance.ota.delivery.InboxWatcher, when ota.inbox is set
+        self._base_spec: Any = None
+        self._repo_options: Any = None
         self._last_error = ""
         self._completed = 0
         self.latencies_ms: deque[float] = deque(maxlen=10_000)  # capture-to-result, newest last
@@ -122,19 +127,20 @@ class Appliance:
                                         models=[model], notifier=self.notifier, progress=progress)
 
     def _materialize_repository(self) -> None:
-        from appliance.engines.repository import PROFILES, materialize_for_device
+        """An empty live repository (it is derived: the OTA manager materializes what it loads into it) and the
+        base model's spec (engines/ + repository/profiles), served when no OTA version is active."""
+        from appliance.engines.repository import PROFILES
         from appliance.modelrepo.materialize import RepositoryOptions
         from appliance.models.profile import load_profile
-        from appliance.mqtt.messages import ModelInfo
+        from appliance.ota.switcher import ModelSpec
 
         self._step("model repository for this device")
-        options = RepositoryOptions(max_batch_size=self.config.model.max_batch_size,
-                                    queue_delay_us=self.config.model.queue_delay_us)
-        self.repository = materialize_for_device(self.engine, self.paths["state_dir"] / "repository",
-                                                 options=options)
-        profile = load_profile(PROFILES / f"{self.engine.model}.yaml")
-        self.class_names = list(profile.classes)
-        self._model_info = ModelInfo(self.engine.model, "1", self.engine.key[:16])
+        self._repo_options = RepositoryOptions(max_batch_size=self.config.model.max_batch_size,
+                                               queue_delay_us=self.config.model.queue_delay_us)
+        self.repository_dir = self.paths["state_dir"] / "repository"
+        shutil.rmtree(self.repository_dir, ignore_errors=True)
+        self.repository_dir.mkdir(parents=True)
+        self._base_spec = ModelSpec(None, load_profile(PROFILES / f"{self.engine.model}.yaml"), self.engine)
 
     def _start_triton(self, timeout_s: float) -> None:
         from appliance.triton import Server, ServerOptions
@@ -142,18 +148,51 @@ class Appliance:
 
         self._step("embedded Triton")
         options = ServerOptions(
-            repositories=[self.repository.path], model_control="explicit",
+            repositories=[self.repository_dir], model_control="explicit",
             log_verbose=self.config.triton.log_verbose, log_info=self.config.triton.log_info,
             backend_config={"python": {"shm-default-byte-size": str(self.config.triton.python_shm_bytes)}},
         )
         self.server = Server(options, locate(self._triton_home)).start(timeout_s)
-        # Loading the ensemble loads its steps once. Loading the steps first made Triton load them again with
-        # the ensemble (their stubs write __pycache__ into the model directories, which reads as a change).
-        self._step(f"loading models {', '.join(self.repository.models)}")
-        self.server.load_model(self.repository.ensemble)
-        not_ready = [name for name in self.repository.models if not self.server.model_ready(name)]
-        if not_ready:
-            raise StartupError(f"models not ready after loading: {not_ready}")
+        self._start_ota()
+
+    def _start_ota(self) -> None:
+        """The OTA manager loads and routes what to serve (the active version, falling back to the base model),
+        then takes updates from the ``ota`` MQTT command and, if configured, the inbox directory."""
+        from appliance.ota.delivery import InboxWatcher, OtaCommandHandler
+        from appliance.ota.errors import OtaRejected
+        from appliance.ota.manager import OtaManager
+        from appliance.ota.router import Router
+        from appliance.ota.signing import TrustedKeys
+        from appliance.ota.switcher import TritonSwitcher
+
+        ota, state_dir = self.config.ota, self.paths["state_dir"]
+        self.router = Router()
+        switcher = TritonSwitcher(self.server, self.repository_dir, self.router, options=self._repo_options,
+                                  drain_timeout_s=self.config.pipeline.drain_timeout_s)
+        self.ota = OtaManager(state_dir, TrustedKeys.from_paths(ota.trusted_keys), switcher, config=ota,
+                              status_cb=self._on_ota_status, base_spec=lambda: self._base_spec)
+        self._step("loading the served model (the active OTA version, else the base model)")
+        try:
+            route = self.ota.start_serving()
+        except OtaRejected as exc:
+            raise StartupError(exc.reason) from exc
+        log.info("serving %s (ensemble %s)", route.label, route.ensemble)
+        if not ota.trusted_keys:
+            log.info("OTA updates are off: ota.trusted_keys is empty, every bundle will be refused")
+        self.publisher.on_command("ota", OtaCommandHandler(self.ota, ota, state_dir / "ota" / "incoming"))
+        if ota.inbox is not None:
+            self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
+
+    def _on_ota_status(self, status: Any) -> None:
+        """Every OTA step (the manager logs it): a metric, and the retained ``<prefix>/<device>/ota/status``."""
+        from appliance.ota.status import STATES
+
+        for state in STATES:
+            self.metrics.ota_state.labels(state=state).set(1 if state == status.state else 0)
+        if self.publisher is not None:
+            payload = {"schema_version": 1, "type": "ota_status", "device_id": self.config.mqtt.device_id,
+                       **status.to_dict()}
+            self.publisher.publish_device_event("ota/status", payload, retain=True)
 
     def _start_cameras(self) -> None:
         from appliance.capture import CaptureProcess, reclaim_stale_rings
@@ -197,37 +236,53 @@ class Appliance:
     # -- the frame path ------------------------------------------------------------------------------------
     def _submit(self, camera_id: str, lease: Any) -> "Future[Any]":
         meta = lease.meta
+        route = self.router.acquire()  # released in _on_result, or here if the request never starts
         submitted = time.monotonic()
-        future = self.server.infer_async(
-            self.repository.ensemble,
-            {"IMAGE": lease.array, "CHANNEL_ORDER": np.array([meta.pixel_format.upper().encode()], dtype=object)},
-            ["BOXES", "SCORES", "CLASSES"],
-            request_id=f"{camera_id}:{meta.seq}", timeout_s=self.config.pipeline.request_timeout_s,
-            on_inputs_released=lease.release,
-        )
+        try:
+            future = self.server.infer_async(
+                route.ensemble,
+                {"IMAGE": lease.array, "CHANNEL_ORDER": np.array([meta.pixel_format.upper().encode()], dtype=object)},
+                ["BOXES", "SCORES", "CLASSES"],
+                request_id=f"{camera_id}:{meta.seq}", timeout_s=self.config.pipeline.request_timeout_s,
+                on_inputs_released=lease.release,
+            )
+        except BaseException:
+            self.router.release(route, False, 0.0)
+            raise
         future.submitted_mono = submitted  # type: ignore[attr-defined]
+        future.route = route  # type: ignore[attr-defined]
         return future
 
     def _on_result(self, camera_id: str, meta: Any, future: "Future[Any]") -> None:
+        from appliance.mqtt.messages import ModelInfo
+
         done = time.monotonic()
-        error = future.exception() if not future.cancelled() else None
-        if future.cancelled() or error is not None:
-            reason = type(error).__name__ if error is not None else "cancelled"
-            self.metrics.inference_errors.labels(camera=camera_id, reason=reason).inc()
-            self._last_error = f"camera {camera_id} frame {meta.seq}: {error or 'cancelled'}"
-            log.warning("inference failed: %s", self._last_error, extra={"camera": camera_id, "stage": "inference"})
-            return
+        route = future.route  # type: ignore[attr-defined]
         submitted = getattr(future, "submitted_mono", done)
-        latency = {"queue": (submitted - meta.t_mono) * 1000, "inference": (done - submitted) * 1000,
-                   "total": (done - meta.t_mono) * 1000}
-        self.metrics.stage_latency.labels(stage="inference").observe(done - submitted)
-        self.metrics.stage_latency.labels(stage="capture_to_result").observe(max(0.0, done - meta.t_mono))
-        self.metrics.frames_inferred.labels(camera=camera_id).inc()
-        self.latencies_ms.append(latency["total"])
-        message = build_message(meta, future.result().outputs, self._model_info, self.class_names, latency)
-        self.publisher.publish_detections(message)
-        with self._lock:
-            self._completed += 1
+        ok, found = False, 0
+        try:
+            error = future.exception() if not future.cancelled() else None
+            if future.cancelled() or error is not None:
+                reason = type(error).__name__ if error is not None else "cancelled"
+                self.metrics.inference_errors.labels(camera=camera_id, reason=reason).inc()
+                self._last_error = f"camera {camera_id} frame {meta.seq} ({route.label}): {error or 'cancelled'}"
+                log.warning("inference failed: %s", self._last_error,
+                            extra={"camera": camera_id, "stage": "inference"})
+                return
+            latency = {"queue": (submitted - meta.t_mono) * 1000, "inference": (done - submitted) * 1000,
+                       "total": (done - meta.t_mono) * 1000}
+            self.metrics.stage_latency.labels(stage="inference").observe(done - submitted)
+            self.metrics.stage_latency.labels(stage="capture_to_result").observe(max(0.0, done - meta.t_mono))
+            self.metrics.frames_inferred.labels(camera=camera_id).inc()
+            self.latencies_ms.append(latency["total"])
+            model = ModelInfo(route.model, route.version or "base", route.engine_key[:16])
+            message = build_message(meta, future.result().outputs, model, route.class_names, latency)
+            ok, found = True, len(message.detections)
+            self.publisher.publish_detections(message)
+            with self._lock:
+                self._completed += 1
+        finally:
+            self.router.release(route, ok, done - submitted, found)
 
     # -- periodic work -------------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -302,8 +357,9 @@ class Appliance:
             cameras[slot.camera_id] = {"state": cam.published_state, "inferred": slot.submitted,
                                        "skipped": slot.skipped, "errors": slot.errors}
         triton_ok = bool(self.server is not None and self.server.ready)
+        route = self.router.current() if self.router is not None else None
         return {"ok": triton_ok and self._pipeline_progressing(), "triton_ready": triton_ok,
-                "status": self.status_line(), "cameras": cameras}
+                "status": self.status_line(), "model": route.label if route else None, "cameras": cameras}
 
     def _health_for_mqtt(self) -> dict[str, Any]:
         summary = self.health_summary()
@@ -322,6 +378,8 @@ class Appliance:
     def stop(self) -> None:
         """Stop capture, drain in-flight frames, close Triton, flush the publisher to its spool."""
         self.notifier.stopping("stopping: draining in-flight frames")
+        if self._inbox is not None:
+            self._inbox.stop()
         if self.scheduler is not None:
             if not self.scheduler.stop(self.config.pipeline.drain_timeout_s):
                 log.warning("stop: gave up waiting for in-flight frames after %.1f s",

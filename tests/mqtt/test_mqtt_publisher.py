@@ -124,6 +124,34 @@ def test_retained_status_is_republished_after_the_broker_loses_it(tmp_path: Path
     assert cam["state"] == "streaming" and cam["fps"] == 10.0
 
 
+def test_device_event_is_published_retained_and_republished_after_the_broker_loses_it(
+        tmp_path: Path, broker: Mosquitto, subscriber_factory: Any) -> None:
+    from appliance.mqtt.errors import MqttConfigError
+
+    publisher = MqttPublisher(make_config(broker), tmp_path / "spool.sqlite3")
+    with pytest.raises(NotStartedError, match="start"):
+        publisher.publish_device_event("ota/status", {"state": "received"})
+    publisher.start()
+    try:
+        assert publisher.wait_connected(20)
+        live = subscriber_factory(broker, ["plant/dev1/ota/status"])
+        time.sleep(0.3)  # the subscription is in place
+        publisher.publish_device_event("ota/status", {"type": "ota_status", "state": "building", "percent": 40.0},
+                                       retain=True)
+        publisher.publish_device_event("ota/status", {"type": "ota_status", "state": "active"}, retain=True)
+        assert live.wait_for(lambda ms: len(ms) == 2)
+        with pytest.raises(MqttConfigError):
+            publisher.publish_device_event("ota/#", {})  # no wildcards or empty levels
+        broker.restart()  # no persistence: the broker forgets every retained message
+        assert publisher.wait_connected(20)
+        late = subscriber_factory(broker, ["plant/dev1/ota/status"])
+        assert late.wait_for(lambda ms: len(ms) >= 1)
+    finally:
+        publisher.stop()
+    assert [p["state"] for p in live.json_on("/ota/status")][:2] == ["building", "active"]
+    assert late.messages[0].retain and late.json_on("/ota/status")[0]["state"] == "active"  # the latest only
+
+
 def test_unacknowledged_detections_survive_stop_and_replay_with_the_same_ids(tmp_path: Path,
                                                                              subscriber_factory: Any) -> None:
     broker = Mosquitto(tmp_path / "broker")  # not started yet: everything spools

@@ -24,7 +24,7 @@ from appliance.ota.manager import OtaManager
 from appliance.ota.router import Router
 from appliance.ota.switcher import ModelSpec, TritonSwitcher
 
-from conftest import (DETECTOR_ONNX, IMAGES, REPO, requires_detector, write_source, yolo_engine_profile,  # noqa: E402
+from ota_helpers import (DETECTOR_ONNX, IMAGES, REPO, requires_detector, write_source, yolo_engine_profile,  # noqa: E402
                       yolo_model_profile)
 
 pytestmark = pytest.mark.slow
