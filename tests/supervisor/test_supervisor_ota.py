@@ -1,0 +1,157 @@
+"""OTA through the real daemon: `appliance run` as a process, a real broker, the real detector and a camera playing
+real images. A signed bundle (the same detector with other thresholds, as version "2") is pushed in chunks over
+MQTT; ota/status must reach `active`, detections must switch to version 2 with no long gap, the daemon must stop
+cleanly, and after a restart it must serve version 2 again (the active pointer survives)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as paho
+import pytest
+import yaml
+from support.mosquitto import Mosquitto
+
+from appliance.ota.bundle import build_bundle
+from appliance.ota.push import chunk_payloads, push_mqtt
+from appliance.ota.signing import generate_keypair
+from test_supervisor_e2e import (IMAGES, IMAGES_IN_ORDER, REPO, NotifySocket, _children_of, _config,  # noqa: F401
+                                 _running, broker, pytestmark, shm_root)
+
+MAX_GAP_S = 3.0  # the camera runs at 4 fps: 0.25 s between frames when nothing stalls
+
+
+class TimedSubscriber:
+    """Every message under the device's topics with its arrival time."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        self.messages: list[tuple[float, str, dict[str, Any]]] = []
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
+        self.client.on_message = lambda c, u, m: self.messages.append(
+            (time.monotonic(), m.topic, json.loads(m.payload)))
+        self.client.connect("127.0.0.1", port)
+        self.client.subscribe(topic, qos=1)
+        self.client.loop_start()
+
+    def of_type(self, kind: str, since: float = 0.0) -> list[tuple[float, dict[str, Any]]]:
+        return [(t, p) for t, _topic, p in list(self.messages) if t >= since and p.get("type") == kind]
+
+    def wait(self, predicate: Any, timeout: float, daemon: subprocess.Popen, log: Path) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert daemon.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+def _bundle(tmp_path: Path, private_key: Path) -> Path:
+    src = tmp_path / "bundle-src"
+    src.mkdir()
+    os.symlink(REPO / ".models/yolov3-tiny/model.onnx", src / "model.onnx")
+    profile = yaml.safe_load((REPO / "repository/profiles/yolov3-tiny.yaml").read_text())
+    profile["thresholds"]["score"] = 0.3
+    engine = yaml.safe_load((REPO / "engines/yolov3-tiny.yaml").read_text())
+    engine["verify"]["samples"] = 1  # keeps the on-device build short
+    (src / "bundle.yaml").write_text(yaml.safe_dump({
+        "model": "yolov3-tiny", "version": "2", "min_appliance_version": "0.1.0",
+        "model_profile": profile, "engine_profile": engine}, sort_keys=False))
+    build_bundle(src, private_key, tmp_path / "model-2.bundle")
+    return tmp_path / "model-2.bundle"
+
+
+def _start(config: Path, notify: NotifySocket, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "NOTIFY_SOCKET": str(notify.path), "PYTHONFAULTHANDLER": "1"}
+    return subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],
+                            stdout=log.open("a"), stderr=subprocess.STDOUT, env=env, cwd=REPO)
+
+
+def _stop(daemon: subprocess.Popen, log: Path) -> list[int]:
+    """SIGTERM; exit code 0; no model process left behind."""
+    stubs = _children_of(daemon.pid)
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=90) == 0, log.read_text()[-3000:]
+    time.sleep(0.5)
+    assert [pid for pid in stubs if _running(pid)] == []
+    return stubs
+
+
+def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_restart(
+        tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+    camera_dir = tmp_path / "camera"
+    camera_dir.mkdir()
+    for name, _ in IMAGES_IN_ORDER:
+        shutil.copy(IMAGES / name, camera_dir / name)
+    generate_keypair(tmp_path / "ota.key", tmp_path / "ota.pub")
+    bundle = _bundle(tmp_path, tmp_path / "ota.key")
+    config = _config(tmp_path, broker, shm_root, camera_dir)
+    with config.open("a") as f:
+        f.write(f"ota:\n  trusted_keys: [{tmp_path / 'ota.pub'}]\n"
+                "  health: {period_s: 4, check_interval_s: 0.2, min_requests: 3, max_latency_ratio: 50}\n")
+    device = next(line.split("id: ")[1].rstrip("}") for line in config.read_text().splitlines() if "device:" in line)
+    log = tmp_path / "daemon.log"
+    notify = NotifySocket(tmp_path / "notify.sock")
+    sub = TimedSubscriber(broker.port, f"appliance/{device}/#")
+    daemon = _start(config, notify, log)
+    restarted: subprocess.Popen | None = None
+    try:
+        assert notify.wait_for("READY=1", 240), log.read_text()[-3000:]
+        sub.wait(lambda: len(sub.of_type("detections")) >= 3, 120, daemon, log)
+        assert {p["model"]["version"] for _t, p in sub.of_type("detections")} == {"base"}
+
+        t_push = time.monotonic()
+        push_mqtt("127.0.0.1", broker.port, device, "appliance", list(chunk_payloads(bundle, 1 << 20)))
+
+        def outcome() -> list[dict[str, Any]]:
+            return [p for _t, p in sub.of_type("ota_status")
+                    if p.get("version") == "2" and p["state"] in ("active", "rolled_back", "rejected")]
+
+        sub.wait(outcome, 300, daemon, log)
+        t_done = time.monotonic()
+        assert outcome()[-1]["state"] == "active", outcome()
+        states = [p["state"] for _t, p in sub.of_type("ota_status")]
+        for step in ("received", "verifying", "staging", "building", "switching", "checking", "watching", "active"):
+            assert step in states, (step, states)
+        sub.wait(lambda: any(p["model"]["version"] == "2" for _t, p in sub.of_type("detections", t_done)),
+                 30, daemon, log)
+        arrivals = [t for t, _p in sub.of_type("detections", t_push) if t <= t_done]
+        gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+        print(f"\ndaemon OTA: {len(arrivals)} detections published during the update ({t_done - t_push:.1f} s); "
+              f"longest gap {max(gaps) * 1000:.0f} ms")
+        assert len(arrivals) > 10 and max(gaps) < MAX_GAP_S, (max(gaps), log.read_text()[-3000:])
+        # once switched, every frame comes from version 2 (never back to base)
+        versions = [p["model"]["version"] for _t, p in sub.of_type("detections", t_push)]
+        first = versions.index("2")
+        assert set(versions[first:]) == {"2"} and set(versions[:first]) <= {"base"}
+        _stop(daemon, log)
+
+        # a restart serves the active version again
+        notify.messages.clear()
+        t_restart = time.monotonic()
+        restarted = _start(config, notify, log)
+        assert notify.wait_for("READY=1", 240), log.read_text()[-3000:]
+        sub.wait(lambda: len(sub.of_type("detections", t_restart)) >= 2, 120, restarted, log)
+        assert {p["model"]["version"] for _t, p in sub.of_type("detections", t_restart)} == {"2"}
+        _stop(restarted, log)
+    finally:
+        for proc in (daemon, restarted):
+            if proc is not None and proc.poll() is None:
+                for pid in _children_of(proc.pid):  # Triton's model stubs outlive a killed parent
+                    os.kill(pid, signal.SIGKILL)
+                proc.kill()
+                proc.wait()
+        sub.close()
+        notify.close()
+    assert list(shm_root.iterdir()) == []
