@@ -18,10 +18,9 @@ from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.switcher import OfflineSwitcher
 
-# Imported at collection, while tests/ota/conftest.py is the module named 'conftest' (later, in a full run, it
-# is whichever conftest pytest imported last).
+# Not 'from conftest import': with several test directories that name is whichever conftest pytest imported.
 from ota_helpers import (DETECTOR_ONNX, make_tiny_detector, requires_detector, tiny_model_profile,  # noqa: E402
-                      yolo_engine_profile, yolo_model_profile)
+                         yolo_engine_profile, yolo_model_profile)
 
 
 def manager(tmp_path: Path, trusted: TrustedKeys, events: list | None = None, **kw) -> OtaManager:  # type: ignore[no-untyped-def]
