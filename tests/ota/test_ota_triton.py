@@ -25,7 +25,7 @@ from appliance.ota.router import Router
 from appliance.ota.switcher import ModelSpec, TritonSwitcher
 
 from ota_helpers import (DETECTOR_ONNX, IMAGES, REPO, requires_detector, write_source, yolo_engine_profile,  # noqa: E402
-                      yolo_model_profile)
+                         yolo_model_profile)
 
 pytestmark = pytest.mark.slow
 DOG = IMAGES / "dog.jpg"
