@@ -157,7 +157,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="appliance bench appliance", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="measuring time per alternative")
     parser.add_argument("--cameras", type=int, default=4)
-    parser.add_argument("--fps", type=float, default=15.0, help="frames each camera offers per second")
+    parser.add_argument("--fps", type=float, default=8.0,
+                        help="frames each camera offers per second (together just above what 2 cores infer)")
     parser.add_argument("--latency-fps", type=float, default=4.0, help="the one camera's rate in the latency run")
     parser.add_argument("--quick", action="store_true", help="8 s per alternative")
     args = parser.parse_args(argv)

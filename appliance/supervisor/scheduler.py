@@ -48,7 +48,8 @@ class CameraSlot:
     reader: FrameReader
     min_interval_s: float
     last_seq: int | None = None
-    last_submit: float = float("-inf")
+    last_capture: float | None = None  # capture time (camera clock) of the last frame submitted
+    too_early_seq: int = 0  # newest frame skipped by the rate cap: do not lease it again
     inflight: int = 0
     submitted: int = 0
     skipped: int = 0  # frames captured but never inferred (latest-wins)
@@ -111,17 +112,23 @@ class Scheduler:
         return submitted
 
     def _try_submit(self, slot: CameraSlot) -> bool:
-        now = self._clock()
-        if slot.inflight >= self._per_camera_inflight or now - slot.last_submit < slot.min_interval_s:
+        if slot.inflight >= self._per_camera_inflight:
             return False
-        lease = slot.reader.acquire_latest(slot.last_seq)
+        lease = slot.reader.acquire_latest(max(slot.last_seq or 0, slot.too_early_seq) or None)
         if lease is None:
             return False
+        # The rate cap compares the camera's own capture times, not this loop's: a camera already paced at its
+        # target rate is never held back by the loop's phase (which added up to a frame period of latency);
+        # faster frames are skipped (latest wins), with 10 % slack for capture jitter.
+        if slot.last_capture is not None and lease.meta.t_mono - slot.last_capture < 0.9 * slot.min_interval_s:
+            slot.too_early_seq = lease.meta.seq
+            lease.release()
+            return False
+        slot.last_capture = lease.meta.t_mono
         seq = lease.meta.seq
         if slot.last_seq is not None and seq > slot.last_seq + 1:
             slot.skipped += seq - slot.last_seq - 1
         slot.last_seq = seq
-        slot.last_submit = now
         meta = lease.meta
         with self._cond:
             self._inflight += 1

@@ -1,0 +1,98 @@
+"""Scheduling rules, driven step by step: rate cap on the camera's clock, latest wins, in-flight bounds."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import pytest
+
+from appliance.supervisor.scheduler import Scheduler
+
+
+@dataclass(frozen=True)
+class Meta:
+    seq: int
+    t_mono: float
+
+
+class Lease:
+    def __init__(self, meta: Meta, leases: list) -> None:
+        self.meta, self.released = meta, False
+        leases.append(self)
+
+    def release(self) -> None:
+        self.released = True
+
+
+class Camera:
+    """Frames captured at given times; acquire_latest follows the ring reader's contract."""
+
+    def __init__(self) -> None:
+        self.frames: list[Meta] = []
+        self.leases: list[Lease] = []
+
+    def capture(self, t: float) -> None:
+        self.frames.append(Meta(len(self.frames) + 1, t))
+
+    def acquire_latest(self, after_seq: int | None = None) -> Lease | None:
+        newer = [f for f in self.frames if after_seq is None or f.seq > after_seq]
+        return Lease(newer[-1], self.leases) if newer else None
+
+
+def _scheduler(**kwargs):
+    submitted: list[tuple[str, int, Future]] = []
+
+    def submit(camera_id: str, lease: Lease) -> Future:
+        future: Future = Future()
+        submitted.append((camera_id, lease.meta.seq, future))
+        return future
+
+    return Scheduler(submit, lambda *a: None, **kwargs), submitted
+
+
+def test_a_camera_paced_at_its_target_rate_is_never_held_back() -> None:
+    scheduler, submitted = _scheduler(per_camera_inflight=4)
+    camera = Camera()
+    scheduler.add_camera("a", camera, target_fps=4)
+    for i in range(6):
+        # capture jitter of a few ms either side of the 250 ms period
+        camera.capture(i * 0.25 + (0.004 if i % 2 else -0.004))
+        assert scheduler.step() == 1, f"frame {i + 1} was held back"
+        submitted[-1][2].set_result("done")
+    assert [seq for _, seq, _ in submitted] == [1, 2, 3, 4, 5, 6]
+
+
+def test_frames_faster_than_the_target_are_skipped_and_counted() -> None:
+    scheduler, submitted = _scheduler(per_camera_inflight=4)
+    camera = Camera()
+    slot = scheduler.add_camera("a", camera, target_fps=2)
+    for i in range(9):  # 6 fps offered, 2 wanted
+        camera.capture(i / 6)
+        scheduler.step()
+    assert [seq for _, seq, _ in submitted] == [1, 4, 7]
+    assert slot.skipped == 4  # 2, 3, 5, 6 never inferred (8 and 9 are not yet overtaken)
+    assert all(lease.released for lease in camera.leases if lease.meta.seq not in (1, 4, 7))
+
+
+def test_in_flight_bounds_and_latest_wins() -> None:
+    scheduler, submitted = _scheduler(per_camera_inflight=1, max_inflight=1)
+    a, b = Camera(), Camera()
+    scheduler.add_camera("a", a, None)
+    scheduler.add_camera("b", b, None)
+    a.capture(0.0)
+    b.capture(0.0)
+    assert scheduler.step() == 1 and scheduler.step() == 0  # one request in flight, all cameras together
+    for t in (0.1, 0.2, 0.3):
+        a.capture(t)
+        b.capture(t)
+    submitted[0][2].set_result("done")
+    assert scheduler.step() == 1  # fairness: the other camera goes next, with its newest frame
+    assert [(cam, seq) for cam, seq, _ in submitted] == [("a", 1), ("b", 4)]
+    submitted[1][2].set_result("done")
+    assert scheduler.step() == 1 and submitted[2][:2] == ("a", 4)
+
+
+def test_invalid_bounds_are_rejected() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        _scheduler(max_inflight=0)
