@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from appliance.engines.fingerprint import sha256_file
+from appliance.durable import fsync_path, sha256_file, write_file_durably
 
 log = logging.getLogger("appliance.engines")
 
@@ -51,23 +51,6 @@ class CacheEntry:
         return self.directory / str(self.manifest["engine_file"])
 
 
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file_durably(path: Path, data: bytes) -> None:
-    """Write to a sibling temporary, fsync, rename over ``path``, fsync the directory."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_path(path.parent)
 
 
 class EngineCache:

@@ -17,14 +17,6 @@ from pathlib import Path
 from typing import Mapping
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class Fingerprint:
     """Key fields of one engine; ``key`` is a short hash of all of them, used as the cache directory name."""

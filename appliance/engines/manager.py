@@ -15,8 +15,9 @@ from typing import Any, Callable, Sequence
 import appliance
 from appliance.engines.builders import BuilderName, EngineBuilder, select_builder
 from appliance.engines.builders.base import BuilderUnavailable, BuildError, check_io
-from appliance.engines.cache import CacheEntry, EngineCache, write_file_durably
-from appliance.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint, sha256_file
+from appliance.durable import sha256_file, write_file_durably
+from appliance.engines.cache import CacheEntry, EngineCache
+from appliance.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
 from appliance.engines.onnxinfo import OnnxModelError
 from appliance.engines.profile import EngineProfile, load_profiles
 from appliance.engines.progress import ProgressCallback, ProgressReporter

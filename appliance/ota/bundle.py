@@ -19,7 +19,6 @@ the files, each listed in the manifest with SHA-256 and size.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -29,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from appliance.durable import sha256_file
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, parse_manifest
 from appliance.ota.signing import load_private_key, sign_manifest
@@ -40,12 +40,6 @@ class BundleSourceError(OtaError):
     """The bundle source directory is incomplete or invalid; the message names the file and field."""
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _load_yaml(path: Path) -> Any:

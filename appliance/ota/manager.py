@@ -22,7 +22,8 @@ from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from appliance.ota.router import Route
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus, StatusCallback
-from appliance.ota.store import OtaStore, Pointer, fsync_dir
+from appliance.durable import fsync_path
+from appliance.ota.store import OtaStore, Pointer
 from appliance.ota.switcher import ModelSpec, ModelSwitcher
 from appliance.ota.unpack import FreeSpace, disk_free, extract_verified, verify_bundle
 
@@ -144,10 +145,10 @@ class OtaManager:
             extract_verified(bundle, opened, tmp, self._free_space, self.config.reserve_bytes)
             (tmp / MANIFEST_NAME).write_bytes(opened.manifest_bytes)
             (tmp / SIGNATURE_NAME).write_bytes(opened.signature)
-            fsync_dir(tmp)
+            fsync_path(tmp)
             final = self.store.version_dir(m.version)
             os.replace(tmp, final)
-            fsync_dir(self.store.versions_dir)
+            fsync_path(self.store.versions_dir)
             return final
         except OSError as exc:
             raise OtaRejected("disk_full" if exc.errno == 28 else "delivery", f"staging failed: {exc}") from None

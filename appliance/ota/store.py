@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from appliance.ota.bundle import sha256_file
+from appliance.durable import fsync_path, sha256_file, write_json_durably
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manifest import MANIFEST_NAME, Manifest, parse_manifest
 
@@ -35,22 +35,6 @@ POINTER = "active.json"
 VERIFIED = "verified.json"
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_durably(path: Path, doc: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 @dataclass(frozen=True)
@@ -151,7 +135,7 @@ class OtaStore:
             shutil.rmtree(trash, ignore_errors=True)
             self.staging_dir.mkdir(parents=True, exist_ok=True)
             os.replace(path, trash)  # gone from versions/ in one step, then deleted
-            fsync_dir(self.versions_dir)
+            fsync_path(self.versions_dir)
             shutil.rmtree(trash, ignore_errors=True)
 
     def serving(self) -> str | None:
@@ -178,7 +162,7 @@ class OtaStore:
             if d.is_dir() and not (d / VERIFIED).is_file() and d.name != pointer.version:
                 log.warning("OTA: removing incomplete version %s (interrupted update)", d.name)
                 shutil.rmtree(d, ignore_errors=True)
-        for leftover in self.root.glob(f".{POINTER}.tmp-*"):
+        for leftover in self.root.glob(f".{POINTER}.*"):
             leftover.unlink(missing_ok=True)
         return self.serving()
 

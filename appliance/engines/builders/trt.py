@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from appliance.engines.builders.base import BuilderUnavailable, BuildError, BuildProgress
-from appliance.engines.cache import write_file_durably
+from appliance.durable import write_file_durably
 from appliance.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.engines.profile import EngineProfile
 from appliance.engines.verify import GoldenInputError, golden_inputs, input_shape
