@@ -106,7 +106,15 @@ class Scheduler:
                 if self._inflight >= self._max_inflight or self._stopping.is_set():
                     break
             slot = self._cameras[(self._next + i) % n]
-            if self._try_submit(slot):
+            try:
+                ok = self._try_submit(slot)
+            except Exception:  # one camera's broken ring must not stop the others
+                slot.errors += 1
+                if slot.errors == 1 or slot.errors % 1000 == 0:
+                    log.exception("camera %s: reading its frame failed (%d times so far)", slot.camera_id,
+                                  slot.errors, extra={"camera": slot.camera_id, "stage": "schedule"})
+                continue
+            if ok:
                 submitted += 1
                 self._next = (self._next + i + 1) % n
         return submitted
@@ -120,11 +128,12 @@ class Scheduler:
         # The rate cap compares the camera's own capture times, not this loop's: a camera already paced at its
         # target rate is never held back by the loop's phase (which added up to a frame period of latency);
         # faster frames are skipped (latest wins), with 10 % slack for capture jitter.
-        if slot.last_capture is not None and lease.meta.t_mono - slot.last_capture < 0.9 * slot.min_interval_s:
-            slot.too_early_seq = lease.meta.seq
-            lease.release()
-            return False
-        slot.last_capture = lease.meta.t_mono
+        if slot.min_interval_s:
+            if slot.last_capture is not None and lease.meta.t_mono - slot.last_capture < 0.9 * slot.min_interval_s:
+                slot.too_early_seq = lease.meta.seq
+                lease.release()
+                return False
+            slot.last_capture = lease.meta.t_mono
         seq = lease.meta.seq
         if slot.last_seq is not None and seq > slot.last_seq + 1:
             slot.skipped += seq - slot.last_seq - 1
@@ -165,7 +174,13 @@ class Scheduler:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            if self.step() == 0:
+            try:
+                submitted = self.step()
+            except Exception:  # one bad frame or reader must not stop inference for every camera
+                log.exception("scheduler: a scheduling pass failed; continuing")
+                submitted = 0
+                self._stopping.wait(0.1)
+            if submitted == 0:
                 with self._cond:
                     # Woken early when a request completes (a slot frees up); else poll the rings again soon.
                     self._cond.wait(self._idle_wait_s)

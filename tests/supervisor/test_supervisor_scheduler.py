@@ -96,3 +96,26 @@ def test_in_flight_bounds_and_latest_wins() -> None:
 def test_invalid_bounds_are_rejected() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         _scheduler(max_inflight=0)
+
+
+def test_a_failing_reader_does_not_stop_the_loop_for_the_other_cameras() -> None:
+    import time
+
+    class Broken:
+        def acquire_latest(self, after_seq=None):
+            raise OSError("ring vanished")
+
+    scheduler, submitted = _scheduler(per_camera_inflight=1)
+    good = Camera()
+    scheduler.add_camera("broken", Broken(), None)
+    scheduler.add_camera("good", good, None)
+    good.capture(0.0)
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not submitted and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        scheduler.stop(1)
+    assert [(cam, seq) for cam, seq, _ in submitted] == [("good", 1)]
+    assert scheduler.cameras()[0].errors >= 1
