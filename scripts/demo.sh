@@ -16,7 +16,8 @@ trap cleanup EXIT
 if ! (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
   mkdir -p .state/demo-broker
   printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n' "$PORT" > .state/demo-broker/mosquitto.conf
-  mosquitto -c .state/demo-broker/mosquitto.conf > .state/demo-broker/mosquitto.log 2>&1 &
+  # Its own session: Ctrl-C stops the appliance first, which still says "offline" to the broker on its way out.
+  setsid mosquitto -c .state/demo-broker/mosquitto.conf > .state/demo-broker/mosquitto.log 2>&1 &
   pids+=($!)
   for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
   echo "demo: started a local MQTT broker on 127.0.0.1:$PORT"

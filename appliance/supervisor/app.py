@@ -33,6 +33,7 @@ from appliance.supervisor.leftovers import reclaim_leftovers
 from appliance.supervisor.children import ChildState, ChildSupervisor, RestartPolicy
 from appliance.supervisor.results import build_message
 from appliance.supervisor.scheduler import Scheduler
+from appliance.triton.errors import ServerStateError
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -356,7 +357,10 @@ class Appliance:
             cam = self._cameras[slot.camera_id]
             cameras[slot.camera_id] = {"state": cam.published_state, "inferred": slot.submitted,
                                        "skipped": slot.skipped, "errors": slot.errors}
-        triton_ok = bool(self.server is not None and self.server.ready)
+        try:
+            triton_ok = bool(self.server is not None and self.server.ready)
+        except ServerStateError:  # stopping or stopped (the publisher's last health message comes after)
+            triton_ok = False
         route = self.router.current() if self.router is not None else None
         return {"ok": triton_ok and self._pipeline_progressing(), "triton_ready": triton_ok,
                 "status": self.status_line(), "model": route.label if route else None, "cameras": cameras}
