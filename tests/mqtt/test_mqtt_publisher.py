@@ -267,7 +267,9 @@ def test_mqtt5_rejected_publish_is_counted_and_does_not_block_the_queue(tmp_path
         finally:
             publisher.stop()
     assert stats.rejected == 2 and stats.acked == 2 and stats.spool.backlog == 0
-    assert [p["seq"] for p in sub.json_on("/detections")] == [0, 1]
+    # At least once: a resend after a reconnect under load repeats a message with the same message_id (seen in CI);
+    # deduplicated as subscribers are told to, exactly cam1's frames arrive, in order.
+    assert seqs_by_camera(sub.json_on("/detections")) == {"cam1": [0, 1]}
 
 
 def test_websockets_transport(tmp_path: Path, subscriber_factory: Any) -> None:
