@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 from appliance.models.profile import ModelProfile
+from appliance.processing.errors import InputRejected
 
 LATENCY_METRIC = "appliance_stage_latency_us"
 REQUESTS_METRIC = "appliance_stage_requests"
@@ -94,3 +96,22 @@ class StageMetrics:
 def error_response(pb_utils: ModuleType, message: str, invalid_arg: bool = True) -> Any:
     code = pb_utils.TritonError.INVALID_ARG if invalid_arg else pb_utils.TritonError.INTERNAL
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
+
+
+def execute_each(pb_utils: ModuleType, stage: str, metrics: StageMetrics, one: Callable[[Any], Any],
+                 requests: list[Any]) -> list[Any]:
+    """Run ``one`` per request: a rejected input becomes INVALID_ARG naming the problem (and is counted by
+    reason), any other error fails that request only, never the stage; each request's latency is recorded."""
+    responses = []
+    for request in requests:
+        started = time.perf_counter_ns()
+        try:
+            responses.append(one(request))
+        except InputRejected as exc:
+            metrics.reject(exc.reason)
+            responses.append(error_response(pb_utils, f"{stage}: {exc}"))
+        except Exception as exc:  # a bug must fail this request, not the stage
+            logging.getLogger(f"appliance.modelrepo.stages.{stage}").exception("%s failed", stage)
+            responses.append(error_response(pb_utils, f"{stage}: internal error: {exc}", invalid_arg=False))
+        metrics.observe(started)
+    return responses

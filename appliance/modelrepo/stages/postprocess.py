@@ -3,17 +3,14 @@ CLASSES int32 [K]. Head layout, thresholds, allow-list and NMS come from the mod
 
 from __future__ import annotations
 
-import logging
-import time
 from types import ModuleType
 from typing import Any
 
-from appliance.modelrepo.stages.common import StageMetrics, error_response, load_model_profile
+from appliance.modelrepo.stages.common import StageMetrics, execute_each, load_model_profile
 from appliance.processing.errors import InputRejected
 from appliance.processing.letterbox import Letterbox
 from appliance.processing.pipeline import Postprocessor
 
-log = logging.getLogger(__name__)
 
 
 class PostprocessStage:
@@ -37,19 +34,7 @@ class PostprocessStage:
         ])
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        responses = []
-        for request in requests:
-            started = time.perf_counter_ns()
-            try:
-                responses.append(self._one(request))
-            except InputRejected as exc:
-                self.metrics.reject(exc.reason)
-                responses.append(error_response(self.pb, f"postprocess: {exc}"))
-            except Exception as exc:
-                log.exception("postprocess failed")
-                responses.append(error_response(self.pb, f"postprocess: internal error: {exc}", invalid_arg=False))
-            self.metrics.observe(started)
-        return responses
+        return execute_each(self.pb, "postprocess", self.metrics, self._one, requests)
 
     def finalize(self) -> None:
         self.metrics.close()

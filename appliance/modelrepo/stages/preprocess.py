@@ -7,18 +7,15 @@ float32 [6]. Bad input → INVALID_ARG naming the problem; the stage keeps servi
 
 from __future__ import annotations
 
-import logging
-import time
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from appliance.modelrepo.stages.common import StageMetrics, error_response, load_model_profile
+from appliance.modelrepo.stages.common import StageMetrics, execute_each, load_model_profile
 from appliance.processing.errors import InputRejected
 from appliance.processing.pipeline import Preprocessor
 
-log = logging.getLogger(__name__)
 
 
 class PreprocessStage:
@@ -51,19 +48,7 @@ class PreprocessStage:
         ])
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        responses = []
-        for request in requests:
-            started = time.perf_counter_ns()
-            try:
-                responses.append(self._one(request))
-            except InputRejected as exc:
-                self.metrics.reject(exc.reason)
-                responses.append(error_response(self.pb, f"preprocess: {exc}"))
-            except Exception as exc:  # a bug must fail this request, not the stage
-                log.exception("preprocess failed")
-                responses.append(error_response(self.pb, f"preprocess: internal error: {exc}", invalid_arg=False))
-            self.metrics.observe(started)
-        return responses
+        return execute_each(self.pb, "preprocess", self.metrics, self._one, requests)
 
     def finalize(self) -> None:
         self.metrics.close()
