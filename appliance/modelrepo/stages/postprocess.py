@@ -12,7 +12,6 @@ from appliance.processing.letterbox import Letterbox
 from appliance.processing.pipeline import Postprocessor
 
 
-
 class PostprocessStage:
     def __init__(self, pb_utils: ModuleType, args: dict[str, str]) -> None:
         self.pb = pb_utils

@@ -17,7 +17,6 @@ from appliance.processing.errors import InputRejected
 from appliance.processing.pipeline import Preprocessor
 
 
-
 class PreprocessStage:
     def __init__(self, pb_utils: ModuleType, args: dict[str, str]) -> None:
         self.pb = pb_utils
