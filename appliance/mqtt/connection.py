@@ -59,6 +59,12 @@ def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_
     client.will_set(will_topic, will_payload, qos=will_qos, retain=True)
     client.max_inflight_messages_set(0)  # the publisher bounds in-flight messages itself (see publisher.py)
     client.max_queued_messages_set(0)
+    # Only the network thread may write to the socket. Without a write-registration callback, paho's publish()
+    # writes from the calling thread, racing the network thread's loop(): two threads pop packets off one queue
+    # and send them, so PUBLISH packets reach the broker out of order (seen: seq 259 before 258), and partial
+    # writes can interleave. With the callback set, publish() only queues the packet and wakes loop() through
+    # paho's socket pair; loop() writes.
+    client.on_socket_register_write = _network_thread_writes
     client.connect_timeout = config.connect_timeout_s
     if v5:
         props = Properties(PacketTypes.CONNECT)
@@ -68,6 +74,10 @@ def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_
     else:
         client.connect_async(config.host, config.port, config.keepalive_s)
     return client
+
+
+def _network_thread_writes(client: paho.Client, userdata: object, sock: object) -> None:
+    """Deliberately empty: its presence makes paho defer socket writes to loop() (see build_client)."""
 
 
 def describe_connect_error(exc: BaseException, config: MqttConfig) -> str:
