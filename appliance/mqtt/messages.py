@@ -186,6 +186,16 @@ def camera_status_payload(status: CameraStatus, device_id: str, now: float) -> d
     return payload
 
 
+def ota_status_payload(device_id: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    """The retained ota/status payload from ``OtaStatus.to_dict()`` (a mapping, so mqtt needs nothing from ota).
+    Its ``time`` is epoch seconds; like every payload here it goes out as ISO ``time`` plus ``time_ms``."""
+    fields = {k: v for k, v in status.items() if v is not None and k != "time"}
+    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "ota_status", "device_id": device_id,
+                               **fields}
+    payload.update(time_fields(status["time"]))
+    return payload
+
+
 @dataclass(frozen=True)
 class Command:
     """A command received on <prefix>/<device>/command/<name>."""

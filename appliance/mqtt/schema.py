@@ -6,7 +6,8 @@ import json
 from importlib import resources
 from typing import Any
 
-MESSAGE_TYPES = ("detections", "device_status", "camera_status", "health", "command", "command_reply")
+MESSAGE_TYPES = ("detections", "device_status", "camera_status", "health", "command", "command_reply",
+                 "ota_status")
 
 
 def load_schema(message_type: str) -> dict[str, Any]:

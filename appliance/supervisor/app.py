@@ -186,14 +186,14 @@ class Appliance:
 
     def _on_ota_status(self, status: Any) -> None:
         """Every OTA step (the manager logs it): a metric, and the retained ``<prefix>/<device>/ota/status``."""
+        from appliance.mqtt.messages import ota_status_payload
         from appliance.ota.status import STATES
 
         for state in STATES:
             self.metrics.ota_state.labels(state=state).set(1 if state == status.state else 0)
         if self.publisher is not None:
-            payload = {"schema_version": 1, "type": "ota_status", "device_id": self.config.mqtt.device_id,
-                       **status.to_dict()}
-            self.publisher.publish_device_event("ota/status", payload, retain=True)
+            self.publisher.publish_device_event(
+                "ota/status", ota_status_payload(self.config.mqtt.device_id, status.to_dict()), retain=True)
 
     def _start_cameras(self) -> None:
         from appliance.capture import CaptureProcess, reclaim_stale_rings
