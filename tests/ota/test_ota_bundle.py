@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from support.schemas import validate_ota_status
 
 from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaRejected
@@ -51,6 +52,8 @@ def test_signed_bundle_installs_and_points_at_the_new_version(tmp_path, keys, si
     assert states[-1] == "active" and "switching" in states
     assert any(e.state == "building" and e.percent == 100 for e in events)
     assert not any(m.store.staging_dir.iterdir())
+    for e in events:
+        validate_ota_status(e)  # what the supervisor publishes on ota/status
 
 
 @pytest.mark.parametrize("case,code", [
@@ -93,6 +96,8 @@ def test_bad_bundles_are_rejected_with_a_reason(tmp_path, keys, sign, tiny_sourc
         m.install(bad)
     assert info.value.code == code, info.value
     assert events[-1].state == "rejected" and events[-1].code == code
+    for e in events:
+        validate_ota_status(e)
     assert m.store.read_pointer().version is None and m.store.installed() == []
     assert not any(m.store.staging_dir.iterdir())
 
@@ -154,6 +159,8 @@ def test_engine_build_failure_is_rejected(tmp_path, keys, sign, tiny_source) -> 
     assert info.value.code == "build_failed", info.value
     assert any(e.state == "building" for e in events)
     assert m.store.installed() == [] and m.store.read_pointer().version is None
+    for e in events:
+        validate_ota_status(e)
 
 
 def test_same_version_twice_is_a_duplicate(tmp_path, keys, sign, tiny_source) -> None:

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.schemas import validate_ota_status
+
 from appliance.ota.config import OtaConfig
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
@@ -35,7 +37,9 @@ def run_and_kill(cmd: list[str], after_event: int, delay_s: float) -> tuple[list
         assert proc.stderr is not None
         for line in proc.stderr:
             if line.startswith("{"):
-                states.append(json.loads(line)["state"])
+                status = json.loads(line)
+                validate_ota_status(status)  # the CLI prints OtaStatus.to_dict(), the core of ota/status
+                states.append(status["state"])
                 if len(states) == after_event:
                     if delay_s:
                         try:

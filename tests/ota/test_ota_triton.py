@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import cv2
 import numpy as np
 import pytest
+from support.schemas import validate_ota_status
 
 from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.delivery import OtaCommandHandler
@@ -123,6 +124,11 @@ class Live:
     def received_between(self, t0: float, t1: float) -> list[float]:
         return [t for t, _ in self.received if t0 <= t <= t1]
 
+    def validate_statuses(self) -> None:
+        """Every status so far, as the supervisor would publish it on ota/status, matches its schema."""
+        for event in self.events:
+            validate_ota_status(event)
+
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory, keys: Any) -> Iterator[Live]:
@@ -217,6 +223,7 @@ def test_update_over_mqtt_chunks_switches_with_frames_flowing(live: Live) -> Non
     print(f"\nOTA switch: {len(arrivals)} detections published during the update ({t_done - t_push:.1f} s, "
           f"load->active {switch[-1] - switch[0]:.1f} s); longest gap between published frames "
           f"{gaps.max() * 1000:.0f} ms, median {np.median(gaps) * 1000:.0f} ms")
+    live.validate_statuses()
 
 
 def test_model_that_fails_at_runtime_is_rolled_back(live: Live, tmp_path: Path) -> None:
@@ -237,6 +244,7 @@ def test_model_that_fails_at_runtime_is_rolled_back(live: Live, tmp_path: Path) 
     assert "3" not in live.manager.store.installed()
     failures = {r[1] for r in live.feeders.results if not r[2]}
     assert failures == {"yolov3-tiny@3"}  # only the bad version's requests failed
+    live.validate_statuses()
 
 
 def test_golden_frame_mismatch_is_rejected_before_any_traffic_moves(live: Live) -> None:
@@ -249,6 +257,7 @@ def test_golden_frame_mismatch_is_rejected_before_any_traffic_moves(live: Live) 
     assert info.value.code == "golden_mismatch" and "missing ['cat@0.90']" in info.value.reason
     assert not any(r[1] == "yolov3-tiny@4" for r in live.feeders.results)
     assert not live.server.model_ready("ota-4-detect") and live.router.current().version == "2"
+    live.validate_statuses()
 
 
 def test_concurrent_updates_are_serialized(live: Live) -> None:
@@ -264,6 +273,7 @@ def test_concurrent_updates_are_serialized(live: Live) -> None:
     assert live.router.current().version == ("6" if first == "5" else "5")
     served = {r[1] for r in live.feeders.results[-5:]}
     assert served == {live.router.current().label}
+    live.validate_statuses()
 
 
 def test_manual_rollback_serves_the_previous_version(live: Live) -> None:
@@ -273,3 +283,4 @@ def test_manual_rollback_serves_the_previous_version(live: Live) -> None:
     assert not live.server.model_ready(f"ota-{before.version}-detect")
     status = live.manager.status()
     assert status["active"] == before.history[-1] and status["serving"].endswith(f"@{before.history[-1]}")
+    live.validate_statuses()

@@ -20,6 +20,7 @@ import paho.mqtt.client as paho
 import pytest
 import yaml
 from support.mosquitto import Mosquitto
+from support.schemas import validate_message
 
 from appliance.ota.bundle import build_bundle
 from appliance.ota.push import chunk_payloads, push_mqtt
@@ -122,6 +123,9 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
         t_done = time.monotonic()
         assert outcome()[-1]["state"] == "active", outcome()
         states = [p["state"] for _t, p in sub.of_type("ota_status")]
+        for _t, p in sub.of_type("ota_status"):
+            validate_message("ota_status", p)
+            assert p["device_id"] == device
         for step in ("received", "verifying", "staging", "building", "switching", "checking", "watching", "active"):
             assert step in states, (step, states)
         sub.wait(lambda: any(p["model"]["version"] == "2" for _t, p in sub.of_type("detections", t_done)),
