@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from appliance.health.system import SystemReading
+from appliance.health.tegrastats import TegraReading
 
 # Stage latencies on a Jetson range from ~1 ms (pre) to ~100 ms (a large detector); buckets cover both.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
@@ -43,10 +44,21 @@ class ApplianceMetrics:
                                   ["model"], registry=r)
         self.ota_state = Gauge("appliance_ota_state", "1 for the state of the latest OTA update status, else 0",
                                ["state"], registry=r)
+        # The served pipeline's models (docs/supervisor.md, "Model failures"): found broken, reloaded, and the
+        # frames dropped meanwhile.
+        self.model_failures = Counter("appliance_model_failures", "Served models found broken (reason: "
+                                      "stub_died, not_ready)", ["model", "reason"], registry=r)
+        self.model_reloads = Counter("appliance_model_reloads", "Reloads of a broken served model (result: ok, "
+                                     "failed)", ["model", "result"], registry=r)
+        self.pipeline_state = Gauge("appliance_pipeline_state", "1 for the served pipeline's state (serving, "
+                                    "recovering, crash_loop), else 0", ["state"], registry=r)
+        self.frames_dropped = Counter("appliance_frames_dropped", "Frames dropped because the pipeline could not "
+                                      "take them (reason: the pipeline's state)", ["camera", "reason"], registry=r)
         self.cpu_percent = Gauge("appliance_cpu_percent", "System CPU busy percent", registry=r)
         self.mem_available = Gauge("appliance_memory_available_bytes", "System memory available", registry=r)
         self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
         self.power = Gauge("appliance_power_watts", "Power rail (Jetson INA3221)", ["rail"], registry=r)
+        self._tegra: _TegraGauges | None = None  # registered on the first tegrastats reading (Jetson only)
 
     def record_system(self, reading: SystemReading) -> None:
         if reading.cpu_percent is not None:
@@ -58,5 +70,67 @@ class ApplianceMetrics:
         for rail, watts in reading.power_w.items():
             self.power.labels(rail=rail).set(watts)
 
+    def record_tegrastats(self, reading: TegraReading | None, restarts: int = 0) -> None:
+        """Called only where tegrastats runs, so hosts without it export none of these gauges (rather than a GPU
+        load of 0). ``reading`` None (restarting, or stale) sets only ``appliance_tegrastats_up`` to 0: the other
+        gauges keep their last value, so read them together with it."""
+        if self._tegra is None:
+            self._tegra = _TegraGauges(self.registry)
+        self._tegra.record(reading, restarts)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _TegraGauges:
+    """tegrastats (Jetson): what sysfs does not give (GPU load, EMC), and its own names for what sysfs also has
+    (sensors and rails under other names), so the two sources never overwrite each other."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.up = Gauge("appliance_tegrastats_up", "1 while tegrastats delivers fresh readings", registry=r)
+        self.restarts = Gauge("appliance_tegrastats_restarts", "tegrastats exits since start", registry=r)
+        self.gpu_load = Gauge("appliance_gpu_load_percent", "iGPU (GR3D) load, tegrastats", registry=r)
+        self.gpu_freq = Gauge("appliance_gpu_freq_mhz", "iGPU (GR3D) clock, tegrastats", registry=r)
+        self.emc_load = Gauge("appliance_emc_load_percent", "External memory controller load, tegrastats",
+                              registry=r)
+        self.emc_freq = Gauge("appliance_emc_freq_mhz", "External memory controller clock, tegrastats", registry=r)
+        self.cpu_core_load = Gauge("appliance_cpu_core_load_percent", "Per-core CPU load, tegrastats (off: absent)",
+                                   ["core"], registry=r)
+        self.cpu_core_freq = Gauge("appliance_cpu_core_freq_mhz", "Per-core CPU clock, tegrastats", ["core"],
+                                   registry=r)
+        self.ram_used = Gauge("appliance_tegrastats_ram_used_bytes", "RAM in use (CPU and GPU: unified memory)",
+                              registry=r)
+        self.swap_used = Gauge("appliance_tegrastats_swap_used_bytes", "SWAP in use, tegrastats", registry=r)
+        self.temperature = Gauge("appliance_tegrastats_temperature_celsius", "Temperature, tegrastats",
+                                 ["sensor"], registry=r)
+        self.power = Gauge("appliance_tegrastats_power_watts", "Power rail (instantaneous), tegrastats", ["rail"],
+                           registry=r)
+
+    def record(self, reading: TegraReading | None, restarts: int) -> None:
+        self.up.set(0 if reading is None else 1)
+        self.restarts.set(restarts)
+        if reading is None:
+            return
+        for gauge, value in ((self.gpu_load, reading.gpu_percent), (self.gpu_freq, reading.gpu_freq_mhz),
+                             (self.emc_load, reading.emc_percent), (self.emc_freq, reading.emc_freq_mhz)):
+            if value is not None:
+                gauge.set(value)
+        if reading.ram_used_mb is not None:
+            self.ram_used.set(reading.ram_used_mb * 1024 * 1024)
+        if reading.swap_used_mb is not None:
+            self.swap_used.set(reading.swap_used_mb * 1024 * 1024)
+        for index, core in enumerate(reading.cpus):
+            if core.load_percent is None:  # powered down: no sample rather than a misleading 0 %
+                for gauge in (self.cpu_core_load, self.cpu_core_freq):
+                    try:
+                        gauge.remove(str(index))
+                    except KeyError:  # prometheus_client before 0.20 raises for a label set it never had
+                        pass
+                continue
+            self.cpu_core_load.labels(core=str(index)).set(core.load_percent)
+            if core.freq_mhz is not None:
+                self.cpu_core_freq.labels(core=str(index)).set(core.freq_mhz)
+        for sensor, celsius in reading.temperatures_c.items():
+            self.temperature.labels(sensor=sensor).set(celsius)
+        for rail, milliwatts in reading.power_mw.items():
+            self.power.labels(rail=rail).set(milliwatts / 1000.0)

@@ -27,6 +27,7 @@ from appliance.config.check import resolved_paths
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
 from appliance.health.system import SystemMonitor
+from appliance.health.tegrastats import TegrastatsMonitor, system_fields
 from appliance.sdnotify import Notifier
 from appliance.supervisor.cameras import CaptureChild, mqtt_camera_state
 from appliance.supervisor.leftovers import reclaim_leftovers
@@ -61,6 +62,8 @@ class Appliance:
         self._clock = clock
         self._children = ChildSupervisor(clock)
         self._system = SystemMonitor()
+        interval_ms = config.health.tegrastats_interval_ms
+        self._tegrastats = TegrastatsMonitor(interval_ms) if interval_ms else None
         self._cameras: dict[str, _Camera] = {}
         self.server: Any = None
         self.publisher: Any = None
@@ -84,6 +87,7 @@ class Appliance:
     def start(self, triton_timeout_s: float = 120.0) -> None:
         try:
             reclaim_leftovers(shm_root=self.config.paths.shm_root)
+            self._start_tegrastats()
             self._start_publisher()
             self._build_engine()
             self._materialize_repository()
@@ -102,6 +106,15 @@ class Appliance:
     def _step(self, what: str) -> None:
         log.info("start: %s", what)
         self.notifier.status(f"starting: {what}")
+
+    def _start_tegrastats(self) -> None:
+        """Jetson only: a missing binary is normal (x86 hosts, containers without it) and never an error."""
+        if self._tegrastats is None:
+            return
+        if self._tegrastats.start():
+            log.info("tegrastats every %d ms for GPU load, EMC, temperatures and power", self._tegrastats.interval_ms)
+        else:
+            log.info("no tegrastats on PATH: GPU load and EMC are not reported (sysfs readings still are)")
 
     def _start_publisher(self) -> None:
         from appliance.mqtt.publisher import MqttPublisher
@@ -293,6 +306,8 @@ class Appliance:
                 self._last_error = f"{record.name} is in a crash loop (exit code {record.last_exitcode})"
         self._refresh_cameras()
         self.metrics.record_system(self._system.read())
+        if self._tegrastats is not None and self._tegrastats.active:
+            self.metrics.record_tegrastats(self._tegrastats.latest(), self._tegrastats.exits)
         self._refresh_mqtt_metrics()
         if self._pipeline_progressing():
             self.notifier.watchdog()
@@ -368,9 +383,14 @@ class Appliance:
     def _health_for_mqtt(self) -> dict[str, Any]:
         summary = self.health_summary()
         reading = self._system.read()
-        return {"cameras": summary["cameras"],
-                "system": {"cpu_percent": reading.cpu_percent, "mem_available_bytes": reading.mem_available_bytes,
-                           **{f"temp_{k}": v for k, v in reading.temperatures_c.items()}}}
+        system: dict[str, Any] = {"cpu_percent": reading.cpu_percent,
+                                  "mem_available_bytes": reading.mem_available_bytes,
+                                  **{f"temp_{k}": v for k, v in reading.temperatures_c.items()}}
+        if self._tegrastats is not None and self._tegrastats.active:
+            tegra = self._tegrastats.latest()
+            system["tegrastats"] = self._tegrastats.health()
+            system.update(system_fields(tegra) if tegra is not None else {})
+        return {"cameras": summary["cameras"], "system": system}
 
     def _render_metrics(self) -> bytes:
         text = self.metrics.render()
@@ -389,6 +409,8 @@ class Appliance:
                 log.warning("stop: gave up waiting for in-flight frames after %.1f s",
                             self.config.pipeline.drain_timeout_s)
         self._children.stop_all(lambda child: child.process.stop())
+        if self._tegrastats is not None:
+            self._tegrastats.stop()
         for cam in self._cameras.values():
             if cam.reader is not None:
                 cam.reader.close()
