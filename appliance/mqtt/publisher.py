@@ -49,6 +49,7 @@ CommandHandler = Callable[[Command], Optional[Mapping[str, Any]]]
 HealthProvider = Callable[[], Mapping[str, Any]]
 _RECENT_REQUESTS = 256
 _STABLE_SESSION_S = 10.0
+_POISON_STRIKES = 5    # probe sessions in a row that die with the same detection alone in flight
 _DELETE_BATCH = 256
 _DELETE_DELAY_S = 0.05
 
@@ -145,6 +146,13 @@ class MqttPublisher:
         self._rejected = self._suppressed = 0
         self._last_error: Optional[str] = None
         self._backoff_delays: collections.deque[float] = collections.deque(maxlen=16)
+        # Probing (see _after_short_session): after a session dies young with detections in flight, they are
+        # resent one at a time, each only after this session's own status publish was acknowledged.
+        self._probing = False
+        self._probe_row: Optional[int] = None     # spool id sent alone in this probe session (sender sets it)
+        self._strikes: tuple[Optional[int], int] = (None, 0)  # (spool id, probe sessions it died alone in)
+        self._status_mid: Optional[int] = None
+        self._status_acked = threading.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -367,7 +375,7 @@ class MqttPublisher:
         s = stats.spool
         payload["spool"] = {"backlog": s.backlog, "bytes": s.bytes, "max_bytes": s.max_bytes, "spooled": s.spooled,
                             "dropped_oldest": s.dropped_oldest, "dropped_newest": s.dropped_newest,
-                            "dropped_expired": s.dropped_expired}
+                            "dropped_expired": s.dropped_expired, "set_aside": s.set_aside}
         payload["cameras"] = dict(extra.get("cameras", {}))
         payload["system"] = dict(extra.get("system", {}))
         return payload
@@ -392,6 +400,8 @@ class MqttPublisher:
         self._disconnect_reason = str(reason)
 
     def _on_publish(self, client: paho.Client, userdata: Any, mid: int, reason: Any, properties: Any) -> None:
+        if mid == self._status_mid:
+            self._status_acked.set()
         self._acks.append((mid, reason))
         self._nudge()
 
@@ -425,6 +435,7 @@ class MqttPublisher:
                 break
             self._set_state(State.CONNECTING)
             if was_connected:
+                self._after_session(time.monotonic() - began < _STABLE_SESSION_S, reason)
                 if time.monotonic() - began >= _STABLE_SESSION_S:
                     backoff.reset()  # only a session that held; a broker that drops us at once gets backoff
             else:
@@ -495,7 +506,11 @@ class MqttPublisher:
         qos = self.config.qos
         client.subscribe(self.topics.command_filter, qos=qos.commands)
         online = encode(device_status_payload(self.config.device_id, "online", self._clock.time(), self._versions))
-        client.publish(self.topics.device_status, online, qos=qos.status, retain=True)
+        self._status_acked.clear()
+        info = client.publish(self.topics.device_status, online, qos=qos.status, retain=True)
+        self._status_mid = info.mid
+        if qos.status == 0:
+            self._status_acked.set()
         with self._lock:
             retained = list(self._retained.items())
             self._connects += 1
@@ -509,6 +524,54 @@ class MqttPublisher:
         with self._gate:
             self._set_state(State.CONNECTED)
         self._wake.set()
+
+    def _after_session(self, short: bool, reason: str) -> None:
+        """Between sessions (network thread): find a detection that kills sessions and set it aside.
+
+        Some brokers close the connection instead of (or right after) refusing a publish: mosquitto 2.0 does so
+        for an MQTT 5 publish its ACL denies, or for any packet over its max_packet_size, and the failure PUBACK
+        is lost with the reset. paho would resend the whole window first on every reconnect, so the queue would
+        never move again, and the culprit cannot be told from the innocent messages sent with it. So after a
+        session that died young with detections in flight, they go back to the spool and are resent one at a
+        time (probing), each only once the session's own status publish was acknowledged (so the session was
+        healthy before it). A detection that is alone in flight when _POISON_STRIKES probe sessions in a row
+        die is moved to the spool's set_aside table (kept on disk, counted, logged); the first acknowledgement
+        ends probing."""
+        client = self._client
+        assert client is not None
+        with self._gate:  # the sender cannot publish meanwhile
+            with self._lock:
+                inflight = dict(self._inflight)
+                probe_row = self._probe_row
+            if not short or not inflight:
+                self._probing, self._strikes = False, (None, 0)
+                return
+            if self._probing and probe_row is not None and probe_row in inflight.values():
+                row, count = self._strikes
+                count = count + 1 if row == probe_row else 1
+                self._strikes = (probe_row, count)
+                if count >= _POISON_STRIKES:
+                    self._strikes = (None, 0)
+                    self._set_aside(probe_row, f"{count} sessions in a row ended while it was the only "
+                                               f"detection in flight (last: {reason})")
+            # Take the window back from paho (it has no public API for that; tests/mqtt/test_mqtt_publisher.py
+            # catches a paho release that changes these attributes) and let the sender resend from the spool.
+            with self._lock:
+                self._inflight.clear()
+                self._probe_row = None
+            with client._out_message_mutex:
+                for mid in inflight:
+                    client._out_messages.pop(mid, None)
+            self._cursor = min(inflight.values()) - 1
+            self._probing = True
+
+    def _set_aside(self, row_id: int, why: str) -> None:
+        topic = next((m.topic for m in self._spool.read_after(row_id - 1, 1) if m.id == row_id), "?")
+        if not self._spool.set_aside(row_id, why):
+            return
+        log.error("MQTT: set aside the detections message on %s (spool id %d): %s. The messages behind it now flow; "
+                  "it stays in the spool's set_aside table. Check the broker log, its ACL and its message size "
+                  "limit for that topic.", topic, row_id, why)
 
     def _disconnect(self, client: paho.Client) -> None:
         if client.disconnect() != paho.MQTT_ERR_SUCCESS:
@@ -555,8 +618,11 @@ class MqttPublisher:
     def _has_work(self) -> bool:
         if self._acks or self._stop_sender.is_set():
             return True
+        window = self._window
+        if self._probing:
+            window = 1 if self._status_acked.is_set() else 0
         return (self._state is State.CONNECTED and not self._closing and self._spool.last_id > self._cursor
-                and len(self._inflight) < self._window)
+                and len(self._inflight) < window)
 
     def _process_acks(self, flush: bool = False) -> None:
         done: list[int] = []
@@ -570,6 +636,8 @@ class MqttPublisher:
                 row_id = self._inflight.pop(mid, None)
             if row_id is None:
                 continue  # status, health or reply
+            if self._probing and row_id == self._probe_row:
+                self._probing = False  # the broker answered: the session is healthy again
             if getattr(reason, "is_failure", False):
                 rejected += 1
                 log.error("MQTT broker rejected a detections message (spool id %d): %s; check the broker ACL "
@@ -604,6 +672,10 @@ class MqttPublisher:
                 return
             with self._lock:
                 room = self._window - len(self._inflight)
+            if self._probing:  # one at a time, once this session proved healthy (see _after_session)
+                if not self._status_acked.is_set():
+                    return
+                room = min(room, 1 - len(self._inflight))
             if room <= 0:
                 return
             rows = self._spool.read_after(self._cursor, room)
@@ -617,6 +689,8 @@ class MqttPublisher:
                     self._published += 1
                     if row.qos > 0:
                         self._inflight[info.mid] = row.id
+                        if self._probing:
+                            self._probe_row = row.id
                 if row.qos == 0:
                     qos0_sent.append(row.id)
         if qos0_sent:

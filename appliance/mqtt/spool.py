@@ -3,8 +3,9 @@
 Guarantees (see docs/mqtt.md):
 - ``append`` returns only after its transaction has committed. With ``synchronous=normal`` a committed message
   survives a crash of this process (SIGKILL, OOM kill); with ``full`` it also survives a power cut.
-- Rows leave only through ``delete`` (the publisher calls it on PUBACK/PUBCOMP), the overflow policy, or the
-  age bound; every drop is counted by reason.
+- Rows leave only through ``delete`` (the publisher calls it on PUBACK/PUBCOMP), the overflow policy, the
+  age bound, or ``set_aside`` (a message the broker will not take, moved to the ``set_aside`` table, kept on
+  disk); every drop is counted by reason.
 - Ids only grow (AUTOINCREMENT), so reading "after id N" replays in insertion order, across restarts too.
 
 One connection, serialized by a lock: the producers' inserts, the sender's reads and the ack deletes are all
@@ -38,6 +39,16 @@ CREATE TABLE IF NOT EXISTS spool (
     qos     INTEGER NOT NULL,
     created REAL    NOT NULL,
     size    INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS set_aside (
+    id       INTEGER PRIMARY KEY,
+    topic    TEXT    NOT NULL,
+    payload  BLOB    NOT NULL,
+    qos      INTEGER NOT NULL,
+    created  REAL    NOT NULL,
+    size     INTEGER NOT NULL,
+    set_at   REAL    NOT NULL,
+    reason   TEXT    NOT NULL
 )"""
 
 
@@ -70,7 +81,8 @@ class SpoolStats:
     dropped_oldest: int
     dropped_newest: int
     dropped_expired: int
-    quarantined: int
+    quarantined: int     # unreadable spool files moved aside at open
+    set_aside: int       # messages moved to the set_aside table this run (see Spool.set_aside)
 
 
 class Spool:
@@ -90,6 +102,7 @@ class Spool:
         self._dropped_newest = 0
         self._dropped_expired = 0
         self._quarantined = 0
+        self._set_aside = 0
         self._blocked = 0
         self._last_id = 0
         self._last_drop_log = float("-inf")
@@ -163,7 +176,7 @@ class Spool:
                                  str(self.path))
             db.execute(f"PRAGMA synchronous={self._config.synchronous.upper()}")
             db.execute("PRAGMA journal_size_limit=67108864")
-            db.execute(_SCHEMA)
+            db.executescript(_SCHEMA)
             db.execute(f"PRAGMA user_version={FORMAT_VERSION}")
             count, size, last = db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(MAX(id), 0) FROM spool").fetchone()
@@ -333,6 +346,28 @@ class Spool:
             self._cond.notify_all()
             return removed
 
+    def set_aside(self, row_id: int, reason: str) -> bool:
+        """Move one message from the queue to the ``set_aside`` table (kept, never sent again automatically), so
+        that a message the broker keeps refusing cannot block the messages behind it. False if it is gone."""
+        with self._cond:
+            db = self._require_open()
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                moved = db.execute("INSERT INTO set_aside SELECT id, topic, payload, qos, created, size, ?, ? "
+                                   "FROM spool WHERE id = ?", (self._clock(), reason, row_id)).rowcount
+                size = db.execute("DELETE FROM spool WHERE id = ? RETURNING size", (row_id,)).fetchall()
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(db)
+                raise SpoolError(f"cannot set aside message {row_id}: {exc}", str(self.path)) from exc
+            if not moved:
+                return False
+            self._count -= 1
+            self._bytes -= size[0][0] if size else 0
+            self._set_aside += 1
+            self._cond.notify_all()
+            return True
+
     def expire(self) -> int:
         """Drop messages older than max_age_s (oldest first); returns how many."""
         cutoff = self._clock() - self._config.max_age_s
@@ -386,4 +421,5 @@ class Spool:
     def stats(self) -> SpoolStats:
         with self._cond:
             return SpoolStats(self._count, self._bytes, self._config.max_bytes, self._spooled, self._dropped_oldest,
-                              self._dropped_newest, self._dropped_expired, self._quarantined)
+                              self._dropped_newest, self._dropped_expired, self._quarantined,
+                              self._set_aside)

@@ -4,9 +4,11 @@ configs, frames, schema validation."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import jsonschema
@@ -110,6 +112,12 @@ def validate(message_type: str, payload: Any) -> None:
         _SCHEMAS[message_type] = schema
     jsonschema.Draft202012Validator(_SCHEMAS[message_type],
                                     format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).validate(payload)
+
+
+def set_aside_payloads(spool_path: Path) -> list[dict[str, Any]]:
+    """The payloads in a (closed) spool's set_aside table, read with plain sqlite3."""
+    with sqlite3.connect(str(spool_path)) as db:
+        return [json.loads(bytes(r[0])) for r in db.execute("SELECT payload FROM set_aside ORDER BY id")]
 
 
 def seqs_by_camera(payloads: list[dict[str, Any]]) -> dict[str, list[int]]:
