@@ -212,3 +212,22 @@ def test_unwritable_location_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(SpoolError, match="cannot create the spool directory"):
         make(blocker / "sub" / "spool.sqlite3")
+
+
+def test_set_aside_moves_one_message_out_of_the_queue_and_keeps_it(tmp_path: Path) -> None:
+    path = tmp_path / "spool.sqlite3"
+    spool = make(path, clock=[1000.0])
+    spool.append([rec(i) for i in range(3)])
+    before = spool.stats()
+    assert spool.set_aside(2, "broker closed the connection 5 times") is True
+    assert spool.set_aside(2, "again") is False and spool.set_aside(99, "unknown") is False
+    stats = spool.stats()
+    assert stats.backlog == 2 and stats.set_aside == 1 and stats.bytes == before.bytes - 1000
+    assert [seq_of(m.payload) for m in spool.read_after(0, 10)] == [0, 2]
+    spool.close()
+    reopened = make(path)  # the queue and the set-aside row both survive a restart
+    assert [seq_of(m.payload) for m in reopened.read_after(0, 10)] == [0, 2]
+    reopened.close()
+    with sqlite3.connect(str(path)) as db:
+        rows = db.execute("SELECT id, payload, set_at, reason FROM set_aside").fetchall()
+    assert [(r[0], seq_of(bytes(r[1])), r[2], r[3]) for r in rows] == [(2, 1, 1000.0, "broker closed the connection 5 times")]
