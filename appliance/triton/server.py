@@ -205,6 +205,13 @@ class Server:
         """
         return stubs.child_stubs(self._stub_roots())
 
+    def stub_counts(self) -> dict[str, int]:
+        """Live Python-backend stub processes per model name (a model has one per instance)."""
+        counts: dict[str, int] = {}
+        for model in stubs.stub_models(self.stub_pids()).values():
+            counts[model] = counts.get(model, 0) + 1
+        return counts
+
     def _create(self, api: _capi.CApi, opts: int, timeout: float) -> int:
         """ServerNew blocks while startup models load; bound it by ``timeout`` without abandoning the server."""
         box: dict[str, Any] = {}
@@ -367,6 +374,22 @@ class Server:
                     if model_dir.is_dir() and pymodels.is_python_model(model_dir):
                         pymodels.write_path_hook(model_dir, stub=self._distribution.python_stub)
             check(api, api.TRITONSERVER_ServerLoadModel(ptr, name.encode()))
+
+    def reload_model(self, name: str) -> None:
+        """Load ``name`` again even when none of its files changed, replacing every instance.
+
+        Triton reloads a loaded model only when its directory changed, and a model whose stub process died
+        still reads READY with unchanged files: ``load_model`` alone would leave it broken. Touching its
+        version directories makes Triton see a change.
+        """
+        _check_name(name)
+        for repo in self.options.repositories:
+            model_dir = repo / name
+            if model_dir.is_dir():
+                for version_dir in model_dir.iterdir():
+                    if version_dir.is_dir() and version_dir.name.isdigit():
+                        os.utime(version_dir)
+        self.load_model(name)
 
     def unload_model(self, name: str, wait: bool = True, timeout: float = 30.0) -> None:
         """Unload a model; with ``wait``, until no version is READY or UNLOADING (its stub has exited)."""

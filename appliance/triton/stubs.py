@@ -41,6 +41,21 @@ def child_stubs(roots: Sequence[str] = (), parent: int | None = None, proc: Path
     return found
 
 
+def stub_models(pids: Sequence[int], proc: Path = Path("/proc")) -> dict[int, str]:
+    """The model each stub serves, from its first argument (``<repository>/<model>/<version>/model.py``)."""
+    found = {}
+    for pid in pids:
+        try:
+            args = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # exited meanwhile
+            continue
+        if len(args) > 1 and args[1]:
+            parts = Path(os.fsdecode(args[1])).parts
+            if len(parts) >= 3:
+                found[pid] = parts[-3]
+    return found
+
+
 def wait_gone(
     timeout: float,
     roots: Sequence[str],
