@@ -1,0 +1,37 @@
+"""Reload the broken models of the served route through Triton's explicit model control, and check the result."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from appliance.ota.router import Route
+from appliance.supervisor.modelprobe import ModelProbe
+from appliance.supervisor.recovery import RouteChanged
+
+
+class TritonReloader:
+    """``reload(route, models)`` for ``PipelineRecovery``: the steps first, then the ensemble when it is not
+    ready (unloading a step takes its ensemble down with it); raises unless the probe finds the route whole."""
+
+    def __init__(self, server: Any, probe: ModelProbe, current: Callable[[], Route | None]) -> None:
+        self._server = server  # appliance.triton.Server
+        self._probe = probe
+        self._current = current
+
+    def __call__(self, route: Route, models: Sequence[str]) -> None:
+        for name in route.models:
+            if name == route.ensemble or name not in models:
+                continue
+            self._check_current(route)
+            self._server.reload_model(name)  # also when Triton still calls it READY: its stub may be dead
+        self._check_current(route)
+        if route.ensemble in models or not self._server.model_ready(route.ensemble):
+            self._server.load_model(route.ensemble)
+        left = self._probe.faults(route)
+        if left:
+            raise RuntimeError("still broken after the reload: " + "; ".join(f"{f.model}: {f.detail}" for f in left))
+
+    def _check_current(self, route: Route) -> None:
+        current = self._current()
+        if current is None or current.ensemble != route.ensemble:
+            raise RouteChanged(f"{current.label if current else 'nothing'} is routed now, not {route.label}")
