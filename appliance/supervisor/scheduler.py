@@ -6,7 +6,9 @@ Rules, in order:
   target fps, so one fast camera cannot starve the others;
 - at most ``max_inflight`` requests in total (backpressure: when Triton is saturated, frames wait in the ring
   where newer frames replace them);
-- cameras are visited round-robin, starting after the one served last (fairness).
+- cameras are visited round-robin, starting after the one served last (fairness);
+- while the gate names a reason (the served model is being recovered), each camera's newest frame is dropped
+  and counted instead of submitted: frames are never queued for a pipeline that cannot take them.
 
 Batching across cameras happens in Triton's dynamic batcher: requests from several cameras in flight at once
 share a detector batch.
@@ -40,6 +42,10 @@ class FrameReader(Protocol):
 Submit = Callable[[str, Lease], "Future[Any]"]
 # on_result(camera_id, lease meta, future) — called from Triton's completion thread; keep it short.
 OnResult = Callable[[str, Any, "Future[Any]"], None]
+# gate() -> None to submit, or why frames are dropped now; asked once per frame, so it must be cheap.
+Gate = Callable[[], "str | None"]
+# on_drop(camera_id, reason) — a frame was dropped because of the gate.
+OnDrop = Callable[[str, str], None]
 
 
 @dataclass
@@ -53,6 +59,7 @@ class CameraSlot:
     inflight: int = 0
     submitted: int = 0
     skipped: int = 0  # frames captured but never inferred (latest-wins)
+    dropped: int = 0  # frames dropped while the gate was closed (the pipeline was recovering)
     errors: int = 0
     stats_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -61,7 +68,8 @@ class Scheduler:
     """Runs the scheduling loop on its own thread; ``stop()`` drains in-flight requests within a deadline."""
 
     def __init__(self, submit: Submit, on_result: OnResult, *, max_inflight: int = 8, per_camera_inflight: int = 2,
-                 idle_wait_s: float = 0.001, clock: Callable[[], float] = time.monotonic) -> None:
+                 idle_wait_s: float = 0.001, clock: Callable[[], float] = time.monotonic,
+                 gate: Gate | None = None, on_drop: OnDrop | None = None) -> None:
         if max_inflight < 1 or per_camera_inflight < 1:
             raise ValueError("max_inflight and per_camera_inflight must be at least 1")
         self._submit = submit
@@ -70,6 +78,8 @@ class Scheduler:
         self._per_camera_inflight = per_camera_inflight
         self._idle_wait_s = idle_wait_s
         self._clock = clock
+        self._gate = gate
+        self._on_drop = on_drop
         self._cameras: list[CameraSlot] = []
         self._next = 0
         self._inflight = 0
@@ -125,6 +135,10 @@ class Scheduler:
         lease = slot.reader.acquire_latest(max(slot.last_seq or 0, slot.too_early_seq) or None)
         if lease is None:
             return False
+        reason = self._gate() if self._gate is not None else None
+        if reason is not None:
+            self._drop(slot, lease, reason)
+            return False
         # The rate cap compares the camera's own capture times, not this loop's: a camera already paced at its
         # target rate is never held back by the loop's phase (which added up to a frame period of latency);
         # faster frames are skipped (latest wins), with 10 % slack for capture jitter.
@@ -153,6 +167,16 @@ class Scheduler:
         slot.submitted += 1
         future.add_done_callback(lambda f, s=slot, m=meta: self._done(s, m, f))
         return True
+
+    def _drop(self, slot: CameraSlot, lease: Lease, reason: str) -> None:
+        seq = lease.meta.seq
+        if slot.last_seq is not None and seq > slot.last_seq + 1:
+            slot.skipped += seq - slot.last_seq - 1
+        slot.last_seq = seq
+        lease.release()
+        slot.dropped += 1
+        if self._on_drop is not None:
+            self._on_drop(slot.camera_id, reason)
 
     def _done(self, slot: CameraSlot, meta: Any, future: "Future[Any]") -> None:
         try:

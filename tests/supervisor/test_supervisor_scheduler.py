@@ -119,3 +119,24 @@ def test_a_failing_reader_does_not_stop_the_loop_for_the_other_cameras() -> None
         scheduler.stop(1)
     assert [(cam, seq) for cam, seq, _ in submitted] == [("good", 1)]
     assert scheduler.cameras()[0].errors >= 1
+
+
+def test_a_closed_gate_drops_and_counts_frames_instead_of_queueing_them() -> None:
+    gate: list[str | None] = ["recovering"]
+    dropped: list[tuple[str, str]] = []
+    scheduler, submitted = _scheduler(gate=lambda: gate[0], on_drop=lambda cam, why: dropped.append((cam, why)))
+    camera = Camera()
+    slot = scheduler.add_camera("a", camera, None)
+    for t in (0.0, 0.1, 0.2):
+        camera.capture(t)
+        assert scheduler.step() == 0
+    camera.capture(0.3)
+    camera.capture(0.4)  # two frames between passes: the older one is skipped, the newer dropped
+    assert scheduler.step() == 0
+    assert submitted == [] and slot.dropped == 4 and slot.skipped == 1
+    assert dropped == [("a", "recovering")] * 4
+    assert all(lease.released for lease in camera.leases)
+    gate[0] = None  # recovered: the next new frame goes, nothing dropped earlier is replayed
+    assert scheduler.step() == 0
+    camera.capture(0.5)
+    assert scheduler.step() == 1 and [seq for _, seq, _ in submitted] == [6]
