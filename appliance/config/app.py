@@ -50,6 +50,24 @@ class ModelConfig(StrictModel):
     queue_delay_us: int = Field(2000, ge=0, le=1_000_000, description="how long the batcher waits to fill a batch")
 
 
+class RecoveryConfig(StrictModel):
+    """Reloading a served model that Triton lost (its stub process died, or it is no longer ready)."""
+
+    initial_backoff_s: float = Field(1.0, gt=0, le=600, description="delay before the second reload attempt; "
+                                                                     "the first one is immediate")
+    max_backoff_s: float = Field(60.0, gt=0, le=3600, description="longest delay between reload attempts")
+    max_failures: int = Field(5, ge=2, le=1000, description="this many failures (a model found broken, a reload "
+                                                            "that did not fix it) within window_s: a crash loop")
+    window_s: float = Field(300.0, gt=0, le=86400, description="how far back failures count")
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> RecoveryConfig:
+        if self.max_backoff_s < self.initial_backoff_s:
+            raise ValueError(f"max_backoff_s ({self.max_backoff_s}) must be >= initial_backoff_s "
+                             f"({self.initial_backoff_s})")
+        return self
+
+
 class PipelineConfig(StrictModel):
     max_inflight: int = Field(8, ge=1, le=256, description="inference requests in flight, all cameras together")
     per_camera_inflight: int = Field(2, ge=1, le=32, description="inference requests in flight per camera")
@@ -57,6 +75,7 @@ class PipelineConfig(StrictModel):
     drain_timeout_s: float = Field(10.0, ge=0, le=300, description="on stop, wait this long for in-flight frames")
     watchdog_stall_s: float = Field(20.0, gt=0, le=3600,
                                     description="no finished inference for this long stops feeding systemd's watchdog")
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig, description="reloading a model Triton lost")
 
 
 class HealthConfig(StrictModel):

@@ -5,6 +5,8 @@ Start order (each step logs what it does; a failure says which step and why):
   -> model repository for this device -> embedded Triton + the served model (the active OTA version, else the
   base model; docs/ota.md) -> capture processes -> scheduler -> health endpoint -> READY=1.
 Each frame goes to the ensemble the OTA router names at submit time (an update moves traffic atomically).
+Each tick checks the served models; one that Triton lost is reloaded with backoff while frames are dropped
+(counted), and a crash loop is reported (docs/supervisor.md, "Model failures").
 Stop order is the reverse, draining in-flight frames into the spool before the publisher closes.
 """
 
@@ -32,6 +34,9 @@ from appliance.sdnotify import Notifier
 from appliance.supervisor.cameras import CaptureChild, mqtt_camera_state
 from appliance.supervisor.leftovers import reclaim_leftovers
 from appliance.supervisor.children import ChildState, ChildSupervisor, RestartPolicy
+from appliance.supervisor.modelprobe import ModelProbe, fault_from_error
+from appliance.supervisor.modelreload import TritonReloader
+from appliance.supervisor.recovery import PipelineRecovery, PipelineState
 from appliance.supervisor.results import build_message
 from appliance.supervisor.scheduler import Scheduler
 from appliance.triton.errors import ServerStateError
@@ -74,6 +79,9 @@ class Appliance:
         self.router: Any = None   # appliance.ota.router.Router: the route each frame takes
         self.ota: Any = None      # appliance.ota.manager.OtaManager
         self._inbox: Any = None   # appliance.ota.delivery.InboxWatcher, when ota.inbox is set
+        self._probe: ModelProbe | None = None
+        self.recovery: PipelineRecovery | None = None  # the served pipeline's model failures and reloads
+        self._published_pipeline = PipelineState.SERVING
         self._base_spec: Any = None
         self._repo_options: Any = None
         self._last_error = ""
@@ -168,6 +176,7 @@ class Appliance:
         )
         self.server = Server(options, locate(self._triton_home)).start(timeout_s)
         self._start_ota()
+        self._start_recovery()
 
     def _start_ota(self) -> None:
         """The OTA manager loads and routes what to serve (the active version, falling back to the base model),
@@ -196,6 +205,17 @@ class Appliance:
         self.publisher.on_command("ota", OtaCommandHandler(self.ota, ota, state_dir / "ota" / "incoming"))
         if ota.inbox is not None:
             self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
+
+    def _start_recovery(self) -> None:
+        """Model failures of whatever the router serves now (an OTA switch changes it) are found by the tick
+        and reloaded with backoff."""
+        policy = self.config.pipeline.recovery
+        self._probe = ModelProbe(self.server)
+        self.recovery = PipelineRecovery(
+            TritonReloader(self.server, self._probe, self.router.current),
+            RestartPolicy(initial_backoff_s=policy.initial_backoff_s, max_backoff_s=policy.max_backoff_s,
+                          max_restarts=policy.max_failures, window_s=policy.window_s),
+            clock=self._clock, metrics=self.metrics)
 
     def _on_ota_status(self, status: Any) -> None:
         """Every OTA step (the manager logs it): a metric, and the retained ``<prefix>/<device>/ota/status``."""
@@ -228,7 +248,9 @@ class Appliance:
 
         pipeline = self.config.pipeline
         self.scheduler = Scheduler(self._submit, self._on_result, max_inflight=pipeline.max_inflight,
-                                   per_camera_inflight=pipeline.per_camera_inflight, clock=self._clock)
+                                   per_camera_inflight=pipeline.per_camera_inflight, clock=self._clock,
+                                   gate=self.recovery.drop_reason if self.recovery else None,
+                                   on_drop=self._on_drop)
         for camera in self.config.cameras:
             cam = self._cameras[camera.id]
             try:
@@ -248,6 +270,9 @@ class Appliance:
                                           self._render_metrics, self.health_summary)
 
     # -- the frame path ------------------------------------------------------------------------------------
+    def _on_drop(self, camera_id: str, reason: str) -> None:
+        self.metrics.frames_dropped.labels(camera=camera_id, reason=reason).inc()
+
     def _submit(self, camera_id: str, lease: Any) -> "Future[Any]":
         meta = lease.meta
         route = self.router.acquire()  # released in _on_result, or here if the request never starts
@@ -279,6 +304,9 @@ class Appliance:
             if future.cancelled() or error is not None:
                 reason = type(error).__name__ if error is not None else "cancelled"
                 self.metrics.inference_errors.labels(camera=camera_id, reason=reason).inc()
+                fault = fault_from_error(error, route)
+                if fault is not None and self.recovery is not None:  # stop sending frames now, reload next tick
+                    self.recovery.note(route, fault, submitted)
                 self._last_error = f"camera {camera_id} frame {meta.seq} ({route.label}): {error or 'cancelled'}"
                 log.warning("inference failed: %s", self._last_error,
                             extra={"camera": camera_id, "stage": "inference"})
@@ -309,9 +337,33 @@ class Appliance:
         if self._tegrastats is not None and self._tegrastats.active:
             self.metrics.record_tegrastats(self._tegrastats.latest(), self._tegrastats.exits)
         self._refresh_mqtt_metrics()
+        self._check_models()
         if self._pipeline_progressing():
             self.notifier.watchdog()
         self.notifier.status(self.status_line())
+
+    def _check_models(self) -> None:
+        """Probe the served route (a few cheap calls, once a tick), reload what broke; tell MQTT at once when
+        the pipeline's state changes."""
+        if self.recovery is None or self._probe is None or self.router is None:
+            return
+        route = self.router.current()
+        if route is None:
+            return
+        self.recovery.step(route, self._probe.faults(route))
+        status = self.recovery.status()
+        if status.state is not PipelineState.SERVING:
+            self._last_error = status.line()
+        elif self._published_pipeline is not PipelineState.SERVING:
+            self._last_error = f"recovered: {self._last_error}"
+        if status.state is not self._published_pipeline:
+            self._published_pipeline = status.state
+            if self.publisher is None:
+                return
+            try:
+                self.publisher.publish_health_now()
+            except Exception as exc:  # stopping: the next periodic health message says it
+                log.debug("could not publish health now: %s", exc)
 
     def _refresh_cameras(self) -> None:
         from appliance.mqtt.messages import CameraStatus
@@ -351,11 +403,15 @@ class Appliance:
 
     def _pipeline_progressing(self) -> bool:
         """Feed the watchdog while frames finish, or while no camera has frames to offer (a dead camera is
-        handled by capture restarts, not by restarting the whole service)."""
+        handled by capture restarts, not by restarting the whole service). A pipeline held for model recovery
+        has nothing in flight but is not progressing: past ``watchdog_stall_s`` systemd may restart us."""
         if self.scheduler is None:
             return False
-        recent = self._clock() - self.scheduler.last_progress < self.config.pipeline.watchdog_stall_s
-        return recent or self.scheduler.inflight == 0
+        now, stall = self._clock(), self.config.pipeline.watchdog_stall_s
+        if now - self.scheduler.last_progress < stall:
+            return True
+        broken = self.recovery.broken_since if self.recovery is not None else None
+        return self.scheduler.inflight == 0 and (broken is None or now - broken < stall)
 
     def status_line(self) -> str:
         streaming = sum(1 for c in self._cameras.values() if c.published_state == "streaming")
@@ -364,6 +420,9 @@ class Appliance:
         mqtt = self.publisher.stats().state.value if self.publisher else "off"
         text = (f"{streaming}/{len(self.config.cameras)} cameras streaming, {fps / elapsed:.1f} inferences/s, "
                 f"mqtt {mqtt}")
+        if self.recovery is not None and self.recovery.state is not PipelineState.SERVING:
+            text += f"; {self.recovery.status().line()}"
+            return text  # the pipeline's state is the error that matters now
         return text + (f"; last error: {self._last_error}" if self._last_error else "")
 
     def health_summary(self) -> dict[str, Any]:
@@ -371,14 +430,26 @@ class Appliance:
         for slot in self.scheduler.cameras() if self.scheduler else []:
             cam = self._cameras[slot.camera_id]
             cameras[slot.camera_id] = {"state": cam.published_state, "inferred": slot.submitted,
-                                       "skipped": slot.skipped, "errors": slot.errors}
+                                       "skipped": slot.skipped, "dropped": slot.dropped, "errors": slot.errors}
         try:
             triton_ok = bool(self.server is not None and self.server.ready)
         except ServerStateError:  # stopping or stopped (the publisher's last health message comes after)
             triton_ok = False
         route = self.router.current() if self.router is not None else None
-        return {"ok": triton_ok and self._pipeline_progressing(), "triton_ready": triton_ok,
-                "status": self.status_line(), "model": route.label if route else None, "cameras": cameras}
+        pipeline = self.recovery.status() if self.recovery is not None else None
+        serving = pipeline is None or pipeline.state is PipelineState.SERVING
+        return {"ok": triton_ok and serving and self._pipeline_progressing(), "triton_ready": triton_ok,
+                "status": self.status_line(), "model": route.label if route else None, "cameras": cameras,
+                "pipeline": pipeline.to_dict() if pipeline is not None else None}
+
+    def _pipeline_readings(self) -> dict[str, Any]:
+        """The pipeline's state for the MQTT health message's ``system`` readings (flat: numbers and strings)."""
+        if self.recovery is None:
+            return {}
+        status = self.recovery.status()
+        return {"pipeline_state": status.state.value, "pipeline_failures": status.failures,
+                "model_reloads": status.reloads,
+                "pipeline_error": status.line() if status.state is not PipelineState.SERVING else None}
 
     def _health_for_mqtt(self) -> dict[str, Any]:
         summary = self.health_summary()
@@ -390,7 +461,7 @@ class Appliance:
             tegra = self._tegrastats.latest()
             system["tegrastats"] = self._tegrastats.health()
             system.update(system_fields(tegra) if tegra is not None else {})
-        return {"cameras": summary["cameras"], "system": system}
+        return {"cameras": summary["cameras"], "system": {**system, **self._pipeline_readings()}}
 
     def _render_metrics(self) -> bytes:
         text = self.metrics.render()

@@ -23,11 +23,32 @@ def format_status(health: dict[str, Any]) -> str:
     verdict = "OK" if health.get("ok") else "NOT HEALTHY"
     lines = [f"{verdict}: {health.get('status', '')}",
              f"triton: {'ready' if health.get('triton_ready') else 'NOT READY'}"]
+    pipeline = health.get("pipeline")
+    if pipeline:
+        lines.append(format_pipeline(pipeline))
     cameras = health.get("cameras") or {}
     if cameras:
         lines.append("cameras:")
         width = max(len(c) for c in cameras)
         for camera_id, cam in sorted(cameras.items()):
+            dropped = f"  dropped {cam['dropped']}" if cam.get("dropped") else ""
             lines.append(f"  {camera_id:<{width}}  {cam.get('state') or 'unknown':<9}  inferred {cam.get('inferred', 0)}"
-                         f"  skipped {cam.get('skipped', 0)}  errors {cam.get('errors', 0)}")
+                         f"  skipped {cam.get('skipped', 0)}{dropped}  errors {cam.get('errors', 0)}")
     return "\n".join(lines)
+
+
+_PIPELINE_STATES = {"crash_loop": "CRASH LOOP", "recovering": "RECOVERING"}  # shouted: they need a look
+
+
+def format_pipeline(pipeline: dict[str, Any]) -> str:
+    """The served pipeline's model recovery (appliance.supervisor.recovery.RecoveryStatus.to_dict())."""
+    state = pipeline.get("state", "unknown")
+    head = f"pipeline: {_PIPELINE_STATES.get(state, state)}"
+    head += f" ({pipeline.get('route')})" if pipeline.get("route") else ""
+    if state == "serving":
+        return (f"{head}, {pipeline.get('reloads', 0)} model reload(s), "
+                f"{pipeline.get('failures', 0)} recent failure(s)")
+    retry = pipeline.get("next_retry_s")
+    return (head + f": {', '.join(pipeline.get('models') or [])}: {pipeline.get('reason', '')}; "
+            f"{pipeline.get('failures', 0)} failure(s), attempt {pipeline.get('attempt', 0)}"
+            + (f", next reload in {retry:.0f} s" if retry is not None else ""))

@@ -46,3 +46,22 @@ def test_status_when_nothing_listens_says_what_to_check() -> None:
 def test_format_status_without_cameras() -> None:
     assert format_status({"ok": False, "triton_ready": False, "status": "starting"}) == \
         "NOT HEALTHY: starting\ntriton: NOT READY"
+
+
+def test_format_status_shows_the_pipeline_and_dropped_frames() -> None:
+    health = {"ok": False, "triton_ready": True, "status": "1/1 cameras streaming",
+              "pipeline": {"state": "crash_loop", "route": "yolov3-tiny@2", "models": ["ota-2-detector"],
+                           "reason": "reload failed: bad model", "failures": 5, "attempt": 4, "next_retry_s": 59.6,
+                           "reloads": 0},
+              "cameras": {"line1": {"state": "streaming", "inferred": 40, "skipped": 2, "dropped": 12, "errors": 3}}}
+    assert format_status(health).splitlines() == [
+        "NOT HEALTHY: 1/1 cameras streaming",
+        "triton: ready",
+        "pipeline: CRASH LOOP (yolov3-tiny@2): ota-2-detector: reload failed: bad model; 5 failure(s), attempt 4, "
+        "next reload in 60 s",
+        "cameras:",
+        "  line1  streaming  inferred 40  skipped 2  dropped 12  errors 3",
+    ]
+    health["pipeline"] = {"state": "serving", "route": "yolov3-tiny@2", "models": [], "failures": 1, "reloads": 1}
+    assert format_status(health).splitlines()[2] == \
+        "pipeline: serving (yolov3-tiny@2), 1 model reload(s), 1 recent failure(s)"
