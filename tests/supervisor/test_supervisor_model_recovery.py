@@ -1,0 +1,154 @@
+"""Model recovery against the real embedded Triton and the real YOLOv3-tiny pipeline (Python-backend stubs),
+driven the way the supervisor's tick drives it: ModelProbe -> PipelineRecovery -> TritonReloader.
+
+Served is an OTA version ("2": every model name carries the ``ota-2-`` prefix), routed and the base retired as
+an update does, so recovery must reload the names being served now, not the base model's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import cv2
+import pytest
+
+from appliance.health.metrics import ApplianceMetrics
+from appliance.ota.router import Route, Router
+from appliance.supervisor.children import RestartPolicy
+from appliance.supervisor.modelprobe import ModelProbe, fault_from_error
+from appliance.supervisor.modelreload import TritonReloader
+from appliance.supervisor.recovery import PipelineRecovery, PipelineState
+from appliance.triton.errors import TritonError
+
+REPO = Path(__file__).resolve().parents[2]
+DOG = Path("/usr/share/darknet/data/dog.jpg")
+STUB = b"triton_python_backend_stub"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not DOG.exists(), reason="needs Debian's darknet test images"),
+    pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
+]
+
+
+def stubs_serving(model: str, parent: int) -> list[int]:
+    """Live stub processes of ``parent`` serving ``model``, found in /proc by name and parent pid (as
+    appliance.supervisor.leftovers does): the stub's first argument is <repository>/<model>/<version>/model.py."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if argv[0].endswith(STUB) and len(argv) > 1 and fields[0] != "Z" and int(fields[1]) == parent \
+                and f"/{model}/".encode() in argv[1]:
+            found.append(int(entry.name))
+    return found
+
+
+class Live:
+    server: Any
+    router: Router
+    repo: Path
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    from support.triton import started_server
+
+    from appliance.engines import ensure_engines
+    from appliance.engines.repository import PROFILES
+    from appliance.modelrepo.materialize import RepositoryOptions
+    from appliance.models.profile import load_profile
+    from appliance.ota.switcher import ModelSpec, TritonSwitcher
+
+    state = tmp_path_factory.mktemp("recovery") / "state"
+    (engine,) = ensure_engines(REPO / "engines", state_dir=state, models_root=REPO / ".models",
+                               builder="onnxruntime", models=["yolov3-tiny"])
+    profile = load_profile(PROFILES / "yolov3-tiny.yaml")
+    repo = state / "repository"
+    repo.mkdir(parents=True)
+    with started_server(repo, model_control="explicit", model_load_retries=0) as server:
+        lv = Live()
+        lv.server, lv.router, lv.repo = server, Router(), repo
+        switcher = TritonSwitcher(server, repo, lv.router, options=RepositoryOptions(preprocess_instances=2))
+        base = switcher.load(ModelSpec(None, profile, engine))
+        switcher.route(base)
+        v2 = switcher.load(ModelSpec("2", profile, engine))  # an update: load beside, route, retire the old
+        switcher.route(v2)
+        switcher.retire(base)
+        yield lv
+
+
+def _detect(server: Any, route: Route) -> set[str]:
+    out = server.infer(route.ensemble, {"IMAGE": cv2.imread(str(DOG))}, ["BOXES", "SCORES", "CLASSES"],
+                       timeout_s=30).outputs
+    return {route.class_names[int(c)] for c in out["CLASSES"]}
+
+
+def _recover(live: Live, metrics: ApplianceMetrics) -> tuple[PipelineRecovery, list[Any]]:
+    """Tick until the pipeline serves again (bounded); returns the recovery and the faults the probe saw."""
+    probe = ModelProbe(live.server)
+    recovery = PipelineRecovery(TritonReloader(live.server, probe, live.router.current),
+                                RestartPolicy(initial_backoff_s=0.2, max_backoff_s=1.0, max_restarts=5),
+                                metrics=metrics)
+    seen: list[Any] = []
+    deadline = time.monotonic() + 120
+    while True:
+        route = live.router.current()
+        assert route is not None
+        faults = probe.faults(route)
+        seen.extend(faults)
+        recovery.step(route, faults)
+        if seen and recovery.state is PipelineState.SERVING:
+            return recovery, seen
+        assert time.monotonic() < deadline, recovery.status()
+        time.sleep(0.2)
+
+
+def test_a_killed_stub_of_the_served_version_is_found_and_reloaded(live: Live) -> None:
+    route = live.router.current()
+    assert route is not None and route.ensemble == "ota-2-detect"
+    assert "dog" in _detect(live.server, route)
+    victims = stubs_serving("ota-2-detector", os.getpid())
+    assert len(victims) == 1
+    os.kill(victims[0], signal.SIGKILL)
+
+    # Triton still calls it ready; requests fail, naming the instance whose stub is gone.
+    assert live.server.model_ready("ota-2-detector")
+    with pytest.raises(TritonError) as failed:
+        _detect(live.server, route)
+    fault = fault_from_error(failed.value, route)
+    assert fault is not None and (fault.model, fault.kind) == ("ota-2-detector", "stub_died"), failed.value
+
+    metrics = ApplianceMetrics()
+    recovery, seen = _recover(live, metrics)
+    assert {(f.model, f.kind) for f in seen} == {("ota-2-detector", "stub_died")}
+    assert metrics.registry.get_sample_value("appliance_model_reloads_total",
+                                             {"model": "ota-2-detector", "result": "ok"}) == 1
+    assert recovery.status().reloads == 1
+    assert "dog" in _detect(live.server, route)  # detections resume
+    assert stubs_serving("ota-2-detector", os.getpid()) not in ([], victims)
+    # Nothing of the retired base version came back.
+    assert not [m for m in live.server.model_index(ready_only=True) if not m["name"].startswith("ota-2-")]
+
+
+def test_an_unloaded_step_takes_its_ensemble_down_and_both_come_back(live: Live) -> None:
+    route = live.router.current()
+    assert route is not None
+    live.server.unload_model("ota-2-postprocess")
+    assert not live.server.model_ready("ota-2-detect")
+
+    metrics = ApplianceMetrics()
+    _recovery, seen = _recover(live, metrics)
+    assert {(f.model, f.kind) for f in seen} == {("ota-2-postprocess", "not_ready"), ("ota-2-detect", "not_ready")}
+    for model in ("ota-2-postprocess", "ota-2-detect"):
+        assert metrics.registry.get_sample_value("appliance_model_reloads_total",
+                                                 {"model": model, "result": "ok"}) == 1
+    assert "dog" in _detect(live.server, route)
