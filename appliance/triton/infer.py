@@ -487,14 +487,24 @@ def submit(
 
 
 def fail_all(runtime: _Runtime, owner: object, message: str, *, release_inputs: bool) -> int:
-    """Fail every request of ``owner`` still pending (after the server is gone); return how many."""
+    """Fail every request of ``owner`` still pending; return how many.
+
+    With ``release_inputs`` (the server is deleted: Triton holds no request any more) they are also released
+    and forgotten. Without, they stay registered with their inputs alive: Triton may still read the inputs and
+    will call back when it releases the request, which deletes it then.
+    """
     stuck = [p for p in list(runtime.pending.values()) if p.owner is owner]
     for p in stuck:
         _resolve(p.future, error=UnavailableError(message))
         if release_inputs:
             p.release_inputs()
-        runtime.forget(p)
+            runtime.forget(p)
     return len(stuck)
+
+
+def pending_count(runtime: _Runtime, owner: object) -> int:
+    """How many requests of ``owner`` Triton has not finished with (released and responded)."""
+    return sum(1 for p in list(runtime.pending.values()) if p.owner is owner)
 
 
 class Deadlines:

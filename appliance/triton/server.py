@@ -38,6 +38,12 @@ from appliance.triton.locate import TritonDistribution, locate
 
 log = logging.getLogger(__name__)
 
+# Triton's own exit timeout is exit_timeout_s plus this, so that it outlasts stop()'s wait and stub kill (stop()
+# enforces exit_timeout_s itself), and a model stuck UNLOADING for ever still ends ServerDelete's wait at some point.
+_TRITON_EXIT_MARGIN_S = 60
+# After busy stubs were killed and Triton failed their requests, how long the other models get to unload.
+_UNLOAD_GRACE_S = 3.0
+
 
 class ServerState(enum.Enum):
     CREATED = "created"
@@ -168,7 +174,9 @@ class Server:
         check(api, api.TRITONSERVER_ServerOptionsSetStrictModelConfig(opts, o.strict_model_config))
         check(api, api.TRITONSERVER_ServerOptionsSetStrictReadiness(opts, o.strict_readiness))
         check(api, api.TRITONSERVER_ServerOptionsSetExitOnError(opts, True))
-        check(api, api.TRITONSERVER_ServerOptionsSetExitTimeout(opts, o.exit_timeout_s))
+        # Longer than exit_timeout_s: when Triton's own timeout expires, ServerDelete fails and leaves the server half
+        # stopped, its models still running, with no safe way to finish deleting it (see stop()).
+        check(api, api.TRITONSERVER_ServerOptionsSetExitTimeout(opts, o.exit_timeout_s + _TRITON_EXIT_MARGIN_S))
         # Set explicitly: through the C API the default is not 0 and a broken model is retried endlessly.
         check(api, api.TRITONSERVER_ServerOptionsSetModelLoadRetryCount(opts, o.model_load_retries))
         if o.log_file is not None:
@@ -242,8 +250,10 @@ class Server:
         """Stop serving: in-flight requests get ``exit_timeout_s`` to finish, then models are unloaded.
 
         A model still busy after that (its stub not answering) has its stub killed, which fails its requests
-        inside Triton so the shutdown can complete. Never waits longer than ``timeout``: anything still
-        pending then fails with ``UnavailableError`` and Triton is abandoned. Idempotent.
+        (``UnavailableError``) and makes Triton release them. Triton 2.51 cannot finish unloading a model whose
+        stub died mid-request, so such a server is abandoned: left allocated, never freed under its running
+        threads. Never waits longer than ``timeout``: anything still pending then fails with
+        ``UnavailableError`` and Triton is abandoned. Idempotent.
         """
         with self._lock:
             if self._state in (ServerState.STOPPED, ServerState.STOPPING):
@@ -263,33 +273,34 @@ class Server:
         deleted = threading.Event()
 
         def delete() -> None:
-            # Stops, waits exit_timeout_s for in-flight work, unloads models, frees the server. When the
-            # wait times out it returns an error *without* freeing anything, so it may need a second call.
+            # Stops, waits for in-flight work, unloads models, frees the server. Called once only: after an error
+            # (Triton's exit timeout expired) the server is still running models, and a second call would skip the
+            # wait and free it under their backend threads, which then crash the process (issue 2). Such a server
+            # is abandoned instead, never freed.
             err = api.TRITONSERVER_ServerDelete(ptr)
             if err:
                 errors.append(take(api, err))
             else:
                 deleted.set()
 
-        def attempt(wait: float) -> threading.Thread:
-            thread = threading.Thread(target=delete, name="triton-stop", daemon=True)
-            thread.start()
-            thread.join(max(0.0, wait))
-            return thread
-
         roots = self._stub_roots()
         shared = any(other is not self and set(roots) & set(other._stub_roots()) for other in list(_live_servers))
-        worker = attempt(min(deadline - self._clock(), self.options.exit_timeout_s + 3.0))
-        if not deleted.is_set() and not shared:
-            # A model is still busy (or its stub hung): killing its stub fails its requests inside Triton,
-            # which lets the unload and the delete complete.
+        worker = threading.Thread(target=delete, name="triton-stop", daemon=True)
+        worker.start()
+        worker.join(max(0.0, min(deadline - self._clock(), self.options.exit_timeout_s + 3.0)))
+        if worker.is_alive() and not shared:
+            # A model is still busy (or its stub hung). Its requests fail (UnavailableError, as documented) and its
+            # stub is killed, so that Triton fails them too (about a second each) and releases them and their
+            # inputs. A model whose stub died mid-request never finishes unloading in Triton 2.51 (the Python
+            # backend leaks those requests' response factories): once the requests are back, the other models get a
+            # short grace to unload, and otherwise the server is abandoned.
+            infer.fail_all(self._runtime, self, "server stopped before the request completed", release_inputs=False)
             killed = stubs.wait_gone(0.0, roots)
             if killed:
                 log.error("killed %d busy Python-backend stub(s) to finish stopping: %s", len(killed), killed)
-            if worker.is_alive():
-                worker.join(max(0.0, deadline - self._clock()))
-            else:
-                worker = attempt(deadline - self._clock())
+            while worker.is_alive() and self._clock() < deadline and infer.pending_count(self._runtime, self):
+                worker.join(0.05)
+            worker.join(max(0.0, min(_UNLOAD_GRACE_S, deadline - self._clock())))
         finished = deleted.is_set()
         if self._deadlines is not None:
             self._deadlines.stop()
@@ -305,7 +316,8 @@ class Server:
         self._state = ServerState.STOPPED
         _live_servers.discard(self)
         if not finished:
-            log.error("Triton did not shut down within %s s; abandoning it", timeout)
+            log.error("Triton did not finish stopping (within %s s, or a model whose stub was killed mid-request "
+                      "cannot unload); abandoning it, never freed", timeout)  # fmt: skip
         for exc in errors:
             log.warning("Triton reported while stopping: %s", exc)
 
