@@ -29,7 +29,8 @@ MODELS = Path(__file__).parent / "models"
 
 
 def _kill_stubs_under(repo: Path) -> list[int]:
-    """SIGKILL stubs serving models under ``repo`` whatever their parent: a crashed child leaves them orphaned."""
+    """SIGKILL stubs serving models under ``repo`` whatever their parent (a crashed child leaves them orphaned),
+    and remove their shared-memory regions."""
     from appliance.triton.stubs import STUB_NAME
 
     killed = []
@@ -43,7 +44,10 @@ def _kill_stubs_under(repo: Path) -> list[int]:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed.append(int(entry.name))
             except ProcessLookupError:
-                pass
+                continue
+            region = args[2].decode(errors="replace") if len(args) > 2 else ""
+            if region and "/" not in region and not region.startswith("."):
+                Path("/dev/shm", region).unlink(missing_ok=True)
     return killed
 
 
