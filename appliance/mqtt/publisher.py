@@ -146,7 +146,7 @@ class MqttPublisher:
         self._rejected = self._suppressed = 0
         self._last_error: Optional[str] = None
         self._backoff_delays: collections.deque[float] = collections.deque(maxlen=16)
-        # Probing (see _after_short_session): after a session dies young with detections in flight, they are
+        # Probing (see _after_session): after a session dies young with detections in flight, they are
         # resent one at a time, each only after this session's own status publish was acknowledged.
         self._probing = False
         self._probe_row: Optional[int] = None     # spool id sent alone in this probe session (sender sets it)
@@ -434,9 +434,10 @@ class MqttPublisher:
             if self._halt.is_set():
                 break
             self._set_state(State.CONNECTING)
+            short = time.monotonic() - began < _STABLE_SESSION_S
             if was_connected:
-                self._after_session(time.monotonic() - began < _STABLE_SESSION_S, reason)
-                if time.monotonic() - began >= _STABLE_SESSION_S:
+                self._after_session(short, reason)
+                if not short:
                     backoff.reset()  # only a session that held; a broker that drops us at once gets backoff
             else:
                 with self._lock:
@@ -448,7 +449,7 @@ class MqttPublisher:
             backlog = self._spool.stats().backlog
             if was_connected:
                 hint = ""
-                if time.monotonic() - began < _STABLE_SESSION_S:
+                if short:
                     hint = (f" (dropped soon after connecting: if it repeats, check the broker log and its ACL "
                             f"for {self.topics.base}/#)")
                 log.warning("MQTT connection to %s:%d lost (%s)%s; detections spool on disk (%d queued); "
@@ -618,11 +619,15 @@ class MqttPublisher:
     def _has_work(self) -> bool:
         if self._acks or self._stop_sender.is_set():
             return True
-        window = self._window
-        if self._probing:
-            window = 1 if self._status_acked.is_set() else 0
         return (self._state is State.CONNECTED and not self._closing and self._spool.last_id > self._cursor
-                and len(self._inflight) < window)
+                and len(self._inflight) < self._current_window())
+
+    def _current_window(self) -> int:
+        """How many detections may be unacknowledged now: while probing (see _after_session), one, and only
+        once this session's status publish was acknowledged."""
+        if self._probing:
+            return 1 if self._status_acked.is_set() else 0
+        return self._window
 
     def _process_acks(self, flush: bool = False) -> None:
         done: list[int] = []
@@ -671,11 +676,7 @@ class MqttPublisher:
             if client is None or self._state is not State.CONNECTED:
                 return
             with self._lock:
-                room = self._window - len(self._inflight)
-            if self._probing:  # one at a time, once this session proved healthy (see _after_session)
-                if not self._status_acked.is_set():
-                    return
-                room = min(room, 1 - len(self._inflight))
+                room = self._current_window() - len(self._inflight)
             if room <= 0:
                 return
             rows = self._spool.read_after(self._cursor, room)
