@@ -43,11 +43,13 @@ class CaptureLoop:
         on_hung: Callable[[str], None] | None = None,
         hung_after_s: float | None = None,
         watchdog_interval_s: float = 0.1,
+        on_frame: Callable[[], None] | None = None,
     ) -> None:
         self.camera, self.writer, self._factory = camera, writer, source_factory
         self._clock, self._wall = clock, wall
         self._backoff = Backoff(camera.backoff, rng)
         self._on_hung = on_hung
+        self._on_frame = on_frame  # after each published frame: wakes the scheduler (capture.doorbell)
         # A read still blocked this long after the stall was declared cannot be broken from here.
         self._hung_after_s = hung_after_s if hung_after_s is not None else max(10.0, 2 * camera.stall_timeout_s)
         self._watchdog_interval_s = watchdog_interval_s
@@ -172,6 +174,8 @@ class CaptureLoop:
             streak = 0
             if claim is not None:
                 self.writer.publish(claim, now, self._wall())
+                if self._on_frame is not None:
+                    self._on_frame()
             if not skip and interval and not source.paced:
                 next_due = max(next_due + interval, now - interval)
             if self.writer.state != CaptureState.STREAMING:

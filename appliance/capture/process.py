@@ -51,6 +51,7 @@ class CaptureSpec:
     camera_json: str
     ring_path: str
     log_level: int = logging.INFO
+    doorbell: str = ""  # rung after each published frame (appliance.capture.doorbell); "" rings nothing
 
 
 def ring_geometry(camera: CameraConfig) -> RingGeometry:
@@ -82,7 +83,12 @@ def capture_main(spec: CaptureSpec) -> None:
         logging.shutdown()
         os._exit(EXIT_HUNG)  # the blocked native call cannot be interrupted; the process is the unit of recovery
 
-    loop = CaptureLoop(camera, writer, lambda: make_source(camera), on_hung=hung)
+    on_frame = None
+    if spec.doorbell:
+        from appliance.capture.doorbell import DoorbellRinger
+
+        on_frame = DoorbellRinger(spec.doorbell).ring
+    loop = CaptureLoop(camera, writer, lambda: make_source(camera), on_hung=hung, on_frame=on_frame)
     final = loop.run(stop)
     writer.close(final)
     logging.shutdown()
@@ -110,8 +116,10 @@ class CaptureProcess:
         shm_root: Path | str = "/dev/shm",
         log_level: int = logging.INFO,
         mp_context: str = "spawn",
+        doorbell: str = "",
     ) -> None:
         self.camera = camera
+        self._doorbell = doorbell
         self.ring_path = ring_path(shm_root, camera.id)
         self._log_level = log_level
         self._ctx = multiprocessing.get_context(mp_context)
@@ -133,9 +141,10 @@ class CaptureProcess:
             self._owner = create_ring(self.ring_path, ring_geometry(self.camera), self.camera.id)
             self._monitor = RingReader(self.ring_path)
         before = self._monitor.health().generation
-        spec = CaptureSpec(self.camera.model_dump_json(), str(self.ring_path), self._log_level)
-        self._proc = self._ctx.Process(target=capture_main, args=(spec,), name=f"capture-{self.camera.id}", daemon=False)
-        self._proc.start()
+        spec = CaptureSpec(self.camera.model_dump_json(), str(self.ring_path), self._log_level, self._doorbell)
+        proc = self._ctx.Process(target=capture_main, args=(spec,), name=f"capture-{self.camera.id}", daemon=False)
+        proc.start()
+        self._proc = proc  # only once started: stop() joins it, and joining a never-started process raises
         deadline = time.monotonic() + timeout
         while self._monitor.health().generation == before:
             if not self._proc.is_alive():

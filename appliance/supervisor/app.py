@@ -42,6 +42,9 @@ from appliance.supervisor.scheduler import Scheduler
 from appliance.triton.errors import ServerStateError
 
 log = logging.getLogger("appliance.supervisor")
+# The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
+# often anyway, in case a capture process could not ring (a missed ring costs at most this much latency).
+IDLE_POLL_S = 0.05
 
 
 class StartupError(RuntimeError):
@@ -70,6 +73,7 @@ class Appliance:
         interval_ms = config.health.tegrastats_interval_ms
         self._tegrastats = TegrastatsMonitor(interval_ms) if interval_ms else None
         self._cameras: dict[str, _Camera] = {}
+        self._doorbell: Any = None  # appliance.capture.doorbell.Doorbell: capture processes wake the scheduler
         self.server: Any = None
         self.publisher: Any = None
         self.scheduler: Scheduler | None = None
@@ -230,13 +234,15 @@ class Appliance:
 
     def _start_cameras(self) -> None:
         from appliance.capture import CaptureProcess, reclaim_stale_rings
+        from appliance.capture.doorbell import Doorbell
 
+        self._doorbell = Doorbell()
         ids = {c.id for c in self.config.cameras}
         for path in reclaim_stale_rings(self.config.paths.shm_root, keep=ids):
             log.info("removed a leftover frame ring from an earlier run: %s", path)
         for camera in self.config.cameras:
             self._step(f"camera {camera.id}")
-            process = CaptureProcess(camera, shm_root=self.config.paths.shm_root)
+            process = CaptureProcess(camera, shm_root=self.config.paths.shm_root, doorbell=self._doorbell.address)
             child = CaptureChild(process)
             self._cameras[camera.id] = _Camera(camera.id, process)
             self._children.register(f"camera:{camera.id}", lambda c=child: c, RestartPolicy(
@@ -250,7 +256,8 @@ class Appliance:
         self.scheduler = Scheduler(self._submit, self._on_result, max_inflight=pipeline.max_inflight,
                                    per_camera_inflight=pipeline.per_camera_inflight, clock=self._clock,
                                    gate=self.recovery.drop_reason if self.recovery else None,
-                                   on_drop=self._on_drop)
+                                   on_drop=self._on_drop, wakeup=self._doorbell,
+                                   idle_wait_s=IDLE_POLL_S if self._doorbell is not None else 0.001)
         for camera in self.config.cameras:
             cam = self._cameras[camera.id]
             try:
@@ -486,6 +493,9 @@ class Appliance:
             if cam.reader is not None:
                 cam.reader.close()
             cam.capture.close()
+        if self._doorbell is not None:
+            self._doorbell.close()
+            self._doorbell = None
         if self.server is not None:
             self.server.stop()
         if self.health_server is not None:

@@ -48,6 +48,14 @@ Gate = Callable[[], "str | None"]
 OnDrop = Callable[[str, str], None]
 
 
+class Wakeup(Protocol):
+    """What the idle loop sleeps on (appliance.capture.doorbell.Doorbell): rung by capture processes after each
+    frame and by this scheduler when a request completes, so nothing is polled while there is nothing to do."""
+
+    def wait(self, timeout: float) -> bool: ...
+    def ring(self) -> None: ...
+
+
 @dataclass
 class CameraSlot:
     camera_id: str
@@ -69,7 +77,7 @@ class Scheduler:
 
     def __init__(self, submit: Submit, on_result: OnResult, *, max_inflight: int = 8, per_camera_inflight: int = 2,
                  idle_wait_s: float = 0.001, clock: Callable[[], float] = time.monotonic,
-                 gate: Gate | None = None, on_drop: OnDrop | None = None) -> None:
+                 gate: Gate | None = None, on_drop: OnDrop | None = None, wakeup: Wakeup | None = None) -> None:
         if max_inflight < 1 or per_camera_inflight < 1:
             raise ValueError("max_inflight and per_camera_inflight must be at least 1")
         self._submit = submit
@@ -80,6 +88,7 @@ class Scheduler:
         self._clock = clock
         self._gate = gate
         self._on_drop = on_drop
+        self._wakeup = wakeup
         self._cameras: list[CameraSlot] = []
         self._next = 0
         self._inflight = 0
@@ -195,6 +204,8 @@ class Scheduler:
             self._inflight -= 1
             slot.inflight -= 1
             self._cond.notify_all()
+        if self._wakeup is not None:
+            self._wakeup.ring()
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -205,6 +216,9 @@ class Scheduler:
                 submitted = 0
                 self._stopping.wait(0.1)
             if submitted == 0:
+                if self._wakeup is not None:  # woken by a new frame or a completion; the timeout is a backstop
+                    self._wakeup.wait(self._idle_wait_s)
+                    continue
                 with self._cond:
                     # Woken early when a request completes (a slot frees up); else poll the rings again soon.
                     self._cond.wait(self._idle_wait_s)
@@ -212,6 +226,8 @@ class Scheduler:
     def stop(self, drain_timeout_s: float = 10.0) -> bool:
         """Stop submitting, wait for in-flight requests; True when all finished within the deadline."""
         self._stopping.set()
+        if self._wakeup is not None:
+            self._wakeup.ring()
         if self._thread is not None:
             self._thread.join(timeout=5)
         deadline = self._clock() + drain_timeout_s
