@@ -47,7 +47,10 @@ class ModelConfig(StrictModel):
                       description="engines/<name>.yaml (build) and repository/profiles/<name>.yaml (pre/post)")
     builder: Literal["auto", "tensorrt", "onnxruntime"] = Field("auto", description="auto: TensorRT where present")
     max_batch_size: int = Field(4, ge=1, le=64, description="largest detector batch (frames of several cameras)")
-    queue_delay_us: int = Field(2000, ge=0, le=1_000_000, description="how long the batcher waits to fill a batch")
+    queue_delay_us: int = Field(
+        0, ge=0, le=1_000_000,
+        description="how long the batcher holds a frame for companions when the detector is idle (0: frames that "
+                    "queued while it was busy still share a batch, and a lone frame never waits)")
 
 
 class RecoveryConfig(StrictModel):
