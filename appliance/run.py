@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,6 +18,19 @@ log = logging.getLogger("appliance")
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "config" / "demo.yaml"
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+DEMO_VIDEO_ENV = "APPLIANCE_DEMO_VIDEO"
+
+
+def prepare_demo_video() -> Path:
+    """Point the demo config's camera at the sample video, building it on first use (no-op when set)."""
+    from appliance.capture.sample import ensure_sample_video
+    from appliance.engines.paths import models_dir
+
+    if os.environ.get(DEMO_VIDEO_ENV):
+        return Path(os.environ[DEMO_VIDEO_ENV])
+    video = ensure_sample_video(models_dir() / "sample" / "sample.mp4")
+    os.environ[DEMO_VIDEO_ENV] = str(video)
+    return video
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,6 +38,16 @@ def run(args: argparse.Namespace) -> int:
     from appliance.supervisor.app import Appliance
 
     path = Path(args.config) if args.config else DEMO_CONFIG
+    if path.resolve() == DEMO_CONFIG:
+        from appliance.capture.sample import SampleVideoError
+
+        try:
+            log.info("demo: camera 'sample' plays %s", prepare_demo_video())
+        except (SampleVideoError, OSError) as exc:
+            # Not a config problem (exit 2 would tell systemd not to retry): setup is incomplete.
+            log.error("demo: cannot build the sample camera's video: %s; run scripts/setup.sh, or set %s to a "
+                      "video file", exc, DEMO_VIDEO_ENV)
+            return EXIT_FAILED
     report = check_config(path)
     if not report.ok or report.config is None:
         for issue in report.issues:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run the appliance's main job on its embedded default: the bundled sample camera (Debian's darknet test
-# images), the real detector, and a local MQTT broker (started here on 127.0.0.1 when none is listening).
+# Run the appliance's main job on its embedded default: the bundled sample camera (a sample video made from
+# Debian's darknet test images, .models/sample/sample.mp4, built by setup), the real detector, and a local
+# MQTT broker (started here on 127.0.0.1 when none is listening).
 # Detections are printed as a subscriber on the line would receive them. Ctrl-C stops everything.
 # Extra arguments go to `appliance run` (e.g. --config FILE, or --once to start, report ready and exit).
 set -euo pipefail

@@ -5,7 +5,7 @@
 #   /opt/appliance/venv     the virtualenv the units run (plus numpy<2 for Triton's Python-backend stub)
 #   /opt/appliance/triton   Triton: a link to /opt/tritonserver (Jetson igpu image) or a CPU build from PyPI
 #   /etc/appliance/         appliance.yaml (kept if present) and engines/ (engine build profiles)
-#   /var/lib/appliance/     state: models/, engines, repository, MQTT spool (owned by user "appliance")
+#   /var/lib/appliance/     state: models/ (detector, demo video), engines, repository, MQTT spool (user "appliance")
 #   /etc/systemd/system/    appliance.service, appliance-build-engines.service (enabled)
 #
 # DESTDIR=/some/root installs the files under that root and skips the user, ownership and systemctl steps
@@ -50,6 +50,8 @@ fi
 step "models -> $ROOT/var/lib/appliance/models"
 mkdir -p "$ROOT/var/lib/appliance/models"
 cp -r .models/. "$ROOT/var/lib/appliance/models/"
+# The demo config's camera plays models/sample/sample.mp4 (setup builds it; a no-op when it was copied).
+"$PREFIX/venv/bin/python" -m appliance.capture.sample "$ROOT/var/lib/appliance/models/sample/sample.mp4" >/dev/null
 
 step "units -> $ROOT/etc/systemd/system"
 mkdir -p "$ROOT/etc/systemd/system"

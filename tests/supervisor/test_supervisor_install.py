@@ -23,7 +23,8 @@ def test_installed_tree_checks_its_config_finds_triton_and_builds_the_engine(tmp
     assert result.returncode == 0, result.stdout + result.stderr
     bin_ = dest / "opt/appliance/venv/bin/appliance"
     for path in ["etc/appliance/appliance.yaml", "etc/appliance/engines/yolov3-tiny.yaml",
-                 "var/lib/appliance/models/yolov3-tiny/model.onnx", "etc/systemd/system/appliance.service",
+                 "var/lib/appliance/models/yolov3-tiny/model.onnx", "var/lib/appliance/models/sample/sample.mp4",
+                 "etc/systemd/system/appliance.service",
                  "etc/systemd/system/appliance-build-engines.service"]:
         assert (dest / path).is_file(), path
     env = {**os.environ, "APPLIANCE_STATE_DIR": str(dest / "var/lib/appliance"),
