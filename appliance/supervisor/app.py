@@ -156,13 +156,20 @@ class Appliance:
         """An empty live repository (it is derived: the OTA manager materializes what it loads into it) and the
         base model's spec (engines/ + repository/profiles), served when no OTA version is active."""
         from appliance.engines.repository import PROFILES
+        from appliance.modelrepo.layout import detector_layout
         from appliance.modelrepo.materialize import RepositoryOptions
         from appliance.models.profile import load_profile
         from appliance.ota.switcher import ModelSpec
 
         self._step("model repository for this device")
-        self._repo_options = RepositoryOptions(max_batch_size=self.config.model.max_batch_size,
-                                               queue_delay_us=self.config.model.queue_delay_us)
+        layout = detector_layout(self.engine.triton_kind, len(self.config.cameras), self.config.model.max_batch_size,
+                                 self.config.model.detector_instances)
+        log.info("detector layout: %s (%s, %d camera(s))", layout.describe(), self.engine.triton_kind,
+                 len(self.config.cameras))
+        self._repo_options = RepositoryOptions(max_batch_size=layout.max_batch_size,
+                                               queue_delay_us=self.config.model.queue_delay_us,
+                                               detector_instances=layout.instances,
+                                               intra_op_threads=layout.intra_op_threads)
         self.repository_dir = self.paths["state_dir"] / "repository"
         shutil.rmtree(self.repository_dir, ignore_errors=True)
         self.repository_dir.mkdir(parents=True)

@@ -1,6 +1,7 @@
 """The daemon end to end: `appliance run` as a real process with a real notify socket, a real broker, the real
-detector and a camera playing real images. Truth comes from what the images show (Debian's darknet test
-images: a dog, an eagle, horses), not from the code under test."""
+detector and two cameras (a folder of real images, and the sample video made from them; with two cameras a
+CPU host runs two detector instances). Truth comes from what the images show (Debian's darknet test images: a
+dog, an eagle, horses, a giraffe), not from the code under test."""
 
 from __future__ import annotations
 
@@ -22,12 +23,16 @@ import paho.mqtt.client as paho
 import pytest
 from support.mosquitto import Mosquitto
 
+from appliance.capture.sample import SAMPLE_IMAGES, build_sample_video
 from appliance.mqtt.schema import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = Path("/usr/share/darknet/data")
 # Played in name order, so frame seq k shows IMAGES_IN_ORDER[(k - 1) % 3].
 IMAGES_IN_ORDER = [("dog.jpg", "dog"), ("eagle.jpg", "bird"), ("horses.jpg", "horse")]
+# The sample video (appliance.capture.sample) at its defaults: 10 fps, 2 s per image.
+FRAMES_PER_IMAGE = 20
+SAMPLE_EXPECTED = {"dog": "dog", "eagle": "bird", "giraffe": "giraffe", "horses": "horse"}
 
 pytestmark = [
     pytest.mark.slow,
@@ -104,7 +109,7 @@ def shm_root() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path) -> Path:
+def _config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path, video: Path) -> Path:
     device = f"e2e{uuid.uuid4().hex[:6]}"
     path = tmp_path / "appliance.yaml"
     path.write_text(f"""
@@ -118,6 +123,11 @@ cameras:
     width: 640
     height: 480
     resize: true
+    fps: 4
+  - id: line2
+    source: {{type: file, path: {video}, loop: true, realtime: true}}
+    width: 640
+    height: 480
     fps: 4
 mqtt:
   host: 127.0.0.1
@@ -147,7 +157,8 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
     camera_dir.mkdir()
     for name, _ in IMAGES_IN_ORDER:
         shutil.copy(IMAGES / name, camera_dir / name)
-    config = _config(tmp_path, broker, shm_root, camera_dir)
+    video = build_sample_video(tmp_path / "sample.mp4")
+    config = _config(tmp_path, broker, shm_root, camera_dir, video)
     device = next(line.split("id: ")[1].rstrip("}") for line in config.read_text().splitlines() if "device:" in line)
     notify = NotifySocket(tmp_path / "notify.sock")
     subscriber = Subscriber(broker.port, f"appliance/{device}/#")
@@ -158,11 +169,18 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
     try:
         assert notify.wait_for("READY=1", 240), (tmp_path / "daemon.log").read_text()[-3000:]
         deadline = time.monotonic() + 120
-        while len(subscriber.of_type("detections")) < 7 and time.monotonic() < deadline:
+        def per_camera() -> dict[str, list[dict]]:
+            found: dict[str, list[dict]] = {"line1": [], "line2": []}
+            for m in subscriber.of_type("detections"):
+                found[m["camera_id"]].append(m)
+            return found
+
+        while min(map(len, per_camera().values())) < 7 and time.monotonic() < deadline:
             assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
             time.sleep(0.2)
-        detections = subscriber.of_type("detections")
-        assert len(detections) >= 7, (tmp_path / "daemon.log").read_text()[-3000:]
+        by_camera = per_camera()
+        assert min(map(len, by_camera.values())) >= 7, (tmp_path / "daemon.log").read_text()[-3000:]
+        detections = by_camera["line1"] + by_camera["line2"]
         stubs = _children_of(daemon.pid)
 
         daemon.send_signal(signal.SIGTERM)
@@ -178,18 +196,29 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
     schema = load_schema("detections")
     for message in detections:
         jsonschema.validate(message, schema)
-    # Every frame shows what its image shows: seq k is image (k-1) % 3 of the folder.
+    # Every frame shows what its image shows. line1: seq k is image (k-1) % 3 of the folder. line2: the sample
+    # video plays each darknet image for FRAMES_PER_IMAGE frames, one frame per capture seq (paced, none skipped).
     for message in detections:
-        image, expected = IMAGES_IN_ORDER[(message["seq"] - 1) % 3]
+        if message["camera_id"] == "line1":
+            image, expected = IMAGES_IN_ORDER[(message["seq"] - 1) % 3]
+        else:
+            image = SAMPLE_IMAGES[(message["seq"] - 1) // FRAMES_PER_IMAGE % len(SAMPLE_IMAGES)]
+            expected = SAMPLE_EXPECTED.get(image)
+            if expected is None:
+                continue
         names = {d["class_name"] for d in message["detections"]}
-        assert expected in names, f"frame {message['seq']} ({image}): expected a {expected}, got {names}"
+        assert expected in names, (f"{message['camera_id']} frame {message['seq']} ({image}): expected a "
+                                   f"{expected}, got {names}")
         assert message["image"] == {"width": 640, "height": 480}
         for d in message["detections"]:
             box = d["box"]
             assert 0 <= box["x1"] <= box["x2"] <= 640 and 0 <= box["y1"] <= box["y2"] <= 480
-    seqs = [m["seq"] for m in detections]
-    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    for camera, messages in by_camera.items():
+        seqs = [m["seq"] for m in messages]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), camera
 
+    if (os.cpu_count() or 1) >= 2:  # two cameras on a CPU host: two detector instances (modelrepo.layout)
+        assert "detector layout: 2 detector instance(s)" in (tmp_path / "daemon.log").read_text()
     fields = notify.fields()
     assert any(f.startswith("STATUS=") and "cameras streaming" in f for f in fields)
     assert "STOPPING=1" in fields and "WATCHDOG=1" in fields

@@ -1,0 +1,49 @@
+"""How many detector instances to run, and how many ONNX Runtime threads each gets.
+
+TensorRT: one instance; the GPU does the work and Triton's dynamic batcher fills it.
+
+ONNX Runtime on a CPU host (measured on 2 cores, yolov3-tiny 416x416; ``appliance bench pipeline`` prints
+both layouts side by side):
+
+- one instance using every core gives the lowest latency for a single frame (28 ms against 53 ms with one
+  thread), so it is the layout for one camera;
+- with several cameras, frames are always waiting, and one instance cannot keep the cores busy: ONNX Runtime
+  splits each operator across its threads and waits for the slowest at every operator (the capture, pre/post
+  and publishing processes keep preempting one of them), and the stub's Python work between batches runs on
+  one core. Two instances with half the cores each fill those gaps: ONNX Runtime alone does 7 % more
+  frames/s; the whole appliance (4 cameras on the sample video, 3 alternating pairs of 10 s) 29.1-31.4 ->
+  31.8-32.3 results/s, its CPU 187 % -> 199 % busy. (The ensemble alone, with no capture or publishing
+  beside it, is no faster either way: ``appliance bench pipeline`` prints both.) Batches stay small (2): a
+  single-threaded batch is no cheaper per frame (52.8 / 52.5 / 53.0 ms at 1 / 2 / 4), and a large one
+  leaves the other instance idle while it works through it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DetectorLayout:
+    instances: int
+    intra_op_threads: int  # ONNX Runtime threads per instance; 0 = all cores (ORT's default)
+    max_batch_size: int
+
+    def describe(self) -> str:
+        threads = "all cores" if self.intra_op_threads == 0 else f"{self.intra_op_threads} thread(s)"
+        return f"{self.instances} detector instance(s) x {threads}, batches up to {self.max_batch_size}"
+
+
+def detector_layout(triton_kind: str, cameras: int, max_batch_size: int, instances: int | None = None,
+                    cpus: int | None = None) -> DetectorLayout:
+    """The layout for ``cameras`` cameras; ``instances`` set by the operator wins (its threads split the cores)."""
+    cpus = cpus or os.cpu_count() or 1
+    if triton_kind != "onnxruntime":
+        return DetectorLayout(instances or 1, 0, max_batch_size)
+    if instances is None:
+        if cameras < 2 or cpus < 2:
+            return DetectorLayout(1, 0, max_batch_size)
+        instances = 2
+        max_batch_size = min(max_batch_size, 2)
+    return DetectorLayout(instances, 0 if instances == 1 else max(1, cpus // instances), max_batch_size)
