@@ -3,15 +3,17 @@
 ``appliance bench pipeline``: the in-process Triton ensemble (preprocess → detector → postprocess) versus a plain
 loop doing the same work with the same functions and the same ONNX Runtime settings.
 
-The ensemble runs twice per round: each camera keeping one frame in flight (the next frame goes in when the
-previous result is back) and keeping ``--in-flight`` frames in flight (default 2, the appliance scheduler's
-``per_camera_inflight``, so one frame's pre/post overlaps another's detector). The plain loop serves cameras
-round-robin, one frame at a time, in this thread; it cannot overlap anything. The alternatives run in short
-alternating rounds so that background load on the machine hits them alike. Per-stage times: the plain loop measures its own;
-the ensemble's come from Triton's per-model statistics (compute time per frame; the detector's is per frame of
-a batch, so batching shows up there). The last line is ``ensemble_vs_plain_loop=<fps ratio at 4 cameras>``
-(the pipelined run, which is how the appliance drives the ensemble). Ratios are medians over rounds of the
-paired per-round ratios, which a burst of load from other processes cannot swing; fps columns are totals.
+The ensemble runs in the detector layouts the appliance picks for these camera counts (appliance.modelrepo.layout:
+one instance on every core, two on half the cores each), materialized side by side in one server, each with
+one frame in flight per camera (the next frame goes in when the previous result is back) and with
+``--in-flight`` frames (default 2, the appliance scheduler's ``per_camera_inflight``, so one frame's pre/post
+overlaps another's detector). The plain loop serves cameras round-robin, one frame at a time, in this thread;
+it cannot overlap anything. The alternatives run in short alternating rounds so that background load on the
+machine hits them alike. Per-stage times: the plain loop measures its own; the ensemble's come from Triton's
+per-model statistics (compute time per frame; the detector's is per frame of a batch, so batching shows up
+there). Ratios are medians over rounds of the paired per-round ratios, which a burst of load from other
+processes cannot swing; fps columns are totals. The last line is ``ensemble_vs_plain_loop=<fps ratio at the
+most cameras>`` for the layout the appliance runs there, pipelined as the appliance drives it.
 """
 
 from __future__ import annotations
@@ -148,33 +150,56 @@ class Ensemble:
 
 
 def _table(results: dict[int, dict[str, Run]]) -> str:
-    head = (f"{'cameras':>7}  {'path':<24} {'frames':>6} {'fps':>7} {'pre ms':>7} {'det ms':>7} {'post ms':>8}"
+    head = (f"{'cameras':>7}  {'path':<40} {'frames':>6} {'fps':>7} {'pre ms':>7} {'det ms':>7} {'post ms':>8}"
             f"  vs plain (median of rounds)")
     lines = [head, "-" * len(head)]
     for cams, runs in results.items():
         plain = runs["plain"]
         for label, r in runs.items():
             ratio = f"{r.ratio_to(plain):5.2f}x" if label != "plain" else ""
-            lines.append(f"{cams:>7}  {label:<24} {r.frames:>6} {r.fps:>7.2f} {r.per_frame('pre'):>7.2f} "
+            lines.append(f"{cams:>7}  {label:<40} {r.frames:>6} {r.fps:>7.2f} {r.per_frame('pre'):>7.2f} "
                          f"{r.per_frame('detector'):>7.2f} {r.per_frame('post'):>8.2f}  {ratio}")
     return "\n".join(lines)
 
 
-def _options(args: argparse.Namespace) -> RepositoryOptions:
-    opts = RepositoryOptions(ort_spinning=args.ort_spinning)
-    if args.detector_instances:
-        opts = opts.model_copy(update={"detector_instances": args.detector_instances})
+def _layouts(args: argparse.Namespace, camera_counts: list[int]) -> dict[str, RepositoryOptions]:
+    """The detector layouts to compare: the ones the appliance picks for these camera counts
+    (appliance.modelrepo.layout), or the one the flags describe."""
+    from appliance.config.app import ModelConfig
+    from appliance.modelrepo.layout import DetectorLayout, detector_layout
+
+    base = RepositoryOptions(ort_spinning=args.ort_spinning, max_batch_size=ModelConfig().max_batch_size,
+                             queue_delay_us=0)
     if args.preprocess_instances:
-        opts = opts.model_copy(update={"preprocess_instances": args.preprocess_instances})
-    if args.max_batch:
-        opts = opts.model_copy(update={"max_batch_size": args.max_batch})
-    return opts
+        base = base.model_copy(update={"preprocess_instances": args.preprocess_instances})
+    custom = args.detector_instances or args.intra_op_threads is not None or args.max_batch
+    if custom:
+        chosen = [DetectorLayout(args.detector_instances or 1, args.intra_op_threads or 0,
+                                 args.max_batch or base.max_batch_size)]
+    else:
+        chosen = list(dict.fromkeys(detector_layout("onnxruntime", n, base.max_batch_size) for n in camera_counts))
+    out = {}
+    for i, layout in enumerate(chosen):
+        out[f"{layout.instances}x{layout.intra_op_threads or 'all'}"] = base.model_copy(update={
+            "prefix": f"l{i}_", "detector_instances": layout.instances, "intra_op_threads": layout.intra_op_threads,
+            "max_batch_size": layout.max_batch_size})
+    return out
+
+
+def _layout_for(cams: int, layouts: dict[str, RepositoryOptions]) -> str:
+    """The layout the appliance would run with ``cams`` cameras (the only one when the flags chose it)."""
+    from appliance.modelrepo.layout import detector_layout
+
+    if len(layouts) == 1:
+        return next(iter(layouts))
+    want = detector_layout("onnxruntime", cams, next(iter(layouts.values())).max_batch_size)
+    return f"{want.instances}x{want.intra_op_threads or 'all'}"
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="appliance bench pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer frames (a smoke run, noisier numbers)")
-    parser.add_argument("--frames", type=int, default=None, help="frames per camera per round")
+    parser.add_argument("--frames", type=int, default=None, help="frames per round (all cameras together)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating plain/ensemble rounds")
     parser.add_argument("--cameras", default="1,4", help="comma-separated camera counts (default 1,4)")
     parser.add_argument("--model-dir", type=Path, default=ROOT / ".models" / "yolov3-tiny")
@@ -185,13 +210,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--preprocess-instances", type=int, default=None,
                         help="preprocess instances in the ensemble (default: the materializer's)")
     parser.add_argument("--max-batch", type=int, default=None,
-                        help="the detector's max_batch_size in the ensemble (default: the materializer's)")
+                        help="one custom layout: the detector's max_batch_size")
     parser.add_argument("--detector-instances", type=int, default=None,
-                        help="detector instances in the ensemble (default: the materializer's)")
+                        help="one custom layout: detector instances (default: compare the appliance's layouts)")
+    parser.add_argument("--intra-op-threads", type=int, default=None,
+                        help="one custom layout: ONNX Runtime threads per detector instance (0 = all cores)")
     parser.add_argument("--ort-spinning", action="store_true",
                         help="let ONNX Runtime threads spin when idle (both paths; default off for both)")
     args = parser.parse_args(argv)
-    per_camera = args.frames or (2 if args.quick else 4)
+    frames_per_round = args.frames or (8 if args.quick else 16)
     rounds = args.rounds or (2 if args.quick else 10)
     camera_counts = [int(c) for c in args.cameras.split(",") if c.strip()]
     if not camera_counts or min(camera_counts) < 1:
@@ -214,42 +241,52 @@ def main(argv: list[str]) -> int:
     plain = PlainLoop(profile, onnx_path, args.ort_spinning)
     if stubsite.needed():
         stubsite.ensure()
+    layouts = _layouts(args, camera_counts)
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
-        repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx_path), Path(tmp) / "repo",
-                           _options(args))
+        repos = {name: materialize(profile, DetectorSource(kind="onnxruntime", path=onnx_path), Path(tmp) / "repo",
+                                   opts) for name, opts in layouts.items()}
         # Triton's CUDA warnings/errors on a CPU host are noise here; failures still raise.
-        server = Server(ServerOptions(repositories=[repo.path], startup_models=repo.models, log_warn=False,
-                                      log_error=False), locate(args.triton_home))
+        server = Server(ServerOptions(repositories=[Path(tmp) / "repo"],
+                                      startup_models=[m for r in repos.values() for m in r.models],
+                                      log_warn=False, log_error=False), locate(args.triton_home))
         server.start(timeout=180)
         try:
-            ensemble = Ensemble(server, repo)
+            ensembles = {name: Ensemble(server, repo) for name, repo in repos.items()}
             warm = Run()
             plain.run(frames, 1, 2, warm)
-            ensemble.run(frames, max(camera_counts), 2, warm)
-            one, deep = "ensemble, 1 in flight", f"ensemble, {args.in_flight} in flight"
+            for ensemble in ensembles.values():
+                ensemble.run(frames, max(camera_counts), 2, warm, in_flight=args.in_flight)
+            depths = sorted({1, args.in_flight})
             results: dict[int, dict[str, Run]] = {}
             for cams in camera_counts:
-                runs = results[cams] = {"plain": Run(), one: Run(), deep: Run()}
+                per_camera = max(1, -(-frames_per_round // cams))
+                runs = results[cams] = {"plain": Run()}
+                for name in ensembles:
+                    for depth in depths:
+                        runs[f"ensemble {name}, {depth} in flight"] = Run()
                 for _ in range(rounds):
                     plain.run(frames, cams, per_camera, runs["plain"])
-                    ensemble.run(frames, cams, per_camera, runs[one], in_flight=1)
-                    if args.in_flight > 1:
-                        ensemble.run(frames, cams, per_camera, runs[deep], in_flight=args.in_flight)
-                if args.in_flight == 1:
-                    del runs[deep]
+                    for name, ensemble in ensembles.items():
+                        for depth in depths:
+                            ensemble.run(frames, cams, per_camera, runs[f"ensemble {name}, {depth} in flight"],
+                                         in_flight=depth)
         finally:
             server.stop(timeout=60)
     load = os.getloadavg()[0]
     print(f"pipeline: {profile.name} {profile.input.width}x{profile.input.height}, {len(frames)} darknet test images, "
-          f"{rounds} alternating rounds x {per_camera} frames per camera, {os.cpu_count()} CPUs, "
-          f"load average {load:.1f} at the end; per-stage columns: ms per frame")
+          f"{rounds} alternating rounds of about {frames_per_round} frames, {os.cpu_count()} CPUs, load average "
+          f"{load:.1f} at the end; per-stage columns: ms per frame; layouts: detector instances x ONNX Runtime "
+          f"threads each")
     print(_table(results))
     for cams, runs in results.items():
-        print(f"ensemble_1_in_flight_vs_plain_loop_{cams}cam={runs[one].ratio_to(runs['plain']):.3f}")
-        if deep in runs:
-            print(f"ensemble_{args.in_flight}_in_flight_vs_plain_loop_{cams}cam="
-                  f"{runs[deep].ratio_to(runs['plain']):.3f}")
-    last = results[max(camera_counts)]
-    headline = last.get(deep, last[one])
-    print(f"ensemble_vs_plain_loop={headline.ratio_to(last['plain']):.3f}")
+        for label, run in runs.items():
+            if label != "plain":
+                key = label.replace("ensemble ", "").replace(", ", "_").replace(" in flight", "_in_flight")
+                print(f"ensemble_{key}_vs_plain_loop_{cams}cam={run.ratio_to(runs['plain']):.3f}")
+    headline = {}
+    for cams, runs in results.items():
+        name = _layout_for(cams, layouts)
+        headline[cams] = runs[f"ensemble {name}, {args.in_flight} in flight"].ratio_to(runs["plain"])
+        print(f"appliance_layout_{cams}cam={name} ensemble_vs_plain_loop_{cams}cam={headline[cams]:.3f}")
+    print(f"ensemble_vs_plain_loop={headline[max(camera_counts)]:.3f}")
     return 0
