@@ -70,13 +70,14 @@ def free_port() -> int:
 class BinaryServer:
     """The ``tritonserver`` executable on loopback ports; always stopped by ``close``."""
 
-    def __init__(self, binary: Path, backend_dir: Path, repo: Path, log: Path) -> None:
+    def __init__(self, binary: Path, backend_dir: Path, repo: Path, log: Path, model: str = MODEL) -> None:
+        self.model = model
         self.http, self.grpc = free_port(), free_port()
         self._log = log.open("wb")
         config = [f"--backend-config=python,{k}={v}" for k, v in PYTHON_BACKEND.items()]
         self.proc = subprocess.Popen(
             [str(binary), f"--model-repository={repo}", f"--backend-directory={backend_dir}",
-             "--model-control-mode=explicit", f"--load-model={MODEL}", "--allow-metrics=false",
+             "--model-control-mode=explicit", f"--load-model={model}", "--allow-metrics=false",
              f"--http-port={self.http}", f"--grpc-port={self.grpc}", "--http-address=127.0.0.1",
              "--grpc-address=127.0.0.1", "--log-info=false", "--exit-timeout-secs=5", *config],
             stdout=self._log, stderr=subprocess.STDOUT,
@@ -91,7 +92,7 @@ class BinaryServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"tritonserver exited with {self.proc.returncode}; see {self._log.name}")
             try:
-                if client.is_model_ready(MODEL):
+                if client.is_model_ready(self.model):
                     return
             except Exception:  # noqa: BLE001 - not listening yet
                 pass

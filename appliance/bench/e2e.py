@@ -1,0 +1,339 @@
+"""The whole appliance on the sample video versus the detector alone and the naive design, in one run.
+
+``appliance bench e2e``, every alternative on the frames of the sample video (appliance.capture.sample):
+
+- detector alone: ONNX Runtime in a plain loop on those frames, already preprocessed, batch 1 (the upper
+  bound: no capture, no pre/post, no publishing). Measured before and after the others; the mean is used.
+- naive design: what integrators often build first, one loop: OpenCV decodes the video, the client
+  preprocesses (the same letterbox/normalize code), ``tritonclient`` sends the tensor over HTTP to a separate
+  ``tritonserver`` process serving the same detector model, the client decodes + NMS and publishes JSON at
+  QoS 1 with paho.
+- appliance: the real thing (capture processes into shared memory, the scheduler, embedded Triton with the
+  pre/post ensemble, the durable MQTT spool to a local broker) with ``--cameras`` cameras playing the video
+  faster than the machine can infer, so the number is its capacity.
+
+Results/s and latency are what an MQTT subscriber sees: messages received per second, and receive time minus
+the ``capture_time_ms`` in the payload (capture→publish, through the broker). Latency overhead is measured
+with one camera below capacity (``--latency-fps``), so it shows the pipeline, not queueing, against the
+detector's own p50 compute time in a plain loop *paced at the same rate* (a detector that idles between
+frames computes slower than one run back to back; both sides pay that). Last line:
+``e2e_vs_detector_alone=<ratio>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE = ROOT / "repository" / "profiles" / "yolov3-tiny.yaml"
+
+
+@dataclass
+class Received:
+    """What a subscriber saw: arrival count and capture→arrival latencies (ms)."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, capture_ms: int) -> None:
+        with self.lock:
+            self.latencies_ms.append(time.time() * 1000 - capture_ms)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.latencies_ms)
+
+    def since(self, start: int) -> list[float]:
+        with self.lock:
+            return self.latencies_ms[start:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _broker(workdir: Path) -> tuple[subprocess.Popen, int]:
+    port = _free_port()
+    conf = workdir / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, port
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("mosquitto did not start listening within 10 s")
+
+
+def _subscriber(port: int, topic: str, into: Received):
+    import paho.mqtt.client as paho
+
+    def on_message(_client, _userdata, msg) -> None:
+        into.add(int(json.loads(msg.payload)["capture_time_ms"]))
+
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"bench-sub-{os.getpid()}-{topic.count('/')}")
+    client.on_message = on_message
+    client.connect("127.0.0.1", port)
+    client.subscribe(topic, qos=1)
+    client.loop_start()
+    return client
+
+
+def _video_frames(video: Path, every: int = 1) -> list[np.ndarray]:
+    import cv2
+
+    cap = cv2.VideoCapture(str(video))
+    frames, i = [], 0
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        if i % every == 0:
+            frames.append(frame)
+        i += 1
+    cap.release()
+    if not frames:
+        raise SystemExit(f"error: no frames could be read from {video}")
+    return frames
+
+
+def _session(onnx: Path):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()  # the appliance's detector setting (appliance.modelrepo: ort_spinning off)
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(onnx), opts, providers=["CPUExecutionProvider"])
+
+
+def bench_detector(onnx: Path, tensors: list[np.ndarray], seconds: float, pace_fps: float | None = None
+                   ) -> tuple[float, float]:
+    """Frames/s and p50 ms of ONNX Runtime alone on preprocessed tensors; ``pace_fps`` sleeps between frames."""
+    session = _session(onnx)
+    name = session.get_inputs()[0].name
+    session.run(None, {name: tensors[0][None]})
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        session.run(None, {name: tensors[i % len(tensors)][None]})
+        times.append(time.perf_counter() - t)
+        i += 1
+        if pace_fps:
+            time.sleep(max(0.0, 1.0 / pace_fps - times[-1]))
+    return len(times) / sum(times), statistics.median(times) * 1000
+
+
+def bench_naive(repo, dist, video: Path, port: int, seconds: float, workdir: Path) -> tuple[float, list[float]]:
+    """The naive design's results/s and capture→subscriber latencies."""
+    import cv2
+    import paho.mqtt.client as paho
+    import tritonclient.http as httpclient
+
+    from appliance.bench.triton import BinaryServer
+    from appliance.models.profile import load_profile
+    from appliance.processing.pipeline import Postprocessor, Preprocessor
+
+    profile = load_profile(PROFILE)
+    pre, post = Preprocessor(profile), Postprocessor(profile)
+    binary = BinaryServer(dist.server_binary, dist.backend_dir, repo.path, workdir / "tritonserver.log",
+                          model=repo.detector)
+    received = Received()
+    sub = _subscriber(port, "bench/naive/#", received)
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="bench-naive")
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        binary.wait_ready(timeout=180)
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{binary.http}")
+        cap = cv2.VideoCapture(str(video))
+
+        def one(seq: int) -> None:
+            ok, frame = cap.read()
+            if not ok:  # loop the video like the cameras do
+                cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+                ok, frame = cap.read()
+            captured_ms = int(time.time() * 1000)
+            tensor, letterbox = pre.frame(frame, "BGR")
+            inp = httpclient.InferInput("INPUT", [1, *tensor.shape], "FP32")
+            inp.set_data_from_numpy(tensor[None], binary_data=True)
+            raw = http.infer(repo.detector, [inp]).as_numpy("OUTPUT")
+            found = post(raw[0], letterbox)
+            payload = json.dumps({"seq": seq, "capture_time_ms": captured_ms, "detections": [
+                {"class_id": int(c), "score": float(s), "box": [float(v) for v in b]}
+                for b, s, c in zip(found.boxes, found.scores, found.class_ids)]})
+            client.publish("bench/naive/cam0/detections", payload, qos=1)
+
+        for seq in range(5):  # warm-up
+            one(seq)
+        time.sleep(0.5)
+        start_count = received.count()
+        start, seq = time.perf_counter(), 5
+        while time.perf_counter() - start < seconds:
+            one(seq)
+            seq += 1
+        elapsed = time.perf_counter() - start
+        sent = seq - 5
+        _wait_for(lambda: received.count() - start_count >= sent, 10)
+        http.close()
+        cap.release()
+        return sent / elapsed, received.since(start_count)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+        sub.loop_stop()
+        sub.disconnect()
+        binary.close()
+
+
+def _wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float
+                    ) -> tuple[float, list[float]]:
+    """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies."""
+    from appliance.config.app import AppConfig
+    from appliance.config.validate import load_config
+    from appliance.supervisor.app import Appliance
+
+    shm_root = Path("/dev/shm") / f"appliance-bench-{os.getpid()}"
+    shm_root.mkdir(exist_ok=True)
+    cams = "".join(f"""
+  - id: cam{n}
+    source: {{type: file, path: {video}, loop: true, realtime: true}}
+    width: 640
+    height: 480
+    fps: {fps}
+""" for n in range(cameras))
+    config_path = workdir / f"bench-{cameras}.yaml"
+    config_path.write_text(f"""
+device: {{id: bench}}
+paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}}}
+cameras:{cams}
+mqtt: {{host: 127.0.0.1, port: {port}}}
+health: {{enabled: false, tegrastats_interval_ms: null}}
+""")
+    received = Received()
+    sub = _subscriber(port, "appliance/bench/+/detections", received)
+    app = Appliance(load_config(config_path, AppConfig))
+    try:
+        app.start()
+        time.sleep(3)  # warm-up: first batches, capture processes settling
+        start_count = received.count()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            app.tick()
+            time.sleep(0.5)
+        elapsed = time.perf_counter() - t0
+        got = received.since(start_count)
+    finally:
+        app.stop()
+        sub.loop_stop()
+        sub.disconnect()
+        shutil.rmtree(shm_root, ignore_errors=True)
+    return len(got) / elapsed, got
+
+
+def _p(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="appliance bench e2e", description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="measuring time per alternative")
+    parser.add_argument("--cameras", type=int, default=4)
+    parser.add_argument("--fps", type=float, default=10.0,
+                        help="frames each camera plays per second (together above what the machine infers)")
+    parser.add_argument("--latency-fps", type=float, default=4.0, help="the one camera's rate in the latency run")
+    parser.add_argument("--quick", action="store_true", help="8 s per alternative")
+    parser.add_argument("--triton-home", type=Path, default=None)
+    args = parser.parse_args(argv)
+    seconds = 8.0 if args.quick else args.seconds
+
+    from appliance.capture.sample import ensure_sample_video
+    from appliance.engines.paths import models_dir
+    from appliance.modelrepo.materialize import DetectorSource, materialize
+    from appliance.models.profile import load_profile
+    from appliance.processing.pipeline import Preprocessor
+    from appliance.triton import stubsite
+    from appliance.triton.locate import locate
+
+    onnx = models_dir() / "yolov3-tiny" / "model.onnx"
+    if not onnx.exists():
+        print(f"error: {onnx} is missing; run scripts/setup.sh", file=sys.stderr)
+        return 2
+    dist = locate(args.triton_home)
+    if dist.server_binary is None:
+        print(f"error: {dist.home} ships no bin/tritonserver for the naive design", file=sys.stderr)
+        return 2
+    if stubsite.needed():
+        stubsite.ensure()
+    video = ensure_sample_video(models_dir() / "sample" / "sample.mp4")
+    profile = load_profile(PROFILE)
+    pre = Preprocessor(profile)
+    tensors = [pre.frame(f, "BGR")[0] for f in _video_frames(video, every=4)]
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+        workdir = Path(tmp)
+        repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx), workdir / "repo")
+        broker, port = _broker(workdir)
+        try:
+            det_fps_a, det_p50 = bench_detector(onnx, tensors, seconds / 2)
+            naive_fps, naive_lat = bench_naive(repo, dist, video, port, seconds, workdir)
+            app_fps, app_sat_lat = bench_appliance(workdir, video, port, args.cameras, args.fps, seconds)
+            _, app_lat = bench_appliance(workdir, video, port, 1, args.latency_fps, seconds)
+            det_fps_b, _ = bench_detector(onnx, tensors, seconds / 2)
+            _, det_paced_p50 = bench_detector(onnx, tensors, seconds, pace_fps=args.latency_fps)
+        finally:
+            broker.terminate()
+            broker.wait()
+    det_fps = (det_fps_a + det_fps_b) / 2
+    overhead = _p(app_lat, 0.5) - det_paced_p50
+    print(f"e2e on {video.name} (640x480), {os.cpu_count()} CPUs, {seconds:g} s per alternative, "
+          f"load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"{'alternative':<62}{'results/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
+    rows = [
+        (f"detector alone (ONNX Runtime, preprocessed, batch 1; {det_fps_a:.1f} then {det_fps_b:.1f})",
+         det_fps, det_p50, None),
+        (f"detector alone, paced at {args.latency_fps:g} fps (compute time only)", None, det_paced_p50, None),
+        ("naive (OpenCV client + tritonclient HTTP to tritonserver, QoS 1)", naive_fps, _p(naive_lat, 0.5),
+         _p(naive_lat, 0.99)),
+        (f"appliance ({args.cameras} cameras x {args.fps:g} fps offered, capture to subscriber)", app_fps,
+         _p(app_sat_lat, 0.5), _p(app_sat_lat, 0.99)),
+        (f"appliance (1 camera x {args.latency_fps:g} fps, below capacity)", None, _p(app_lat, 0.5),
+         _p(app_lat, 0.99)),
+    ]
+    for label, fps, p50, p99 in rows:
+        cells = [f"{fps:>10.1f}" if fps is not None else f"{'':>10}", f"{p50:>9.1f}",
+                 f"{p99:>9.1f}" if p99 is not None else f"{'':>9}"]
+        print(f"{label:<62}{''.join(cells)}")
+    print(f"latency_overhead_p50_ms={overhead:.1f}")
+    print(f"e2e_vs_naive={app_fps / naive_fps:.2f}")
+    print(f"e2e_vs_detector_alone={app_fps / det_fps:.2f}")
+    return 0

@@ -1,0 +1,31 @@
+"""`appliance bench e2e` runs all its alternatives for real (a short run) and ends with its headline ratio."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from appliance.bench import e2e
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
+]
+
+
+def test_short_run_measures_every_alternative_and_prints_the_ratio_last(capsys: pytest.CaptureFixture[str]) -> None:
+    assert e2e.main(["--seconds", "3", "--cameras", "2", "--fps", "6", "--latency-fps", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    table = "\n".join(lines)
+    for row in ("detector alone", "naive (OpenCV client + tritonclient HTTP", "appliance (2 cameras",
+                "appliance (1 camera"):
+        assert row in table
+    rates = {m.group(1): float(m.group(2)) for m in (re.match(r"(\w+)=(-?[\d.]+)$", line) for line in lines) if m}
+    assert set(rates) == {"latency_overhead_p50_ms", "e2e_vs_naive", "e2e_vs_detector_alone"}
+    # Every alternative produced results: a ratio of 0 (or nan) would mean one of them published nothing.
+    assert rates["e2e_vs_naive"] > 0 and rates["e2e_vs_detector_alone"] > 0
+    assert re.fullmatch(r"e2e_vs_detector_alone=\d+\.\d\d", lines[-1])
