@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,9 @@ class TritonSwitcher:
         self.options = options  # appliance.modelrepo.materialize.RepositoryOptions (prefix is set per version)
         self.drain_timeout_s = drain_timeout_s
         self.unload_timeout_s = unload_timeout_s
+        # Held while the routed model changes or a route's models are unloaded. The supervisor's model recovery
+        # (supervisor.modelreload) takes it too, so a reload never brings back a route being retired.
+        self.model_control = threading.RLock()
 
     def current(self) -> Route | None:
         return self.router.current()
@@ -90,7 +94,8 @@ class TritonSwitcher:
         return Detected(out["BOXES"], out["SCORES"], out["CLASSES"])
 
     def route(self, route: Route) -> None:
-        self.router.set(route)
+        with self.model_control:
+            self.router.set(route)
 
     def retire(self, route: Route) -> None:
         if self.router.current() is not None and self.router.current().ensemble == route.ensemble:  # type: ignore[union-attr]
@@ -101,13 +106,14 @@ class TritonSwitcher:
         self._unload(route, list(route.models))
 
     def _unload(self, route: Route, names: list[str]) -> None:
-        for name in reversed(names):  # ensemble first: it holds the others
-            try:
-                self.server.unload_model(name, wait=True, timeout=self.unload_timeout_s)
-            except Exception as exc:
-                log.warning("unloading %s (%s) failed: %s", name, route.label, exc)
-        for name in route.models:
-            shutil.rmtree(self.repository_dir / name, ignore_errors=True)
+        with self.model_control:
+            for name in reversed(names):  # ensemble first: it holds the others
+                try:
+                    self.server.unload_model(name, wait=True, timeout=self.unload_timeout_s)
+                except Exception as exc:
+                    log.warning("unloading %s (%s) failed: %s", name, route.label, exc)
+            for name in route.models:
+                shutil.rmtree(self.repository_dir / name, ignore_errors=True)
 
     def health(self, route: Route, since: float, until: float | None = None) -> HealthSample:
         return self.router.stats(route.ensemble, since, until)
@@ -148,7 +154,8 @@ class OfflineSwitcher:
         return Detected(det.boxes, det.scores, det.class_ids)
 
     def route(self, route: Route) -> None:
-        self.router.set(route)
+        with self.model_control:
+            self.router.set(route)
 
     def retire(self, route: Route) -> None:
         self._runners.pop(route.ensemble, None)

@@ -82,6 +82,7 @@ class Appliance:
         self.engine: Any = None
         self.router: Any = None   # appliance.ota.router.Router: the route each frame takes
         self.ota: Any = None      # appliance.ota.manager.OtaManager
+        self._switcher: Any = None  # appliance.ota.switcher.TritonSwitcher (its model_control lock)
         self._inbox: Any = None   # appliance.ota.delivery.InboxWatcher, when ota.inbox is set
         self._probe: ModelProbe | None = None
         self.recovery: PipelineRecovery | None = None  # the served pipeline's model failures and reloads
@@ -201,8 +202,9 @@ class Appliance:
 
         ota, state_dir = self.config.ota, self.paths["state_dir"]
         self.router = Router()
-        switcher = TritonSwitcher(self.server, self.repository_dir, self.router, options=self._repo_options,
-                                  drain_timeout_s=self.config.pipeline.drain_timeout_s)
+        switcher = self._switcher = TritonSwitcher(self.server, self.repository_dir, self.router,
+                                                   options=self._repo_options,
+                                                   drain_timeout_s=self.config.pipeline.drain_timeout_s)
         self.ota = OtaManager(state_dir, TrustedKeys.from_paths(ota.trusted_keys), switcher, config=ota,
                               status_cb=self._on_ota_status, base_spec=lambda: self._base_spec)
         self._step("loading the served model (the active OTA version, else the base model)")
@@ -223,7 +225,7 @@ class Appliance:
         policy = self.config.pipeline.recovery
         self._probe = ModelProbe(self.server)
         self.recovery = PipelineRecovery(
-            TritonReloader(self.server, self._probe, self.router.current),
+            TritonReloader(self.server, self._probe, self.router.current, self._switcher.model_control),
             RestartPolicy(initial_backoff_s=policy.initial_backoff_s, max_backoff_s=policy.max_backoff_s,
                           max_restarts=policy.max_failures, window_s=policy.window_s),
             clock=self._clock, metrics=self.metrics)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, Sequence
 
 from appliance.ota.router import Route
@@ -11,14 +12,23 @@ from appliance.supervisor.recovery import RouteChanged
 
 class TritonReloader:
     """``reload(route, models)`` for ``PipelineRecovery``: the steps first, then the ensemble when it is not
-    ready (unloading a step takes its ensemble down with it); raises unless the probe finds the route whole."""
+    ready (unloading a step takes its ensemble down with it); raises unless the probe finds the route whole.
 
-    def __init__(self, server: Any, probe: ModelProbe, current: Callable[[], Route | None]) -> None:
+    ``model_control`` is the OTA switcher's lock: held for the whole reload, so an OTA switch cannot retire the
+    route between the check that it is still routed and the reload (which would load a retired model back)."""
+
+    def __init__(self, server: Any, probe: ModelProbe, current: Callable[[], Route | None],
+                 model_control: AbstractContextManager | None = None) -> None:
         self._server = server  # appliance.triton.Server
         self._probe = probe
         self._current = current
+        self._model_control = model_control if model_control is not None else nullcontext()
 
     def __call__(self, route: Route, models: Sequence[str]) -> None:
+        with self._model_control:
+            self._reload(route, models)
+
+    def _reload(self, route: Route, models: Sequence[str]) -> None:
         for name in route.models:
             if name == route.ensemble or name not in models:
                 continue
