@@ -109,8 +109,15 @@ def shm_root() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path, video: Path) -> Path:
+def _config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path, video: Path | None = None) -> Path:
+    """Camera line1 plays ``camera_dir``; with ``video``, camera line2 plays it (other daemon tests use one camera)."""
     device = f"e2e{uuid.uuid4().hex[:6]}"
+    line2 = "" if video is None else f"""
+  - id: line2
+    source: {{type: file, path: {video}, loop: true, realtime: true}}
+    width: 640
+    height: 480
+    fps: 4"""
     path = tmp_path / "appliance.yaml"
     path.write_text(f"""
 device: {{id: {device}}}
@@ -123,12 +130,7 @@ cameras:
     width: 640
     height: 480
     resize: true
-    fps: 4
-  - id: line2
-    source: {{type: file, path: {video}, loop: true, realtime: true}}
-    width: 640
-    height: 480
-    fps: 4
+    fps: 4{line2}
 mqtt:
   host: 127.0.0.1
   port: {broker.port}
