@@ -154,8 +154,7 @@ class OfflineSwitcher:
         return Detected(det.boxes, det.scores, det.class_ids)
 
     def route(self, route: Route) -> None:
-        with self.model_control:
-            self.router.set(route)
+        self.router.set(route)
 
     def retire(self, route: Route) -> None:
         self._runners.pop(route.ensemble, None)
