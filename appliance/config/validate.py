@@ -13,12 +13,26 @@ from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, 
 M = TypeVar("M", bound=BaseModel)
 
 
+def _yaml_kind(value: object) -> str:
+    if value is None:
+        return "an empty value"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
+    return f"text ({value!r})" if isinstance(value, str) else type(value).__name__
+
+
 def _describe(error: Mapping) -> str:
     kind = error.get("type", "")
     if kind == "extra_forbidden":
         return "unknown key (not allowed here; check the spelling against `appliance check-config --schema`)"
     if kind == "missing":
         return "required key is missing"
+    if kind in ("model_type", "dict_type"):  # pydantic would name a Python class here
+        return f"must be a mapping of keys (key: value), not {_yaml_kind(error.get('input'))}"
     message = str(error.get("msg", "invalid value"))
     if kind not in ("value_error", "assertion_error") and "input" in error and not isinstance(error["input"], (dict, list)):
         message += f" (got {error['input']!r})"
