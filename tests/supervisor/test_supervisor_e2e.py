@@ -242,3 +242,49 @@ def test_invalid_config_exits_2_and_names_the_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert f"{config}:2: cameras:" in result.stderr
     assert f"{config}:3: mqtt.prot: unknown key" in result.stderr
+
+
+def test_a_killed_capture_process_is_restarted_and_the_camera_recovers(
+        tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+    camera_dir = tmp_path / "camera"
+    camera_dir.mkdir()
+    for name, _ in IMAGES_IN_ORDER:
+        shutil.copy(IMAGES / name, camera_dir / name)
+    config = _config(tmp_path, broker, shm_root, camera_dir)
+    device = next(line.split("id: ")[1].rstrip("}") for line in config.read_text().splitlines() if "device:" in line)
+    subscriber = Subscriber(broker.port, f"appliance/{device}/line1/detections")
+    log_path = tmp_path / "daemon.log"
+    log = log_path.open("w")
+    daemon = subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],
+                              stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+
+    def capture_pids() -> list[int]:
+        return [int(line.split("capture process ")[1].split()[0]) for line in log_path.read_text().splitlines()
+                if "'line1': capture process " in line and line.rstrip().endswith("started")]
+
+    def wait(predicate, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert daemon.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"{what}: " + log_path.read_text()[-3000:]
+            time.sleep(0.2)
+
+    try:
+        wait(lambda: len(subscriber.of_type("detections")) >= 3, 240, "first detections")
+        first = capture_pids()[-1]
+        os.kill(first, signal.SIGKILL)
+        killed_at = len(subscriber.of_type("detections"))
+        wait(lambda: len(capture_pids()) >= 2, 60, "a new capture process")
+        wait(lambda: len(subscriber.of_type("detections")) >= killed_at + 3, 60, "detections after the restart")
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=90) == 0, log_path.read_text()[-3000:]
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+        subscriber.close()
+    assert capture_pids()[-1] != first
+    seqs = [m["seq"] for m in subscriber.of_type("detections")]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)  # the ring's sequence goes on after the restart
+    assert not _running(first)
