@@ -14,9 +14,13 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
+
+# A build temp file untouched this long belongs to a build that was killed.
+STALE_BUILD_S = 3600.0
 
 SAMPLE_IMAGES = ("dog", "eagle", "giraffe", "horses", "kite", "person")
 DARKNET_IMAGES = Path("/usr/share/darknet/data")
@@ -137,7 +141,25 @@ def ensure_sample_video(dest: Path, images_dir: Path = DARKNET_IMAGES) -> Path:
     dest = Path(dest)
     if video_info(dest) is not None:
         return dest
+    remove_stale_builds(dest)
     return build_sample_video(dest, images_dir)
+
+
+def remove_stale_builds(dest: Path, older_than_s: float = STALE_BUILD_S) -> list[Path]:
+    """Temp files of builds that were killed (SIGKILL, power cut) before their rename; a live build takes
+    seconds, so only files untouched for ``older_than_s`` go."""
+    removed = []
+    if not dest.parent.is_dir():
+        return removed
+    cutoff = time.time() - older_than_s
+    for tmp in dest.parent.glob(f".{dest.stem}.*{dest.suffix or '.mp4'}"):
+        try:
+            if tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+                removed.append(tmp)
+        except FileNotFoundError:  # another process got there first
+            pass
+    return removed
 
 
 def main(argv: list[str] | None = None) -> int:

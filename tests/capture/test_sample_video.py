@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -139,3 +141,18 @@ def test_module_command_builds_then_reuses(tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, "-m", "appliance.capture.sample", str(tmp_path / "x.mp4"),
                               "--images", str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and "dog.jpg is missing" in missing.stderr
+
+
+def test_ensure_sweeps_temp_files_of_killed_builds_but_not_a_live_one(tmp_path: Path) -> None:
+    dest = tmp_path / "sample.mp4"
+    killed = tmp_path / ".sample.killed1.mp4"  # what a build SIGKILLed before its rename leaves
+    live = tmp_path / ".sample.live22.mp4"  # a build in progress right now, in another process
+    unrelated = tmp_path / ".other.old.mp4"
+    for path in (killed, live, unrelated):
+        path.write_bytes(b"partial")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(killed, (hours_ago, hours_ago))
+    os.utime(unrelated, (hours_ago, hours_ago))
+    ensure_sample_video(dest)
+    assert video_info(dest) is not None
+    assert not killed.exists() and live.exists() and unrelated.exists()
