@@ -81,6 +81,12 @@ def _cmd_build_engines(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_spool(args: argparse.Namespace) -> int:
+    from appliance.mqtt.spoolcli import run
+
+    return run(args)
+
+
 def _cmd_ota(args: argparse.Namespace) -> int:
     from appliance.ota.cli import run
 
@@ -104,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schema", action="store_true", help="print the config's JSON Schema (for editors) and exit")
     p.add_argument("--no-machine", action="store_true", help="only validate the file; skip checks of this machine")
     p.set_defaults(func=_cmd_check_config)
+
+    p = sub.add_parser("spool", help="MQTT messages the broker refused and the spool set aside: list, or requeue "
+                                     "them (with the appliance stopped)")
+    p.add_argument("action", choices=["list", "requeue"])
+    p.add_argument("--config", help="the appliance's YAML config (default: the bundled demo)")
+    p.add_argument("--id", type=int, action="append", dest="ids", help="requeue only this message (repeatable)")
+    p.add_argument("--payload", action="store_true", help="list: print each payload too")
+    p.set_defaults(func=_cmd_spool)
 
     p = sub.add_parser("status", help="what the running appliance is doing (from its health endpoint)")
     p.add_argument("--url", default="http://127.0.0.1:9108", help="health endpoint (default: %(default)s)")

@@ -73,6 +73,17 @@ class SpooledMessage:
 
 
 @dataclass(frozen=True)
+class SetAsideMessage:
+    id: int
+    topic: str
+    payload: bytes
+    qos: int
+    created: float  # when it was first spooled
+    set_at: float   # when it was set aside
+    reason: str
+
+
+@dataclass(frozen=True)
 class SpoolStats:
     backlog: int
     bytes: int
@@ -367,6 +378,52 @@ class Spool:
             self._set_aside += 1
             self._cond.notify_all()
             return True
+
+    def set_aside_messages(self) -> list[SetAsideMessage]:
+        """Every message in the ``set_aside`` table, oldest first."""
+        with self._cond:
+            db = self._require_open()
+            rows = db.execute("SELECT id, topic, payload, qos, created, set_at, reason FROM set_aside "
+                              "ORDER BY id").fetchall()
+        return [SetAsideMessage(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6]) for r in rows]
+
+    def requeue_set_aside(self, ids: Sequence[int] | None = None) -> int:
+        """Move set-aside messages (all of them, or ``ids``) back to the end of the queue, in their original
+        order, for the publisher to send again (e.g. after the broker's ACL was fixed); one the broker still
+        refuses is set aside again. Their age restarts now, so max_age_s does not drop them at once. All or
+        nothing: refused when they would not fit in max_bytes. Returns how many moved."""
+        with self._cond:
+            db = self._require_open()
+            query = "SELECT id, topic, payload, qos, size FROM set_aside"
+            params: tuple = ()
+            if ids is not None:
+                if not ids:
+                    return 0
+                query += f" WHERE id IN ({','.join('?' * len(ids))})"
+                params = tuple(int(i) for i in ids)
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                rows = db.execute(query + " ORDER BY id", params).fetchall()
+                total = sum(r[4] for r in rows)
+                if self._bytes + total > self._config.max_bytes:
+                    db.execute("ROLLBACK")
+                    raise SpoolError(f"requeueing {len(rows)} set-aside message(s) ({total} bytes) would exceed "
+                                     f"spool.max_bytes ({self._bytes} of {self._config.max_bytes} used)",
+                                     str(self.path))
+                now = self._clock()
+                for row_id, topic, payload, qos, size in rows:
+                    cur = db.execute("INSERT INTO spool (topic, payload, qos, created, size) VALUES (?, ?, ?, ?, ?)",
+                                     (topic, payload, qos, now, size))
+                    self._last_id = cur.lastrowid or self._last_id
+                    db.execute("DELETE FROM set_aside WHERE id = ?", (row_id,))
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(db)
+                raise SpoolError(f"cannot requeue set-aside messages: {exc}", str(self.path)) from exc
+            self._count += len(rows)
+            self._bytes += total
+            self._cond.notify_all()
+            return len(rows)
 
     def expire(self) -> int:
         """Drop messages older than max_age_s (oldest first); returns how many."""

@@ -231,3 +231,36 @@ def test_set_aside_moves_one_message_out_of_the_queue_and_keeps_it(tmp_path: Pat
     with sqlite3.connect(str(path)) as db:
         rows = db.execute("SELECT id, payload, set_at, reason FROM set_aside").fetchall()
     assert [(r[0], seq_of(bytes(r[1])), r[2], r[3]) for r in rows] == [(2, 1, 1000.0, "broker closed the connection 5 times")]
+
+
+def test_set_aside_messages_are_listed_and_requeued_at_the_end_in_their_order(tmp_path: Path) -> None:
+    clock = [1000.0]
+    spool = make(tmp_path / "spool.sqlite3", clock=clock)
+    spool.append([rec(i) for i in range(5)])
+    for row_id, reason in ((2, "acl"), (4, "too big")):
+        assert spool.set_aside(row_id, reason)
+    listed = spool.set_aside_messages()
+    assert [(m.id, seq_of(m.payload), m.reason, m.set_at) for m in listed] == [(2, 1, "acl", 1000.0),
+                                                                             (4, 3, "too big", 1000.0)]
+    clock[0] = 5000.0
+    assert spool.requeue_set_aside([4]) == 1
+    queue = spool.read_after(0, 10)
+    assert [seq_of(m.payload) for m in queue] == [0, 2, 4, 3]  # after everything queued, with a new id
+    assert queue[-1].id > 5 and queue[-1].created == 5000.0  # its age restarts: max_age_s does not drop it
+    assert spool.requeue_set_aside() == 1 and spool.set_aside_messages() == []
+    assert [seq_of(m.payload) for m in spool.read_after(queue[-1].id, 10)] == [1]
+    assert spool.stats().backlog == 5 and spool.stats().bytes == 5000
+    assert spool.requeue_set_aside() == 0
+    spool.close()
+
+
+def test_requeue_that_would_overflow_the_spool_moves_nothing(tmp_path: Path) -> None:
+    spool = make(tmp_path / "spool.sqlite3", max_bytes=64 * KB)
+    spool.append([rec(i) for i in range(3)])
+    assert spool.set_aside(1, "acl")
+    spool.append([rec(i) for i in range(10, 73)])  # 65 messages of 1000 bytes: no room for one more
+    with pytest.raises(SpoolError, match="would exceed spool.max_bytes"):
+        spool.requeue_set_aside()
+    assert [m.id for m in spool.set_aside_messages()] == [1]
+    assert spool.stats().backlog == 65
+    spool.close()

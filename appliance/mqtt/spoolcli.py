@@ -1,0 +1,78 @@
+"""``appliance spool list|requeue``: the MQTT messages set aside because the broker would not take them.
+
+A detection the broker keeps refusing (an ACL, a size limit) is moved out of the send queue so it cannot block
+the ones behind it (docs/mqtt.md). Once the broker is fixed, an operator lists them and puts them back in the
+queue; the appliance sends them at its next start. The spool belongs to one process at a time, so this runs
+with the appliance stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+
+
+def _spool_path(config_file: Path) -> tuple[Path | None, object | None, int]:
+    from appliance.config.check import check_config, resolved_paths
+
+    report = check_config(config_file, machine=False)
+    if not report.ok or report.config is None:
+        for issue in report.issues:
+            print(issue, file=sys.stderr)
+        print(report.summary(), file=sys.stderr)
+        return None, None, EXIT_CONFIG
+    config = report.config
+    path = config.mqtt.spool.path or resolved_paths(config)["state_dir"] / "mqtt-spool.sqlite3"
+    return path, config, EXIT_OK
+
+
+def _when(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run(args: argparse.Namespace) -> int:
+    from appliance.mqtt.errors import SpoolError
+    from appliance.mqtt.spool import Spool
+    from appliance.run import DEMO_CONFIG
+
+    path, config, code = _spool_path(Path(args.config) if args.config else DEMO_CONFIG)
+    if path is None:
+        return code
+    if not path.exists():
+        print(f"error: no spool at {path}: the appliance has not run with this config", file=sys.stderr)
+        return EXIT_FAILED
+    spool = Spool(path, config.mqtt.spool)  # type: ignore[attr-defined]
+    try:
+        spool.open()
+    except SpoolError as exc:
+        print(f"error: {exc}; stop the appliance first (systemctl stop appliance)", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        if args.action == "list":
+            messages = spool.set_aside_messages()
+            for m in messages:
+                payload = f"  {m.payload.decode('utf-8', 'replace')}" if args.payload else ""
+                print(f"{m.id}\t{_when(m.set_at)}\t{m.topic}\t{len(m.payload)} bytes\t{m.reason}{payload}")
+            print(f"{len(messages)} message(s) set aside in {path}", file=sys.stderr)
+            return EXIT_OK
+        wanted = sorted(set(args.ids)) if args.ids else None
+        if wanted:
+            known = {m.id for m in spool.set_aside_messages()}
+            unknown = [i for i in wanted if i not in known]
+            if unknown:
+                print(f"error: no set-aside message with id {', '.join(map(str, unknown))} "
+                      f"(see `appliance spool list`)", file=sys.stderr)
+                return EXIT_FAILED
+        moved = spool.requeue_set_aside(wanted)
+        print(f"requeued {moved} message(s); the appliance sends them when it starts "
+              f"(one the broker still refuses is set aside again)")
+        return EXIT_OK
+    except SpoolError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        spool.close()
