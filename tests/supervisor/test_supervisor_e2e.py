@@ -109,6 +109,20 @@ def shm_root() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def _camera_dir(tmp_path: Path) -> Path:
+    """A folder holding IMAGES_IN_ORDER, for an `images` camera."""
+    camera_dir = tmp_path / "camera"
+    camera_dir.mkdir()
+    for name, _ in IMAGES_IN_ORDER:
+        shutil.copy(IMAGES / name, camera_dir / name)
+    return camera_dir
+
+
+def _device_of(config: Path) -> str:
+    """The device id a config written by _config names (its MQTT topic level)."""
+    return next(line.split("id: ")[1].rstrip("}") for line in config.read_text().splitlines() if "device:" in line)
+
+
 def _config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path, video: Path | None = None) -> Path:
     """Camera line1 plays ``camera_dir``; with ``video``, camera line2 plays it (other daemon tests use one camera)."""
     device = f"e2e{uuid.uuid4().hex[:6]}"
@@ -155,13 +169,10 @@ def _children_of(pid: int) -> list[int]:
 
 def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
         tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
-    camera_dir = tmp_path / "camera"
-    camera_dir.mkdir()
-    for name, _ in IMAGES_IN_ORDER:
-        shutil.copy(IMAGES / name, camera_dir / name)
+    camera_dir = _camera_dir(tmp_path)
     video = build_sample_video(tmp_path / "sample.mp4")
     config = _config(tmp_path, broker, shm_root, camera_dir, video)
-    device = next(line.split("id: ")[1].rstrip("}") for line in config.read_text().splitlines() if "device:" in line)
+    device = _device_of(config)
     notify = NotifySocket(tmp_path / "notify.sock")
     subscriber = Subscriber(broker.port, f"appliance/{device}/#")
     env = {**os.environ, "NOTIFY_SOCKET": str(notify.path), "PYTHONFAULTHANDLER": "1"}
@@ -246,12 +257,9 @@ def test_invalid_config_exits_2_and_names_the_line(tmp_path: Path) -> None:
 
 def test_a_killed_capture_process_is_restarted_and_the_camera_recovers(
         tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
-    camera_dir = tmp_path / "camera"
-    camera_dir.mkdir()
-    for name, _ in IMAGES_IN_ORDER:
-        shutil.copy(IMAGES / name, camera_dir / name)
+    camera_dir = _camera_dir(tmp_path)
     config = _config(tmp_path, broker, shm_root, camera_dir)
-    device = next(line.split("id: ")[1].rstrip("}") for line in config.read_text().splitlines() if "device:" in line)
+    device = _device_of(config)
     subscriber = Subscriber(broker.port, f"appliance/{device}/line1/detections")
     log_path = tmp_path / "daemon.log"
     log = log_path.open("w")

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,8 +23,8 @@ from typing import Any, Callable
 
 from support.mosquitto import Mosquitto
 
-from test_supervisor_e2e import (IMAGES, IMAGES_IN_ORDER, REPO, NotifySocket, Subscriber, broker,  # noqa: F401
-                                 pytestmark, shm_root)
+from test_supervisor_e2e import (IMAGES_IN_ORDER, REPO, NotifySocket, Subscriber, _camera_dir,  # noqa: F401
+                                 broker, pytestmark, shm_root)
 from test_supervisor_model_recovery import stubs_serving
 
 
@@ -39,10 +38,7 @@ class Daemon:
     """`appliance run` with a notify socket, its health endpoint and its log."""
 
     def __init__(self, tmp_path: Path, broker: Mosquitto, shm_root: Path, recovery: str, stall_s: int = 20) -> None:
-        camera_dir = tmp_path / "camera"
-        camera_dir.mkdir()
-        for name, _ in IMAGES_IN_ORDER:
-            shutil.copy(IMAGES / name, camera_dir / name)
+        camera_dir = _camera_dir(tmp_path)
         self.device = f"rec{uuid.uuid4().hex[:6]}"
         self.port = _free_port()
         self.state = tmp_path / "state"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from support.schemas import validate_message
 from appliance.ota.bundle import build_bundle
 from appliance.ota.push import chunk_payloads, push_mqtt
 from appliance.ota.signing import generate_keypair
-from test_supervisor_e2e import (IMAGES, IMAGES_IN_ORDER, REPO, NotifySocket, _children_of, _config,  # noqa: F401
+from test_supervisor_e2e import (REPO, NotifySocket, _camera_dir, _children_of, _config, _device_of,  # noqa: F401
                                  _running, broker, pytestmark, shm_root)
 
 MAX_GAP_S = 3.0  # the camera runs at 4 fps: 0.25 s between frames when nothing stalls
@@ -91,17 +90,14 @@ def _stop(daemon: subprocess.Popen, log: Path) -> list[int]:
 
 def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_restart(
         tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
-    camera_dir = tmp_path / "camera"
-    camera_dir.mkdir()
-    for name, _ in IMAGES_IN_ORDER:
-        shutil.copy(IMAGES / name, camera_dir / name)
+    camera_dir = _camera_dir(tmp_path)
     generate_keypair(tmp_path / "ota.key", tmp_path / "ota.pub")
     bundle = _bundle(tmp_path, tmp_path / "ota.key")
     config = _config(tmp_path, broker, shm_root, camera_dir)
     with config.open("a") as f:
         f.write(f"ota:\n  trusted_keys: [{tmp_path / 'ota.pub'}]\n"
                 "  health: {period_s: 4, check_interval_s: 0.2, min_requests: 3, max_latency_ratio: 50}\n")
-    device = next(line.split("id: ")[1].rstrip("}") for line in config.read_text().splitlines() if "device:" in line)
+    device = _device_of(config)
     log = tmp_path / "daemon.log"
     notify = NotifySocket(tmp_path / "notify.sock")
     sub = TimedSubscriber(broker.port, f"appliance/{device}/#")

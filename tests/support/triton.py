@@ -14,7 +14,9 @@ version control. The server is always stopped on exit, leaving no stub process b
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +37,30 @@ def copy_models(dest: Path, model_dirs: Sequence[Path]) -> Path:
     for model in model_dirs:
         shutil.copytree(model, dest / Path(model).name, ignore=shutil.ignore_patterns("__pycache__", "_appliance_site.py"))
     return dest
+
+
+def kill_stubs_under(repo: Path) -> list[int]:
+    """SIGKILL stubs serving models under ``repo`` whatever their parent (a crashed child leaves them orphaned),
+    remove their shared-memory regions, and return their pids: for tests that run a server in a child process."""
+    from appliance.triton.stubs import STUB_NAME
+
+    prefix = str(repo).rstrip("/").encode() + b"/"
+    killed = []
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if args and STUB_NAME.encode() in args[0] and len(args) > 1 and args[1].startswith(prefix):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except ProcessLookupError:
+                continue
+            region = args[2].decode(errors="replace") if len(args) > 2 else ""
+            if region and "/" not in region and not region.startswith("."):
+                Path("/dev/shm", region).unlink(missing_ok=True)
+    return killed
 
 
 @contextmanager

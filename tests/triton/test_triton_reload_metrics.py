@@ -10,8 +10,6 @@ in, so the workload runs in a child process and the test checks that the child l
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -109,34 +107,9 @@ def _workload(repo: Path) -> int:
     return 0 if ok and counts["released"] == counts["acquired"] else 1
 
 
-def _kill_stubs_under(repo: Path) -> list[int]:
-    """SIGKILL stubs serving models under ``repo`` whatever their parent: a crashed child leaves them orphaned."""
-    from appliance.triton.stubs import STUB_NAME
-
-    prefix = str(repo).rstrip("/").encode() + b"/"
-    killed = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if STUB_NAME.encode() in args[0] and len(args) > 2 and args[1].startswith(prefix):
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-            killed.append(int(entry.name))
-            region = args[2].decode(errors="replace")
-            if region and "/" not in region and not region.startswith("."):
-                Path("/dev/shm", region).unlink(missing_ok=True)
-    return killed
-
-
 @pytest.mark.slow
 def test_reloading_a_metered_model_while_the_scheduler_feeds_it_does_not_corrupt_the_heap(tmp_path: Path) -> None:
-    from support.triton import copy_models, ensure_stub_site
+    from support.triton import copy_models, ensure_stub_site, kill_stubs_under
 
     ensure_stub_site()
     repo = copy_models(tmp_path / "repo", [MODELS / MODEL])
@@ -149,7 +122,7 @@ def test_reloading_a_metered_model_while_the_scheduler_feeds_it_does_not_corrupt
         finally:
             child.kill()
             child.wait()
-            orphans = _kill_stubs_under(repo)
+            orphans = kill_stubs_under(repo)
     assert rc == 0, (
         f"the serving process died or lost frames (rc={rc}; -6 abort, -11 segfault)\n"
         f"stdout: {out.read_text()[-2000:]}\nstderr: {err.read_text()[-4000:]}"

@@ -17,8 +17,6 @@ while the old model's threads would have run on freed memory.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,29 +24,6 @@ from pathlib import Path
 import pytest
 
 MODELS = Path(__file__).parent / "models"
-
-
-def _kill_stubs_under(repo: Path) -> list[int]:
-    """SIGKILL stubs serving models under ``repo`` whatever their parent (a crashed child leaves them orphaned),
-    and remove their shared-memory regions."""
-    from appliance.triton.stubs import STUB_NAME
-
-    killed = []
-    for entry in Path("/proc").iterdir():
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
-        except OSError:
-            continue
-        if args and STUB_NAME.encode() in args[0] and len(args) > 1 and args[1].startswith(bytes(repo) + b"/"):
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
-            except ProcessLookupError:
-                continue
-            region = args[2].decode(errors="replace") if len(args) > 2 else ""
-            if region and "/" not in region and not region.startswith("."):
-                Path("/dev/shm", region).unlink(missing_ok=True)
-    return killed
 
 
 def _workload(repo: Path) -> int:
@@ -96,7 +71,7 @@ def _workload(repo: Path) -> int:
 
 @pytest.mark.slow
 def test_stop_with_a_stuck_model_never_frees_triton_under_running_requests(tmp_path: Path) -> None:
-    from support.triton import copy_models, ensure_stub_site
+    from support.triton import copy_models, ensure_stub_site, kill_stubs_under
 
     ensure_stub_site()
     repo = copy_models(tmp_path / "repo", [MODELS / "slow", MODELS / "echo"])
@@ -110,7 +85,7 @@ def test_stop_with_a_stuck_model_never_frees_triton_under_running_requests(tmp_p
         finally:
             child.kill()
             child.wait()
-    orphans = _kill_stubs_under(repo)
+    orphans = kill_stubs_under(repo)
     text = out.read_text()
     assert rc == 0, (
         f"the process died or stop() let Triton keep requests (rc={rc}; -6 abort, -11 segfault)\n"
