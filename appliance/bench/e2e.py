@@ -26,9 +26,7 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from appliance.bench._broker import LocalBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "repository" / "profiles" / "yolov3-tiny.yaml"
@@ -60,27 +60,6 @@ class Received:
     def since(self, start: int) -> list[float]:
         with self.lock:
             return self.latencies_ms[start:]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _broker(workdir: Path) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
-    conf = workdir / "mosquitto.conf"
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc, port
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("mosquitto did not start listening within 10 s")
 
 
 def _subscriber(port: int, topic: str, into: Received):
@@ -302,7 +281,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         workdir = Path(tmp)
         repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx), workdir / "repo")
-        broker, port = _broker(workdir)
+        broker = LocalBroker(workdir)
+        port = broker.port
         try:
             det_fps_a, det_p50 = bench_detector(onnx, tensors, seconds / 2)
             naive_fps, naive_lat = bench_naive(repo, dist, video, port, seconds, workdir)
@@ -311,8 +291,7 @@ def main(argv: list[str]) -> int:
             det_fps_b, _ = bench_detector(onnx, tensors, seconds / 2)
             _, det_paced_p50 = bench_detector(onnx, tensors, seconds, pace_fps=args.latency_fps)
         finally:
-            broker.terminate()
-            broker.wait()
+            broker.stop()
     det_fps = (det_fps_a + det_fps_b) / 2
     overhead = _p(app_lat, 0.5) - det_paced_p50
     print(f"e2e on {video.name} (640x480), {os.cpu_count()} CPUs, {seconds:g} s per alternative, "

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import shutil
-import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -21,6 +17,7 @@ from typing import Callable, Optional
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from appliance.bench._broker import LocalBroker
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.messages import (Detection, DetectionsMessage, ModelInfo, detections_payload, encode,
                                      new_message_id)
@@ -35,44 +32,6 @@ def _frame(camera: str, seq: int) -> DetectionsMessage:
     dets = tuple(Detection(i % 80, "person", 0.5 + i / 20, (10.0 * i, 20.0, 10.0 * i + 60, 200.0)) for i in range(5))
     return DetectionsMessage(camera, seq, time.time(), MODEL, 1280, 720, dets,
                              {"preprocess": 3.1, "infer": 21.7, "postprocess": 1.2, "total": 26.0})
-
-
-class _LocalBroker:
-    """A throwaway mosquitto on a free loopback port (the benchmark must not depend on a system service)."""
-
-    def __init__(self, workdir: Path) -> None:
-        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        if not os.path.exists(exe):
-            raise SystemExit("error: mosquitto not found; install it (apt-get install mosquitto) or pass "
-                             "--host/--port of a broker")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        conf = workdir / "mosquitto.conf"
-        lines = [f"listener {self.port} 127.0.0.1", "allow_anonymous true", "log_dest none"]
-        if os.geteuid() == 0:
-            lines.append("user root")
-        conf.write_text("\n".join(lines) + "\n")
-        self.proc = subprocess.Popen([exe, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise SystemExit(f"error: local mosquitto did not start on port {self.port}")
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 def bench_plain_paho(host: str, port: int, payloads: list[tuple[str, bytes]], window: int,
@@ -190,10 +149,10 @@ def main(argv: list[str]) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-mqtt-") as tmp:
         workdir = Path(tmp)
-        broker: Optional[_LocalBroker] = None
+        broker: Optional[LocalBroker] = None
         host, port = args.host, args.port
         if host is None:
-            broker = _LocalBroker(workdir)
+            broker = LocalBroker(workdir)
             host, port = "127.0.0.1", broker.port
         try:
             frames = [_frame(CAMERAS[i % len(CAMERAS)], i // len(CAMERAS)) for i in range(n)]

@@ -162,9 +162,10 @@ def _table(results: dict[int, dict[str, Run]]) -> str:
     return "\n".join(lines)
 
 
-def _layouts(args: argparse.Namespace, camera_counts: list[int]) -> dict[str, RepositoryOptions]:
-    """The detector layouts to compare: the ones the appliance picks for these camera counts
-    (appliance.modelrepo.layout), or the one the flags describe."""
+def _layouts(args: argparse.Namespace,
+             camera_counts: list[int]) -> tuple[dict[str, RepositoryOptions], dict[int, str]]:
+    """The detector layouts to compare, by name, and the one the appliance runs for each camera count
+    (appliance.modelrepo.layout); or the one layout the flags describe, for every count."""
     from appliance.config.app import ModelConfig
     from appliance.modelrepo.layout import DetectorLayout, detector_layout
 
@@ -174,26 +175,18 @@ def _layouts(args: argparse.Namespace, camera_counts: list[int]) -> dict[str, Re
         base = base.model_copy(update={"preprocess_instances": args.preprocess_instances})
     custom = args.detector_instances or args.intra_op_threads is not None or args.max_batch
     if custom:
-        chosen = [DetectorLayout(args.detector_instances or 1, args.intra_op_threads or 0,
-                                 args.max_batch or base.max_batch_size)]
+        layout = DetectorLayout(args.detector_instances or 1, args.intra_op_threads or 0,
+                                args.max_batch or base.max_batch_size)
+        per_count = {n: layout for n in camera_counts}
     else:
-        chosen = list(dict.fromkeys(detector_layout("onnxruntime", n, base.max_batch_size) for n in camera_counts))
-    out = {}
-    for i, layout in enumerate(chosen):
-        out[f"{layout.instances}x{layout.intra_op_threads or 'all'}"] = base.model_copy(update={
+        per_count = {n: detector_layout("onnxruntime", n, base.max_batch_size) for n in camera_counts}
+    name = {layout: f"{layout.instances}x{layout.intra_op_threads or 'all'}" for layout in per_count.values()}
+    options = {}
+    for i, layout in enumerate(dict.fromkeys(per_count.values())):
+        options[name[layout]] = base.model_copy(update={
             "prefix": f"l{i}_", "detector_instances": layout.instances, "intra_op_threads": layout.intra_op_threads,
             "max_batch_size": layout.max_batch_size})
-    return out
-
-
-def _layout_for(cams: int, layouts: dict[str, RepositoryOptions]) -> str:
-    """The layout the appliance would run with ``cams`` cameras (the only one when the flags chose it)."""
-    from appliance.modelrepo.layout import detector_layout
-
-    if len(layouts) == 1:
-        return next(iter(layouts))
-    want = detector_layout("onnxruntime", cams, next(iter(layouts.values())).max_batch_size)
-    return f"{want.instances}x{want.intra_op_threads or 'all'}"
+    return options, {n: name[layout] for n, layout in per_count.items()}
 
 
 def main(argv: list[str]) -> int:
@@ -241,7 +234,7 @@ def main(argv: list[str]) -> int:
     plain = PlainLoop(profile, onnx_path, args.ort_spinning)
     if stubsite.needed():
         stubsite.ensure()
-    layouts = _layouts(args, camera_counts)
+    layouts, appliance_layout = _layouts(args, camera_counts)
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         repos = {name: materialize(profile, DetectorSource(kind="onnxruntime", path=onnx_path), Path(tmp) / "repo",
                                    opts) for name, opts in layouts.items()}
@@ -285,7 +278,7 @@ def main(argv: list[str]) -> int:
                 print(f"ensemble_{key}_vs_plain_loop_{cams}cam={run.ratio_to(runs['plain']):.3f}")
     headline = {}
     for cams, runs in results.items():
-        name = _layout_for(cams, layouts)
+        name = appliance_layout[cams]
         headline[cams] = runs[f"ensemble {name}, {args.in_flight} in flight"].ratio_to(runs["plain"])
         print(f"appliance_layout_{cams}cam={name} ensemble_vs_plain_loop_{cams}cam={headline[cams]:.3f}")
     print(f"ensemble_vs_plain_loop={headline[max(camera_counts)]:.3f}")
