@@ -9,43 +9,44 @@ with the appliance stopped.
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from appliance.config.app import AppConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 
-def _spool_path(config_file: Path) -> tuple[Path | None, object | None, int]:
-    from appliance.config.check import check_config, resolved_paths
+def _load(config_file: Path) -> AppConfig | None:
+    """The validated AppConfig, or None after printing every problem (as ``appliance run`` does)."""
+    from appliance.config.check import check_config
 
     report = check_config(config_file, machine=False)
     if not report.ok or report.config is None:
         for issue in report.issues:
             print(issue, file=sys.stderr)
         print(report.summary(), file=sys.stderr)
-        return None, None, EXIT_CONFIG
-    config = report.config
-    path = config.mqtt.spool.path or resolved_paths(config)["state_dir"] / "mqtt-spool.sqlite3"
-    return path, config, EXIT_OK
-
-
-def _when(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return None
+    return report.config
 
 
 def run(args: argparse.Namespace) -> int:
+    from appliance.config.check import resolved_paths
     from appliance.mqtt.errors import SpoolError
+    from appliance.mqtt.messages import epoch_ms, iso_utc_ms
     from appliance.mqtt.spool import Spool
     from appliance.run import DEMO_CONFIG
 
-    path, config, code = _spool_path(Path(args.config) if args.config else DEMO_CONFIG)
-    if path is None:
-        return code
+    config = _load(Path(args.config) if args.config else DEMO_CONFIG)
+    if config is None:
+        return EXIT_CONFIG
+    path = config.mqtt.spool_path(resolved_paths(config)["state_dir"])
     if not path.exists():
         print(f"error: no spool at {path}: the appliance has not run with this config", file=sys.stderr)
         return EXIT_FAILED
-    spool = Spool(path, config.mqtt.spool)  # type: ignore[attr-defined]
+    spool = Spool(path, config.mqtt.spool)
     try:
         spool.open()
     except SpoolError as exc:
@@ -56,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
             messages = spool.set_aside_messages()
             for m in messages:
                 payload = f"  {m.payload.decode('utf-8', 'replace')}" if args.payload else ""
-                print(f"{m.id}\t{_when(m.set_at)}\t{m.topic}\t{len(m.payload)} bytes\t{m.reason}{payload}")
+                when = iso_utc_ms(epoch_ms(m.set_at))
+                print(f"{m.id}\t{when}\t{m.topic}\t{len(m.payload)} bytes\t{m.reason}{payload}")
             print(f"{len(messages)} message(s) set aside in {path}", file=sys.stderr)
             return EXIT_OK
         wanted = sorted(set(args.ids)) if args.ids else None

@@ -133,7 +133,7 @@ class Appliance:
         from appliance.mqtt.publisher import MqttPublisher
 
         self._step(f"MQTT publisher for {self.config.mqtt.host}:{self.config.mqtt.port}")
-        spool = self.config.mqtt.spool.path or self.paths["state_dir"] / "mqtt-spool.sqlite3"
+        spool = self.config.mqtt.spool_path(self.paths["state_dir"])
         spool.parent.mkdir(parents=True, exist_ok=True)
         self.publisher = MqttPublisher(self.config.mqtt, spool)
         self.publisher.set_health_provider(self._health_for_mqtt)
@@ -265,8 +265,7 @@ class Appliance:
         self.scheduler = Scheduler(self._submit, self._on_result, max_inflight=pipeline.max_inflight,
                                    per_camera_inflight=pipeline.per_camera_inflight, clock=self._clock,
                                    gate=self.recovery.drop_reason if self.recovery else None,
-                                   on_drop=self._on_drop, wakeup=self._doorbell,
-                                   idle_wait_s=IDLE_POLL_S if self._doorbell is not None else 0.001)
+                                   on_drop=self._on_drop, wakeup=self._doorbell, idle_wait_s=IDLE_POLL_S)
         for camera in self.config.cameras:
             cam = self._cameras[camera.id]
             try:

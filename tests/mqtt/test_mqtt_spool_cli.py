@@ -106,3 +106,11 @@ def _still_set_aside(path: Path) -> list:
         return spool.set_aside_messages()
     finally:
         spool.close()
+
+
+def test_a_relative_spool_path_is_found_under_the_state_directory(tmp_path: Path, broker: Mosquitto) -> None:
+    config = _config(tmp_path, broker)
+    config.write_text(config.read_text().replace("topic_prefix: plant}", "topic_prefix: plant, spool: {path: q/s.db}}"))
+    _spool_with_one_set_aside(tmp_path / "state" / "q" / "s.db")  # where the daemon puts it (MqttConfig.spool_path)
+    listed = _cli("list", "--config", str(config))
+    assert listed.returncode == 0 and listed.stdout.startswith("2\t"), listed.stderr
