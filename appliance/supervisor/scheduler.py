@@ -7,6 +7,8 @@ Rules, in order:
 - at most ``max_inflight`` requests in total (backpressure: when Triton is saturated, frames wait in the ring
   where newer frames replace them);
 - cameras are visited round-robin, starting after the one served last (fairness);
+- a camera's results are handed on in the order its frames were submitted, even when several detector
+  instances finish them out of order: subscribers see each camera's ``seq`` rising;
 - while the gate names a reason (the served model is being recovered), each camera's newest frame is dropped
   and counted instead of submitted: frames are never queued for a pipeline that cannot take them.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -70,6 +73,9 @@ class CameraSlot:
     dropped: int = 0  # frames dropped while the gate was closed (the pipeline was recovering)
     errors: int = 0
     stats_lock: threading.Lock = field(default_factory=threading.Lock)
+    # submitted, not yet handed on, oldest first; order_lock lets one thread at a time hand results on
+    pending: deque = field(default_factory=deque)
+    order_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Scheduler:
@@ -120,11 +126,12 @@ class Scheduler:
         """One pass over the cameras; returns how many frames were submitted (the loop calls this)."""
         submitted = 0
         n = len(self._cameras)
+        start = self._next
         for i in range(n):
             with self._cond:
                 if self._inflight >= self._max_inflight or self._stopping.is_set():
                     break
-            slot = self._cameras[(self._next + i) % n]
+            slot = self._cameras[(start + i) % n]
             try:
                 ok = self._try_submit(slot)
             except Exception:  # one camera's broken ring must not stop the others
@@ -135,7 +142,7 @@ class Scheduler:
                 continue
             if ok:
                 submitted += 1
-                self._next = (self._next + i + 1) % n
+                self._next = (start + i + 1) % n
         return submitted
 
     def _try_submit(self, slot: CameraSlot) -> bool:
@@ -174,8 +181,18 @@ class Scheduler:
             slot.errors += 1
             return False
         slot.submitted += 1
-        future.add_done_callback(lambda f, s=slot, m=meta: self._done(s, m, f))
+        with slot.order_lock:
+            slot.pending.append((meta, future))
+        future.add_done_callback(lambda _f, s=slot: self._hand_on_in_order(s))
         return True
+
+    def _hand_on_in_order(self, slot: CameraSlot) -> None:
+        """Hand on every finished result at the head of the camera's queue; a later frame finished first waits
+        for the earlier one (with two detector instances, frame 2 can finish before frame 1)."""
+        with slot.order_lock:
+            while slot.pending and slot.pending[0][1].done():
+                meta, future = slot.pending.popleft()
+                self._done(slot, meta, future)
 
     def _drop(self, slot: CameraSlot, lease: Lease, reason: str) -> None:
         seq = lease.meta.seq

@@ -140,3 +140,33 @@ def test_a_closed_gate_drops_and_counts_frames_instead_of_queueing_them() -> Non
     assert scheduler.step() == 0
     camera.capture(0.5)
     assert scheduler.step() == 1 and [seq for _, seq, _ in submitted] == [6]
+
+
+def test_results_are_handed_on_in_each_cameras_order_when_requests_finish_out_of_order() -> None:
+    # Two detector instances can finish a camera's frame 2 before its frame 1; subscribers must still see seq rise.
+    handed_on: list[tuple[str, int, object]] = []
+    submitted: list[tuple[str, int, Future]] = []
+
+    def submit(camera_id: str, lease: Lease) -> Future:
+        future: Future = Future()
+        submitted.append((camera_id, lease.meta.seq, future))
+        return future
+
+    scheduler = Scheduler(submit, lambda cam, meta, f: handed_on.append((cam, meta.seq, f.result())),
+                          per_camera_inflight=3)
+    a, b = Camera(), Camera()
+    slot_a = scheduler.add_camera("a", a, None)
+    scheduler.add_camera("b", b, None)
+    for t in (0.0, 0.1, 0.2):
+        a.capture(t)
+        b.capture(t)
+        assert scheduler.step() == 2
+    futures = {(cam, seq): f for cam, seq, f in submitted}
+    futures["a", 3].set_result("a3")
+    futures["a", 2].set_result("a2")
+    futures["b", 1].set_result("b1")  # another camera's frames are not held up by camera a's
+    assert handed_on == [("b", 1, "b1")] and slot_a.inflight == 3
+    futures["a", 1].set_exception(RuntimeError("detector failed"))  # a failed frame also keeps its place
+    futures["b", 2].set_result("b2")
+    assert [(cam, seq) for cam, seq, _ in handed_on] == [("b", 1), ("a", 2), ("a", 3), ("b", 2)]
+    assert slot_a.inflight == 0 and slot_a.errors == 1 and scheduler.inflight == 1
