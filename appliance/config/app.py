@@ -111,9 +111,13 @@ class AppConfig(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _mqtt_device_id_defaults_to_device_id(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("mqtt"), dict) and isinstance(data.get("device"), dict):
-            if "device_id" not in data["mqtt"] and "id" in data["device"]:
-                data = {**data, "mqtt": {**data["mqtt"], "device_id": data["device"]["id"]}}
+        if isinstance(data, dict) and isinstance(data.get("mqtt"), dict) and "device_id" not in data["mqtt"]:
+            device = data.get("device")
+            if isinstance(device, dict) and "id" in device:
+                device_id = device["id"]
+            else:  # device is missing or broken and reported as such; "mqtt.device_id missing" would mislead
+                device_id = "device-id-unset"
+            data = {**data, "mqtt": {**data["mqtt"], "device_id": device_id}}
         return data
 
     @model_validator(mode="after")

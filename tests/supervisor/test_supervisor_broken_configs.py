@@ -46,3 +46,16 @@ def test_check_config_reports_the_same_problem(path: Path) -> None:
     report = check_config(path, environ={}, machine=False)
     assert not report.ok
     assert any(f"{path}{_expected(path)}" in str(issue) for issue in report.issues), report.issues
+
+
+def test_a_broken_device_section_is_reported_once_not_again_as_a_missing_mqtt_device_id(tmp_path: Path) -> None:
+    # mqtt.device_id defaults to device.id: when device is broken, that default is not "missing" as well.
+    for device in ("device: demo", "device: {name: line 3}"):
+        path = tmp_path / "app.yaml"
+        path.write_text(f"{device}\ncameras:\n  - id: a\n    source: {{type: file, path: /tmp/v.mp4}}\n"
+                        "    width: 640\n    height: 480\nmqtt: {host: localhost}\n")
+        report = check_config(path, environ={}, machine=False)
+        assert [str(issue).removeprefix(str(path)) for issue in report.issues][:1] in (
+            [":1: device: must be a mapping of keys (key: value), not text ('demo')"],
+            [":1: device.id: required key is missing"]), report.issues
+        assert len(report.issues) == 1, report.issues
