@@ -183,16 +183,30 @@ class Scheduler:
         slot.submitted += 1
         with slot.order_lock:
             slot.pending.append((meta, future))
-        future.add_done_callback(lambda _f, s=slot: self._hand_on_in_order(s))
+        future.add_done_callback(lambda f, s=slot: self._completed(s, f))
         return True
+
+    def _completed(self, slot: CameraSlot, future: "Future[Any]") -> None:
+        # The request's in-flight place is freed at once, even while its result waits for an earlier frame's:
+        # the camera keeps feeding the free detector instance.
+        self._hand_on_in_order(slot)
+        if future.cancelled() or future.exception() is not None:
+            slot.errors += 1
+        else:
+            self.last_progress = self._clock()
+        self._finish(slot)
 
     def _hand_on_in_order(self, slot: CameraSlot) -> None:
         """Hand on every finished result at the head of the camera's queue; a later frame finished first waits
-        for the earlier one (with two detector instances, frame 2 can finish before frame 1)."""
+        for the earlier one (with two detector instances, frame 2 can finish before frame 1). Called before
+        ``_finish``, so when nothing is in flight every result has been handed on (``stop`` relies on it)."""
         with slot.order_lock:
             while slot.pending and slot.pending[0][1].done():
                 meta, future = slot.pending.popleft()
-                self._done(slot, meta, future)
+                try:
+                    self._on_result(slot.camera_id, meta, future)
+                except Exception:
+                    log.exception("camera %s: handling the result of frame %s failed", slot.camera_id, meta.seq)
 
     def _drop(self, slot: CameraSlot, lease: Lease, reason: str) -> None:
         seq = lease.meta.seq
@@ -203,18 +217,6 @@ class Scheduler:
         slot.dropped += 1
         if self._on_drop is not None:
             self._on_drop(slot.camera_id, reason)
-
-    def _done(self, slot: CameraSlot, meta: Any, future: "Future[Any]") -> None:
-        try:
-            self._on_result(slot.camera_id, meta, future)
-        except Exception:
-            log.exception("camera %s: handling the result of frame %s failed", slot.camera_id, meta.seq)
-        finally:
-            if future.cancelled() or future.exception() is not None:
-                slot.errors += 1
-            else:
-                self.last_progress = self._clock()
-            self._finish(slot)
 
     def _finish(self, slot: CameraSlot) -> None:
         with self._cond:

@@ -165,7 +165,8 @@ def test_results_are_handed_on_in_each_cameras_order_when_requests_finish_out_of
     futures["a", 3].set_result("a3")
     futures["a", 2].set_result("a2")
     futures["b", 1].set_result("b1")  # another camera's frames are not held up by camera a's
-    assert handed_on == [("b", 1, "b1")] and slot_a.inflight == 3
+    # a2 and a3 wait for a1, but no longer hold in-flight places: camera a can feed a free detector instance
+    assert handed_on == [("b", 1, "b1")] and slot_a.inflight == 1
     futures["a", 1].set_exception(RuntimeError("detector failed"))  # a failed frame also keeps its place
     futures["b", 2].set_result("b2")
     assert [(cam, seq) for cam, seq, _ in handed_on] == [("b", 1), ("a", 2), ("a", 3), ("b", 2)]
