@@ -89,6 +89,7 @@ class Appliance:
         self._published_pipeline = PipelineState.SERVING
         self._base_spec: Any = None
         self._repo_options: Any = None
+        self._max_inflight = self.config.pipeline.max_inflight or 8  # set from the detector layout at start
         self._last_error = ""
         self._completed = 0
         self.latencies_ms: deque[float] = deque(maxlen=10_000)  # capture-to-result, newest last
@@ -165,8 +166,10 @@ class Appliance:
         self._step("model repository for this device")
         layout = detector_layout(self.engine.triton_kind, len(self.config.cameras), self.config.model.max_batch_size,
                                  self.config.model.detector_instances)
-        log.info("detector layout: %s (%s, %d camera(s))", layout.describe(), self.engine.triton_kind,
-                 len(self.config.cameras))
+        self._max_inflight = self.config.pipeline.max_inflight or layout.requests_to_keep_busy()
+        log.info("detector layout: %s (%s, %d camera(s)); %d request(s) in flight at most%s", layout.describe(),
+                 self.engine.triton_kind, len(self.config.cameras), self._max_inflight,
+                 "" if self.config.pipeline.max_inflight else " (enough to keep it busy)")
         self._repo_options = RepositoryOptions(max_batch_size=layout.max_batch_size,
                                                queue_delay_us=self.config.model.queue_delay_us,
                                                detector_instances=layout.instances,
@@ -262,7 +265,7 @@ class Appliance:
         from appliance.capture import RingError, RingReader
 
         pipeline = self.config.pipeline
-        self.scheduler = Scheduler(self._submit, self._on_result, max_inflight=pipeline.max_inflight,
+        self.scheduler = Scheduler(self._submit, self._on_result, max_inflight=self._max_inflight,
                                    per_camera_inflight=pipeline.per_camera_inflight, clock=self._clock,
                                    gate=self.recovery.drop_reason if self.recovery else None,
                                    on_drop=self._on_drop, wakeup=self._doorbell, idle_wait_s=IDLE_POLL_S)

@@ -28,7 +28,7 @@ def test_the_operators_instance_count_wins_and_splits_the_cores():
 
 
 def test_tensorrt_runs_one_instance_with_the_configured_batch():
-    assert detector_layout("tensorrt_plan", cameras=8, max_batch_size=8, cpus=12) == DetectorLayout(1, 0, 8)
+    assert detector_layout("tensorrt_plan", cameras=8, max_batch_size=8, cpus=12) == DetectorLayout(1, 0, 8, True)
     assert detector_layout("tensorrt_plan", cameras=8, max_batch_size=8, instances=2, cpus=12).instances == 2
 
 
@@ -36,3 +36,11 @@ def test_describe_names_instances_threads_and_batch():
     assert detector_layout("onnxruntime", 4, 4, cpus=2).describe() == \
         "2 detector instance(s) x 1 thread(s), batches up to 2"
     assert "all cores" in detector_layout("onnxruntime", 1, 4, cpus=2).describe()
+
+
+def test_requests_in_flight_keep_every_instance_busy_and_no_more():
+    # ONNX Runtime: one frame per instance (a CPU batch is no cheaper) plus one being pre/post-processed
+    assert detector_layout("onnxruntime", cameras=1, max_batch_size=4, cpus=2).requests_to_keep_busy() == 2
+    assert detector_layout("onnxruntime", cameras=4, max_batch_size=4, cpus=2).requests_to_keep_busy() == 3
+    # TensorRT: room for a full batch, which is where a GPU's throughput comes from
+    assert detector_layout("tensorrt_plan", cameras=8, max_batch_size=8, cpus=12).requests_to_keep_busy() == 9

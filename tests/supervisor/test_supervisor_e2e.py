@@ -231,7 +231,9 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), camera
 
     if (os.cpu_count() or 1) >= 2:  # two cameras on a CPU host: two detector instances (modelrepo.layout)
-        assert "detector layout: 2 detector instance(s)" in (tmp_path / "daemon.log").read_text()
+        log = (tmp_path / "daemon.log").read_text()
+        assert "detector layout: 2 detector instance(s)" in log
+        assert "3 request(s) in flight at most (enough to keep it busy)" in log
     fields = notify.fields()
     assert any(f.startswith("STATUS=") and "cameras streaming" in f for f in fields)
     assert "STOPPING=1" in fields and "WATCHDOG=1" in fields
