@@ -44,14 +44,18 @@ PROFILE = ROOT / "repository" / "profiles" / "yolov3-tiny.yaml"
 
 @dataclass
 class Received:
-    """What a subscriber saw: arrival count and capture→arrival latencies (ms)."""
+    """What a subscriber saw: arrival count, capture→arrival latencies (ms) and the appliance's own
+    capture→submit time from each payload (``latency_ms.queue``) where it has one."""
 
     latencies_ms: list[float] = field(default_factory=list)
+    to_submit_ms: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, capture_ms: int) -> None:
+    def add(self, capture_ms: int, to_submit_ms: float | None = None) -> None:
         with self.lock:
             self.latencies_ms.append(time.time() * 1000 - capture_ms)
+            if to_submit_ms is not None:
+                self.to_submit_ms.append(to_submit_ms)
 
     def count(self) -> int:
         with self.lock:
@@ -66,7 +70,8 @@ def _subscriber(port: int, topic: str, into: Received):
     import paho.mqtt.client as paho
 
     def on_message(_client, _userdata, msg) -> None:
-        into.add(int(json.loads(msg.payload)["capture_time_ms"]))
+        payload = json.loads(msg.payload)
+        into.add(int(payload["capture_time_ms"]), payload.get("latency_ms", {}).get("queue"))
 
     client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"bench-sub-{os.getpid()}-{topic.count('/')}")
     client.on_message = on_message
@@ -192,9 +197,49 @@ def _wait_for(predicate, timeout: float) -> bool:
     return False
 
 
-def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float
-                    ) -> tuple[float, list[float]]:
-    """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies."""
+STAGES = ("preprocess", "detector", "postprocess")
+
+
+def _stage_totals(server) -> dict[str, tuple[float, int]]:  # type: ignore[no-untyped-def]
+    """Per stage: (ms, requests) so far. Triton's view of each stage model (queue + input + infer + output,
+    i.e. with the stub round trip) under its name, and the stage's own timer inside its stub
+    (``appliance_stage_latency_us``: for the detector, ONNX Runtime's run) under ``<stage>:inside``."""
+    import re
+
+    totals: dict[str, tuple[float, int]] = {}
+    for model in server.model_statistics("")["model_stats"]:
+        stage = next((s for s in STAGES if model["name"].startswith(s)), None)
+        if stage is None:
+            continue
+        stats = model["inference_stats"]
+        ns = sum(int(stats[k]["ns"]) for k in ("queue", "compute_input", "compute_infer", "compute_output"))
+        ms, n = totals.get(stage, (0.0, 0))
+        totals[stage] = (ms + ns / 1e6, n + int(stats["success"]["count"]))
+    inside: dict[str, list[float]] = {}
+    for line in server.metrics().splitlines():
+        m = re.match(r'(appliance_stage_latency_us|appliance_stage_requests)\{.*stage="(\w+)".*\} ([\d.e+]+)$',
+                     line)
+        if m:
+            pair = inside.setdefault(m.group(2), [0.0, 0.0])
+            pair[0 if m.group(1) == "appliance_stage_latency_us" else 1] += float(m.group(3))
+    for stage, (us, n) in inside.items():
+        totals[f"{stage}:inside"] = (us / 1000, int(n))
+    return totals
+
+
+def _stage_means(before: dict[str, tuple[float, int]], after: dict[str, tuple[float, int]]) -> dict[str, float]:
+    means = {}
+    for key, (ms, n) in after.items():
+        ms0, n0 = before.get(key, (0.0, 0))
+        if n > n0:
+            means[key] = (ms - ms0) / (n - n0)
+    return means
+
+
+def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
+                    split: dict[str, float] | None = None) -> tuple[float, list[float]]:
+    """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
+    gets the mean ms per stage over the same window (see ``_stage_totals``) and ``capture_to_submit``."""
     from appliance.config.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
@@ -223,18 +268,41 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
         app.start()
         time.sleep(3)  # warm-up: first batches, capture processes settling
         start_count = received.count()
+        before = _stage_totals(app.server) if split is not None else {}
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             app.tick()
             time.sleep(0.5)
         elapsed = time.perf_counter() - t0
         got = received.since(start_count)
+        if split is not None:
+            time.sleep(1.1)  # the stages push their own timers at most once a second
+            split.update(_stage_means(before, _stage_totals(app.server)))
+            with received.lock:
+                to_submit = received.to_submit_ms[start_count:]
+            if to_submit:
+                split["capture_to_submit"] = statistics.fmean(to_submit)
     finally:
         app.stop()
         sub.loop_stop()
         sub.disconnect()
         shutil.rmtree(shm_root, ignore_errors=True)
     return len(got) / elapsed, got
+
+
+def _split_line(split: dict[str, float], mean_total: float) -> str:
+    """Where the 1-camera latency goes, means in ms: each stage as Triton sees it (its work inside the stub in
+    parentheses) and what is left: Triton's ensemble, the result callback, the spool, MQTT, the broker."""
+    parts = []
+    if "capture_to_submit" in split:
+        parts.append(f"capture->submit {split['capture_to_submit']:.1f}")
+    for stage in STAGES:
+        if stage in split:
+            inside = split.get(f"{stage}:inside")
+            parts.append(f"{stage} {split[stage]:.1f}" + (f" (inside {inside:.1f})" if inside is not None else ""))
+    known = split.get("capture_to_submit", 0.0) + sum(split.get(stage, 0.0) for stage in STAGES)
+    parts.append(f"rest to the subscriber {mean_total - known:.1f}")
+    return "1-camera latency split (means, ms): " + ", ".join(parts)
 
 
 def _p(values: list[float], q: float) -> float:
@@ -287,7 +355,8 @@ def main(argv: list[str]) -> int:
             det_fps_a, det_p50 = bench_detector(onnx, tensors, seconds / 2)
             naive_fps, naive_lat = bench_naive(repo, dist, video, port, seconds, workdir)
             app_fps, app_sat_lat = bench_appliance(workdir, video, port, args.cameras, args.fps, seconds)
-            _, app_lat = bench_appliance(workdir, video, port, 1, args.latency_fps, seconds)
+            split: dict[str, float] = {}
+            _, app_lat = bench_appliance(workdir, video, port, 1, args.latency_fps, seconds, split)
             det_fps_b, _ = bench_detector(onnx, tensors, seconds / 2)
             _, det_paced_p50 = bench_detector(onnx, tensors, seconds, pace_fps=args.latency_fps)
         finally:
@@ -312,6 +381,9 @@ def main(argv: list[str]) -> int:
         cells = [f"{fps:>10.1f}" if fps is not None else f"{'':>10}", f"{p50:>9.1f}",
                  f"{p99:>9.1f}" if p99 is not None else f"{'':>9}"]
         print(f"{label:<62}{''.join(cells)}")
+    print(_split_line(split, statistics.fmean(app_lat) if app_lat else float("nan")))
+    if "detector:inside" in split:  # the detector's compute measured inside the appliance, in the same run
+        print(f"latency_beyond_detector_compute_same_run_p50_ms={_p(app_lat, 0.5) - split['detector:inside']:.1f}")
     print(f"latency_overhead_p50_ms={overhead:.1f}")
     print(f"e2e_vs_naive={app_fps / naive_fps:.2f}")
     print(f"e2e_vs_detector_alone={app_fps / det_fps:.2f}")
