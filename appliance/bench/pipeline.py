@@ -7,7 +7,8 @@ The ensemble runs in the detector layouts the appliance picks for these camera c
 one instance on every core, two on half the cores each), materialized side by side in one server, each with
 one frame in flight per camera (the next frame goes in when the previous result is back) and with
 ``--in-flight`` frames (default 2, the appliance scheduler's ``per_camera_inflight``, so one frame's pre/post
-overlaps another's detector). The plain loop serves cameras round-robin, one frame at a time, in this thread;
+overlaps another's detector) and, like the appliance's scheduler (``pipeline.max_inflight``), at most as many
+in all as keep that layout's detector busy. The plain loop serves cameras round-robin, one frame at a time, in this thread;
 it cannot overlap anything. The alternatives run in short alternating rounds so that background load on the
 machine hits them alike. Per-stage times: the plain loop measures its own; the ensemble's come from Triton's
 per-model statistics (compute time per frame; the detector's is per frame of a batch, so batching shows up
@@ -117,8 +118,10 @@ class Ensemble:
                                                                         "compute_output"))
         return out
 
-    def run(self, frames: list[np.ndarray], cameras: int, per_camera: int, into: Run, in_flight: int = 1) -> None:
+    def run(self, frames: list[np.ndarray], cameras: int, per_camera: int, into: Run, in_flight: int = 1,
+            total_in_flight: int | None = None) -> None:
         errors: list[BaseException] = []
+        total = threading.BoundedSemaphore(total_in_flight or cameras * in_flight)
 
         def camera(cam: int) -> None:
             try:
@@ -126,8 +129,10 @@ class Ensemble:
                 for i in range(per_camera):
                     if len(pending) == in_flight:
                         pending.pop(0).result()
-                    pending.append(self.server.infer_async(self.repo.ensemble,
-                                                           {"IMAGE": frames[(i + cam) % len(frames)]}))
+                    total.acquire()
+                    future = self.server.infer_async(self.repo.ensemble, {"IMAGE": frames[(i + cam) % len(frames)]})
+                    future.add_done_callback(lambda _f: total.release())
+                    pending.append(future)
                 for fut in pending:
                     fut.result()
             except BaseException as exc:  # reported after the threads are joined
@@ -163,9 +168,10 @@ def _table(results: dict[int, dict[str, Run]]) -> str:
 
 
 def _layouts(args: argparse.Namespace,
-             camera_counts: list[int]) -> tuple[dict[str, RepositoryOptions], dict[int, str]]:
+             camera_counts: list[int]) -> tuple[dict[str, RepositoryOptions], dict[int, str], dict[str, int]]:
     """The detector layouts to compare, by name, and the one the appliance runs for each camera count
-    (appliance.modelrepo.layout); or the one layout the flags describe, for every count."""
+    (appliance.modelrepo.layout); or the one layout the flags describe, for every count. Also, by name, the
+    requests in flight in all that keep the layout busy (the appliance scheduler's default bound)."""
     from appliance.config.app import ModelConfig
     from appliance.modelrepo.layout import DetectorLayout, detector_layout
 
@@ -186,7 +192,8 @@ def _layouts(args: argparse.Namespace,
         options[name[layout]] = base.model_copy(update={
             "prefix": f"l{i}_", "detector_instances": layout.instances, "intra_op_threads": layout.intra_op_threads,
             "max_batch_size": layout.max_batch_size})
-    return options, {n: name[layout] for n, layout in per_count.items()}
+    caps = {name[layout]: layout.requests_to_keep_busy() for layout in per_count.values()}
+    return options, {n: name[layout] for n, layout in per_count.items()}, caps
 
 
 def main(argv: list[str]) -> int:
@@ -234,7 +241,7 @@ def main(argv: list[str]) -> int:
     plain = PlainLoop(profile, onnx_path, args.ort_spinning)
     if stubsite.needed():
         stubsite.ensure()
-    layouts, appliance_layout = _layouts(args, camera_counts)
+    layouts, appliance_layout, caps = _layouts(args, camera_counts)
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         repos = {name: materialize(profile, DetectorSource(kind="onnxruntime", path=onnx_path), Path(tmp) / "repo",
                                    opts) for name, opts in layouts.items()}
@@ -262,14 +269,15 @@ def main(argv: list[str]) -> int:
                     for name, ensemble in ensembles.items():
                         for depth in depths:
                             ensemble.run(frames, cams, per_camera, runs[f"ensemble {name}, {depth} in flight"],
-                                         in_flight=depth)
+                                         in_flight=depth, total_in_flight=caps[name] if depth > 1 else None)
         finally:
             server.stop(timeout=60)
     load = os.getloadavg()[0]
     print(f"pipeline: {profile.name} {profile.input.width}x{profile.input.height}, {len(frames)} darknet test images, "
           f"{rounds} alternating rounds of about {frames_per_round} frames, {os.cpu_count()} CPUs, load average "
           f"{load:.1f} at the end; per-stage columns: ms per frame; layouts: detector instances x ONNX Runtime "
-          f"threads each")
+          f"threads each; pipelined runs keep at most "
+          f"{', '.join(f'{n} ({name})' for name, n in caps.items())} frames in flight in all, as the appliance does")
     print(_table(results))
     for cams, runs in results.items():
         for label, run in runs.items():
