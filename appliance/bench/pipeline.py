@@ -8,8 +8,8 @@ one instance on every core, two on half the cores each), materialized side by si
 one frame in flight per camera (the next frame goes in when the previous result is back) and with
 ``--in-flight`` frames (default 2, the appliance scheduler's ``per_camera_inflight``, so one frame's pre/post
 overlaps another's detector) and, like the appliance's scheduler (``pipeline.max_inflight``), at most as many
-in all as keep that layout's detector busy. The plain loop serves cameras round-robin, one frame at a time, in this thread;
-it cannot overlap anything. The alternatives run in short alternating rounds so that background load on the
+in all as keep that layout's detector busy. The plain loop serves cameras round-robin, one frame at a time, in
+this thread; it cannot overlap anything. The alternatives run in short alternating rounds so that background load on the
 machine hits them alike. Per-stage times: the plain loop measures its own; the ensemble's come from Triton's
 per-model statistics (compute time per frame; the detector's is per frame of a batch, so batching shows up
 there). Ratios are medians over rounds of the paired per-round ratios, which a burst of load from other

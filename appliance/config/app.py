@@ -77,8 +77,9 @@ class RecoveryConfig(StrictModel):
 
 class PipelineConfig(StrictModel):
     max_inflight: Optional[int] = Field(
-        None, ge=1, le=256, description="inference requests in flight, all cameras together; null (default): what keeps the "
-        "detector busy (instances + 1 on ONNX Runtime, instances x max batch + 1 on TensorRT), logged at start")
+        None, ge=1, le=256, description="inference requests in flight, all cameras together; null (default): what "
+        "keeps the detector busy (instances + 1 on ONNX Runtime, instances x max batch + 1 on TensorRT), logged at "
+        "start")
     per_camera_inflight: int = Field(2, ge=1, le=32, description="inference requests in flight per camera")
     request_timeout_s: float = Field(10.0, gt=0, le=600, description="an inference slower than this fails")
     drain_timeout_s: float = Field(10.0, ge=0, le=300, description="on stop, wait this long for in-flight frames")
