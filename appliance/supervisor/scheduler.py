@@ -251,11 +251,26 @@ class Scheduler:
             self._thread.join(timeout=5)
         deadline = self._clock() + drain_timeout_s
         with self._cond:
-            while self._inflight > 0:
-                remaining = deadline - self._clock()
-                if remaining <= 0:
-                    log.warning("stop: %d inference requests still in flight after %.1f s", self._inflight,
-                                drain_timeout_s)
-                    return False
-                self._cond.wait(min(remaining, 0.1))
-        return True
+            while self._inflight > 0 and self._clock() < deadline:
+                self._cond.wait(max(0.0, min(deadline - self._clock(), 0.1)))
+            still_in_flight = self._inflight
+        if not still_in_flight:
+            return True
+        log.warning("stop: %d inference requests still in flight after %.1f s", still_in_flight, drain_timeout_s)
+        for slot in self._cameras:  # out of order rather than lost: nothing will come before them now
+            self._hand_on_finished(slot)
+        return False
+
+    def _hand_on_finished(self, slot: CameraSlot) -> None:
+        with slot.order_lock:
+            waiting = [(meta, future) for meta, future in slot.pending if not future.done()]
+            finished = [(meta, future) for meta, future in slot.pending if future.done()]
+            slot.pending = deque(waiting)
+            if finished and waiting:
+                log.warning("camera %s: publishing %d finished frame(s) ahead of frame %s, which never finished",
+                            slot.camera_id, len(finished), waiting[0][0].seq)
+            for meta, future in finished:
+                try:
+                    self._on_result(slot.camera_id, meta, future)
+                except Exception:
+                    log.exception("camera %s: handling the result of frame %s failed", slot.camera_id, meta.seq)

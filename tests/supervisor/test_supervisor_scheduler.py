@@ -171,3 +171,24 @@ def test_results_are_handed_on_in_each_cameras_order_when_requests_finish_out_of
     futures["b", 2].set_result("b2")
     assert [(cam, seq) for cam, seq, _ in handed_on] == [("b", 1), ("a", 2), ("a", 3), ("b", 2)]
     assert slot_a.inflight == 0 and slot_a.errors == 1 and scheduler.inflight == 1
+
+
+def test_stop_publishes_finished_results_stuck_behind_a_frame_that_never_finishes() -> None:
+    handed_on: list[int] = []
+    submitted: list[tuple[str, int, Future]] = []
+
+    def submit(camera_id: str, lease: Lease) -> Future:
+        future: Future = Future()
+        submitted.append((camera_id, lease.meta.seq, future))
+        return future
+
+    scheduler = Scheduler(submit, lambda cam, meta, f: handed_on.append(meta.seq), per_camera_inflight=2)
+    camera = Camera()
+    scheduler.add_camera("a", camera, None)
+    for t in (0.0, 0.1):
+        camera.capture(t)
+        assert scheduler.step() == 1
+    submitted[1][2].set_result("done")  # frame 2 finished; frame 1 hangs
+    assert handed_on == []
+    assert scheduler.stop(drain_timeout_s=0.2) is False
+    assert handed_on == [2]  # out of order rather than lost at shutdown
