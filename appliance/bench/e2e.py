@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -204,8 +205,6 @@ def _stage_totals(server) -> dict[str, tuple[float, int]]:  # type: ignore[no-un
     """Per stage: (ms, requests) so far. Triton's view of each stage model (queue + input + infer + output,
     i.e. with the stub round trip) under its name, and the stage's own timer inside its stub
     (``appliance_stage_latency_us``: for the detector, ONNX Runtime's run) under ``<stage>:inside``."""
-    import re
-
     totals: dict[str, tuple[float, int]] = {}
     for model in server.model_statistics("")["model_stats"]:
         stage = next((s for s in STAGES if model["name"].startswith(s)), None)

@@ -89,7 +89,7 @@ class Appliance:
         self._published_pipeline = PipelineState.SERVING
         self._base_spec: Any = None
         self._repo_options: Any = None
-        self._max_inflight = self.config.pipeline.max_inflight or 8  # set from the detector layout at start
+        self._max_inflight: int | None = None  # the config's, or the detector layout's (_materialize_repository)
         self._last_error = ""
         self._completed = 0
         self.latencies_ms: deque[float] = deque(maxlen=10_000)  # capture-to-result, newest last

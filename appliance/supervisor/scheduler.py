@@ -202,11 +202,13 @@ class Scheduler:
         ``_finish``, so when nothing is in flight every result has been handed on (``stop`` relies on it)."""
         with slot.order_lock:
             while slot.pending and slot.pending[0][1].done():
-                meta, future = slot.pending.popleft()
-                try:
-                    self._on_result(slot.camera_id, meta, future)
-                except Exception:
-                    log.exception("camera %s: handling the result of frame %s failed", slot.camera_id, meta.seq)
+                self._hand_on(slot, *slot.pending.popleft())
+
+    def _hand_on(self, slot: CameraSlot, meta: Any, future: "Future[Any]") -> None:
+        try:
+            self._on_result(slot.camera_id, meta, future)
+        except Exception:
+            log.exception("camera %s: handling the result of frame %s failed", slot.camera_id, meta.seq)
 
     def _drop(self, slot: CameraSlot, lease: Lease, reason: str) -> None:
         seq = lease.meta.seq
@@ -270,7 +272,4 @@ class Scheduler:
                 log.warning("camera %s: publishing %d finished frame(s) ahead of frame %s, which never finished",
                             slot.camera_id, len(finished), waiting[0][0].seq)
             for meta, future in finished:
-                try:
-                    self._on_result(slot.camera_id, meta, future)
-                except Exception:
-                    log.exception("camera %s: handling the result of frame %s failed", slot.camera_id, meta.seq)
+                self._hand_on(slot, meta, future)

@@ -40,7 +40,7 @@ class Camera:
         return Lease(newer[-1], self.leases) if newer else None
 
 
-def _scheduler(**kwargs):
+def _scheduler(on_result=lambda *a: None, **kwargs):
     submitted: list[tuple[str, int, Future]] = []
 
     def submit(camera_id: str, lease: Lease) -> Future:
@@ -48,7 +48,7 @@ def _scheduler(**kwargs):
         submitted.append((camera_id, lease.meta.seq, future))
         return future
 
-    return Scheduler(submit, lambda *a: None, **kwargs), submitted
+    return Scheduler(submit, on_result, **kwargs), submitted
 
 
 def test_a_camera_paced_at_its_target_rate_is_never_held_back() -> None:
@@ -145,15 +145,8 @@ def test_a_closed_gate_drops_and_counts_frames_instead_of_queueing_them() -> Non
 def test_results_are_handed_on_in_each_cameras_order_when_requests_finish_out_of_order() -> None:
     # Two detector instances can finish a camera's frame 2 before its frame 1; subscribers must still see seq rise.
     handed_on: list[tuple[str, int, object]] = []
-    submitted: list[tuple[str, int, Future]] = []
-
-    def submit(camera_id: str, lease: Lease) -> Future:
-        future: Future = Future()
-        submitted.append((camera_id, lease.meta.seq, future))
-        return future
-
-    scheduler = Scheduler(submit, lambda cam, meta, f: handed_on.append((cam, meta.seq, f.result())),
-                          per_camera_inflight=3)
+    scheduler, submitted = _scheduler(lambda cam, meta, f: handed_on.append((cam, meta.seq, f.result())),
+                                      per_camera_inflight=3)
     a, b = Camera(), Camera()
     slot_a = scheduler.add_camera("a", a, None)
     scheduler.add_camera("b", b, None)
@@ -175,14 +168,7 @@ def test_results_are_handed_on_in_each_cameras_order_when_requests_finish_out_of
 
 def test_stop_publishes_finished_results_stuck_behind_a_frame_that_never_finishes() -> None:
     handed_on: list[int] = []
-    submitted: list[tuple[str, int, Future]] = []
-
-    def submit(camera_id: str, lease: Lease) -> Future:
-        future: Future = Future()
-        submitted.append((camera_id, lease.meta.seq, future))
-        return future
-
-    scheduler = Scheduler(submit, lambda cam, meta, f: handed_on.append(meta.seq), per_camera_inflight=2)
+    scheduler, submitted = _scheduler(lambda cam, meta, f: handed_on.append(meta.seq), per_camera_inflight=2)
     camera = Camera()
     scheduler.add_camera("a", camera, None)
     for t in (0.0, 0.1):
