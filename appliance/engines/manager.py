@@ -63,6 +63,7 @@ class InstalledEngine:
     inputs: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
     max_batch: int = 1
+    frame_ms: float | None = None  # the engine's median time per frame, timed after verification at the build
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -88,7 +89,29 @@ def _installed(entry: CacheEntry, onnx_path: Path, cache_hit: bool) -> Installed
         inputs=m["io"]["inputs"],
         outputs=m["io"]["outputs"],
         max_batch=m["profile"]["batch"]["max"],
+        frame_ms=(m.get("timing") or {}).get("frame_ms"),
     )
+
+
+TIMED_RUNS = 5
+
+
+def time_engine(run: Callable[[Any], Any], feeds: dict[str, Any], batch: int, runs: int = TIMED_RUNS) -> dict[str, Any]:
+    """The engine's median time on ``feeds`` (one untimed warm-up run first), per run and per frame of the batch:
+    what the detector layout weighs against the cameras' frame rate (appliance.modelrepo.layout)."""
+    run(feeds)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run(feeds)
+        times.append((time.perf_counter() - start) * 1000)
+    median = sorted(times)[len(times) // 2]
+    return {"batch": batch, "runs": runs, "run_ms": round(median, 3), "frame_ms": round(median / batch, 3)}
+
+
+def _batch_of(feeds: dict[str, Any]) -> int:
+    first = next(iter(feeds.values()))
+    return int(first.shape[0]) if getattr(first, "ndim", 0) else 1
 
 
 class EngineManager:
@@ -205,6 +228,9 @@ class EngineManager:
                     self.builder.precision(profile),
                     profile.verify.tolerances[self.builder.precision(profile)],  # type: ignore[index]
                 )
+                if result.passed:
+                    report(model, phase, 90, "timing the engine")
+                    timing = time_engine(runner.run, samples[0], batch=_batch_of(samples[0]))
             finally:
                 runner.close()
             if not result.passed:
@@ -225,6 +251,7 @@ class EngineManager:
                     "outputs": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims)} for t in outputs],
                 },
                 "verification": result.to_dict(),
+                "timing": timing,
                 "appliance_version": appliance.__version__,
             }
             entry = self.cache.install(model, fp.key, build_dir, self.builder.engine_file, manifest)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from appliance.engines.cache import EngineCache
+from appliance.engines.manager import TIMED_RUNS
 from appliance.engines.progress import ProgressEvent
 from tests.engines.conftest import EngineEnv, make_onnx
 
@@ -28,6 +29,32 @@ def test_first_build_then_hit_with_manifest(env: EngineEnv) -> None:
     assert list((env.state / "engines" / ".tmp").iterdir()) == []
     hit = env.manager().ensure(env.profile())
     assert hit.cache_hit and hit.engine_path == built.engine_path
+    # timed after verification on the first golden input (batch opt), for the detector layout
+    assert manifest["timing"]["batch"] == env.profile().batch.opt and manifest["timing"]["runs"] == TIMED_RUNS
+    assert manifest["timing"]["frame_ms"] > 0 and built.frame_ms == hit.frame_ms == manifest["timing"]["frame_ms"]
+
+
+def test_an_entry_cached_before_timings_has_none_and_is_still_a_hit(env: EngineEnv) -> None:
+    built = env.manager().ensure(env.profile())
+    manifest = json.loads(built.manifest_path.read_text())
+    del manifest["timing"]
+    built.manifest_path.write_text(json.dumps(manifest))
+    hit = env.manager().ensure(env.profile())
+    assert hit.cache_hit and hit.frame_ms is None
+
+
+def test_time_engine_reports_the_median_per_run_and_per_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    import appliance.engines.manager as manager
+
+    now = [0.0]
+    durations = iter([0.500, 0.009, 0.001, 0.005, 0.003, 0.007])  # the warm-up (untimed), then five runs
+
+    def run(feeds: dict) -> None:
+        now[0] += next(durations)
+
+    monkeypatch.setattr(manager.time, "perf_counter", lambda: now[0])
+    timing = manager.time_engine(run, {"images": None}, batch=2)
+    assert timing == {"batch": 2, "runs": 5, "run_ms": 5.0, "frame_ms": 2.5}
 
 
 def test_progress_reaches_the_callback_in_order(env: EngineEnv) -> None:
