@@ -3,8 +3,10 @@
 ``appliance bench pipeline``: the in-process Triton ensemble (preprocess → detector → postprocess) versus a plain
 loop doing the same work with the same functions and the same ONNX Runtime settings.
 
-The ensemble runs in the detector layouts the appliance picks for these camera counts (appliance.modelrepo.layout:
-one instance on every core, two on half the cores each), materialized side by side in one server, each with
+The ensemble runs in the detector layout the appliance picks for cameras that send frames as fast as they can, as
+here (appliance.modelrepo.layout: two instances on half the cores each, where there are two cores), and in the
+lowest-latency layout (one instance on every core, what it runs while the cameras' frame rate leaves that instance
+time to spare), materialized side by side in one server, each with
 one frame in flight per camera (the next frame goes in when the previous result is back) and with
 ``--in-flight`` frames (default 2, the appliance scheduler's ``per_camera_inflight``, so one frame's pre/post
 overlaps another's detector) and, like the appliance's scheduler (``pipeline.max_inflight``), at most as many
@@ -85,6 +87,13 @@ class PlainLoop:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         self.input = self.session.get_inputs()[0].name
+
+    def time_detector(self, frame: np.ndarray) -> float:
+        """ms per frame on every core, timed as the engine build times it: what the appliance's layout weighs."""
+        from appliance.engines.manager import time_engine
+
+        feeds = {self.input: self.pre.frame(frame, "BGR")[0][None]}
+        return time_engine(lambda f: self.session.run(None, f), feeds, batch=1)["frame_ms"]
 
     def run(self, frames: list[np.ndarray], cameras: int, per_camera: int, into: Run) -> None:
         clock = time.perf_counter
@@ -167,11 +176,13 @@ def _table(results: dict[int, dict[str, Run]]) -> str:
     return "\n".join(lines)
 
 
-def _layouts(args: argparse.Namespace,
-             camera_counts: list[int]) -> tuple[dict[str, RepositoryOptions], dict[int, str], dict[str, int]]:
-    """The detector layouts to compare, by name, and the one the appliance runs for each camera count
-    (appliance.modelrepo.layout); or the one layout the flags describe, for every count. Also, by name, the
-    requests in flight in all that keep the layout busy (the appliance scheduler's default bound)."""
+def _layouts(args: argparse.Namespace, camera_counts: list[int], frame_ms: float
+             ) -> tuple[dict[str, RepositoryOptions], dict[int, str], dict[str, int]]:
+    """The detector layouts to compare, by name: the one the appliance runs for each camera count when the
+    cameras send as fast as they can, as here (appliance.modelrepo.layout, with the detector's ``frame_ms``), and
+    the lowest-latency one (one instance on every core) beside it; or the one layout the flags describe, for every
+    count. Also the name of the appliance's layout per count, and by name the requests in flight in all that keep
+    the layout busy (the appliance scheduler's default bound)."""
     from appliance.config.app import ModelConfig
     from appliance.modelrepo.layout import DetectorLayout, detector_layout
 
@@ -184,15 +195,18 @@ def _layouts(args: argparse.Namespace,
         layout = DetectorLayout(args.detector_instances or 1, args.intra_op_threads or 0,
                                 args.max_batch or base.max_batch_size)
         per_count = {n: layout for n in camera_counts}
+        compared = [layout]
     else:
-        per_count = {n: detector_layout("onnxruntime", n, base.max_batch_size) for n in camera_counts}
-    name = {layout: f"{layout.instances}x{layout.intra_op_threads or 'all'}" for layout in per_count.values()}
+        per_count = {n: detector_layout("onnxruntime", n, base.max_batch_size, frame_ms=frame_ms)
+                     for n in camera_counts}
+        compared = [DetectorLayout(1, 0, base.max_batch_size), *per_count.values()]
+    name = {layout: f"{layout.instances}x{layout.intra_op_threads or 'all'}" for layout in compared}
     options = {}
-    for i, layout in enumerate(dict.fromkeys(per_count.values())):
+    for i, layout in enumerate(dict.fromkeys(compared)):
         options[name[layout]] = base.model_copy(update={
             "prefix": f"l{i}_", "detector_instances": layout.instances, "intra_op_threads": layout.intra_op_threads,
             "max_batch_size": layout.max_batch_size})
-    caps = {name[layout]: layout.requests_to_keep_busy() for layout in per_count.values()}
+    caps = {name[layout]: layout.requests_to_keep_busy() for layout in compared}
     return options, {n: name[layout] for n, layout in per_count.items()}, caps
 
 
@@ -241,7 +255,8 @@ def main(argv: list[str]) -> int:
     plain = PlainLoop(profile, onnx_path, args.ort_spinning)
     if stubsite.needed():
         stubsite.ensure()
-    layouts, appliance_layout, caps = _layouts(args, camera_counts)
+    frame_ms = plain.time_detector(frames[0])
+    layouts, appliance_layout, caps = _layouts(args, camera_counts, frame_ms)
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         repos = {name: materialize(profile, DetectorSource(kind="onnxruntime", path=onnx_path), Path(tmp) / "repo",
                                    opts) for name, opts in layouts.items()}
@@ -276,7 +291,9 @@ def main(argv: list[str]) -> int:
     print(f"pipeline: {profile.name} {profile.input.width}x{profile.input.height}, {len(frames)} darknet test images, "
           f"{rounds} alternating rounds of about {frames_per_round} frames, {os.cpu_count()} CPUs, load average "
           f"{load:.1f} at the end; per-stage columns: ms per frame; layouts: detector instances x ONNX Runtime "
-          f"threads each; pipelined runs keep at most "
+          f"threads each (the detector alone: {frame_ms:.1f} ms per frame on every core; cameras here send as fast "
+          f"as they can, so the appliance runs {'/'.join(dict.fromkeys(appliance_layout.values()))}); "
+          f"pipelined runs keep at most "
           f"{', '.join(f'{n} ({name})' for name, n in caps.items())} frames in flight in all, as the appliance does")
     print(_table(results))
     for cams, runs in results.items():

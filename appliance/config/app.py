@@ -49,8 +49,8 @@ class ModelConfig(StrictModel):
     max_batch_size: int = Field(4, ge=1, le=64, description="largest detector batch (frames of several cameras)")
     detector_instances: Optional[int] = Field(
         None, ge=1, le=8,
-        description="detector instances (null: automatic; ONNX Runtime on a CPU runs 2 splitting the cores when 2+ "
-                    "cameras share them, else 1 using every core; TensorRT runs 1). See docs/models.md")
+        description="detector instances (null: automatic; ONNX Runtime on a CPU runs 1 using every core while it "
+                    "keeps up with the cameras' fps, else 2 splitting the cores; TensorRT runs 1). See docs/models.md")
     queue_delay_us: int = Field(
         0, ge=0, le=1_000_000,
         description="how long the batcher holds a frame for companions when the detector is idle (0: frames that "

@@ -2,26 +2,35 @@
 
 TensorRT: one instance; the GPU does the work and Triton's dynamic batcher fills it.
 
-ONNX Runtime on a CPU host (measured on 2 cores, yolov3-tiny 416x416; ``appliance bench pipeline`` prints
-both layouts side by side):
+ONNX Runtime on a CPU host: the choice follows the load the cameras offer (the sum of their ``fps``; a camera
+without one sends as fast as its source does, which counts as unbounded) against the detector's own time for a
+frame on every core, timed when its engine was built (``timing`` in the engine manifest). Measured on 2 cores,
+yolov3-tiny 416x416:
 
-- one instance using every core gives the lowest latency for a single frame (28 ms against 53 ms with one
-  thread), so it is the layout for one camera;
-- with several cameras, frames are always waiting, and one instance cannot keep the cores busy: ONNX Runtime
-  splits each operator across its threads and waits for the slowest at every operator (the capture, pre/post
-  and publishing processes keep preempting one of them), and the stub's Python work between batches runs on
-  one core. Two instances with half the cores each fill those gaps: ONNX Runtime alone does 7 % more
-  frames/s; the whole appliance (4 cameras on the sample video, 3 alternating pairs of 10 s) 29.1-31.4 ->
-  31.8-32.3 results/s, its CPU 187 % -> 199 % busy. (The ensemble alone, with no capture or publishing
-  beside it, is no faster either way: ``appliance bench pipeline`` prints both.) Batches stay small (2): a
-  single-threaded batch is no cheaper per frame (52.8 / 52.5 / 53.0 ms at 1 / 2 / 4), and a large one
-  leaves the other instance idle while it works through it.
+- one instance using every core gives the lowest latency for a single frame (28-31 ms against 53 ms with one
+  thread), so it is the layout while it keeps up with the cameras;
+- once the cameras offer more than it can serve, frames wait behind it, and one instance cannot keep the cores
+  busy: ONNX Runtime splits each operator across its threads and waits for the slowest at every operator (the
+  capture, pre/post and publishing processes keep preempting one of them), and the stub's Python work between
+  batches runs on one core. Two instances with half the cores each fill those gaps. One camera offering 30 fps:
+  25.7 -> 27.1 results/s, capture-to-result p50 77 -> 66 ms (the lone instance's queue). Four cameras: 29.1-31.4
+  -> 31.8-32.3 results/s, CPU 187 % -> 199 % busy. Batches stay small (2): a single-threaded batch is no cheaper
+  per frame (52.8 / 52.5 / 53.0 ms at 1 / 2 / 4), and a large one leaves the other instance idle while it works
+  through it.
+
+The switch point: the lone instance busy ``BUSY_LIMIT`` of the time at its build-time speed. Inside the running
+appliance a frame costs it about 1.25x that (pre/post and capture beside it), so that is ~90 % busy, where frames
+start to queue. With no timing (an engine cached before timings were recorded) the camera count decides: one
+camera one instance, several two.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
+
+BUSY_LIMIT = 0.7  # offered frames/s x seconds per frame on every core, above which two instances serve more
 
 
 @dataclass(frozen=True)
@@ -46,14 +55,26 @@ class DetectorLayout:
         return self.instances * (self.max_batch_size if self.batches_help else 1) + 1
 
 
+def offered_load(offered_fps: float, frame_ms: float | None) -> float | None:
+    """The share of time one all-core instance would be busy serving ``offered_fps`` (None: no timing)."""
+    if frame_ms is None:
+        return None
+    return math.inf if math.isinf(offered_fps) else offered_fps * frame_ms / 1000.0
+
+
 def detector_layout(triton_kind: str, cameras: int, max_batch_size: int, instances: int | None = None,
-                    cpus: int | None = None) -> DetectorLayout:
-    """The layout for ``cameras`` cameras; ``instances`` set by the operator wins (its threads split the cores)."""
+                    cpus: int | None = None, offered_fps: float = math.inf,
+                    frame_ms: float | None = None) -> DetectorLayout:
+    """The layout for ``cameras`` cameras offering ``offered_fps`` in all (inf: as fast as their sources), for a
+    detector taking ``frame_ms`` per frame on every core (None: unknown, the camera count decides).
+    ``instances`` set by the operator wins (its threads split the cores)."""
     cpus = cpus or os.cpu_count() or 1
     if triton_kind != "onnxruntime":
         return DetectorLayout(instances or 1, 0, max_batch_size, batches_help=True)
     if instances is None:
-        if cameras < 2 or cpus < 2:
+        load = offered_load(offered_fps, frame_ms)
+        one_keeps_up = cameras < 2 if load is None else load < BUSY_LIMIT
+        if one_keeps_up or cpus < 2:
             return DetectorLayout(1, 0, max_batch_size)
         instances = 2
         max_batch_size = min(max_batch_size, 2)

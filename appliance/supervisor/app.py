@@ -13,6 +13,7 @@ Stop order is the reverse, draining in-flight frames into the spool before the p
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import threading
 import time
@@ -164,12 +165,19 @@ class Appliance:
         from appliance.ota.switcher import ModelSpec
 
         self._step("model repository for this device")
-        layout = detector_layout(self.engine.triton_kind, len(self.config.cameras), self.config.model.max_batch_size,
-                                 self.config.model.detector_instances)
+        cameras = self.config.cameras
+        offered_fps = sum(camera.fps or math.inf for camera in cameras)
+        layout = detector_layout(self.engine.triton_kind, len(cameras), self.config.model.max_batch_size,
+                                 self.config.model.detector_instances, offered_fps=offered_fps,
+                                 frame_ms=self.engine.frame_ms)
         self._max_inflight = self.config.pipeline.max_inflight or layout.requests_to_keep_busy()
-        log.info("detector layout: %s (%s, %d camera(s)); %d request(s) in flight at most%s", layout.describe(),
-                 self.engine.triton_kind, len(self.config.cameras), self._max_inflight,
-                 "" if self.config.pipeline.max_inflight else " (enough to keep it busy)")
+        log.info("detector layout: %s (%s, %d camera(s) offering %s, %s); %d request(s) in flight at most%s",
+                 layout.describe(), self.engine.triton_kind, len(cameras),
+                 "frames as fast as their sources" if math.isinf(offered_fps) else f"{offered_fps:g} fps",
+                 "model.detector_instances set" if self.config.model.detector_instances
+                 else "no build timing" if self.engine.frame_ms is None
+                 else f"{self.engine.frame_ms:.1f} ms per frame on every core",
+                 self._max_inflight, "" if self.config.pipeline.max_inflight else " (enough to keep it busy)")
         self._repo_options = RepositoryOptions(max_batch_size=layout.max_batch_size,
                                                queue_delay_us=self.config.model.queue_delay_us,
                                                detector_instances=layout.instances,

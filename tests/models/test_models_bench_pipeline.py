@@ -23,14 +23,20 @@ pytestmark = [
 def test_short_run_compares_both_layouts_and_prints_the_ratio_last(capsys: pytest.CaptureFixture[str]) -> None:
     assert pipeline.main(["--cameras", "1,4", "--rounds", "1", "--frames", "4"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    layouts = {n: detector_layout("onnxruntime", n, ModelConfig().max_batch_size) for n in (1, 4)}
+    # cameras sending as fast as they can: the appliance's layout for any detector speed, beside one instance on
+    # every core (the lowest-latency layout)
+    batch = ModelConfig().max_batch_size
+    layouts = {n: detector_layout("onnxruntime", n, batch, frame_ms=30.0) for n in (1, 4)}
     names = {n: f"{lay.instances}x{lay.intra_op_threads or 'all'}" for n, lay in layouts.items()}
+    compared = {"1xall", *names.values()}
+    assert re.search(rf"detector alone: [\d.]+ ms per frame.*the appliance runs {names[4]}\)", lines[0]), lines[0]
     # the pipelined runs are bounded in all as the appliance's scheduler bounds them (modelrepo.layout)
     for n, layout in layouts.items():
         assert f"{layout.requests_to_keep_busy()} ({names[n]})" in lines[0], lines[0]
+    assert "2 (1xall)" in lines[0]
     rows = [re.match(r"\s+(\d+)\s+(plain|ensemble \S+, \d in flight)\s+(\d+)\s+([\d.]+)", line) for line in lines]
     rows = [m for m in rows if m]
-    assert len(rows) == 2 * (1 + 2 * len(set(names.values())))  # per count: plain, each layout at 1 and 2 in flight
+    assert len(rows) == 2 * (1 + 2 * len(compared))  # per count: plain, each layout at 1 and 2 in flight
     assert all(int(m.group(3)) > 0 and float(m.group(4)) > 0 for m in rows), lines  # frames and fps
     assert re.fullmatch(rf"appliance_layout_1cam={names[1]} ensemble_vs_plain_loop_1cam=\d+\.\d{{3}}", lines[-3])
     assert re.fullmatch(rf"appliance_layout_4cam={names[4]} ensemble_vs_plain_loop_4cam=\d+\.\d{{3}}", lines[-2])
