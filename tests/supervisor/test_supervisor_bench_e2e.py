@@ -26,7 +26,7 @@ def test_short_run_measures_every_alternative_and_prints_the_ratio_last(capsys: 
         assert row in table
     rates = {m.group(1): float(m.group(2)) for m in (re.match(r"(\w+)=(-?[\d.]+)$", line) for line in lines) if m}
     assert set(rates) == {"latency_beyond_detector_compute_same_run_p50_ms", "latency_overhead_p50_ms",
-                          "e2e_vs_naive", "e2e_vs_detector_alone"}
+                          "detector_alone_vs_naive", "e2e_vs_naive", "e2e_vs_detector_alone"}
     # the latency split names every stage with its work inside the stub, from the same run
     split = next(line for line in lines if line.startswith("1-camera latency split"))
     for stage in ("capture->submit", "preprocess", "detector", "postprocess", "rest to the subscriber"):
@@ -34,4 +34,7 @@ def test_short_run_measures_every_alternative_and_prints_the_ratio_last(capsys: 
     assert split.count("(inside ") == 3, split
     # Every alternative produced results: a ratio of 0 (or nan) would mean one of them published nothing.
     assert rates["e2e_vs_naive"] > 0 and rates["e2e_vs_detector_alone"] > 0
+    # the ceiling line is the product of the other two ratios' parts (same rates, same run)
+    assert rates["detector_alone_vs_naive"] == pytest.approx(
+        rates["e2e_vs_naive"] / rates["e2e_vs_detector_alone"], rel=0.05)  # each rounded to 0.01
     assert re.fullmatch(r"e2e_vs_detector_alone=\d+\.\d\d", lines[-1])

@@ -1,7 +1,8 @@
 """The daemon end to end: `appliance run` as a real process with a real notify socket, a real broker, the real
 detector and two cameras (a folder of real images, and the sample video made from them; on a CPU host with two
-detector instances, so that a camera's frames can finish out of order and must still be published in order). Truth comes from what the images show (Debian's darknet test images: a
-dog, an eagle, horses, a giraffe), not from the code under test."""
+detector instances, so that a camera's frames can finish out of order and must still be published in order).
+Truth comes from what the images show (Debian's darknet test images: a dog, an eagle, horses, a giraffe), not
+from the code under test."""
 
 from __future__ import annotations
 
