@@ -166,6 +166,13 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _kill_if_running(daemon: subprocess.Popen) -> None:
+    """Teardown after a failed assertion left the daemon running: SIGKILL it and reap it."""
+    if daemon.poll() is None:
+        daemon.kill()
+        daemon.wait()
+
+
 def _children_of(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
@@ -203,9 +210,7 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=90) == 0, (tmp_path / "daemon.log").read_text()[-3000:]
     finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
+        _kill_if_running(daemon)
         log.close()
         subscriber.close()
         notify.close()
@@ -292,9 +297,7 @@ def test_a_killed_capture_process_is_restarted_and_the_camera_recovers(
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=90) == 0, log_path.read_text()[-3000:]
     finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
+        _kill_if_running(daemon)
         log.close()
         subscriber.close()
     assert capture_pids()[-1] != first
