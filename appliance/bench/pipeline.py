@@ -244,6 +244,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {onnx_path} missing; run scripts/setup.sh (or scripts/fetch_detector.py)", file=sys.stderr)
         return 2
 
+    from appliance.config.app import TritonConfig
     from appliance.modelrepo.materialize import DetectorSource, materialize
     from appliance.models.profile import load_profile
     from appliance.triton import stubsite
@@ -256,6 +257,7 @@ def main(argv: list[str]) -> int:
     if stubsite.needed():
         stubsite.ensure()
     frame_ms = plain.time_detector(frames[0])
+    shm_bytes = TritonConfig().python_shm_bytes  # the stubs' shared memory as the appliance sizes it
     layouts, appliance_layout, caps = _layouts(args, camera_counts, frame_ms)
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         repos = {name: materialize(profile, DetectorSource(kind="onnxruntime", path=onnx_path), Path(tmp) / "repo",
@@ -263,6 +265,7 @@ def main(argv: list[str]) -> int:
         # Triton's CUDA warnings/errors on a CPU host are noise here; failures still raise.
         server = Server(ServerOptions(repositories=[Path(tmp) / "repo"],
                                       startup_models=[m for r in repos.values() for m in r.models],
+                                      backend_config={"python": {"shm-default-byte-size": str(shm_bytes)}},
                                       log_warn=False, log_error=False), locate(args.triton_home))
         server.start(timeout=180)
         try:
