@@ -19,11 +19,15 @@ from appliance.sdnotify import Notifier
 
 log = logging.getLogger("appliance.engines")
 
+# A build's steps in order; done, cached and failed end it. (The engines/status MQTT schema lists the same.)
+PHASES = ("fingerprint", "waiting", "parse", "build", "verify", "install", "done", "cached", "failed")
+FINAL_PHASES = frozenset({"done", "cached", "failed"})
+
 
 @dataclass(frozen=True)
 class ProgressEvent:
     model: str
-    phase: str  # fingerprint, waiting, parse, build, verify, install, done, cached, failed
+    phase: str  # one of PHASES
     percent: float  # 0..100 for this model
     message: str
     elapsed_s: float

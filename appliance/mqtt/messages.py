@@ -196,6 +196,16 @@ def ota_status_payload(device_id: str, status: Mapping[str, Any]) -> dict[str, A
     return payload
 
 
+def engine_status_payload(device_id: str, event: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """The retained engines/status payload from ``ProgressEvent.to_dict()`` (a mapping, so mqtt needs nothing from
+    engines): model, phase, percent, message, elapsed_s."""
+    fields = {k: event[k] for k in ("model", "phase", "percent", "message", "elapsed_s")}
+    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "engine_status", "device_id": device_id,
+                               **fields}
+    payload.update(time_fields(now))
+    return payload
+
+
 @dataclass(frozen=True)
 class Command:
     """A command received on <prefix>/<device>/command/<name>."""

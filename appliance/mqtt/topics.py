@@ -18,7 +18,7 @@ from appliance.mqtt.errors import MqttConfigError
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 # Camera ids share a topic level with these device-level topics.
-RESERVED_CAMERA_IDS = frozenset({"status", "health", "command", "reply", "ota"})
+RESERVED_CAMERA_IDS = frozenset({"status", "health", "command", "reply", "ota", "engines"})
 
 
 def check_id(kind: str, value: str) -> str:

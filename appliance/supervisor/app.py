@@ -148,8 +148,14 @@ class Appliance:
         model = self.config.model.name
         self._step(f"engine for {model} (a first build can take minutes; progress follows)")
 
+        from appliance.supervisor.enginestatus import EngineStatusForwarder
+
+        to_mqtt = EngineStatusForwarder(lambda suffix, payload: self.publisher.publish_device_event(
+            suffix, payload, retain=True), self.config.mqtt.device_id)
+
         def progress(event: Any) -> None:
             self.metrics.engine_build.labels(model=event.model).set(event.percent)
+            to_mqtt(event)
 
         (self.engine,) = ensure_engines(self.paths["engines_dir"], state_dir=self.paths["state_dir"],
                                         models_root=self.paths["models_dir"], builder=self.config.model.builder,

@@ -1,0 +1,155 @@
+"""Engine build progress on MQTT: the supervisor's start-up build publishes each phase on the retained
+``<prefix>/<device>/engines/status`` (schema engine_status), through a real broker and a real ONNX Runtime build
+of the detector; a second start is a cache hit and says so."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import paho.mqtt.client as paho
+import pytest
+from support.mosquitto import Mosquitto
+from support.schemas import validate_message
+
+from appliance.config.app import AppConfig
+from appliance.engines.progress import PHASES, ProgressEvent
+from appliance.mqtt.errors import MqttConfigError
+from appliance.mqtt.messages import engine_status_payload
+from appliance.mqtt.publisher import State
+from appliance.mqtt.schema import load_schema
+from appliance.mqtt.topics import check_camera_id
+from appliance.supervisor.app import Appliance
+from appliance.supervisor.enginestatus import TOPIC, EngineStatusForwarder
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _event(phase: str, percent: float, model: str = "yolov3-tiny") -> ProgressEvent:
+    return ProgressEvent(model, phase, percent, f"{phase} step", 1.5)
+
+
+def test_the_schema_names_every_phase_the_engine_manager_reports() -> None:
+    assert load_schema("engine_status")["properties"]["phase"]["enum"] == list(PHASES)
+
+
+def test_each_phase_and_each_end_is_published_and_ticks_within_a_phase_are_thinned() -> None:
+    clock, sent = Clock(), []
+    forward = EngineStatusForwarder(lambda suffix, payload: sent.append((suffix, payload)), "dev1",
+                                    min_interval_s=2.0, clock=clock, wall=lambda: 1_700_000_000.0)
+    forward(_event("fingerprint", 0))
+    forward(_event("parse", 5))
+    for percent in (10, 20, 30):  # a builder reporting many times a second
+        forward(_event("build", percent))
+        clock.now += 0.5
+    clock.now += 1.0  # 2.5 s since the first build event: the pulse goes out
+    forward(_event("build", 60))
+    forward(_event("verify", 80))
+    forward(_event("done", 100))
+    forward(_event("done", 100))  # a final event is never held back
+    assert [(p["phase"], p["percent"]) for _, p in sent] == [
+        ("fingerprint", 0), ("parse", 5), ("build", 10), ("build", 60), ("verify", 80), ("done", 100), ("done", 100)]
+    assert {suffix for suffix, _ in sent} == {TOPIC}
+    for _, payload in sent:
+        validate_message("engine_status", payload)
+    assert sent[0][1]["time"] == "2023-11-14T22:13:20.000Z" and sent[0][1]["device_id"] == "dev1"
+
+
+def test_a_new_model_is_a_new_phase() -> None:
+    sent: list[Any] = []
+    forward = EngineStatusForwarder(lambda suffix, payload: sent.append(payload), "dev1", clock=Clock())
+    forward(_event("build", 10, model="a"))
+    forward(_event("build", 10, model="b"))
+    assert [p["model"] for p in sent] == ["a", "b"]
+
+
+def test_an_event_outside_the_schema_does_not_validate() -> None:
+    bad = engine_status_payload("dev1", {**_event("build", 10).to_dict(), "phase": "compiling"}, 0.0)
+    with pytest.raises(Exception, match="compiling"):
+        validate_message("engine_status", bad)
+
+
+def test_engines_is_a_reserved_camera_id() -> None:
+    with pytest.raises(MqttConfigError, match="reserved"):
+        check_camera_id("engines")
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    with Mosquitto(tmp_path / "broker") as b:
+        yield b
+
+
+def _subscribe(port: int, topic: str) -> tuple[paho.Client, list[dict[str, Any]]]:
+    received: list[dict[str, Any]] = []
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
+    client.on_message = lambda c, u, m: received.append({**json.loads(m.payload), "_retained": m.retain})
+    client.connect("127.0.0.1", port)
+    client.subscribe(topic, qos=1)
+    client.loop_start()
+    return client, received
+
+
+def _wait(predicate: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh")
+def test_the_start_up_build_reports_every_phase_on_mqtt_and_a_restart_reports_the_cache_hit(
+        tmp_path: Path, broker: Mosquitto) -> None:
+    config = AppConfig.model_validate({
+        "device": {"id": "eng1"}, "mqtt": {"host": "127.0.0.1", "port": broker.port},
+        "paths": {"state_dir": str(tmp_path / "state")}, "model": {"builder": "onnxruntime"},
+        "cameras": [{"id": "c1", "source": {"type": "images", "path": str(tmp_path)}, "width": 64, "height": 64,
+                     "fps": 2}]})
+    client, received = _subscribe(broker.port, "appliance/eng1/engines/status")
+    try:
+        _wait(lambda: client.is_connected())
+        for expected_end in ("done", "cached"):  # a first start builds, a second finds the engine in the cache
+            received.clear()
+            app = Appliance(config)
+            try:
+                app._start_publisher()
+                _wait(lambda: app.publisher.state is State.CONNECTED)
+                app._build_engine()
+                _wait(lambda: any(m["phase"] == expected_end for m in received))
+            finally:
+                app.stop()
+            for message in received:
+                validate_message("engine_status", {k: v for k, v in message.items() if k != "_retained"})
+            phases = [m["phase"] for m in received]
+            assert phases[0] == "fingerprint" and phases[-1] == expected_end, phases
+            if expected_end == "done":
+                seen = [p for p in dict.fromkeys(phases)]
+                assert seen == ["fingerprint", "parse", "build", "verify", "install", "done"], phases
+                percents = [m["percent"] for m in received]
+                assert percents == sorted(percents) and percents[-1] == 100
+            else:
+                assert phases == ["fingerprint", "cached"]
+            assert received[-1]["model"] == "yolov3-tiny" and received[-1]["device_id"] == "eng1"
+
+        # Retained: a dashboard that subscribes later still learns how the last build ended.
+        late, late_received = _subscribe(broker.port, "appliance/eng1/engines/status")
+        try:
+            _wait(lambda: bool(late_received))
+            assert late_received[0]["phase"] == "cached" and late_received[0]["_retained"]
+        finally:
+            late.loop_stop()
+            late.disconnect()
+    finally:
+        client.loop_stop()
+        client.disconnect()
