@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from appliance.config import StrictModel
 
@@ -64,7 +64,7 @@ class VerifyProfile(StrictModel):
     low: float = Field(0.0, description="lowest value of float golden inputs")
     high: float = Field(1.0, description="highest value of float golden inputs")
     golden: str | None = Field(
-        None, description="optional .npz of real golden inputs (keys = input names), relative to the profile"
+        None, description="optional .npz of real golden inputs (keys = input names), relative to the profile's folder"
     )
     tolerances: dict[Precision, Tolerance] = Field(default_factory=_default_tolerances)
 
@@ -130,6 +130,19 @@ class EngineProfile(StrictModel):
     onnxruntime: OnnxRuntimeProfile = Field(default_factory=OnnxRuntimeProfile)
     verify: VerifyProfile = Field(default_factory=VerifyProfile)
     keep: int = Field(3, ge=1, le=50, description="installed engines kept per model by garbage collection")
+    # Where the profile's YAML lives; not a field, so it stays out of the digest (moving engines/ is no rebuild).
+    _directory: Path | None = PrivateAttr(None)
+
+    @property
+    def directory(self) -> Path | None:
+        """The absolute folder of the file this profile was loaded from; None when it was built in memory."""
+        return self._directory
+
+    def located_in(self, directory: Path) -> "EngineProfile":
+        """A copy whose relative paths (``verify.golden``) resolve against ``directory``."""
+        located = self.model_copy()
+        located._directory = Path(directory).absolute()
+        return located
 
     def digest(self) -> str:
         """SHA-256 of the canonical JSON form: formatting and key order in the YAML do not matter."""
@@ -152,12 +165,14 @@ def load_profile(path: Path) -> EngineProfile:
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: an engine profile must be a mapping, got {type(data).__name__}")
     try:
-        return EngineProfile.model_validate(data)
+        profile = EngineProfile.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
         )
         raise ProfileError(f"{path}: invalid engine profile: {problems}") from exc
+    # Absolute now: the build may run from another cwd (systemd's is /).
+    return profile.located_in(path.parent)
 
 
 def load_profiles(engines_dir: Path, models: list[str] | None = None) -> list[EngineProfile]:

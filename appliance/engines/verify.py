@@ -54,10 +54,18 @@ def golden_batches(profile: EngineProfile) -> list[int]:
 
 
 def golden_inputs(info: OnnxInfo, profile: EngineProfile, profile_dir: Path | None = None) -> list[Feeds]:
-    """Seeded random inputs in the profile's range (same on every device), or the profile's .npz if given."""
+    """Seeded random inputs in the profile's range (same on every device), or the profile's .npz if given.
+
+    A relative ``verify.golden`` resolves against ``profile_dir`` (default: the folder the profile was loaded
+    from), never the cwd: under systemd that is /."""
     if profile.verify.golden:
         path = Path(profile.verify.golden)
-        path = path if path.is_absolute() or profile_dir is None else profile_dir / path
+        base = profile_dir if profile_dir is not None else profile.directory
+        if not path.is_absolute():
+            if base is None:
+                raise GoldenInputError(f"verify.golden {path} is relative but the profile was not loaded from a "
+                                       "file; give an absolute path")
+            path = base / path
         try:
             with np.load(path) as data:
                 loaded = {spec.name: np.ascontiguousarray(data[spec.name], dtype=spec.dtype) for spec in info.inputs}

@@ -13,8 +13,8 @@ from appliance.engines.builders.base import IOMismatchError, check_io
 from appliance.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.engines.manager import VerificationFailed
 from appliance.engines.onnxinfo import inspect_onnx
-from appliance.engines.profile import Tolerance
-from appliance.engines.verify import compare, golden_batches, golden_inputs
+from appliance.engines.profile import EngineProfile, Tolerance, load_profile
+from appliance.engines.verify import GoldenInputError, compare, golden_batches, golden_inputs
 from tests.engines.conftest import EngineEnv, make_onnx, write_profile
 
 
@@ -114,3 +114,28 @@ def test_io_check_names_every_difference(tmp_path: Path, env: EngineEnv) -> None
     assert "output 'scores' dim 2 is 16, ONNX says 8" in text
     same = OnnxRuntimeBuilder().load(env.models / "tiny.onnx", env.profile())
     check_io(info, same, env.profile())
+
+
+def test_relative_golden_is_found_beside_the_profile_from_any_cwd(
+    env: EngineEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """systemd starts the build with cwd /, so a relative verify.golden must resolve against the profile's folder."""
+    frames = np.random.default_rng(7).uniform(0, 1, (3, 3, 8, 8)).astype(np.float32)  # batch 3: not a seeded batch
+    np.savez(env.engines / "golden.npz", images=frames)
+    write_profile(env.engines, verify={"golden": "golden.npz"})
+    monkeypatch.chdir(env.root)
+    profile = load_profile(Path("engines") / "tiny.yaml")  # a relative profile path, as `--engines-dir engines`
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    built = env.manager().ensure(profile)
+    assert built.verification.startswith("passed"), built.verification
+    manifest = json.loads(built.manifest_path.read_text())
+    assert {c["sample"] for c in manifest["verification"]["checks"]} == {0}  # the .npz's one sample, not 2 seeded
+    assert manifest["timing"]["batch"] == 3
+
+
+def test_relative_golden_without_a_profile_file_is_a_clear_error(env: EngineEnv) -> None:
+    in_memory = EngineProfile.model_validate({"model": "tiny", "onnx": "tiny.onnx", "verify": {"golden": "g.npz"}})
+    with pytest.raises(GoldenInputError, match="relative but the profile was not loaded from a file"):
+        golden_inputs(inspect_onnx(env.models / "tiny.onnx"), in_memory)
