@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from appliance.capture.backoff import Backoff
 from appliance.capture.layout import CaptureState
 from appliance.capture.loop import CaptureLoop
 from appliance.capture.process import ring_geometry
@@ -96,16 +97,27 @@ def test_truncated_file_counts_decode_errors_and_keeps_streaming(camera, truncat
         assert h.state == CaptureState.STREAMING and h.frames > 2 and h.reconnects == 0
 
 
-def test_unopenable_file_backs_off_with_growing_delays_and_says_why(camera, tmp_path, shm_root):
+def test_unopenable_file_backs_off_with_growing_delays_and_says_why(camera, tmp_path, shm_root, monkeypatch):
     junk = tmp_path / "junk.mp4"
     junk.write_bytes(b"\x00garbage" * 4000)
     cam = camera({"type": "file", "path": str(junk)}, backoff={"initial_s": 0.05, "max_s": 0.4, "jitter": 0})
+    delays: list[float] = []
+    real_next_delay = Backoff.next_delay
+
+    def recorded(self: Backoff) -> float:  # the real computation, recorded as the loop asks for it
+        delays.append(real_next_delay(self))
+        return delays[-1]
+
+    monkeypatch.setattr(Backoff, "next_delay", recorded)
     with running(cam, shm_root) as (loop, reader, _r):
-        wait_for(lambda: reader.health().reconnects >= 4, 60, "four reconnect attempts")
+        wait_for(lambda: reader.health().reconnects >= 5, 60, "five reconnect attempts")
         h = reader.health()
         assert h.state in (CaptureState.BACKOFF, CaptureState.CONNECTING) and h.frames == 0
         assert "could not open file" in h.last_error and "junk.mp4" in h.last_error
-        assert loop._backoff.attempt >= 4
+        assert loop._backoff.attempt >= 5
+    seen = list(delays)
+    assert len(seen) >= 5 and seen == sorted(seen), f"delays decreased: {seen}"
+    assert seen[0] == 0.05 and seen[4:] == [0.4] * len(seen[4:]), f"not 0.05 doubling to the 0.4 cap: {seen}"
 
 
 def test_impossible_size_fails_once_with_a_clear_error(camera, video, shm_root):
