@@ -24,6 +24,12 @@ class ApplianceMetrics:
                                   ["camera"], registry=r)
         self.camera_reconnects = Gauge("appliance_camera_reconnects", "Source reconnects since start", ["camera"],
                                        registry=r)
+        self.camera_decode_errors = Gauge("appliance_camera_decode_errors", "Frames the source failed to decode "
+                                          "since start", ["camera"], registry=r)
+        self.camera_stalls = Gauge("appliance_camera_stalls", "Times the source delivered nothing for stall_timeout_s",
+                                   ["camera"], registry=r)
+        self.camera_ring_full = Gauge("appliance_camera_ring_full", "Frames not written because every other ring "
+                                      "slot was held by inference", ["camera"], registry=r)
         self.camera_streaming = Gauge("appliance_camera_streaming", "1 while the camera delivers frames", ["camera"],
                                       registry=r)
         self.frames_inferred = Counter("appliance_frames_inferred", "Frames run through the ensemble", ["camera"],

@@ -58,6 +58,18 @@ class _Camera:
     capture: Any  # CaptureProcess
     reader: Any = None  # RingReader, opened once the ring exists
     published_state: str | None = None
+    health: Any = None  # the latest CaptureHealth read from the ring header
+
+
+def capture_readings(health: Any) -> dict[str, Any]:
+    """A camera's capture counters (appliance.capture.ring.CaptureHealth) for the health summary and MQTT health:
+    ``ring_drops`` are frames overwritten before inference read them (latest wins), ``ring_full`` frames the
+    camera could not write because every other slot was leased."""
+    if health is None:
+        return {}
+    return {"fps": round(health.fps, 2), "frames": health.frames, "ring_drops": health.drops,
+            "ring_full": health.ring_full, "decode_errors": health.decode_errors, "reconnects": health.reconnects,
+            "stalls": health.stalls}
 
 
 class Appliance:
@@ -412,6 +424,10 @@ class Appliance:
             self.metrics.camera_frames.labels(camera=cam.id).set(health.frames)
             self.metrics.camera_drops.labels(camera=cam.id).set(health.drops)
             self.metrics.camera_reconnects.labels(camera=cam.id).set(health.reconnects)
+            self.metrics.camera_decode_errors.labels(camera=cam.id).set(health.decode_errors)
+            self.metrics.camera_stalls.labels(camera=cam.id).set(health.stalls)
+            self.metrics.camera_ring_full.labels(camera=cam.id).set(health.ring_full)
+            cam.health = health
             state = mqtt_camera_state(health)
             self.metrics.camera_streaming.labels(camera=cam.id).set(1 if state == "streaming" else 0)
             if state != cam.published_state and self.publisher is not None:
@@ -462,7 +478,8 @@ class Appliance:
         for slot in self.scheduler.cameras() if self.scheduler else []:
             cam = self._cameras[slot.camera_id]
             cameras[slot.camera_id] = {"state": cam.published_state, "inferred": slot.submitted,
-                                       "skipped": slot.skipped, "dropped": slot.dropped, "errors": slot.errors}
+                                       "skipped": slot.skipped, "dropped": slot.dropped, "errors": slot.errors,
+                                       **capture_readings(cam.health)}
         try:
             triton_ok = bool(self.server is not None and self.server.ready)
         except ServerStateError:  # stopping or stopped (the publisher's last health message comes after)

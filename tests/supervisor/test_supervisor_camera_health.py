@@ -1,0 +1,69 @@
+"""A camera's capture counters reach the operator: a real capture process reads a folder where two of three images
+are corrupt; its decode errors, reconnects and frames show up in /metrics (Prometheus) and in the health summary that
+`appliance status` and the MQTT health message are built from."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import jsonschema
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from appliance.config.app import AppConfig
+from appliance.mqtt.schema import load_schema
+from appliance.supervisor.app import Appliance
+
+IMAGE = Path("/usr/share/darknet/data/dog.jpg")
+
+
+@pytest.fixture
+def shm_root() -> Iterator[Path]:
+    root = Path("/dev/shm") / f"appliance-camhealth-{uuid.uuid4().hex[:8]}"
+    root.mkdir()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(not IMAGE.exists(), reason="needs Debian's darknet test images")
+def test_decode_errors_reconnects_and_frames_are_exported(tmp_path: Path, shm_root: Path) -> None:
+    folder = tmp_path / "camera"
+    folder.mkdir()
+    shutil.copy(IMAGE, folder / "a.jpg")  # read in name order: one frame, then two bad reads in a row
+    for name in ("b1.jpg", "b2.jpg"):
+        (folder / name).write_bytes(b"\xff\xd8 not a jpeg at all")
+    config = AppConfig.model_validate({
+        "device": {"id": "camhealth"}, "mqtt": {"host": "127.0.0.1"}, "health": {"enabled": False},
+        "paths": {"state_dir": str(tmp_path / "state"), "shm_root": str(shm_root)},
+        "cameras": [{"id": "c1", "source": {"type": "images", "path": str(folder)}, "width": 768, "height": 576,
+                     "resize": True, "fps": 20, "max_decode_errors": 2,
+                     "backoff": {"initial_s": 0.1, "max_s": 0.2}}]})
+    app = Appliance(config)
+    try:
+        app._start_cameras()
+        app._max_inflight = 2  # what the model's layout would set; no frame is inferred here
+        app._start_scheduler()
+        deadline = time.monotonic() + 30
+        while True:
+            app._refresh_cameras()
+            readings = app.health_summary()["cameras"].get("c1", {})
+            if readings.get("reconnects", 0) >= 1 and readings.get("frames", 0) >= 1:
+                break
+            assert time.monotonic() < deadline, readings
+            time.sleep(0.1)
+        assert readings["decode_errors"] >= 2
+        samples = {s.name: s.value for family in text_string_to_metric_families(app.metrics.render().decode())
+                   for s in family.samples if s.labels.get("camera") == "c1"}
+        assert samples["appliance_camera_decode_errors"] >= 2
+        assert samples["appliance_camera_reconnects"] >= 1
+        assert samples["appliance_camera_frames"] >= 1
+        assert "appliance_camera_stalls" in samples and "appliance_camera_ring_full" in samples
+        # The MQTT health message carries the same readings: each is valid against its schema's camera readings.
+        schema = load_schema("health")
+        jsonschema.validate({"c1": readings}, {**schema["properties"]["cameras"], "$defs": schema["$defs"]})
+    finally:
+        app.stop()
