@@ -57,10 +57,18 @@ def _make_logger(trt: Any) -> Any:
     return _Logger()
 
 
+# The build fraction already reported when the native build starts; the monitor's phases fill the rest, so the
+# percentage an operator watches never drops back when TensorRT's first phase starts at 0.
+_NATIVE_BUILD_START = 0.05
+
+
 def _make_monitor(trt: Any, progress: BuildProgress) -> Any | None:
     """TensorRT >= 8.6 reports optimizer phases; top-level phase steps become the build fraction."""
     if not hasattr(trt, "IProgressMonitor"):
         return None
+
+    def report(fraction: float, phase_name: str) -> None:
+        progress(_NATIVE_BUILD_START + (1.0 - _NATIVE_BUILD_START) * fraction, phase_name)
 
     class _Monitor(trt.IProgressMonitor):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
@@ -70,12 +78,12 @@ def _make_monitor(trt: Any, progress: BuildProgress) -> Any | None:
         def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
             self._steps[phase_name] = (parent_phase, max(int(num_steps), 1))
             if parent_phase is None:
-                progress(0.0, phase_name)
+                report(0.0, phase_name)
 
         def step_complete(self, phase_name: str, step: int) -> bool:
             parent, steps = self._steps.get(phase_name, (None, 1))
             if parent is None:
-                progress(min((step + 1) / steps, 1.0), phase_name)
+                report(min((step + 1) / steps, 1.0), phase_name)
             return True  # False would cancel the build
 
         def phase_finish(self, phase_name: str) -> None:
@@ -295,20 +303,24 @@ class TensorRTBuilder:
         timing_reused = False
         if settings.timing_cache:
             blob = cache_path.read_bytes() if cache_path.is_file() else b""
-            try:
-                cache = config.create_timing_cache(blob)
-            except Exception:  # a truncated cache file (power loss) must not block the build
-                cache = None
-            timing_reused = bool(blob) and cache is not None and bool(config.set_timing_cache(cache, False))
-            if blob and not timing_reused:
-                log.warning("%s: timing cache %s does not match this device; starting a new one",
-                            profile.model, cache_path)
+            if blob:
+                try:
+                    cache = config.create_timing_cache(blob)
+                except Exception:  # a truncated cache file (power loss) must not block the build
+                    cache = None
+                timing_reused = cache is not None and bool(config.set_timing_cache(cache, False))
+                if not timing_reused:
+                    log.warning("%s: timing cache %s is unreadable or does not match this device; starting a new one",
+                                profile.model, cache_path)
+            if not timing_reused:
+                # Attach even an empty cache: without one TensorRT times into a local cache it drops after the
+                # build, get_timing_cache() returns None, and nothing could be saved for the next build.
                 config.set_timing_cache(config.create_timing_cache(b""), False)
 
         monitor = _make_monitor(trt, progress)
         if monitor is not None:
             config.progress_monitor = monitor
-        progress(0.05, f"building {precision} engine (TensorRT {trt.__version__}; minutes on a Jetson)")
+        progress(_NATIVE_BUILD_START, f"building {precision} engine (TensorRT {trt.__version__}; minutes on a Jetson)")
         start = time.monotonic()
         plan = builder.build_serialized_network(network, config)
         if plan is None:
