@@ -1,5 +1,6 @@
-"""The device fingerprint read from fixture trees, and a cache miss (rebuild) for a change in each field,
-a hit again when the field changes back."""
+"""The device fingerprint read from fixture trees, and a cache miss (rebuild) for a change in each field (device,
+machine, ONNX, profile, builder name and version, GPU name, compute capability, CUDA driver, precision), a hit
+again when the field changes back."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from appliance.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.engines.fingerprint import DeviceProbe
+from appliance.engines.profile import EngineProfile
 from tests.engines.conftest import ORIN_CPUINFO, X86_CPUINFO, EngineEnv, make_onnx, write_jetson_tree
 
 
@@ -79,26 +81,34 @@ def test_device_field_change_misses_then_reverting_hits(env: EngineEnv, field: s
     assert again.cache_hit and again.key == first.key
 
 
-def test_machine_change_misses(env: EngineEnv) -> None:
+def test_machine_change_misses_then_reverting_hits(env: EngineEnv) -> None:
     first = env.manager(machine="aarch64").ensure(env.profile())
     second = env.manager(machine="x86_64").ensure(env.profile())
     assert not second.cache_hit and second.key != first.key
+    again = env.manager(machine="aarch64").ensure(env.profile())
+    assert again.cache_hit and again.key == first.key
 
 
-def test_onnx_change_misses(env: EngineEnv) -> None:
+def test_onnx_change_misses_then_reverting_hits(env: EngineEnv) -> None:
     first = env.manager().ensure(env.profile())
     make_onnx(env.models / "tiny.onnx", seed=1)  # same graph, new weights
     second = env.manager().ensure(env.profile())
     assert not second.cache_hit and second.key != first.key
     assert env.manager().ensure(env.profile()).cache_hit
+    make_onnx(env.models / "tiny.onnx", seed=0)  # the original weights again
+    again = env.manager().ensure(env.profile())
+    assert again.cache_hit and again.key == first.key
 
 
-def test_profile_change_misses(env: EngineEnv) -> None:
+def test_profile_change_misses_then_reverting_hits(env: EngineEnv) -> None:
     first = env.manager().ensure(env.profile())
     text = env.profile_path.read_text()
     env.profile_path.write_text(text.replace("max: 4", "max: 8"))
     second = env.manager().ensure(env.profile())
     assert not second.cache_hit and second.key != first.key and second.max_batch == 8
+    env.profile_path.write_text(text)
+    again = env.manager().ensure(env.profile())
+    assert again.cache_hit and again.key == first.key
 
 
 class _UpgradedOnnxRuntime(OnnxRuntimeBuilder):
@@ -118,3 +128,43 @@ def test_toolchain_upgrade_rebuilds_and_logs_what_changed(env: EngineEnv, caplog
     changed = [r.getMessage() for r in caplog.records if "changed since the last build" in r.getMessage()]
     assert changed and "builder_version" in changed[0] and "l4t: 36.3.0 -> 36.4.0" in changed[0]
     assert "jetpack: 6.0+b106 -> 6.1+b123" in changed[0]
+    downgraded = env.manager().ensure(env.profile())  # back to the old toolchain: its engine is still cached
+    assert downgraded.cache_hit and downgraded.key == first.key
+
+
+class _GpuReportingOnnxRuntime(OnnxRuntimeBuilder):
+    """The real ORT builder reporting the fields a GPU builder adds to the key (TensorRTBuilder reads them from
+    libcuda), and optionally another builder name or precision: one fingerprint field changed at a time."""
+
+    def __init__(self, name: str = "onnxruntime", precision: str = "fp32", **gpu: str) -> None:
+        self.name = name
+        self._precision = precision
+        self._gpu = {"gpu_name": "Orin", "gpu_cc": "8.7", "cuda_driver": "12.2", **gpu}
+
+    def device_fields(self) -> dict[str, str]:
+        return dict(self._gpu)
+
+    def precision(self, profile: EngineProfile) -> str:
+        return self._precision
+
+
+BUILDER_CHANGES: dict[str, dict[str, str]] = {
+    "builder": dict(name="onnxruntime-cuda"),
+    "gpu_name": dict(gpu_name="NVIDIA GeForce RTX 4090"),  # the same image moved to another GPU
+    "gpu_cc": dict(gpu_cc="8.9"),
+    "cuda_driver": dict(cuda_driver="12.6"),
+    "precision": dict(precision="fp16"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(BUILDER_CHANGES))
+def test_builder_field_change_misses_then_reverting_hits(env: EngineEnv, field: str) -> None:
+    first = env.manager(builder=_GpuReportingOnnxRuntime()).ensure(env.profile())
+    assert not first.cache_hit
+    second = env.manager(builder=_GpuReportingOnnxRuntime(**BUILDER_CHANGES[field])).ensure(env.profile())
+    assert not second.cache_hit and second.key != first.key
+    before = json.loads(first.manifest_path.read_text())["fingerprint"]
+    after = json.loads(second.manifest_path.read_text())["fingerprint"]
+    assert {name for name in after if after[name] != before.get(name)} == {field}
+    again = env.manager(builder=_GpuReportingOnnxRuntime()).ensure(env.profile())
+    assert again.cache_hit and again.key == first.key
