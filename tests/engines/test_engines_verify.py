@@ -4,6 +4,7 @@ the amount it missed by, and the I/O check between the engine and the ONNX."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +140,27 @@ def test_relative_golden_without_a_profile_file_is_a_clear_error(env: EngineEnv)
     in_memory = EngineProfile.model_validate({"model": "tiny", "onnx": "tiny.onnx", "verify": {"golden": "g.npz"}})
     with pytest.raises(GoldenInputError, match="relative but the profile was not loaded from a file"):
         golden_inputs(inspect_onnx(env.models / "tiny.onnx"), in_memory)
+
+
+class _MiscompilingFp16Builder(_MiscompilingBuilder):
+    """The same wrong engine, reported as an fp16 build (what TensorRT at precision fp16 reports)."""
+
+    def precision(self, profile):  # type: ignore[no-untyped-def]
+        return "fp16"
+
+
+def test_fp16_engine_is_checked_against_the_fp16_tolerance(env: EngineEnv) -> None:
+    # fp32's tolerance lets anything through here, so only the fp16 tolerance can refuse the engine
+    write_profile(env.engines, verify={"tolerances": {"fp32": {"atol": 1000.0, "rtol": 1.0},
+                                                      "fp16": {"atol": 0.02, "rtol": 0.02, "max_mismatch": 0.001}}})
+    assert env.manager(builder=_MiscompilingBuilder()).ensure(env.profile()).verification.startswith("passed")
+    with pytest.raises(VerificationFailed) as err:
+        env.manager(builder=_MiscompilingFp16Builder()).ensure(env.profile())
+    message = str(err.value)
+    assert "FAILED (fp16 tolerance atol=0.02 rtol=0.02 max_mismatch=0.001)" in message
+    assert re.search(r"of elements outside tolerance, max \|diff\| [\d.e+-]+, worst [\d.e+-]+x the allowed error",
+                     message), message
+    report = json.loads(err.value.report_path.read_text())
+    assert report["precision"] == "fp16" and report["tolerance"] == {"atol": 0.02, "rtol": 0.02, "max_mismatch": 0.001}
+    failed = [c for c in report["checks"] if not c["passed"]]
+    assert failed and all(c["max_abs_err"] > 0.02 and c["worst_ratio"] > 1 for c in failed)
