@@ -30,8 +30,10 @@ def make_onnx(
     height: str | int = 8,
     drop_input: bool = False,
     input_name: str = "images",
+    pooled: bool = True,
 ) -> Path:
-    """A small conv net: images[N,3,H,8] -> Conv+Relu -> scores[N,4,H,8], GlobalAveragePool -> pooled[N,4,1,1]."""
+    """A small conv net: images[N,3,H,8] -> Conv+Relu -> scores[N,4,H,8], GlobalAveragePool -> pooled[N,4,1,1].
+    ``pooled=False`` leaves one output (scores), as the ensemble's detector stage needs."""
     from onnx import TensorProto, helper, numpy_helper, save
 
     rng = np.random.default_rng(seed)
@@ -45,7 +47,9 @@ def make_onnx(
         helper.make_node("Relu", ["c"], ["scores"]),
         helper.make_node("GlobalAveragePool", ["scores"], ["pooled"]),
     ]
-    graph = helper.make_graph(nodes, "tiny", [] if drop_input else [x], [y, p], [w, b])
+    if not pooled:
+        nodes.pop()
+    graph = helper.make_graph(nodes, "tiny", [] if drop_input else [x], [y, p] if pooled else [y], [w, b])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     path.parent.mkdir(parents=True, exist_ok=True)

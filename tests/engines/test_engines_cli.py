@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import DETECTOR_ONNX, REPO, EngineEnv
+from tests.engines.conftest import DETECTOR_ONNX, REPO, EngineEnv, make_onnx, write_profile
 
 UNIT = REPO / "systemd" / "appliance-build-engines.service"
 
@@ -76,6 +76,36 @@ def test_bad_onnx_exits_1_naming_the_phase(env: EngineEnv) -> None:
 def test_unknown_model_exits_2(env: EngineEnv) -> None:
     result = _cli(env, "--model", "nope")
     assert result.returncode == 2 and "no engine profile for nope" in result.stderr
+
+
+def test_repository_flag_materializes_the_triton_repository(env: EngineEnv, tmp_path: Path) -> None:
+    """`--repository DIR` writes preprocess -> detector -> postprocess and the ensemble, the detector linked to the
+    cached engine; a second run (a cache hit) writes it again."""
+    make_onnx(env.models / "yolov3-tiny.onnx", pooled=False)  # one input, one output: usable as the detector
+    write_profile(env.engines, model="yolov3-tiny")  # pre/post-processing: repository/profiles/yolov3-tiny.yaml
+    repo = tmp_path / "repo"
+    for cache_hit in (False, True):
+        result = _cli(env, "--model", "yolov3-tiny", "--repository", str(repo), "--json")
+        assert result.returncode == 0, result.stderr
+        [engine] = json.loads(result.stdout)["engines"]
+        assert engine["cache_hit"] is cache_hit
+        assert sorted(p.name for p in repo.iterdir()) == ["detect", "detector", "postprocess", "preprocess"]
+        assert (repo / "detector" / "1" / "model.onnx").resolve() == Path(engine["engine_path"]).resolve()
+        detector = (repo / "detector" / "config.pbtxt").read_text()
+        assert re.search(r"^max_batch_size: 4\b", detector, re.M), detector  # capped at the engine's batch.max
+        assert 'name: "detect"' in (repo / "detect" / "config.pbtxt").read_text()
+
+
+def test_repository_flag_with_an_unusable_detector_exits_1_and_keeps_the_engine(env: EngineEnv,
+                                                                                tmp_path: Path) -> None:
+    make_onnx(env.models / "yolov3-tiny.onnx")  # two outputs (scores, pooled): not a detector stage
+    write_profile(env.engines, model="yolov3-tiny")
+    result = _cli(env, "--model", "yolov3-tiny", "--repository", str(tmp_path / "repo"))
+    assert result.returncode == 1
+    assert "error: yolov3-tiny: cannot materialize the repository: " in result.stderr
+    assert "exactly one input and one output" in result.stderr
+    again = _cli(env, "--model", "yolov3-tiny")  # the engine itself was fine, built and installed
+    assert again.returncode == 0 and "yolov3-tiny: cached;" in again.stdout
 
 
 @pytest.mark.slow
