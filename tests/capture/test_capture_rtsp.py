@@ -66,12 +66,25 @@ def test_a_server_that_hangs_is_detected_as_stalled(camera, server, shm_root):
         proc.close()
 
 
-def test_udp_transport(camera, server, shm_root):
-    proc = start_capture(camera, server, shm_root, transport="udp")
-    try:
-        wait_for(lambda: proc.health().frames >= 5, 60, "5 frames over RTP/UDP")
-    finally:
-        proc.close()
+@pytest.mark.parametrize("served, other", [("tcp", "udp"), ("udp", "tcp")])
+def test_the_configured_transport_is_the_one_used(camera, long_video, shm_root, served, other):
+    """A server that allows one transport streams to a camera set to it and refuses the other: FFmpeg, left
+    to itself, would fall back from UDP to TCP, so only a restricted server shows which one was asked for."""
+    with RtspServer(long_video, protocols=(served,)) as only:
+        proc = start_capture(camera, only, shm_root, transport=served)
+        try:
+            wait_for(lambda: proc.health().frames >= 5, 60, f"5 frames over RTP/{served.upper()}")
+        finally:
+            proc.close()
+        proc = start_capture(camera, only, shm_root, transport=other)
+        try:
+            # Several refused attempts, each a clean open error, and no frame in between.
+            wait_for(lambda: proc.health().reconnects >= 2, 60, f"two reconnects after {other} was refused")
+            h = proc.health()
+            assert h.frames == 0 and h.state in (CaptureState.BACKOFF, CaptureState.CONNECTING)
+            assert f"could not open stream {only.url} over {other}" in h.last_error
+        finally:
+            proc.close()
 
 
 def test_http_stream(camera, long_video, shm_root):

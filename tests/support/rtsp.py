@@ -10,6 +10,8 @@ ffmpeg.
         url = server.url                       # rtsp://127.0.0.1:<port>/cam
         server.kill()                          # SIGKILL, like a camera losing power
         server.start()                         # same port, same URL
+
+    RtspServer(video, protocols=("tcp",))      # refuses RTP over UDP (SETUP answered 461), like some cameras
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -30,9 +33,10 @@ import sys
 import gi
 gi.require_version("Gst", "1.0")
 gi.require_version("GstRtspServer", "1.0")
-from gi.repository import GLib, Gst, GstRtspServer
+gi.require_version("GstRtsp", "1.0")
+from gi.repository import GLib, Gst, GstRtsp, GstRtspServer
 
-port, mount, launch = sys.argv[1], sys.argv[2], sys.argv[3]
+port, mount, launch, protocols = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 Gst.init(None)
 server = GstRtspServer.RTSPServer()
 server.set_address("127.0.0.1")
@@ -40,6 +44,12 @@ server.set_service(port)
 factory = GstRtspServer.RTSPMediaFactory()
 factory.set_launch(launch)
 factory.set_shared(False)
+if protocols:  # else the factory's default: UDP, UDP multicast and TCP (interleaved)
+    names = {"tcp": GstRtsp.RTSPLowerTrans.TCP, "udp": GstRtsp.RTSPLowerTrans.UDP}
+    allowed = GstRtsp.RTSPLowerTrans(0)
+    for name in protocols.split(","):
+        allowed |= names[name]
+    factory.set_protocols(allowed)
 server.get_mount_points().add_factory(mount, factory)
 if server.attach(None) == 0:
     print("error: could not bind 127.0.0.1:" + port, flush=True)
@@ -73,10 +83,26 @@ def make_test_video(
 
 
 class RtspServer:
-    """gst-rtsp-server serving ``video`` (an H.264 MP4) at rtsp://127.0.0.1:<port><mount>."""
+    """gst-rtsp-server serving ``video`` (an H.264 MP4) at rtsp://127.0.0.1:<port><mount>.
 
-    def __init__(self, video: Path, *, port: int | None = None, mount: str = "/cam", launch: str | None = None) -> None:
+    ``protocols`` restricts the RTP transports the server accepts ("tcp": interleaved in the RTSP connection,
+    "udp": unicast UDP); a client asking for another one gets 461 Unsupported Transport. None allows all.
+    """
+
+    def __init__(
+        self,
+        video: Path,
+        *,
+        port: int | None = None,
+        mount: str = "/cam",
+        launch: str | None = None,
+        protocols: Iterable[str] | None = None,
+    ) -> None:
         self.video = Path(video)
+        self.protocols = tuple(protocols) if protocols is not None else ()
+        unknown = set(self.protocols) - {"tcp", "udp"}
+        if unknown or (protocols is not None and not self.protocols):
+            raise ValueError(f"protocols must be a non-empty subset of ('tcp', 'udp'), got {protocols!r}")
         self.port = port or free_port()
         self.mount = mount
         self.launch = launch or (
@@ -96,7 +122,7 @@ class RtspServer:
         if self._proc is not None and self._proc.poll() is None:
             raise RuntimeError(f"RTSP server already running (pid {self._proc.pid})")
         self._proc = subprocess.Popen(
-            [SYSTEM_PYTHON, "-c", _SERVER, str(self.port), self.mount, self.launch],
+            [SYSTEM_PYTHON, "-c", _SERVER, str(self.port), self.mount, self.launch, ",".join(self.protocols)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
