@@ -14,11 +14,12 @@ REJECT_CODES = (
     "disk_full",        # not enough space to stage the bundle
     "too_large",        # over the configured bundle size limit
     "build_failed",     # the engine builder refused the model
-    "golden_mismatch",  # detections on golden frames outside tolerance
+    "golden_mismatch",  # golden frames not passed: detections outside tolerance, a frame unreadable or not run
     "load_failed",      # Triton could not load the new version
     "duplicate",        # this version is already installed
     "busy",             # another update holds the lock and the caller did not want to wait
     "delivery",         # the bundle could not be fetched (download, chunks, path)
+    "internal",         # an unexpected error in the appliance; the message names it
 )
 
 

@@ -100,15 +100,24 @@ class OtaManager:
             raise OtaRejected("busy", "another update is in progress")
         try:
             self._report("received", f"bundle {bundle.name}", request_id=request_id)
-            with self.store.lock(blocking=wait):
-                try:
+            try:
+                with self.store.lock(blocking=wait):
                     return self._install(bundle, request_id)
-                except OtaRejected as exc:
-                    self._report("rejected", exc.reason, code=exc.code, request_id=request_id,
-                                 version=getattr(exc, "version", None))
-                    raise
+            except OtaRejected as exc:
+                self.report_rejected(exc, request_id)
+                raise
+            except Exception as exc:  # a bug or an unexpected OS error: still an outcome on ota/status
+                log.exception("OTA install of %s failed", bundle.name)
+                rejected = _internal(exc)
+                self.report_rejected(rejected, request_id)
+                raise rejected from exc
         finally:
             self._lock.release()
+
+    def report_rejected(self, exc: OtaRejected, request_id: str | None = None) -> None:
+        """Report a refusal as the final ``rejected`` status (also for refusals before install(), at delivery)."""
+        self._report("rejected", exc.reason, code=exc.code, request_id=request_id,
+                     version=getattr(exc, "version", None))
 
     def _install(self, bundle: Path, rid: str | None) -> dict[str, Any]:
         self.store.ensure()
@@ -132,6 +141,11 @@ class OtaManager:
         except OtaRejected as exc:
             exc.version = m.version  # type: ignore[attr-defined]
             raise
+        except Exception as exc:
+            log.exception("OTA install of %s failed", m.label)
+            rejected = _internal(exc)
+            rejected.version = m.version  # type: ignore[attr-defined]
+            raise rejected from exc
 
     def _stage(self, bundle: Path, opened: Any, rid: str | None) -> Path:
         m = opened.manifest
@@ -177,25 +191,38 @@ class OtaManager:
             raise OtaRejected("build_failed", f"{type(exc).__name__}: {exc}") from None
 
     def _check_golden(self, route: Route, m: Manifest, vdir: Path, rid: str | None) -> str:
-        sets: list[tuple[Path, list[Any], Any]] = []
+        # (label for messages, root of the frame files, frames, tolerance)
+        sets: list[tuple[str, Path, list[Any], Any]] = []
         if m.golden:
-            sets.append((vdir, m.golden, m.golden_tolerance))
+            sets.append(("", vdir, m.golden, m.golden_tolerance))
         if self.config.device_golden_dir is not None:
             try:
                 device = golden.load_device_set(self.config.device_golden_dir)
             except golden.GoldenSetError as exc:
                 raise OtaRejected("golden_mismatch", f"device golden set: {exc}") from None
-            sets.append((self.config.device_golden_dir, device.frames, device.tolerance))
-        total = sum(len(frames) for _, frames, _ in sets)
+            sets.append((f"device golden set {self.config.device_golden_dir}: ", self.config.device_golden_dir,
+                         device.frames, device.tolerance))
+        total = sum(len(frames) for _, _, frames, _ in sets)
         self._report("checking", f"{total} golden frame(s)", m, request_id=rid)
         failures = []
-        for root, frames, tol in sets:
+        for label, root, frames, tol in sets:
             for frame in frames:
-                det = self.switcher.detect(route, golden.read_image(root / frame.file))
+                # A frame that cannot be read or run fails the check like a wrong detection does.
+                try:
+                    image = golden.read_image(root / frame.file)
+                except golden.GoldenSetError as exc:
+                    raise OtaRejected("golden_mismatch", f"{label}golden frame {frame.file}: {exc}") from None
+                try:
+                    det = self.switcher.detect(route, image)
+                except OtaRejected:
+                    raise
+                except Exception as exc:  # Triton refused or failed the request
+                    raise OtaRejected("golden_mismatch", f"{label}golden frame {frame.file}: {route.label} failed "
+                                                         f"to run it: {type(exc).__name__}: {exc}") from None
                 result = golden.compare(frame.file, frame.expected, det.boxes, det.scores, det.class_ids,
                                         m.model_profile.classes, tol)
                 if not result.passed:
-                    failures.append(result.summary())
+                    failures.append(label + result.summary())
         if failures:
             raise OtaRejected("golden_mismatch", "; ".join(failures))
         return f"{total} golden frame(s) passed"
@@ -216,12 +243,24 @@ class OtaManager:
             self.switcher.retire(new)
             raise
         policy = self.config.health
-        t_switch = self._monotonic()
-        baseline = self.switcher.health(old, since=t_switch - policy.period_s) if old is not None else None
-        self.switcher.route(new)
-        self._report("watching", f"traffic moved to {new.ensemble}; watching health for {policy.period_s:g} s", m,
-                     request_id=rid)
-        problem = self._watch(new, baseline, t_switch) if old is not None else None
+        routed = False
+        try:
+            t_switch = self._monotonic()
+            baseline = self.switcher.health(old, since=t_switch - policy.period_s) if old is not None else None
+            self.switcher.route(new)
+            routed = True
+            self._report("watching", f"traffic moved to {new.ensemble}; watching health for {policy.period_s:g} s",
+                         m, request_id=rid)
+            problem = self._watch(new, baseline, t_switch) if old is not None else None
+            if problem is None:
+                previous = self.store.read_pointer()
+                history = tuple(v for v in (*previous.history, previous.version)
+                                if v is None or self.store.is_verified(v))[-(self.config.keep_versions + 1):]
+                self.store.write_pointer(Pointer(m.version, history))
+        except BaseException:
+            # Nothing is committed before the pointer moves: whatever failed, the old version serves on.
+            self._undo(new, old, routed)
+            raise
         if problem is not None:
             assert old is not None
             self.switcher.route(old)
@@ -230,16 +269,29 @@ class OtaManager:
             self._report("rolled_back", f"{m.label} rolled back to {old.label}: {problem}", m, code="health",
                          request_id=rid)
             return {"state": "rolled_back", "version": m.version, "reason": problem, "serving": old.label}
-        previous = self.store.read_pointer()
-        history = tuple(v for v in (*previous.history, previous.version)
-                        if v is None or self.store.is_verified(v))[-(self.config.keep_versions + 1):]
-        self.store.write_pointer(Pointer(m.version, history))
-        if old is not None:
-            self.switcher.retire(old)
-        removed = self.store.prune(self.config.keep_versions, protect={m.version, *history})
+        # Committed: the new version is active whatever happens to the clean-up below.
+        removed: list[str] = []
+        try:
+            if old is not None:
+                self.switcher.retire(old)
+            removed = self.store.prune(self.config.keep_versions, protect={m.version, *history})
+        except Exception:
+            log.exception("OTA: cleaning up after %s became active failed", m.label)
         self._report("active", f"{m.label} is serving ({summary})", m, request_id=rid)
         return {"state": "active", "version": m.version, "model": m.model, "ensemble": new.ensemble,
                 "golden": summary, "pruned": removed}
+
+    def _undo(self, new: Route, old: Route | None, routed: bool) -> None:
+        """Route back to ``old`` (when traffic had moved) and unload ``new``; logs instead of masking the error
+        that got us here."""
+        try:
+            if routed and old is not None:
+                self.switcher.route(old)
+            if not routed or old is not None:  # with nothing to go back to, new stays routed (never unloaded)
+                self.switcher.retire(new)
+        except Exception:
+            log.exception("OTA: restoring %s after a failed switch to %s failed", old.label if old else "base",
+                          new.label)
 
     def _watch(self, route: Route, baseline: Any, since: float) -> str | None:
         from appliance.ota.health import breach
@@ -281,3 +333,8 @@ class OtaManager:
         return {"active": pointer.version, "history": list(pointer.history), "installed": self.store.installed(),
                 "serving": current.label if current else None,
                 "last": self.last_status.to_dict() if self.last_status else None}
+
+
+def _internal(exc: BaseException) -> OtaRejected:
+    """An unexpected failure as a rejection: the status names the exception instead of stopping mid-way."""
+    return OtaRejected("internal", f"unexpected {type(exc).__name__}: {exc}")

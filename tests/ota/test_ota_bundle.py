@@ -9,11 +9,12 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.schemas import validate_ota_status
 
-from appliance.ota.config import OtaConfig
+from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
@@ -161,6 +162,84 @@ def test_engine_build_failure_is_rejected(tmp_path, keys, sign, tiny_source) -> 
     assert m.store.installed() == [] and m.store.read_pointer().version is None
     for e in events:
         validate_ota_status(e)
+
+
+def serving_1(tmp_path: Path, keys: Any, sign: Any, tiny_source: Any, events: list, switcher: Any = None,
+              **kw: Any) -> OtaManager:
+    """A manager that serves version 1 (routed, pointed at); no health watch unless ``health`` is given."""
+    kw.setdefault("health", HealthPolicy(period_s=0))
+    m = OtaManager(tmp_path / "state", keys.trusted(), switcher or OfflineSwitcher(), config=OtaConfig(**kw),
+                   status_cb=events.append)
+    assert m.install(sign(tiny_source("1"), "1.bundle"))["state"] == "active"
+    return m
+
+
+def assert_rejected_and_1_serves(m: OtaManager, events: list, code: str) -> None:
+    """The update ended with a `rejected` status, and version 1 is still routed, pointed at and alone on disk."""
+    assert events[-1].state == "rejected" and events[-1].code == code and events[-1].version == "2", events[-1]
+    for e in events:
+        validate_ota_status(e)
+    assert m.switcher.current().version == "1"  # type: ignore[union-attr]
+    assert m.store.read_pointer().version == "1" and m.store.serving() == "1" and m.store.installed() == ["1"]
+    assert not (m.store.versions_dir / "2").exists() and not any(m.store.staging_dir.iterdir())
+
+
+def test_a_golden_file_that_is_not_an_image_is_rejected_and_the_old_version_serves(tmp_path, keys, sign,
+                                                                                   tiny_source) -> None:
+    events: list = []
+    m = serving_1(tmp_path, keys, sign, tiny_source, events)
+    text = tmp_path / "notes.jpg"
+    text.write_text("a text file named like an image")
+    bundle = sign(tiny_source("2", golden=[{"file": "golden/notes.jpg", "expected": []}],
+                              golden_files={"golden/notes.jpg": text}))
+    with pytest.raises(OtaRejected) as info:
+        m.install(bundle)
+    assert info.value.code == "golden_mismatch", info.value
+    assert "golden/notes.jpg" in info.value.reason and "not a readable image" in info.value.reason
+    assert_rejected_and_1_serves(m, events, "golden_mismatch")
+    # the offline CLI reports it as a refusal (exit 1), its last status line is the rejection
+    done = run_cli("install", str(bundle), "--trusted-key", str(keys.public), "--state-dir", str(tmp_path / "cli"))
+    assert done.returncode == 1 and "rejected: golden_mismatch" in done.stderr, done.stderr
+    last = json.loads([line for line in done.stderr.splitlines() if line.startswith("{")][-1])
+    assert last["state"] == "rejected" and last["code"] == "golden_mismatch"
+
+
+def test_a_golden_frame_the_candidate_fails_to_run_is_rejected(tmp_path, keys, sign, tiny_source) -> None:
+    import cv2
+    import numpy as np
+
+    events: list = []
+    m = serving_1(tmp_path, keys, sign, tiny_source, events)
+    wide = tmp_path / "wide.png"
+    cv2.imwrite(str(wide), np.full((40, 64, 3), 127, np.uint8))
+    profile = {**tiny_model_profile(), "limits": {"max_width": 48}}  # the pipeline refuses the 64 px frame
+    bundle = sign(tiny_source("2", model_profile=profile, golden=[{"file": "golden/wide.png", "expected": []}],
+                              golden_files={"golden/wide.png": wide}))
+    with pytest.raises(OtaRejected) as info:
+        m.install(bundle)
+    assert info.value.code == "golden_mismatch" and "tiny@2 failed to run it: InputRejected" in info.value.reason
+    assert_rejected_and_1_serves(m, events, "golden_mismatch")
+
+
+class HealthFails(OfflineSwitcher):
+    """Reading the new version's health raises (a bug, an unexpected error) while traffic is on it."""
+
+    def health(self, route: Any, since: float, until: float | None = None) -> Any:
+        if route.version == "2":
+            raise RuntimeError("health source went away")
+        return super().health(route, since, until)
+
+
+def test_an_unexpected_error_after_traffic_moved_is_rejected_and_routes_back(tmp_path, keys, sign,
+                                                                            tiny_source) -> None:
+    events: list = []
+    m = serving_1(tmp_path, keys, sign, tiny_source, events, switcher=HealthFails(),
+                  health=HealthPolicy(period_s=5, min_requests=1))
+    with pytest.raises(OtaRejected) as info:
+        m.install(sign(tiny_source("2")))
+    assert info.value.code == "internal" and "RuntimeError: health source went away" in info.value.reason
+    assert "watching" in [e.state for e in events]  # it failed after the new version took the traffic
+    assert_rejected_and_1_serves(m, events, "internal")
 
 
 def test_same_version_twice_is_a_duplicate(tmp_path, keys, sign, tiny_source) -> None:
