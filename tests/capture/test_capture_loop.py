@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import statistics
 import threading
 
 import pytest
@@ -118,6 +119,40 @@ def test_unopenable_file_backs_off_with_growing_delays_and_says_why(camera, tmp_
     seen = list(delays)
     assert len(seen) >= 5 and seen == sorted(seen), f"delays decreased: {seen}"
     assert seen[0] == 0.05 and seen[4:] == [0.4] * len(seen[4:]), f"not 0.05 doubling to the 0.4 cap: {seen}"
+
+
+def capture_intervals(cam, shm_root, count: int = 16) -> list[float]:
+    """Stream ``cam`` until ``count`` frames are published; return the gaps between their capture timestamps."""
+    times: list[float] = []
+    watcher: list[RingReader] = []
+
+    def on_frame() -> None:  # in the loop thread, right after publish: the latest frame is the one just written
+        if not watcher:
+            watcher.append(RingReader(ring_path(shm_root, cam.id)))
+        lease = watcher[0].acquire_latest()
+        if lease is not None:
+            with lease:
+                times.append(lease.meta.t_mono)
+
+    try:
+        with running(cam, shm_root, on_frame=on_frame) as (_, _reader, _r):
+            wait_for(lambda: len(times) >= count, 60, f"{count} frames")
+    finally:
+        for reader in watcher:
+            reader.close()
+    return [b - a for a, b in zip(times[: count - 1], times[1:count])]
+
+
+@pytest.mark.parametrize("kind, fps", [("file", 10), ("file", None), ("images", 10)])
+def test_realtime_pacing_never_delivers_faster_than_the_camera_fps(camera, video, images_dir, shm_root, kind, fps):
+    # Only lower bounds on the spacing: load can slow capture down, never speed it up.
+    source = {"type": kind, "path": str(video if kind == "file" else images_dir)}
+    rate = fps or 15  # without a camera fps a file plays at its own rate (the test video's is 15)
+    paced = capture_intervals(camera({**source, "realtime": True}, fps=fps, resize=True), shm_root)
+    assert statistics.median(paced) >= 0.8 / rate, f"paced at {rate} fps but frames came every {paced}"
+    free = capture_intervals(camera({**source, "realtime": False}, resize=True), shm_root)
+    # The same source unpaced is far quicker: the spacing above comes from the pacing, not from decoding.
+    assert statistics.median(paced) >= 2 * statistics.median(free), f"paced {paced} vs unpaced {free}"
 
 
 def test_impossible_size_fails_once_with_a_clear_error(camera, video, shm_root):
