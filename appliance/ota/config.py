@@ -32,7 +32,8 @@ class OtaConfig(StrictModel):
     allow_http: bool = Field(False, description="accept plain http:// URLs (https:// always allowed)")
     download_timeout_s: float = Field(60.0, gt=0, le=3600)
     chunk_timeout_s: float = Field(600.0, gt=0, description="an incomplete chunked upload is dropped after this")
-    keep_versions: int = Field(3, ge=1, le=50, description="verified versions kept for rollback")
+    keep_versions: int = Field(3, ge=1, le=50, description="verified versions kept on disk, the active one included; "
+                                                           "rollback reaches the others, then the base model")
     reserve_bytes: int = Field(64 << 20, ge=0, description="space that must stay free after staging")
     device_golden_dir: Path | None = Field(None, description="device-local golden set (golden.json + images)")
     check_golden: bool = Field(True, description="run golden frames before switching")

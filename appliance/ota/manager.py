@@ -253,9 +253,7 @@ class OtaManager:
                          m, request_id=rid)
             problem = self._watch(new, baseline, t_switch) if old is not None else None
             if problem is None:
-                previous = self.store.read_pointer()
-                history = tuple(v for v in (*previous.history, previous.version)
-                                if v is None or self.store.is_verified(v))[-(self.config.keep_versions + 1):]
+                history = self._history(self.store.read_pointer())
                 self.store.write_pointer(Pointer(m.version, history))
         except BaseException:
             # Nothing is committed before the pointer moves: whatever failed, the old version serves on.
@@ -274,7 +272,8 @@ class OtaManager:
         try:
             if old is not None:
                 self.switcher.retire(old)
-            removed = self.store.prune(self.config.keep_versions, protect={m.version, *history})
+            # Only what rollback can reach stays on disk: the active version and its history.
+            removed = self.store.prune(0, protect={m.version, *history})  # keep_versions is in _history()
         except Exception:
             log.exception("OTA: cleaning up after %s became active failed", m.label)
         self._report("active", f"{m.label} is serving ({summary})", m, request_id=rid)
@@ -292,6 +291,14 @@ class OtaManager:
         except Exception:
             log.exception("OTA: restoring %s after a failed switch to %s failed", old.label if old else "base",
                           new.label)
+
+    def _history(self, previous: Pointer) -> tuple[str | None, ...]:
+        """The new pointer's history: the base model (None, always servable) and the newest verified versions
+        served before, so that with the new active one ``keep_versions`` versions are kept."""
+        served = (*previous.history, previous.version)
+        versions = [v for v in served if v is not None and self.store.is_verified(v)]
+        keep = versions[-(self.config.keep_versions - 1):] if self.config.keep_versions > 1 else []
+        return (*((None,) if None in served else ()), *keep)
 
     def _watch(self, route: Route, baseline: Any, since: float) -> str | None:
         from appliance.ota.health import breach

@@ -15,9 +15,10 @@ import pytest
 from support.schemas import validate_ota_status
 
 from appliance.ota.config import HealthPolicy, OtaConfig
-from appliance.ota.errors import OtaRejected
+from appliance.ota.errors import OtaRejected, RollbackError
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
+from appliance.ota.store import Pointer
 from appliance.ota.switcher import OfflineSwitcher
 
 # Not 'from conftest import': with several test directories that name is whichever conftest pytest imported.
@@ -240,6 +241,36 @@ def test_an_unexpected_error_after_traffic_moved_is_rejected_and_routes_back(tmp
     assert info.value.code == "internal" and "RuntimeError: health source went away" in info.value.reason
     assert "watching" in [e.state for e in events]  # it failed after the new version took the traffic
     assert_rejected_and_1_serves(m, events, "internal")
+
+
+def test_keep_versions_keeps_that_many_on_disk_and_rollback_reaches_them_then_the_base(tmp_path, keys, sign,
+                                                                                      tiny_source) -> None:
+    from appliance.ota.switcher import ModelSpec
+
+    m = OtaManager(tmp_path / "state", keys.trusted(), OfflineSwitcher(), base_spec=lambda: ModelSpec(None, None, None),
+                   config=OtaConfig(keep_versions=2, health=HealthPolicy(period_s=0)))  # the CLI's stand-in base
+    for version in ("1", "2", "3", "4", "5"):
+        assert m.install(sign(tiny_source(version), f"{version}.bundle"))["state"] == "active"
+        assert len(m.store.installed()) <= 2
+    assert m.store.installed() == ["4", "5"]
+    assert sorted(p.name for p in m.store.versions_dir.iterdir()) == ["4", "5"]
+    assert m.store.read_pointer() == Pointer("5", (None, "4"))
+    assert m.rollback()["to"] == "4" and m.store.serving() == "4"
+    assert m.rollback()["to"] is None and m.store.serving() is None  # the base model is always there
+    with pytest.raises(RollbackError):
+        m.rollback()
+    # a version rolled away from is not reachable any more and does not count on top of keep_versions
+    assert m.install(sign(tiny_source("6"), "6.bundle"))["state"] == "active"
+    assert m.rollback()["to"] is None
+    assert m.install(sign(tiny_source("7"), "7.bundle"))["state"] == "active"
+    assert m.store.installed() == ["7"] and m.store.read_pointer() == Pointer("7", (None,))
+
+
+def test_keep_versions_1_keeps_only_the_active_version(tmp_path, keys, sign, tiny_source) -> None:
+    m = manager(tmp_path, keys.trusted(), keep_versions=1, health=HealthPolicy(period_s=0))
+    for version in ("1", "2", "3"):
+        m.install(sign(tiny_source(version), f"{version}.bundle"))
+    assert m.store.installed() == ["3"] and m.store.read_pointer() == Pointer("3", (None,))
 
 
 def test_same_version_twice_is_a_duplicate(tmp_path, keys, sign, tiny_source) -> None:
