@@ -194,6 +194,78 @@ def test_absent_v4l2_device_and_unreachable_stream_are_retryable_errors(camera):
         opened(camera({"type": "rtsp", "url": url, "open_timeout_s": 2}))
 
 
+class DriverChoice:
+    """Stand-in for cv2.VideoCapture on a V4L2 node: takes every set() and reports back the mode the driver chose.
+    The one fake in these tests, because this host has no V4L2 camera; it only replaces the device."""
+
+    def __init__(self, width: int, height: int, fourcc: str) -> None:
+        self.chosen = {
+            cv2.CAP_PROP_FRAME_WIDTH: width,
+            cv2.CAP_PROP_FRAME_HEIGHT: height,
+            cv2.CAP_PROP_FOURCC: cv2.VideoWriter_fourcc(*fourcc),
+        }
+        self.asked: dict[int, float] = {}
+        self.released = False
+
+    def __call__(self, device: str, api: int) -> "DriverChoice":  # cv2.VideoCapture(device, cv2.CAP_V4L2)
+        assert api == cv2.CAP_V4L2
+        return self
+
+    def isOpened(self) -> bool:
+        return True
+
+    def set(self, prop: int, value: float) -> bool:
+        self.asked[prop] = value
+        return True
+
+    def get(self, prop: int) -> float:
+        return float(self.chosen.get(prop, self.asked.get(prop, 0)))
+
+    def release(self) -> None:
+        self.released = True
+
+
+V4L2 = {"type": "v4l2", "device": "/dev/null", "fourcc": "MJPG"}  # /dev/null: a node that exists
+
+
+@pytest.mark.parametrize(
+    "chosen, problem",
+    [
+        ((640, 480, "MJPG"), "does not support 320x240 (it chose 640x480);"),
+        ((320, 240, "YUYV"), "does not support format MJPG (it chose 'YUYV');"),
+        ((640, 480, "YUYV"), "does not support 320x240 (it chose 640x480) and format MJPG (it chose 'YUYV');"),
+    ],
+)
+def test_v4l2_mode_the_camera_did_not_accept_is_a_config_error(camera, monkeypatch, chosen, problem):
+    driver = DriverChoice(*chosen)
+    monkeypatch.setattr(cv2, "VideoCapture", driver)
+    with pytest.raises(SourceConfigError) as info:
+        opened(camera(V4L2, fps=30))
+    message = str(info.value)
+    assert message.startswith("V4L2 device /dev/null ") and problem in message
+    assert "list its modes with `v4l2-ctl -d /dev/null --list-formats-ext`" in message
+    assert driver.released  # a config error is not retried: nothing else would close the device
+    assert driver.asked == {  # what was asked is what the config says
+        cv2.CAP_PROP_FOURCC: cv2.VideoWriter_fourcc(*"MJPG"),
+        cv2.CAP_PROP_FRAME_WIDTH: 320,
+        cv2.CAP_PROP_FRAME_HEIGHT: 240,
+        cv2.CAP_PROP_FPS: 30,
+    }
+
+
+@pytest.mark.parametrize(
+    "chosen, overrides",
+    [((320, 240, "MJPG"), {}), ((640, 480, "MJPG"), {"resize": True})],  # resize: another size is scaled later
+)
+def test_v4l2_mode_the_camera_accepted_opens_cleanly(camera, monkeypatch, chosen, overrides):
+    driver = DriverChoice(*chosen)
+    monkeypatch.setattr(cv2, "VideoCapture", driver)
+    source = opened(camera(V4L2, **overrides))
+    assert not driver.released and cv2.CAP_PROP_FPS not in driver.asked  # no fps configured: none asked
+    source.close()
+    assert driver.released
+
+
 def test_passwords_are_redacted_in_messages():
     assert _redact("rtsp://admin:s3cret@10.0.0.5/h264") == "rtsp://admin:***@10.0.0.5/h264"
     assert _redact("rtsp://10.0.0.5/h264") == "rtsp://10.0.0.5/h264"
