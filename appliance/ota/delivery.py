@@ -23,6 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -64,8 +65,18 @@ def download(url: str, dest: Path, max_bytes: int, timeout_s: float, allow_http:
         tmp.unlink(missing_ok=True)
 
 
+@dataclass
+class _Upload:
+    count: int
+    ends: list[int]  # end offset in the .part file of each chunk written so far (chunk i is ends[i-1]..ends[i])
+    seen: float      # last chunk, for chunk_timeout_s
+
+
 class ChunkAssembler:
-    """Chunks of one upload, written to ``<dir>/<upload_id>.part`` in order; complete -> the bundle path."""
+    """Chunks of one upload, written to ``<dir>/<upload_id>.part`` in order; complete -> the bundle path.
+
+    MQTT QoS 1 may deliver a chunk twice: a chunk already written (or any chunk of an upload completed within
+    ``timeout_s``) is ignored when it carries the same bytes. A sender restarts with a new upload_id."""
 
     def __init__(self, directory: Path, max_bytes: int, timeout_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -73,50 +84,76 @@ class ChunkAssembler:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self._clock = clock
-        self._uploads: dict[str, tuple[int, int, float]] = {}  # id -> (next index, count, last seen)
+        self._uploads: dict[str, _Upload] = {}
+        self._completed: dict[str, float] = {}  # upload id -> when its last chunk arrived
         self._lock = threading.Lock()
 
     def add(self, upload_id: str, index: int, count: int, data: bytes) -> Path | None:
+        """The bundle when this chunk completes the upload, else None (more to come, or a redelivery)."""
         if not _UPLOAD_ID.match(upload_id):
             raise DeliveryError(f"upload_id must be 1-64 of A-Z a-z 0-9 _ . -, got {upload_id[:80]!r}")
         if count < 1 or not 0 <= index < count:
             raise DeliveryError(f"chunk index {index} is outside 0..count-1 (count {count})")
         with self._lock:
-            self._expire()
+            now = self._clock()
+            self._expire(now)
+            if upload_id in self._completed:
+                return None  # a redelivery after the bundle was handed on
             self.directory.mkdir(parents=True, exist_ok=True)
             part = self.directory / f"{upload_id}.part"
-            expected, known_count, _ = self._uploads.get(upload_id, (0, count, 0.0))
-            if index == 0:  # (re)start
-                part.unlink(missing_ok=True)
-                expected, known_count = 0, count
-            if count != known_count:
-                raise DeliveryError(f"upload {upload_id}: count changed from {known_count} to {count}")
-            if index < expected:
-                return None  # a redelivered chunk: already written
-            if index > expected:
-                raise DeliveryError(f"upload {upload_id}: got chunk {index}, expected {expected} (send in order)")
-            size = part.stat().st_size if part.exists() else 0
+            upload = self._uploads.get(upload_id)
+            if upload is None:
+                if index != 0:
+                    raise DeliveryError(f"upload {upload_id}: got chunk {index}, expected 0 (unknown or expired "
+                                        "upload)")
+                part.unlink(missing_ok=True)  # a leftover of an earlier process
+                upload = _Upload(count, [], now)
+                self._uploads[upload_id] = upload
+            if count != upload.count:
+                raise DeliveryError(f"upload {upload_id}: count changed from {upload.count} to {count}")
+            upload.seen = now
+            if index < len(upload.ends):
+                self._check_same(part, upload, index, data)
+                return None
+            if index > len(upload.ends):
+                raise DeliveryError(f"upload {upload_id}: got chunk {index}, expected {len(upload.ends)} "
+                                    "(send in order)")
+            size = upload.ends[-1] if upload.ends else 0
             if size + len(data) > self.max_bytes:
-                part.unlink(missing_ok=True)
-                self._uploads.pop(upload_id, None)
+                self._drop(upload_id)
                 raise OtaRejected("too_large", f"upload {upload_id} exceeds {self.max_bytes} bytes")
             with open(part, "ab") as f:
                 f.write(data)
-            if index + 1 < count:
-                self._uploads[upload_id] = (index + 1, count, self._clock())
+            upload.ends.append(size + len(data))
+            if len(upload.ends) < count:
                 return None
-            self._uploads.pop(upload_id, None)
+            del self._uploads[upload_id]
+            self._completed[upload_id] = now
             final = self.directory / f"{upload_id}.bundle"
             os.replace(part, final)
             return final
 
-    def _expire(self) -> None:
-        now = self._clock()
-        for uid, (_, _, seen) in list(self._uploads.items()):
-            if now - seen > self.timeout_s:
+    def _check_same(self, part: Path, upload: _Upload, index: int, data: bytes) -> None:
+        start = upload.ends[index - 1] if index else 0
+        with open(part, "rb") as f:
+            f.seek(start)
+            same = f.read(upload.ends[index] - start) == data
+        if not same:
+            raise DeliveryError(f"chunk {index} was received before with other bytes; to send another bundle, "
+                                "use a new upload_id")
+
+    def _drop(self, upload_id: str) -> None:
+        self._uploads.pop(upload_id, None)
+        (self.directory / f"{upload_id}.part").unlink(missing_ok=True)
+
+    def _expire(self, now: float) -> None:
+        for uid, upload in list(self._uploads.items()):
+            if now - upload.seen > self.timeout_s:
                 log.warning("OTA upload %s expired (no chunk for %.0f s)", uid, self.timeout_s)
-                (self.directory / f"{uid}.part").unlink(missing_ok=True)
-                del self._uploads[uid]
+                self._drop(uid)
+        for uid, done in list(self._completed.items()):
+            if now - done > self.timeout_s:
+                del self._completed[uid]
 
 
 class OtaCommandHandler:

@@ -1,0 +1,127 @@
+"""Getting bundles to the manager: chunked uploads (MQTT QoS 1 may redeliver any chunk), with a fake clock for
+expiry; real files, a real OtaManager (tiny real ONNX model, ONNX Runtime builder) behind the command handler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.ota.config import HealthPolicy, OtaConfig
+from appliance.ota.delivery import ChunkAssembler, DeliveryError, OtaCommandHandler
+from appliance.ota.errors import OtaRejected
+from appliance.ota.manager import OtaManager
+from appliance.ota.push import chunk_payloads
+from appliance.ota.switcher import OfflineSwitcher
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def assembler(tmp_path: Path, max_bytes: int = 1000, timeout_s: float = 60) -> tuple[ChunkAssembler, Clock]:
+    clock = Clock()
+    return ChunkAssembler(tmp_path / "chunks", max_bytes, timeout_s, clock), clock
+
+
+def leftovers(chunks: ChunkAssembler) -> list[str]:
+    return sorted(p.name for p in chunks.directory.iterdir() if not p.name.endswith(".bundle"))
+
+
+def test_a_redelivered_chunk_0_is_ignored(tmp_path: Path) -> None:
+    chunks, _ = assembler(tmp_path)
+    assert chunks.add("u", 0, 3, b"aa") is None and chunks.add("u", 1, 3, b"bb") is None
+    assert chunks.add("u", 0, 3, b"aa") is None  # QoS 1 redelivery: must not restart the upload
+    done = chunks.add("u", 2, 3, b"cc")
+    assert done is not None and done.read_bytes() == b"aabbcc" and leftovers(chunks) == []
+
+
+def test_a_redelivered_middle_chunk_and_a_late_redelivery_are_ignored(tmp_path: Path) -> None:
+    chunks, _ = assembler(tmp_path)
+    chunks.add("u", 0, 3, b"aa")
+    chunks.add("u", 1, 3, b"bb")
+    assert chunks.add("u", 1, 3, b"bb") is None
+    done = chunks.add("u", 2, 3, b"cc")
+    assert done is not None and done.read_bytes() == b"aabbcc"
+    done.unlink()  # the handler hands the bundle on
+    # after completion: no error, no new upload, no new file
+    for index, data in ((2, b"cc"), (0, b"aa"), (1, b"bb")):
+        assert chunks.add("u", index, 3, data) is None
+    assert list(chunks.directory.iterdir()) == []
+
+
+def test_a_chunk_received_again_with_other_bytes_is_refused_and_the_upload_goes_on(tmp_path: Path) -> None:
+    chunks, _ = assembler(tmp_path)
+    chunks.add("u", 0, 2, b"aa")
+    with pytest.raises(DeliveryError, match="chunk 0 was received before with other bytes"):
+        chunks.add("u", 0, 2, b"zz")
+    done = chunks.add("u", 1, 2, b"bb")
+    assert done is not None and done.read_bytes() == b"aabb"
+
+
+def test_an_out_of_order_chunk_is_refused_and_the_upload_goes_on(tmp_path: Path) -> None:
+    chunks, _ = assembler(tmp_path)
+    with pytest.raises(DeliveryError, match="got chunk 1, expected 0"):
+        chunks.add("u", 1, 3, b"bb")
+    chunks.add("u", 0, 3, b"aa")
+    with pytest.raises(DeliveryError, match="got chunk 2, expected 1 .send in order."):
+        chunks.add("u", 2, 3, b"cc")
+    with pytest.raises(DeliveryError, match="count changed from 3 to 4"):
+        chunks.add("u", 1, 4, b"bb")
+    chunks.add("u", 1, 3, b"bb")
+    done = chunks.add("u", 2, 3, b"cc")
+    assert done is not None and done.read_bytes() == b"aabbcc"
+
+
+def test_an_abandoned_upload_expires(tmp_path: Path) -> None:
+    chunks, clock = assembler(tmp_path, timeout_s=60)
+    chunks.add("u", 0, 3, b"aa")
+    clock.t += 59  # within the timeout the upload goes on
+    chunks.add("u", 1, 3, b"bb")
+    clock.t += 61
+    chunks.add("v", 0, 2, b"vv")  # any chunk drops what expired
+    assert leftovers(chunks) == ["v.part"]
+    with pytest.raises(DeliveryError, match="got chunk 2, expected 0 .unknown or expired upload."):
+        chunks.add("u", 2, 3, b"cc")
+    # the sender starts over (same or new id) and gets the whole bundle
+    for index, data in enumerate((b"aa", b"bb")):
+        chunks.add("u", index, 3, data)
+    done = chunks.add("u", 2, 3, b"cc")
+    assert done is not None and done.read_bytes() == b"aabbcc"
+
+
+def test_an_upload_over_the_limit_is_too_large_and_leaves_nothing(tmp_path: Path) -> None:
+    chunks, _ = assembler(tmp_path, max_bytes=10)
+    chunks.add("u", 0, 3, b"123456")
+    with pytest.raises(OtaRejected) as info:
+        chunks.add("u", 1, 3, b"789012")
+    assert info.value.code == "too_large"
+    assert leftovers(chunks) == []
+    with pytest.raises(DeliveryError, match="expected 0"):  # the upload is gone, not half-kept
+        chunks.add("u", 2, 3, b"x")
+    with pytest.raises(OtaRejected, match="too_large"):  # one chunk alone over the limit
+        chunks.add("w", 0, 1, b"x" * 11)
+    assert leftovers(chunks) == []
+
+
+def handler_for(tmp_path: Path, keys: Any, events: list[Any], **config: Any) -> OtaCommandHandler:
+    cfg = OtaConfig(health=HealthPolicy(period_s=0), **config)
+    m = OtaManager(tmp_path / "state", keys.trusted(), OfflineSwitcher(), config=cfg, status_cb=events.append)
+    return OtaCommandHandler(m, cfg, tmp_path / "state" / "ota" / "incoming", background=False)
+
+
+def test_chunks_redelivered_through_the_command_handler_install_once(tmp_path, keys, sign, tiny_source) -> None:
+    events: list[Any] = []
+    handler = handler_for(tmp_path, keys, events)
+    payloads = list(chunk_payloads(sign(tiny_source("2")), 64 << 10))
+    assert len(payloads) >= 3
+    replies = [handler.handle(p) for p in (payloads[0], payloads[1], payloads[0], *payloads[1:])]
+    assert replies[-1]["state"] == "active" and replies[-1]["version"] == "2"
+    assert handler.handle(payloads[-1]) == {"chunk": len(payloads) - 1, "count": len(payloads)}  # late duplicate
+    assert [e.state for e in events].count("active") == 1
+    assert list((handler.incoming / "chunks").iterdir()) == []
