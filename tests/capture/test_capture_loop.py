@@ -121,6 +121,19 @@ def test_unopenable_file_backs_off_with_growing_delays_and_says_why(camera, tmp_
     assert seen[0] == 0.05 and seen[4:] == [0.4] * len(seen[4:]), f"not 0.05 doubling to the 0.4 cap: {seen}"
 
 
+def test_too_many_decode_errors_in_a_row_reconnect(camera, tmp_path, shm_root):
+    for name in ("a.jpg", "b.jpg"):
+        (tmp_path / name).write_bytes(b"\xff\xd8 not really a JPEG " * 100)
+    cam = camera({"type": "images", "path": str(tmp_path), "realtime": False}, max_decode_errors=3)
+    with running(cam, shm_root) as (_, reader, result):
+        wait_for(lambda: reader.health().reconnects >= 2, 60, "two reconnects after bad reads")
+        assert reader.health().state in (CaptureState.BACKOFF, CaptureState.CONNECTING)
+    h = result["final"]  # counters read after the loop stopped, so they agree with each other
+    # Each connection ended after exactly max_decode_errors bad reads (the last one maybe cut short by the stop).
+    assert 3 * h.reconnects <= h.decode_errors <= 3 * (h.reconnects + 1) and h.reconnects >= 2 and h.frames == 0
+    assert "3 bad reads in a row" in h.last_error and "is not a readable image" in h.last_error
+
+
 def capture_intervals(cam, shm_root, count: int = 16) -> list[float]:
     """Stream ``cam`` until ``count`` frames are published; return the gaps between their capture timestamps."""
     times: list[float] = []
