@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import logging
 import os
 import re
@@ -189,36 +190,51 @@ class OtaCommandHandler:
             if args["action"] == "status":
                 return self.manager.status()
             raise DeliveryError(f"action must be 'rollback' or 'status', got {args['action']!r}")
-        self.incoming.mkdir(parents=True, exist_ok=True)
-        if "path" in args:
-            src = Path(str(args["path"]))
-            if not src.is_file():
-                raise DeliveryError(f"path {src} is not a file")
-            if src.stat().st_size > self.config.max_bundle_bytes:
-                raise OtaRejected("too_large", f"{src} is over {self.config.max_bundle_bytes} bytes")
-            bundle = self._claim(src, copy=True)
-        elif "url" in args:
-            self._seq += 1
-            bundle = download(str(args["url"]), self.incoming / f"download-{os.getpid()}-{self._seq}.bundle",
-                              self.config.max_bundle_bytes, self.config.download_timeout_s, self.config.allow_http)
-        else:
+        try:
+            bundle = self._receive(args)
+        except OtaRejected as exc:  # the update ends here: say so on ota/status too, not only in the reply
+            self.manager.report_rejected(exc, request_id)
+            raise
+        if isinstance(bundle, dict):
+            return bundle
+        return self._start(bundle, request_id)
+
+    def _receive(self, args: Mapping[str, Any]) -> Path | dict[str, Any]:
+        """The bundle, or the reply to a chunk that did not complete its upload. Bad arguments raise
+        DeliveryError (no update started); a refused or failed delivery raises OtaRejected."""
+        try:
+            self.incoming.mkdir(parents=True, exist_ok=True)
+            if "path" in args:
+                src = Path(str(args["path"]))
+                if not src.is_file():
+                    raise DeliveryError(f"path {src} is not a file")
+                if src.stat().st_size > self.config.max_bundle_bytes:
+                    raise OtaRejected("too_large", f"{src} is over {self.config.max_bundle_bytes} bytes")
+                return self._claim(src, copy=True)
+            if "url" in args:
+                self._seq += 1
+                return download(str(args["url"]), self.incoming / f"download-{os.getpid()}-{self._seq}.bundle",
+                                self.config.max_bundle_bytes, self.config.download_timeout_s, self.config.allow_http)
             try:
                 index, count = int(args["index"]), int(args["count"])
                 data = base64.b64decode(str(args["data"]), validate=True)
             except (KeyError, ValueError, TypeError, binascii.Error) as exc:
                 raise DeliveryError(f"a chunk needs upload_id, index, count and base64 data: {exc}") from None
             done = self.chunks.add(str(args["upload_id"]), index, count, data)
-            if done is None:
-                return {"chunk": index, "count": count}
-            bundle = done
-        return self._start(bundle, request_id)
+            return {"chunk": index, "count": count} if done is None else done
+        except OSError as exc:  # copying the path or writing a chunk
+            raise OtaRejected("disk_full" if exc.errno == errno.ENOSPC else "delivery",
+                              f"receiving the bundle failed: {exc}") from None
 
     def _claim(self, src: Path, copy: bool) -> Path:
         self._seq += 1
         dest = self.incoming / f"bundle-{os.getpid()}-{self._seq}.bundle"
         tmp = dest.with_name(f".{dest.name}.part")
-        shutil.copyfile(src, tmp) if copy else os.replace(src, tmp)
-        os.replace(tmp, dest)
+        try:
+            shutil.copyfile(src, tmp) if copy else os.replace(src, tmp)
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)  # a copy that failed half-way
         return dest
 
     def _start(self, bundle: Path, request_id: str | None) -> dict[str, Any]:

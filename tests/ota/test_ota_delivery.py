@@ -1,5 +1,6 @@
 """Getting bundles to the manager: chunked uploads (MQTT QoS 1 may redeliver any chunk), with a fake clock for
-expiry; real files, a real OtaManager (tiny real ONNX model, ONNX Runtime builder) behind the command handler."""
+expiry; refused deliveries on the status stream. Real files, a real OtaManager (tiny real ONNX model, ONNX
+Runtime builder) behind the command handler."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.schemas import validate_ota_status
 
 from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.delivery import ChunkAssembler, DeliveryError, OtaCommandHandler
@@ -125,3 +127,49 @@ def test_chunks_redelivered_through_the_command_handler_install_once(tmp_path, k
     assert handler.handle(payloads[-1]) == {"chunk": len(payloads) - 1, "count": len(payloads)}  # late duplicate
     assert [e.state for e in events].count("active") == 1
     assert list((handler.incoming / "chunks").iterdir()) == []
+
+
+# -- refused deliveries reach ota/status -------------------------------------------------------------------------
+
+def assert_refused(events: list[Any], code: str, request_id: str, incoming: Path) -> None:
+    """The delivery ended in a `rejected` status (it would be the retained ota/status) and left no file."""
+    assert events and events[-1].state == "rejected" and events[-1].code == code, events[-1:]
+    assert events[-1].request_id == request_id
+    for e in events:
+        validate_ota_status(e)
+    assert [p.name for p in incoming.iterdir() if p.name != "chunks"] == []
+    assert not (incoming / "chunks").exists() or list((incoming / "chunks").iterdir()) == []
+
+
+def test_a_path_over_the_limit_is_rejected_on_the_status_stream(tmp_path: Path, keys: Any) -> None:
+    events: list[Any] = []
+    handler = handler_for(tmp_path, keys, events, max_bundle_bytes=1000)
+    big = tmp_path / "big.bundle"
+    big.write_bytes(b"x" * 1001)
+    with pytest.raises(OtaRejected, match="too_large"):
+        handler.handle({"path": str(big)}, request_id="r-path")
+    assert_refused(events, "too_large", "r-path", handler.incoming)
+
+
+def test_chunks_over_the_limit_are_rejected_on_the_status_stream(tmp_path: Path, keys: Any) -> None:
+    events: list[Any] = []
+    handler = handler_for(tmp_path, keys, events, max_bundle_bytes=1000)
+    handler.handle({"upload_id": "u", "index": 0, "count": 2, "data": "eHh4"}, request_id="r-0")
+    assert events == []  # a chunk that fits says nothing on the status stream
+    with pytest.raises(OtaRejected, match="too_large"):
+        handler.handle({"upload_id": "u", "index": 1, "count": 2, "data": "eHh4" * 400}, request_id="r-1")
+    assert_refused(events, "too_large", "r-1", handler.incoming)
+
+
+def test_bad_arguments_are_a_bad_request_not_an_update(tmp_path: Path, keys: Any) -> None:
+    from appliance.mqtt.errors import CommandError
+
+    class Command:
+        args = {"path": str(tmp_path / "missing.bundle")}
+        request_id = "r-bad"
+
+    events: list[Any] = []
+    with pytest.raises(CommandError) as info:
+        handler_for(tmp_path, keys, events)(Command())
+    assert info.value.code == "bad_request" and events == []
+
