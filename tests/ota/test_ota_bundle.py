@@ -222,6 +222,34 @@ def test_a_golden_frame_the_candidate_fails_to_run_is_rejected(tmp_path, keys, s
     assert_rejected_and_1_serves(m, events, "golden_mismatch")
 
 
+def test_a_device_golden_set_the_model_cannot_match_is_a_golden_mismatch(tmp_path, keys, sign,
+                                                                       tiny_source) -> None:
+    import cv2
+    import numpy as np
+
+    device = tmp_path / "device-golden"
+    device.mkdir()
+    cv2.imwrite(str(device / "line.png"), np.full((32, 32, 3), 90, np.uint8))
+    golden_json = device / "golden.json"
+    golden_json.write_text(json.dumps({"frames": [{"file": "line.png", "expected": []}]}))
+    events: list = []
+    m = serving_1(tmp_path, keys, sign, tiny_source, events, device_golden_dir=device)  # it sees nothing: passes
+    assert any(e.state == "checking" and e.message == "1 golden frame(s)" for e in events)
+    # this line's cameras see an "a" there, which the tiny model never reports
+    golden_json.write_text(json.dumps({"frames": [{"file": "line.png", "expected": [
+        {"class_name": "a", "score": 0.9, "box": [2, 2, 20, 20]}]}]}))
+    with pytest.raises(OtaRejected) as info:
+        m.install(sign(tiny_source("2")))
+    assert info.value.code == "golden_mismatch", info.value
+    assert f"device golden set {device}: line.png: 0 matched, missing ['a@0.90']" in info.value.reason
+    assert_rejected_and_1_serves(m, events, "golden_mismatch")
+    # a broken device set refuses every update rather than being skipped
+    golden_json.write_text("{not json")
+    with pytest.raises(OtaRejected, match=f"golden_mismatch: device golden set: {golden_json}"):
+        m.install(sign(tiny_source("2", name="2b"), "2b.bundle"))
+    assert_rejected_and_1_serves(m, events, "golden_mismatch")
+
+
 class HealthFails(OfflineSwitcher):
     """Reading the new version's health raises (a bug, an unexpected error) while traffic is on it."""
 
