@@ -83,6 +83,30 @@ def write_source(src: Path, *, version: str, onnx: Path, model_profile: dict[str
     return src
 
 
+class Traffic:
+    """A fake monotonic clock whose sleep() also sends two requests through the router (failing or not, with
+    ``latency_s`` and ``detections`` each): the manager's health watch sees real router statistics without
+    waiting in real time. ``switcher`` is an OfflineSwitcher on this clock."""
+
+    def __init__(self) -> None:
+        from appliance.ota.switcher import OfflineSwitcher
+
+        self.t = 1000.0
+        self.fail = False
+        self.latency_s = 0.01
+        self.detections = 1
+        self.switcher = OfflineSwitcher(clock=self.monotonic)
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        for _ in range(2):
+            route = self.switcher.router.acquire()
+            self.switcher.router.release(route, not self.fail, self.latency_s, self.detections)
+        self.t += seconds
+
+
 class Keys:
     def __init__(self, root: Path) -> None:
         self.private, self.public = root / "ota.key", root / "ota.pub"

@@ -18,26 +18,8 @@ from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.errors import REJECT_CODES, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.status import STATES, OtaStatus
-from appliance.ota.switcher import OfflineSwitcher
 
-
-class Traffic:
-    """A fake monotonic clock whose sleep() also sends two requests through the router, failing or not: the
-    manager's health watch sees real router statistics without waiting in real time."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-        self.fail = False
-        self.switcher = OfflineSwitcher(clock=self.monotonic)
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        for _ in range(2):
-            route = self.switcher.router.acquire()
-            self.switcher.router.release(route, not self.fail, 0.01, 1)
-        self.t += seconds
+from ota_helpers import Traffic  # noqa: E402
 
 
 @pytest.fixture
