@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import shutil
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future
 from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from appliance.capture.layout import RingGeometry
+from appliance.capture.ring import FrameLease, RingReader, RingWriter, create_ring, ring_path
+from appliance.supervisor.scheduler import Scheduler
 from appliance.triton import errors
 from appliance.triton.infer import InputBuffer, prepare_input
 from appliance.triton.server import Server
@@ -118,6 +125,78 @@ def test_shared_memory_input_is_not_copied_and_released_once(server: Server) -> 
     finally:
         shm.close()  # raises BufferError if anything still held the mapping
         shm.unlink()
+
+
+@pytest.fixture
+def shm_dir() -> Iterator[Path]:
+    """A private directory in the real /dev/shm for a capture ring; the test fails if it leaves a file there."""
+    root = Path("/dev/shm") / f"appliance-test-{uuid.uuid4().hex[:12]}"
+    root.mkdir()
+    yield root
+    leftovers = sorted(p.name for p in root.iterdir())
+    shutil.rmtree(root, ignore_errors=True)
+    assert not leftovers, f"test leaked shared-memory files: {leftovers}"
+
+
+def test_a_capture_lease_goes_to_triton_in_place_and_its_slot_returns_to_the_writer(
+    server: Server, shm_dir: Path
+) -> None:
+    """The production link (the scheduler leases, ``Appliance._submit`` hands the slot to Triton with the lease's
+    release as the callback) on a real capture ring: no copy, the right result, the slot back after the response."""
+    path = ring_path(shm_dir, "cam0")
+    geometry = RingGeometry(width=640, height=480, slots=3)
+    with create_ring(path, geometry, "cam0"):
+        writer, reader = RingWriter(path), RingReader(path)
+        leases: list[FrameLease] = []
+        futures: list[Future] = []
+        handed_on: list[int] = []
+
+        def submit(camera_id: str, lease: FrameLease) -> Future:  # as Appliance._submit, on the test "frame" model
+            leases.append(lease)
+            futures.append(server.infer_async("frame", {"FRAME": lease.array}, timeout_s=WAIT,
+                                              request_id=f"{camera_id}:{lease.meta.seq}",
+                                              on_inputs_released=lease.release))
+            return futures[-1]
+
+        scheduler = Scheduler(submit, lambda camera_id, meta, future: handed_on.append(meta.seq))
+        scheduler.add_camera("cam0", reader, None)
+        try:
+            claim = writer.claim()
+            claim.array[...] = np.random.default_rng(2).integers(0, 256, claim.array.shape, dtype=np.uint8)
+            expected = int(claim.array.sum(dtype=np.uint64))
+            writer.publish(claim, time.monotonic(), time.time())
+            # Triton busy with earlier frames (as under load): the lease's request waits in the queue, its input
+            # still the slot's memory, which the model reads only when its turn comes.
+            ones = np.ones((1080, 1920, 3), np.uint8)
+            busy = [server.infer_async("frame", {"FRAME": ones}, timeout_s=WAIT) for _ in range(3)]
+            assert scheduler.step() == 1  # the scheduler leased the frame and submitted it
+            (lease,) = leases
+            leased_slot = lease._slot
+            assert prepare_input("FRAME", lease.array).address == lease.address  # Triton reads the slot itself
+            # The camera keeps writing meanwhile: were the slot freed before Triton is done with it, the writer
+            # would fill it with zeros under Triton's feet and the checksum below would be wrong.
+            while not futures[0].done():
+                claim = writer.claim()
+                assert claim is not None and (claim.slot != leased_slot or lease.released)
+                claim.array.fill(0)
+                writer.publish(claim, time.monotonic(), time.time())
+            assert int(futures[0].result(WAIT)["CHECKSUM"][0]) == expected
+            assert [int(f.result(WAIT)["CHECKSUM"][0]) for f in busy] == [ones.size] * 3
+            deadline = time.monotonic() + WAIT
+            while reader.leases_held and time.monotonic() < deadline:  # the release may follow the response
+                time.sleep(0.01)
+            assert reader.leases_held == 0 and lease.released
+            assert scheduler.stop(drain_timeout_s=WAIT) and handed_on == [1]
+            reused = []
+            for _ in range(geometry.slots):  # oldest first, never the latest: each slot in turn, the freed one too
+                claim = writer.claim()
+                reused.append(claim.slot)
+                writer.publish(claim, time.monotonic(), time.time())
+            assert leased_slot in reused
+        finally:
+            writer.close()
+            if not reader.leases_held:  # else closing would raise and hide the test's own failure
+                reader.close()
 
 
 def test_serialized_bytes_from_a_raw_buffer(server: Server) -> None:
