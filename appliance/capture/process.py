@@ -7,9 +7,9 @@ their mapping, and the next ``start()`` spawns a new writer on the same ring tha
 dead one left half-written and continues the frame sequence.
 
 Restart policy (backoff, budget) is the supervisor's; exit codes tell it what happened:
-``EXIT_OK`` stopped on request, ``EXIT_CONFIG`` the camera can never deliver what the config asks (do not
-hot-restart), ``EXIT_HUNG`` a source call hung past the stall watchdog, ``EXIT_RING_BUSY`` another writer is
-alive, negative values are signals.
+``EXIT_OK`` stopped on request, ``EXIT_CONFIG`` the camera can never deliver what the config asks,
+``EXIT_HUNG`` a source call hung past the stall watchdog, ``EXIT_RING_BUSY`` another writer is alive, negative
+values are signals. The supervisor restarts every exit alike (backoff, then crash loop); see docs/capture.md.
 """
 
 from __future__ import annotations
