@@ -1,6 +1,8 @@
 """Crash safety: a real ``appliance ota install`` process is SIGKILLed at random points of the pipeline (after a
 random status event plus a random delay); after each kill the state directory must recover to a complete,
-verified model, the old one or the new one, which really loads, and a retry of the update must succeed."""
+verified model, the old one or the new one, which really loads, and a retry of the update must succeed. Most
+trials must really kill the process before it finishes, and both outcomes must occur. A second test kills an
+install during its health watch (a process that serves version 1, so the update of 2 is watched)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support.schemas import validate_ota_status
 
 from appliance.ota.config import OtaConfig
@@ -29,8 +32,10 @@ def install_cmd(bundle: Path, pub: Path, state: Path) -> list[str]:
             "--state-dir", str(state), "--no-golden", "--builder", "onnxruntime"]
 
 
-def run_and_kill(cmd: list[str], after_event: int, delay_s: float) -> tuple[list[str], int | None]:
-    """Start the install, read its status lines, SIGKILL it ``delay_s`` after status event ``after_event``."""
+def run_and_kill(cmd: list[str], after_event: int, delay_s: float, at_state: str | None = None
+                 ) -> tuple[list[str], int | None]:
+    """Start the install, read its status lines, SIGKILL it ``delay_s`` after status event ``after_event`` (or
+    the first ``at_state`` event). Returns the states seen and the exit code (-SIGKILL: it was killed)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1)
     states: list[str] = []
     try:
@@ -40,7 +45,7 @@ def run_and_kill(cmd: list[str], after_event: int, delay_s: float) -> tuple[list
                 status = json.loads(line)
                 validate_ota_status(status)  # the CLI prints OtaStatus.to_dict(), the core of ota/status
                 states.append(status["state"])
-                if len(states) == after_event:
+                if len(states) == after_event or status["state"] == at_state:
                     if delay_s:
                         try:
                             proc.wait(timeout=delay_s)  # still a kill point: the process may finish meanwhile
@@ -70,6 +75,8 @@ def test_sigkill_at_random_points_leaves_a_complete_verified_model(tmp_path, key
     assert rc == 0 and events[-1] == "active", events
 
     outcomes: dict[str, int] = {}
+    killed = 0
+    served: set[str] = set()
     for trial in range(TRIALS):
         state = tmp_path / f"trial{trial}"
         shutil.copytree(base, state, symlinks=True)
@@ -77,24 +84,69 @@ def test_sigkill_at_random_points_leaves_a_complete_verified_model(tmp_path, key
         after = rng.choice([i + 1 for i, e in enumerate(events) if e == phase])
         delay = rng.choice([0.0, 0.0, rng.uniform(0, 0.05), rng.uniform(0, 0.3)])
         seen, rc = run_and_kill(install_cmd(bundle, keys.public, state), after, delay)
-        # "restart": recover the state dir and load what it says to serve
-        store = OtaStore(state)
-        serving = store.recover()
-        assert serving in ("1", "2"), (trial, seen, serving)
-        assert store.is_verified(serving) and store.check_files(serving) is None
-        assert json.loads((store.root / "active.json").read_text())["version"] == serving
-        assert not any(store.staging_dir.iterdir())
-        assert sorted(p.name for p in store.versions_dir.iterdir()) in (["1"], ["1", "2"])
-        restarted = OtaManager(state, TrustedKeys({}), OfflineSwitcher(), config=OtaConfig(check_golden=False))
-        route = restarted.start_serving()
-        assert route.version == serving
-        assert Path(restarted.spec(serving).engine.engine_path).is_file()
+        assert rc in (0, -signal.SIGKILL), (trial, seen, rc)  # finished before the kill, or killed
+        killed += rc == -signal.SIGKILL
+        serving = assert_restart_serves_a_complete_verified_model(state, trial, seen)
+        served.add(serving)
+        if rc == 0:
+            assert serving == "2", (trial, seen)  # it finished: the update is active
         if serving == "1":  # the interrupted update can simply be sent again
             retry = OtaManager(state, keys.trusted(), OfflineSwitcher(), config=OtaConfig(check_golden=False))
             assert retry.install(bundle)["state"] == "active"
             assert OtaStore(state).recover() == "2"
-        key = f"{seen[-1] if seen else 'start'}->{serving}"
+        key = f"{seen[-1] if seen else 'start'}->{serving}{'' if rc else ' (finished)'}"
         outcomes[key] = outcomes.get(key, 0) + 1
         shutil.rmtree(state)
-    print(f"kill outcomes (last status seen -> served after restart): {outcomes}")
+    print(f"kill outcomes (last status seen -> served after restart): {outcomes}; {killed}/{TRIALS} killed")
     assert sum(outcomes.values()) == TRIALS
+    assert killed > TRIALS // 2, outcomes  # most trials really died of SIGKILL before finishing
+    assert served == {"1", "2"}, outcomes  # kills landed both before and after the pointer moved
+
+
+def assert_restart_serves_a_complete_verified_model(state: Path, trial: int, seen: list[str]) -> str:
+    """A "restart": recover the state dir, check what it says to serve, and load it. Returns the version."""
+    store = OtaStore(state)
+    serving = store.recover()
+    assert serving in ("1", "2"), (trial, seen, serving)
+    assert store.is_verified(serving) and store.check_files(serving) is None
+    assert json.loads((store.root / "active.json").read_text())["version"] == serving
+    assert not any(store.staging_dir.iterdir())
+    assert sorted(p.name for p in store.versions_dir.iterdir()) in (["1"], ["1", "2"])
+    restarted = OtaManager(state, TrustedKeys({}), OfflineSwitcher(), config=OtaConfig(check_golden=False))
+    route = restarted.start_serving()  # loads the engine (ONNX Runtime session)
+    assert route.version == serving
+    assert Path(restarted.spec(serving).engine.engine_path).is_file()
+    return serving
+
+
+# Serves version 1 (routed), then installs the bundle: the update of 2 gets a health watch of 10 minutes.
+WATCHED_INSTALL = """
+import json, sys
+from pathlib import Path
+from appliance.ota.config import HealthPolicy, OtaConfig
+from appliance.ota.manager import OtaManager
+from appliance.ota.signing import TrustedKeys
+from appliance.ota.switcher import OfflineSwitcher
+state, bundle, pub = map(Path, sys.argv[1:4])
+m = OtaManager(state, TrustedKeys.from_paths([pub]), OfflineSwitcher(),
+               config=OtaConfig(check_golden=False, builder="onnxruntime", health=HealthPolicy(period_s=600)),
+               status_cb=lambda s: print(json.dumps(s.to_dict()), file=sys.stderr, flush=True))
+assert m.start_serving().version == "1"
+m.install(bundle)
+"""
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.2])
+def test_sigkill_during_the_health_watch_comes_back_as_the_old_version(tmp_path, keys, sign, tiny_source,
+                                                                       delay_s) -> None:
+    state = tmp_path / "state"
+    OtaManager(state, keys.trusted(), OfflineSwitcher(), config=OtaConfig(check_golden=False)).install(
+        sign(tiny_source("1"), "v1.bundle"))
+    bundle = sign(tiny_source("2"), "v2.bundle")
+    cmd = [sys.executable, "-c", WATCHED_INSTALL, str(state), str(bundle), str(keys.public)]
+    seen, rc = run_and_kill(cmd, after_event=-1, delay_s=delay_s, at_state="watching")
+    assert seen[-1] == "watching" and rc == -signal.SIGKILL, (seen, rc)
+    assert assert_restart_serves_a_complete_verified_model(state, 0, seen) == "1"
+    assert OtaStore(state).read_pointer().history == (None,)
+    retry = OtaManager(state, keys.trusted(), OfflineSwitcher(), config=OtaConfig(check_golden=False))
+    assert retry.install(bundle)["state"] == "active" and OtaStore(state).recover() == "2"
