@@ -7,8 +7,9 @@ MQTT command ``<prefix>/<device>/command/ota`` (register with ``publisher.on_com
 * ``{"upload_id": "u1", "index": 0, "count": 140, "data": "<base64>"}``   one chunk; the last one installs
 * ``{"action": "rollback"}`` / ``{"action": "status"}``
 
-Installs run on a background thread (one at a time, in order); the reply says the bundle was accepted, and
-progress and the outcome follow on the status callback (``ota/status``).
+Installs run on background threads, one at a time (bundles that arrive during an install wait for it, in no
+guaranteed order); the reply says the bundle was accepted, and progress and the outcome follow on the status
+callback (``ota/status``).
 """
 
 from __future__ import annotations

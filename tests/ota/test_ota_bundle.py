@@ -301,6 +301,21 @@ def test_keep_versions_1_keeps_only_the_active_version(tmp_path, keys, sign, tin
     assert m.store.installed() == ["3"] and m.store.read_pointer() == Pointer("3", (None,))
 
 
+def test_an_update_while_another_process_holds_the_state_lock_is_busy(tmp_path, keys, sign, tiny_source) -> None:
+    from appliance.ota.store import OtaStore
+
+    events: list = []
+    m = manager(tmp_path, keys.trusted(), events)
+    bundle = sign(tiny_source("2"))
+    with OtaStore(tmp_path / "state").lock():  # its own open file, as `appliance ota install` would hold it
+        with pytest.raises(OtaRejected) as info:
+            m.install(bundle, wait=False)
+    assert info.value.code == "busy"
+    assert [e.state for e in events] == ["received", "rejected"] and events[-1].code == "busy"
+    assert m.store.installed() == []
+    assert m.install(bundle)["state"] == "active"  # once the lock is free
+
+
 def test_same_version_twice_is_a_duplicate(tmp_path, keys, sign, tiny_source) -> None:
     m = manager(tmp_path, keys.trusted())
     m.install(sign(tiny_source("2")))
