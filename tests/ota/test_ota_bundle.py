@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -409,7 +410,10 @@ def test_inbox_push_is_atomic_and_the_watcher_installs(tmp_path, keys, sign, tin
     push_to_inbox(sign(tiny_source("2")), inbox)
     push_to_inbox(sign(tiny_source("x", name="x", min_appliance_version="99"), "x.bundle"), inbox)
     assert [p.name for p in inbox.iterdir() if p.name.startswith(".")] == []  # no temp files left behind
-    outcomes = dict(InboxWatcher(m, inbox).poll_once())
-    assert outcomes["update.bundle"] == "active" and outcomes["x.bundle"].startswith("rejected: incompatible")
+    os.utime(inbox / "update.bundle", (2_000_000_000, 2_000_000_000))  # pushed last: installed last
+    outcomes = InboxWatcher(m, inbox).poll_once()
+    assert [name for name, _ in outcomes] == ["x.bundle", "update.bundle"]  # oldest first
+    assert dict(outcomes)["update.bundle"] == "active"
+    assert dict(outcomes)["x.bundle"].startswith("rejected: incompatible")
     assert (inbox / "done" / "update.bundle").exists() and (inbox / "rejected" / "x.bundle").exists()
     assert m.store.serving() == "2"

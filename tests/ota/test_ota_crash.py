@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from support.schemas import validate_ota_status
 
-from appliance.ota.config import OtaConfig
+from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.store import OtaStore
@@ -150,3 +150,24 @@ def test_sigkill_during_the_health_watch_comes_back_as_the_old_version(tmp_path,
     assert OtaStore(state).read_pointer().history == (None,)
     retry = OtaManager(state, keys.trusted(), OfflineSwitcher(), config=OtaConfig(check_golden=False))
     assert retry.install(bundle)["state"] == "active" and OtaStore(state).recover() == "2"
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "missing file"])
+def test_a_damaged_active_version_falls_back_along_the_history(tmp_path, keys, sign, tiny_source, damage) -> None:
+    state = tmp_path / "state"
+    m = OtaManager(state, keys.trusted(), OfflineSwitcher(),
+                   config=OtaConfig(check_golden=False, health=HealthPolicy(period_s=0)))
+    for version in ("1", "2"):
+        m.install(sign(tiny_source(version), f"v{version}.bundle"))
+    onnx = OtaStore(state).version_dir("2") / "model.onnx"
+    if damage == "flipped byte":  # same size: only the hash finds it
+        data = bytearray(onnx.read_bytes())
+        data[100] ^= 1
+        onnx.write_bytes(bytes(data))
+    else:
+        onnx.unlink()
+    store = OtaStore(state)
+    assert store.recover() == "1" and store.check_files("1") is None
+    assert store.read_pointer().version == "2"  # the pointer is left alone; serving() skips what is damaged
+    restarted = OtaManager(state, TrustedKeys({}), OfflineSwitcher(), config=OtaConfig(check_golden=False))
+    assert restarted.start_serving().version == "1"
