@@ -71,6 +71,9 @@ def manifest_from_source(src: Path) -> Manifest:
     data["engine_profile"] = _section(src, spec, "engine_profile")
     onnx = data.setdefault("onnx", "model.onnx")
     names = [onnx, *[g["file"] for g in data.get("golden") or [] if isinstance(g, dict) and "file" in g]]
+    engine_golden = (data["engine_profile"].get("verify") or {}).get("golden")  # engine inputs (.npz), if any
+    if isinstance(engine_golden, str):
+        names.append(engine_golden)
     files = {}
     for name in names:
         path = src / name

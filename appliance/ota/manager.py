@@ -179,7 +179,8 @@ class OtaManager:
                          request_id=rid)
 
         self._report("building", "engine for this device", m, percent=0.0, request_id=rid)
-        profile = m.engine_profile.model_copy(update={"onnx": m.onnx})
+        # Files the profile names (the ONNX, verify.golden) are the staged bundle's: resolve them in vdir.
+        profile = m.engine_profile.model_copy(update={"onnx": m.onnx}).located_in(vdir)
         try:
             builder = self._builder or select_builder(self.config.builder)  # type: ignore[arg-type]
             manager = EngineManager(vdir / "engine-state", vdir, builder, reporter=ProgressReporter(callback=progress),

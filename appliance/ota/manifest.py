@@ -89,6 +89,10 @@ class Manifest(StrictModel):
             unknown = sorted({d.class_name for d in g.expected} - known)
             if unknown:
                 raise ValueError(f"golden frame {g.file}: classes {unknown} are not in model_profile.classes")
+        engine_golden = self.engine_profile.verify.golden
+        if engine_golden is not None and engine_golden not in self.files:
+            raise ValueError(f"engine_profile.verify.golden {engine_golden!r} is not listed in files (golden engine "
+                             "inputs travel in the bundle)")
         if self.engine_profile.model != self.model:
             raise ValueError(f"engine_profile.model {self.engine_profile.model!r} differs from model {self.model!r}")
         return self

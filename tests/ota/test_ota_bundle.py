@@ -417,3 +417,41 @@ def test_inbox_push_is_atomic_and_the_watcher_installs(tmp_path, keys, sign, tin
     assert dict(outcomes)["x.bundle"].startswith("rejected: incompatible")
     assert (inbox / "done" / "update.bundle").exists() and (inbox / "rejected" / "x.bundle").exists()
     assert m.store.serving() == "2"
+
+
+def test_the_engine_profiles_golden_inputs_travel_in_the_bundle_and_the_build_uses_them(
+        tmp_path, keys, sign, tiny_source, tiny_onnx) -> None:
+    import numpy as np
+    import onnxruntime as ort
+
+    from ota_helpers import tiny_engine_profile
+
+    spec = ort.InferenceSession(str(tiny_onnx), providers=["CPUExecutionProvider"]).get_inputs()[0]
+    shape = [2, *spec.shape[1:]]  # batch 2: the seeded golden inputs start at batch 1
+    npz = tmp_path / "engine.npz"
+    np.savez(npz, **{spec.name: np.random.default_rng(3).uniform(0, 1, shape).astype(np.float32)})
+    profile = tiny_engine_profile()
+    profile["verify"]["golden"] = "golden/engine.npz"  # relative: to the staged bundle, never the cwd
+    m = manager(tmp_path, keys.trusted())
+    assert m.install(sign(tiny_source("2", engine_profile=profile,
+                                      golden_files={"golden/engine.npz": npz})))["state"] == "active"
+    manifest = m.store.manifest("2")
+    assert "golden/engine.npz" in manifest.files  # hashed and signed like the ONNX
+    without = manifest.model_dump(mode="json")
+    del without["files"]["golden/engine.npz"]
+    with pytest.raises(ValueError, match="verify.golden 'golden/engine.npz' is not listed in files"):
+        type(manifest).model_validate(without)
+    (engine_manifest,) = (m.store.versions_dir / "2").rglob("engines/*/*/manifest.json")
+    assert json.loads(engine_manifest.read_text())["timing"]["batch"] == 2  # built and checked on the .npz
+
+
+def test_an_engine_golden_file_missing_from_the_bundle_is_an_invalid_manifest(tmp_path, keys, sign,
+                                                                            tiny_source) -> None:
+    from appliance.ota.bundle import BundleSourceError
+
+    from ota_helpers import tiny_engine_profile
+
+    profile = tiny_engine_profile()
+    profile["verify"]["golden"] = "golden/engine.npz"
+    with pytest.raises(BundleSourceError, match="golden/engine.npz"):
+        sign(tiny_source("2", engine_profile=profile))
