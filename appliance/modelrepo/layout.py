@@ -14,9 +14,10 @@ yolov3-tiny 416x416:
   capture, pre/post and publishing processes keep preempting one of them), and the stub's Python work between
   batches runs on one core. Two instances with half the cores each fill those gaps. One camera offering 30 fps:
   25.7 -> 27.1 results/s, capture-to-result p50 77 -> 66 ms (the lone instance's queue). Four cameras: 29.1-31.4
-  -> 31.8-32.3 results/s, CPU 187 % -> 199 % busy. Batches stay small (2): a single-threaded batch is no cheaper
-  per frame (52.8 / 52.5 / 53.0 ms at 1 / 2 / 4), and a large one leaves the other instance idle while it works
-  through it.
+  -> 31.8-32.3 results/s, CPU 187 % -> 199 % busy. No batches (max_batch_size 1): a single-threaded batch is no
+  cheaper per frame (52.8 / 52.5 / 53.0 ms at 1 / 2 / 4), and while one instance works through a batch of two the
+  other can sit idle. ``appliance bench pipeline`` at 4 cameras, 30 rounds, alternating: batches up to 2 gave
+  0.982 / 0.966 / 0.972 of the plain loop, batch 1 gave 1.016 / 1.016 / 0.998.
 
 The switch point: the lone instance busy ``BUSY_LIMIT`` of the time at its build-time speed. Inside the running
 appliance a frame costs it about 1.25x that (pre/post and capture beside it), so that is ~90 % busy, where frames
@@ -43,7 +44,8 @@ class DetectorLayout:
 
     def describe(self) -> str:
         threads = "all cores" if self.intra_op_threads == 0 else f"{self.intra_op_threads} thread(s)"
-        return f"{self.instances} detector instance(s) x {threads}, batches up to {self.max_batch_size}"
+        batches = "one frame at a time" if self.max_batch_size == 1 else f"batches up to {self.max_batch_size}"
+        return f"{self.instances} detector instance(s) x {threads}, {batches}"
 
     def requests_to_keep_busy(self) -> int:
         """Frames in flight that keep every instance computing, plus one being pre/post-processed beside them.
@@ -77,5 +79,5 @@ def detector_layout(triton_kind: str, cameras: int, max_batch_size: int, instanc
         if one_keeps_up or cpus < 2:
             return DetectorLayout(1, 0, max_batch_size)
         instances = 2
-        max_batch_size = min(max_batch_size, 2)
+        max_batch_size = 1  # a batch is no cheaper on one thread and would idle the other instance
     return DetectorLayout(instances, 0 if instances == 1 else max(1, cpus // instances), max_batch_size)
