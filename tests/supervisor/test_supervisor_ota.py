@@ -1,29 +1,34 @@
 """OTA through the real daemon: `appliance run` as a process, a real broker, the real detector and a camera playing
 real images. A signed bundle (the same detector with other thresholds, as version "2") is pushed in chunks over
 MQTT; ota/status must reach `active`, detections must switch to version 2 with no long gap, the daemon must stop
-cleanly, and after a restart it must serve version 2 again (the active pointer survives)."""
+cleanly, and after a restart it must serve version 2 again (the active pointer survives). The restarted daemon then
+gets a bundle signed with a key it does not trust, sent by the real `appliance ota push` CLI (rejected,
+`unknown_key`: version 2 serves on, /metrics says so), and the `rollback` action (back to the base model)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as paho
-import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from support.mosquitto import Mosquitto
 from support.schemas import validate_message
 
 from appliance.ota.bundle import build_bundle
 from appliance.ota.push import chunk_payloads, push_mqtt
 from appliance.ota.signing import generate_keypair
+from appliance.ota.status import STATES
 from test_supervisor_e2e import (REPO, NotifySocket, _camera_dir, _children_of, _config, _device_of,  # noqa: F401
                                  _running, broker, pytestmark, shm_root)
 
@@ -57,8 +62,8 @@ class TimedSubscriber:
         self.client.disconnect()
 
 
-def _bundle(tmp_path: Path, private_key: Path) -> Path:
-    src = tmp_path / "bundle-src"
+def _bundle(tmp_path: Path, private_key: Path, version: str = "2") -> Path:
+    src = tmp_path / f"bundle-src-{version}"
     src.mkdir()
     os.symlink(REPO / ".models/yolov3-tiny/model.onnx", src / "model.onnx")
     profile = yaml.safe_load((REPO / "repository/profiles/yolov3-tiny.yaml").read_text())
@@ -66,10 +71,55 @@ def _bundle(tmp_path: Path, private_key: Path) -> Path:
     engine = yaml.safe_load((REPO / "engines/yolov3-tiny.yaml").read_text())
     engine["verify"]["samples"] = 1  # keeps the on-device build short
     (src / "bundle.yaml").write_text(yaml.safe_dump({
-        "model": "yolov3-tiny", "version": "2", "min_appliance_version": "0.1.0",
+        "model": "yolov3-tiny", "version": version, "min_appliance_version": "0.1.0",
         "model_profile": profile, "engine_profile": engine}, sort_keys=False))
-    build_bundle(src, private_key, tmp_path / "model-2.bundle")
-    return tmp_path / "model-2.bundle"
+    build_bundle(src, private_key, tmp_path / f"model-{version}.bundle")
+    return tmp_path / f"model-{version}.bundle"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ota_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real `appliance ota` command line, as an operator runs it."""
+    done = subprocess.run([sys.executable, "-m", "appliance", "ota", *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0 and "sent " in done.stdout, (done.stdout, done.stderr)
+    return done
+
+
+def _ota_gauge(health_port: int) -> dict[str, float]:
+    """appliance_ota_state by state, from the daemon's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    family = next(f for f in text_string_to_metric_families(text) if f.name == "appliance_ota_state")
+    return {s.labels["state"]: s.value for s in family.samples}
+
+
+def _retained(port: int, topic: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The retained message a new subscriber gets on ``topic``."""
+    got: list[dict[str, Any]] = []
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
+    client.on_message = lambda c, u, m: got.append(json.loads(m.payload)) if m.retain else None
+    client.connect("127.0.0.1", port)
+    client.subscribe(topic, qos=1)
+    client.loop_start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    assert got, f"no retained message on {topic}"
+    return got[0]
+
+
+def _gaps(arrivals: list[float]) -> list[float]:
+    return [b - a for a, b in zip(arrivals, arrivals[1:])]
 
 
 def _start(config: Path, notify: NotifySocket, log: Path) -> subprocess.Popen:
@@ -93,7 +143,11 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
     camera_dir = _camera_dir(tmp_path)
     generate_keypair(tmp_path / "ota.key", tmp_path / "ota.pub")
     bundle = _bundle(tmp_path, tmp_path / "ota.key")
+    generate_keypair(tmp_path / "rogue.key", tmp_path / "rogue.pub")  # a key the device does not trust
+    rogue = _bundle(tmp_path, tmp_path / "rogue.key", version="3")
     config = _config(tmp_path, broker, shm_root, camera_dir)
+    health_port = _free_port()
+    config.write_text(config.read_text().replace("health:\n  port: 0\n", f"health:\n  port: {health_port}\n"))
     with config.open("a") as f:
         f.write(f"ota:\n  trusted_keys: [{tmp_path / 'ota.pub'}]\n"
                 "  health: {period_s: 4, check_interval_s: 0.2, min_requests: 3, max_latency_ratio: 50}\n")
@@ -127,7 +181,7 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
         sub.wait(lambda: any(p["model"]["version"] == "2" for _t, p in sub.of_type("detections", t_done)),
                  30, daemon, log)
         arrivals = [t for t, _p in sub.of_type("detections", t_push) if t <= t_done]
-        gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+        gaps = _gaps(arrivals)
         print(f"\ndaemon OTA: {len(arrivals)} detections published during the update ({t_done - t_push:.1f} s); "
               f"longest gap {max(gaps) * 1000:.0f} ms")
         assert len(arrivals) > 10 and max(gaps) < MAX_GAP_S, (max(gaps), log.read_text()[-3000:])
@@ -144,6 +198,61 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
         assert notify.wait_for("READY=1", 240), log.read_text()[-3000:]
         sub.wait(lambda: len(sub.of_type("detections", t_restart)) >= 2, 120, restarted, log)
         assert {p["model"]["version"] for _t, p in sub.of_type("detections", t_restart)} == {"2"}
+
+        # a bundle signed with an untrusted key, pushed by the CLI: rejected, version 2 serves on without a gap
+        t_rogue = time.monotonic()
+        _ota_cli("push", str(rogue), "--mqtt", f"127.0.0.1:{broker.port}", "--device", device,
+                 "--chunk-bytes", str(1 << 20))
+
+        def ended(since: float) -> list[dict[str, Any]]:
+            return [p for _t, p in sub.of_type("ota_status", since) if p["state"] in ("active", "rolled_back",
+                                                                                      "rejected")]
+
+        sub.wait(lambda: ended(t_rogue), 60, restarted, log)
+        t_rejected = time.monotonic()
+        rejected = ended(t_rogue)
+        assert [(p["state"], p.get("code")) for p in rejected] == [("rejected", "unknown_key")], rejected
+        assert "version" not in rejected[0] and rejected[0]["request_id"].startswith("push-"), rejected[0]
+        for _t, p in sub.of_type("ota_status", t_rogue):
+            validate_message("ota_status", p)
+        retained = _retained(broker.port, f"appliance/{device}/ota/status")
+        validate_message("ota_status", retained)
+        assert (retained["state"], retained["code"]) == ("rejected", "unknown_key"), retained
+        assert _ota_gauge(health_port) == {s: 1.0 if s == "rejected" else 0.0 for s in STATES}
+        sub.wait(lambda: len(sub.of_type("detections", t_rejected)) >= 3, 30, restarted, log)
+        across = sub.of_type("detections", t_rogue)
+        assert {p["model"]["version"] for _t, p in across} == {"2"}
+        assert max(_gaps([t for t, _p in across])) < MAX_GAP_S, log.read_text()[-3000:]
+
+        # the `rollback` action (the CLI sends {"action": "rollback"}): back to the base model, no long gap
+        t_rollback = time.monotonic()
+        _ota_cli("push", "--mqtt", f"127.0.0.1:{broker.port}", "--device", device, "--action", "rollback")
+        sub.wait(lambda: ended(t_rollback), 120, restarted, log)
+        rolled = ended(t_rollback)
+        assert [(p["state"], p.get("code")) for p in rolled] == [("rolled_back", "manual")], rolled
+        validate_message("ota_status", rolled[0])
+        assert "version" not in rolled[0], rolled[0]  # absent: the base model serves
+
+        def replies() -> list[dict[str, Any]]:  # the reply follows the status: the handler returns after it
+            return [p for _t, p in sub.of_type("command_reply", t_rollback) if p["command"] == "ota"]
+
+        sub.wait(replies, 30, restarted, log)
+        validate_message("command_reply", replies()[0])
+        assert [(r["ok"], r.get("result")) for r in replies()] == [(True, {"state": "rolled_back", "from": "2",
+                                                                           "to": None})], replies()
+        sub.wait(lambda: any(p["model"]["version"] == "base" for _t, p in sub.of_type("detections", t_rollback)),
+                 30, restarted, log)
+        t_base = time.monotonic()
+        sub.wait(lambda: len(sub.of_type("detections", t_base)) >= 3, 30, restarted, log)
+        assert _ota_gauge(health_port) == {s: 1.0 if s == "rolled_back" else 0.0 for s in STATES}
+        across = sub.of_type("detections", t_rollback)
+        versions = [p["model"]["version"] for _t, p in across]
+        first = versions.index("base")
+        assert set(versions[first:]) == {"base"} and set(versions[:first]) <= {"2"}, versions
+        gaps = _gaps([t for t, _p in across])
+        print(f"rejection and rollback: {len(across)} detections across the rollback, longest gap "
+              f"{max(gaps) * 1000:.0f} ms")
+        assert max(gaps) < MAX_GAP_S, log.read_text()[-3000:]
         _stop(restarted, log)
     finally:
         for proc in (daemon, restarted):
