@@ -4,27 +4,22 @@ real videos made with ffmpeg, and folders of the real darknet test images."""
 from __future__ import annotations
 
 import shutil
-import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
 from appliance.capture.config import CameraConfig
 from support.rtsp import make_test_video
+from support.shm import private_shm_dir
 
 DARKNET = Path("/usr/share/darknet/data")
 
 
 @pytest.fixture
-def shm_root() -> Path:
+def shm_root() -> Iterator[Path]:
     """A fresh directory in the real /dev/shm; the test fails if it leaks a ring."""
-    root = Path("/dev/shm") / f"appliance-test-{uuid.uuid4().hex[:12]}"
-    root.mkdir()
-    yield root
-    leftovers = sorted(p.name for p in root.iterdir())
-    shutil.rmtree(root, ignore_errors=True)
-    assert not leftovers, f"test leaked shared-memory files: {leftovers}"
+    yield from private_shm_dir()
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Iterator
 
 import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.shm import private_shm_dir
 
 from appliance.config.app import AppConfig
 from appliance.mqtt.schema import load_schema
@@ -23,10 +23,7 @@ IMAGE = Path("/usr/share/darknet/data/dog.jpg")
 
 @pytest.fixture
 def shm_root() -> Iterator[Path]:
-    root = Path("/dev/shm") / f"appliance-camhealth-{uuid.uuid4().hex[:8]}"
-    root.mkdir()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    yield from private_shm_dir("appliance-camhealth", check_leaks=False)
 
 
 @pytest.mark.skipif(not IMAGE.exists(), reason="needs Debian's darknet test images")

@@ -24,6 +24,7 @@ import jsonschema
 import paho.mqtt.client as paho
 import pytest
 from support.mosquitto import Mosquitto
+from support.shm import private_shm_dir
 
 from appliance.capture.sample import SAMPLE_IMAGES, build_sample_video
 from appliance.mqtt.schema import load_schema
@@ -105,10 +106,7 @@ def broker(tmp_path: Path) -> Iterator[Mosquitto]:
 
 @pytest.fixture
 def shm_root() -> Iterator[Path]:
-    root = Path("/dev/shm") / f"appliance-e2e-{uuid.uuid4().hex[:8]}"
-    root.mkdir()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    yield from private_shm_dir("appliance-e2e", check_leaks=False)
 
 
 def _camera_dir(tmp_path: Path) -> Path:

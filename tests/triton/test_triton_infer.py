@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
 from multiprocessing import shared_memory
@@ -15,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.shm import private_shm_dir
 
 from appliance.capture.layout import RingGeometry
 from appliance.capture.ring import FrameLease, RingReader, RingWriter, create_ring, ring_path
@@ -130,12 +129,7 @@ def test_shared_memory_input_is_not_copied_and_released_once(server: Server) -> 
 @pytest.fixture
 def shm_dir() -> Iterator[Path]:
     """A private directory in the real /dev/shm for a capture ring; the test fails if it leaves a file there."""
-    root = Path("/dev/shm") / f"appliance-test-{uuid.uuid4().hex[:12]}"
-    root.mkdir()
-    yield root
-    leftovers = sorted(p.name for p in root.iterdir())
-    shutil.rmtree(root, ignore_errors=True)
-    assert not leftovers, f"test leaked shared-memory files: {leftovers}"
+    yield from private_shm_dir()
 
 
 def test_a_capture_lease_goes_to_triton_in_place_and_its_slot_returns_to_the_writer(
