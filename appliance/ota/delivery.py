@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import errno
 import logging
 import os
 import re
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from appliance.ota.config import OtaConfig
-from appliance.ota.errors import OtaError, OtaRejected
+from appliance.ota.errors import OtaError, OtaRejected, out_of_space
 
 log = logging.getLogger("appliance.ota")
 _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -224,7 +223,7 @@ class OtaCommandHandler:
             done = self.chunks.add(str(args["upload_id"]), index, count, data)
             return {"chunk": index, "count": count} if done is None else done
         except OSError as exc:  # copying the path or writing a chunk
-            raise OtaRejected("disk_full" if exc.errno == errno.ENOSPC else "delivery",
+            raise OtaRejected("disk_full" if out_of_space(exc) else "delivery",
                               f"receiving the bundle failed: {exc}") from None
 
     def _claim(self, src: Path, copy: bool) -> Path:

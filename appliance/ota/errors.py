@@ -3,6 +3,8 @@ human message naming what was wrong."""
 
 from __future__ import annotations
 
+import errno
+
 REJECT_CODES = (
     "corrupt",          # not a readable bundle: bad tar, missing member, unsafe path, bad JSON
     "unsigned",         # no signature in the bundle
@@ -36,6 +38,11 @@ class OtaRejected(OtaError):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.reason = message
+
+
+def out_of_space(exc: OSError) -> bool:
+    """The filesystem (or the user's quota) is full: the update is refused as ``disk_full``."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class RollbackError(OtaError):

@@ -3,7 +3,6 @@ files the signed manifest lists, hashing while writing. Nothing is trusted befor
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import shutil
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from appliance.ota.errors import OtaRejected
+from appliance.ota.errors import OtaRejected, out_of_space
 from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, parse_manifest
 from appliance.ota.signing import TrustedKeys
 
@@ -114,7 +113,7 @@ def extract_verified(path: Path, opened: OpenedBundle, dest: Path, free_space: F
                     raise OtaRejected("hash_mismatch", f"{info.name}: SHA-256 {h.hexdigest()[:16]}... differs "
                                                        f"from the signed manifest's {entry.sha256[:16]}...")
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if out_of_space(exc):
             raise OtaRejected("disk_full", f"ran out of space staging into {dest.parent}: {exc.strerror}") from None
         raise
     except (tarfile.TarError, EOFError) as exc:
