@@ -1,3 +1,3 @@
 """The OTA tests' fixtures; they live in ota_helpers with the helpers the tests import."""
 
-from ota_helpers import keys, sign, tiny_onnx, tiny_source  # noqa: F401
+from ota_helpers import keys, sign, small_tmpfs, tiny_onnx, tiny_source  # noqa: F401

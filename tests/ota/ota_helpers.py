@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,17 @@ def tiny_source(tmp_path: Path, tiny_onnx: Path):  # type: ignore[no-untyped-def
 def requires_detector() -> None:
     if not DETECTOR_ONNX.is_file():
         pytest.skip("the detector is not set up (scripts/setup.sh fetches .models/yolov3-tiny)")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real 200 KB tmpfs, for running out of space for real (skips where mounting is not allowed)."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -340,19 +340,6 @@ def test_injected_free_space_check_rejects_cleanly(tmp_path, keys, sign, tiny_so
     assert not any(m.store.staging_dir.iterdir()) and m.store.installed() == []
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 @pytest.mark.parametrize("precheck", [True, False], ids=["precheck", "enospc-while-writing"])
 def test_disk_full_while_staging_on_a_real_small_filesystem(tmp_path, keys, sign, tiny_source, small_tmpfs,
                                                             precheck) -> None:

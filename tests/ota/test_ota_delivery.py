@@ -157,6 +157,20 @@ def test_a_path_over_the_limit_is_rejected_on_the_status_stream(tmp_path: Path, 
     assert_refused(events, "too_large", "r-path", handler.incoming)
 
 
+def test_a_bundle_that_does_not_fit_on_the_disk_is_disk_full_on_the_status_stream(tmp_path: Path, keys: Any,
+                                                                                 small_tmpfs: Path) -> None:
+    events: list[Any] = []
+    cfg = OtaConfig(health=HealthPolicy(period_s=0))
+    manager = OtaManager(small_tmpfs / "state", keys.trusted(), OfflineSwitcher(), config=cfg,
+                         status_cb=events.append)
+    handler = OtaCommandHandler(manager, cfg, small_tmpfs / "incoming", background=False)
+    big = tmp_path / "big.bundle"  # under max_bundle_bytes, over the 200 KB filesystem: the copy hits ENOSPC
+    big.write_bytes(b"x" * 300_000)
+    with pytest.raises(OtaRejected, match="disk_full"):
+        handler.handle({"path": str(big)}, request_id="r-full")
+    assert_refused(events, "disk_full", "r-full", handler.incoming)
+
+
 def test_chunks_over_the_limit_are_rejected_on_the_status_stream(tmp_path: Path, keys: Any) -> None:
     events: list[Any] = []
     handler = handler_for(tmp_path, keys, events, max_bundle_bytes=1000)
