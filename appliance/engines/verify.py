@@ -53,19 +53,18 @@ def golden_batches(profile: EngineProfile) -> list[int]:
     return [order[i % 3] for i in range(profile.verify.samples)]
 
 
-def golden_inputs(info: OnnxInfo, profile: EngineProfile, profile_dir: Path | None = None) -> list[Feeds]:
+def golden_inputs(info: OnnxInfo, profile: EngineProfile) -> list[Feeds]:
     """Seeded random inputs in the profile's range (same on every device), or the profile's .npz if given.
 
-    A relative ``verify.golden`` resolves against ``profile_dir`` (default: the folder the profile was loaded
-    from), never the cwd: under systemd that is /."""
+    A relative ``verify.golden`` resolves against the profile's folder (``EngineProfile.directory``: where it was
+    loaded from, or ``located_in``), never the cwd: under systemd that is /."""
     if profile.verify.golden:
         path = Path(profile.verify.golden)
-        base = profile_dir if profile_dir is not None else profile.directory
         if not path.is_absolute():
-            if base is None:
+            if profile.directory is None:
                 raise GoldenInputError(f"verify.golden {path} is relative but the profile was not loaded from a "
                                        "file; give an absolute path")
-            path = base / path
+            path = profile.directory / path
         try:
             with np.load(path) as data:
                 loaded = {spec.name: np.ascontiguousarray(data[spec.name], dtype=spec.dtype) for spec in info.inputs}
