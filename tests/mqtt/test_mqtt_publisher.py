@@ -114,8 +114,11 @@ def test_retained_status_is_republished_after_the_broker_loses_it(tmp_path: Path
         publisher.publish_camera_status(CameraStatus("cam0", "streaming", fps=10.0))
         broker.restart()  # no persistence: the broker forgets every retained message
         assert wait_reconnected(publisher, 2)
-        late = subscriber_factory(broker, ["plant/dev1/status", "plant/dev1/cam0/status"])
-        assert late.wait_for(lambda ms: {m.topic for m in ms} == {"plant/dev1/status", "plant/dev1/cam0/status"})
+        topics = ["plant/dev1/status", "plant/dev1/cam0/status"]
+        probe = subscriber_factory(broker, topics)  # gets both, live or retained: then the broker holds them
+        assert probe.wait_for(lambda ms: {m.topic for m in ms} == set(topics))
+        late = subscriber_factory(broker, topics)
+        assert late.wait_for(lambda ms: {m.topic for m in ms} == set(topics))
     finally:
         publisher.stop()
     assert all(m.retain for m in late.messages[:2])
