@@ -143,6 +143,12 @@ class ChunkAssembler:
             raise DeliveryError(f"chunk {index} was received before with other bytes; to send another bundle, "
                                 "use a new upload_id")
 
+    def expire(self) -> None:
+        """Drop uploads that got no chunk for ``timeout_s`` (called periodically: a sender that gave up sends
+        nothing more that would trigger it)."""
+        with self._lock:
+            self._expire(self._clock())
+
     def _drop(self, upload_id: str) -> None:
         self._uploads.pop(upload_id, None)
         (self.directory / f"{upload_id}.part").unlink(missing_ok=True)
@@ -157,6 +163,21 @@ class ChunkAssembler:
                 del self._completed[uid]
 
 
+def clear_leftovers(incoming: Path) -> list[Path]:
+    """Remove what an earlier process left in ``incoming`` (killed or powered off while receiving or installing):
+    partial chunks and downloads, and bundles it never finished installing. None can be resumed, since uploads
+    live in memory, and each may be as large as ``max_bundle_bytes``; the sender sends again."""
+    removed: list[Path] = []
+    for path in sorted([*Path(incoming).glob("*"), *(Path(incoming) / "chunks").glob("*")]):
+        if path.is_file():
+            size = path.stat().st_size
+            path.unlink(missing_ok=True)
+            removed.append(path)
+            log.info("OTA: removed %s (%d bytes), left by an earlier run that stopped while receiving or "
+                     "installing it; send the bundle again if it is still wanted", path, size)
+    return removed
+
+
 class OtaCommandHandler:
     """``handler(command) -> dict`` for ``MqttPublisher.on_command("ota", handler)``."""
 
@@ -169,6 +190,8 @@ class OtaCommandHandler:
         self.chunks = ChunkAssembler(self.incoming / "chunks", config.max_bundle_bytes, config.chunk_timeout_s, clock)
         self._threads: list[threading.Thread] = []
         self._seq = 0
+        clear_leftovers(self.incoming)
+
 
     def __call__(self, command: Any) -> dict[str, Any]:
         from appliance.mqtt.errors import CommandError

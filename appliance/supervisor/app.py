@@ -97,6 +97,7 @@ class Appliance:
         self.ota: Any = None      # appliance.ota.manager.OtaManager
         self._switcher: Any = None  # appliance.ota.switcher.TritonSwitcher (its model_control lock)
         self._inbox: Any = None   # appliance.ota.delivery.InboxWatcher, when ota.inbox is set
+        self._ota_commands: Any = None  # appliance.ota.delivery.OtaCommandHandler
         self._probe: ModelProbe | None = None
         self.recovery: PipelineRecovery | None = None  # the served pipeline's model failures and reloads
         self._published_pipeline = PipelineState.SERVING
@@ -244,7 +245,8 @@ class Appliance:
         log.info("serving %s (ensemble %s)", route.label, route.ensemble)
         if not ota.trusted_keys:
             log.info("OTA updates are off: ota.trusted_keys is empty, every bundle will be refused")
-        self.publisher.on_command("ota", OtaCommandHandler(self.ota, ota, state_dir / "ota" / "incoming"))
+        self._ota_commands = OtaCommandHandler(self.ota, ota, state_dir / "ota" / "incoming")
+        self.publisher.on_command("ota", self._ota_commands)
         if ota.inbox is not None:
             self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
 
@@ -381,6 +383,8 @@ class Appliance:
         if self._tegrastats is not None and self._tegrastats.active:
             self.metrics.record_tegrastats(self._tegrastats.latest(), self._tegrastats.exits)
         self._refresh_mqtt_metrics()
+        if self._ota_commands is not None:
+            self._ota_commands.chunks.expire()  # an upload whose sender gave up frees its disk space
         self._check_models()
         if self._pipeline_progressing():
             self.notifier.watchdog()

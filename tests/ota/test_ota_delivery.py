@@ -5,6 +5,7 @@ model, ONNX Runtime builder) behind the command handler."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import http.server
 import ipaddress
@@ -103,6 +104,19 @@ def test_an_abandoned_upload_expires(tmp_path: Path) -> None:
     assert done is not None and done.read_bytes() == b"aabbcc"
 
 
+def test_an_abandoned_upload_expires_with_no_further_chunk(tmp_path: Path) -> None:
+    chunks, clock = assembler(tmp_path, timeout_s=60)
+    chunks.add("u", 0, 3, b"aa")
+    clock.t += 59
+    chunks.expire()  # the supervisor calls this every tick
+    assert leftovers(chunks) == ["u.part"]
+    clock.t += 2
+    chunks.expire()
+    assert leftovers(chunks) == []
+    with pytest.raises(DeliveryError, match="expected 0 .unknown or expired upload."):
+        chunks.add("u", 1, 3, b"bb")
+
+
 def test_an_upload_over_the_limit_is_too_large_and_leaves_nothing(tmp_path: Path) -> None:
     chunks, _ = assembler(tmp_path, max_bytes=10)
     chunks.add("u", 0, 3, b"123456")
@@ -121,6 +135,25 @@ def handler_for(tmp_path: Path, keys: Any, events: list[Any], **config: Any) -> 
     cfg = OtaConfig(health=HealthPolicy(period_s=0), **config)
     m = OtaManager(tmp_path / "state", keys.trusted(), OfflineSwitcher(), config=cfg, status_cb=events.append)
     return OtaCommandHandler(m, cfg, tmp_path / "state" / "ota" / "incoming", background=False)
+
+
+def test_what_an_earlier_run_left_while_receiving_is_removed_at_start(tmp_path, keys, sign, tiny_source) -> None:
+    incoming = tmp_path / "state" / "ota" / "incoming"
+    (incoming / "chunks").mkdir(parents=True)
+    left = [incoming / "bundle-41-1.bundle", incoming / ".download-41-2.bundle.part",
+            incoming / "chunks" / "u7.part", incoming / "chunks" / "u6.bundle"]
+    for path in left:
+        path.write_bytes(b"x" * 1000)
+    events: list[Any] = []
+    handler = handler_for(tmp_path, keys, events)
+    assert [p for p in left if p.exists()] == [] and (incoming / "chunks").is_dir()
+    # the sender sends again, under the same upload id, and it installs
+    data = sign(tiny_source("2"), "v2.bundle").read_bytes()
+    half = len(data) // 2
+    for index, piece in enumerate((data[:half], data[half:])):
+        reply = handler.handle({"upload_id": "u7", "index": index, "count": 2,
+                                "data": base64.b64encode(piece).decode()})
+    assert reply["state"] == "active" and events[-1].state == "active"
 
 
 def test_chunks_redelivered_through_the_command_handler_install_once(tmp_path, keys, sign, tiny_source) -> None:
