@@ -22,6 +22,7 @@ REJECT_CODES = (
     "busy",             # another update holds the lock and the caller did not want to wait
     "delivery",         # the bundle could not be fetched (download, chunks, path)
     "internal",         # an unexpected error in the appliance; the message names it
+    "interrupted",      # the appliance stopped (power cut, kill, restart) in the middle of the update
 )
 
 

@@ -21,7 +21,7 @@ from appliance.ota.errors import OtaRejected, RollbackError
 from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from appliance.ota.router import Route
 from appliance.ota.signing import TrustedKeys
-from appliance.ota.status import OtaStatus, StatusCallback
+from appliance.ota.status import FINAL_STATES, OtaStatus, StatusCallback
 from appliance.durable import fsync_path
 from appliance.ota.store import OtaStore, Pointer
 from appliance.ota.switcher import ModelSpec, ModelSwitcher
@@ -48,6 +48,8 @@ class OtaManager:
         self._appliance_version = appliance_version
         self._builder = builder
         self._lock = threading.Lock()
+        self._journal_owner: int | None = None  # the thread whose install holds the store lock
+        self._journaled: str | None = None
         self.last_status: OtaStatus | None = None
 
     # -- reporting -----------------------------------------------------------------------------------------
@@ -56,11 +58,48 @@ class OtaManager:
                            manifest.model if manifest else kw.pop("model", None), time=self._clock(), **kw)
         self.last_status = status
         (log.warning if state in ("rejected", "rolled_back") else log.info)("OTA %s: %s", state, message)
+        # A step is journaled before it is published and an outcome after: a kill in between makes the restart
+        # report the outcome (again), never leaves it unsaid.
+        journal = threading.get_ident() == self._journal_owner  # not a delivery refusal from another thread
+        if journal and state not in FINAL_STATES:
+            self._journal(status)
         if self._status_cb is not None:
             try:
                 self._status_cb(status)
             except Exception:
                 log.exception("OTA status callback failed")
+        if journal and state in FINAL_STATES:
+            self._journal(status)
+
+    def _journal(self, status: OtaStatus) -> None:
+        """Keep the store's journal at the install's latest step (only state changes, not build percent)."""
+        try:
+            if status.state in FINAL_STATES:
+                self.store.clear_journal()
+                self._journaled = None
+            elif status.state != self._journaled:
+                self.store.write_journal(status.to_dict())
+                self._journaled = status.state
+        except OSError as exc:  # the journal only serves the report after a restart: never fail an update on it
+            log.warning("OTA: could not update the journal in %s: %s", self.store.root, exc)
+
+    def _report_interrupted(self, entry: dict[str, Any], served: Route) -> None:
+        """At start, after an install that never ended: say how it ended on ota/status, whose retained message
+        still shows the step the appliance stopped in."""
+        version, step = entry.get("version"), entry.get("state", "unknown")
+        rid, model = entry.get("request_id"), entry.get("model")
+        if version is not None and served.version == version:  # stopped after the pointer moved
+            self._report("active", f"{served.label} is serving; the appliance restarted during the update's "
+                         f"{step} step, after it had switched", version=version, model=model, request_id=rid)
+            return
+        self._report("rejected", f"the appliance stopped during the {step} step of the update to "
+                     f"{version or 'a bundle not yet verified'}; {served.label} serves; send the bundle again",
+                     code="interrupted", version=version, request_id=rid)
+        pointer = self.store.read_pointer()
+        if version is not None and self.store.is_verified(version) and version != pointer.version \
+                and version not in pointer.history:  # verified, stopped while watching: never served for good
+            log.warning("OTA: removing version %s, verified but never made active", version)
+            self.store.remove_version(version)
 
     # -- start-up --------------------------------------------------------------------------------------------
     def spec(self, version: str | None) -> ModelSpec:
@@ -81,6 +120,7 @@ class OtaManager:
         """At appliance start: recover the state dir, load and route the version the pointer names (a complete,
         verified one; the base model when there is none or it fails to load)."""
         version = self.store.recover()
+        interrupted = self.store.read_journal()
         try:
             route = self.switcher.load(self.spec(version))
         except OtaRejected as exc:
@@ -89,6 +129,9 @@ class OtaManager:
             log.error("OTA version %s failed to load at start (%s); serving the base model", version, exc)
             route = self.switcher.load(self.spec(None))
         self.switcher.route(route)
+        if interrupted is not None:
+            self._report_interrupted(interrupted, route)
+            self.store.clear_journal()
         return route
 
     # -- install ---------------------------------------------------------------------------------------------
@@ -102,6 +145,7 @@ class OtaManager:
             self._report("received", f"bundle {bundle.name}", request_id=request_id)
             try:
                 with self.store.lock(blocking=wait):
+                    self._journal_owner, self._journaled = threading.get_ident(), None
                     return self._install(bundle, request_id)
             except OtaRejected as exc:
                 self.report_rejected(exc, request_id)
@@ -112,6 +156,7 @@ class OtaManager:
                 self.report_rejected(rejected, request_id)
                 raise rejected from exc
         finally:
+            self._journal_owner = None
             self._lock.release()
 
     def report_rejected(self, exc: OtaRejected, request_id: str | None = None) -> None:

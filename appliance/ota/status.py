@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 STATES = ("received", "verifying", "staging", "building", "checking", "switching", "watching", "active",
           "rolled_back", "rejected")
+FINAL_STATES = frozenset({"active", "rolled_back", "rejected"})  # each ends an update
 
 
 @dataclass(frozen=True)

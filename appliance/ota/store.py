@@ -6,6 +6,8 @@ Layout (``<state>/ota``)::
     versions/<version>/    a staged bundle: manifest.json, manifest.sig, its files, engine-state/ (engine cache),
                            verified.json (written last: signature, hashes, engine build and golden frames passed)
     staging/               extractions in progress; emptied by recover()
+    update.json            the install in progress and its last step (cleared when it ends): found at start, it
+                           means the appliance stopped in the middle of an update, which is then reported
     lock                   flock()ed by whoever changes any of this (one update at a time, across processes)
 
 The pointer only ever names a version that has ``verified.json`` (or null), and is replaced atomically: write a
@@ -33,8 +35,7 @@ from appliance.ota.manifest import MANIFEST_NAME, Manifest, parse_manifest
 log = logging.getLogger("appliance.ota")
 POINTER = "active.json"
 VERIFIED = "verified.json"
-
-
+JOURNAL = "update.json"
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,30 @@ class OtaStore:
             raise ValueError(f"refusing to point at {pointer.version!r}: it is not a complete, verified version")
         self.ensure()
         write_json_durably(self.root / POINTER, pointer.to_json())
+
+    # -- the update journal ------------------------------------------------------------------------------
+    def write_journal(self, status: dict[str, Any]) -> None:
+        """Record the install in progress (its latest status) so that a restart can say how it ended."""
+        self.ensure()
+        write_json_durably(self.root / JOURNAL, status)
+
+    def read_journal(self) -> dict[str, Any] | None:
+        """The interrupted install's last status; None when no install was in progress."""
+        path = self.root / JOURNAL
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:  # written atomically: only a hand edit or a bad disk gets here
+            log.error("OTA update journal %s is unreadable (%s)", path, exc)
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def clear_journal(self) -> None:
+        path = self.root / JOURNAL
+        if path.exists():
+            path.unlink(missing_ok=True)
+            fsync_path(self.root)
 
     # -- versions ----------------------------------------------------------------------------------------
     def version_dir(self, version: str) -> Path:

@@ -2,7 +2,8 @@
 random status event plus a random delay); after each kill the state directory must recover to a complete,
 verified model, the old one or the new one, which really loads, and a retry of the update must succeed. Most
 trials must really kill the process before it finishes, and both outcomes must occur. A second test kills an
-install during its health watch (a process that serves version 1, so the update of 2 is watched)."""
+install during its health watch (a process that serves version 1, so the update of 2 is watched). After every
+kill the restart reports, once, how the interrupted update ended."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from support.schemas import validate_ota_status
 
 from appliance.ota.config import HealthPolicy, OtaConfig
+from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.store import OtaStore
@@ -38,22 +41,28 @@ def run_and_kill(cmd: list[str], after_event: int, delay_s: float, at_state: str
     the first ``at_state`` event). Returns the states seen and the exit code (-SIGKILL: it was killed)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1)
     states: list[str] = []
+
+    def read(line: str) -> None:
+        if line.startswith("{"):
+            status = json.loads(line)
+            validate_ota_status(status)  # the CLI prints OtaStatus.to_dict(), the core of ota/status
+            states.append(status["state"])
+
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
-            if line.startswith("{"):
-                status = json.loads(line)
-                validate_ota_status(status)  # the CLI prints OtaStatus.to_dict(), the core of ota/status
-                states.append(status["state"])
-                if len(states) == after_event or status["state"] == at_state:
-                    if delay_s:
-                        try:
-                            proc.wait(timeout=delay_s)  # still a kill point: the process may finish meanwhile
-                        except subprocess.TimeoutExpired:
-                            pass
-                    proc.send_signal(signal.SIGKILL)
-                    break
+            read(line)
+            if states and (len(states) == after_event or states[-1] == at_state):
+                if delay_s:
+                    try:
+                        proc.wait(timeout=delay_s)  # still a kill point: the process may finish meanwhile
+                    except subprocess.TimeoutExpired:
+                        pass
+                proc.send_signal(signal.SIGKILL)
+                break
         rc = proc.wait(timeout=120)
+        for line in proc.stderr:  # what it printed before it died, after the kill point
+            read(line)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -104,7 +113,8 @@ def test_sigkill_at_random_points_leaves_a_complete_verified_model(tmp_path, key
 
 
 def assert_restart_serves_a_complete_verified_model(state: Path, trial: int, seen: list[str]) -> str:
-    """A "restart": recover the state dir, check what it says to serve, and load it. Returns the version."""
+    """A "restart": recover the state dir, check what it says to serve, and load it; the update's outcome is
+    reported when the kill left it unsaid. Returns the version."""
     store = OtaStore(state)
     serving = store.recover()
     assert serving in ("1", "2"), (trial, seen, serving)
@@ -112,11 +122,36 @@ def assert_restart_serves_a_complete_verified_model(state: Path, trial: int, see
     assert json.loads((store.root / "active.json").read_text())["version"] == serving
     assert not any(store.staging_dir.iterdir())
     assert sorted(p.name for p in store.versions_dir.iterdir()) in (["1"], ["1", "2"])
-    restarted = OtaManager(state, TrustedKeys({}), OfflineSwitcher(), config=OtaConfig(check_golden=False))
+    reported: list[dict] = []
+    restarted = OtaManager(state, TrustedKeys({}), OfflineSwitcher(), config=OtaConfig(check_golden=False),
+                           status_cb=lambda s: reported.append(s.to_dict()))
     route = restarted.start_serving()  # loads the engine (ONNX Runtime session)
     assert route.version == serving
     assert Path(restarted.spec(serving).engine.engine_path).is_file()
+    assert_outcome_reported_once(reported, seen, serving, (trial, seen))
+    assert store.read_journal() is None
+    # a version that never became active is not left on disk
+    assert sorted(p.name for p in store.versions_dir.iterdir()) == sorted({"1", serving})
     return serving
+
+
+def assert_outcome_reported_once(reported: list[dict], seen: list[str], serving: str, why: object) -> None:
+    """The statuses of a restart after a kill: the update's outcome, once, when the killed process did not say it
+    (``seen`` is all it printed; a step is journaled before it is printed, so a kill right after "received" may
+    or may not have left one)."""
+    for status in reported:
+        validate_ota_status(status)
+    if seen and seen[-1] in ("active", "rolled_back", "rejected"):  # said; said again if killed before the
+        assert reported == [] or [r["state"] for r in reported] == [seen[-1]], (reported, why)  # journal went
+        return
+    if seen in ([], ["received"]) and not reported:
+        return
+    assert len(reported) == 1, why
+    if serving == "2":
+        assert (reported[0]["state"], reported[0]["version"]) == ("active", "2"), (reported, why)
+    else:
+        assert (reported[0]["state"], reported[0]["code"]) == ("rejected", "interrupted"), (reported, why)
+        assert reported[0].get("version") in (None, "2") and "1 serves" in reported[0]["message"], (reported, why)
 
 
 # Serves version 1 (routed), then installs the bundle: the update of 2 gets a health watch of 10 minutes.
@@ -171,3 +206,61 @@ def test_a_damaged_active_version_falls_back_along_the_history(tmp_path, keys, s
     assert store.read_pointer().version == "2"  # the pointer is left alone; serving() skips what is damaged
     restarted = OtaManager(state, TrustedKeys({}), OfflineSwitcher(), config=OtaConfig(check_golden=False))
     assert restarted.start_serving().version == "1"
+
+
+def test_a_refusal_reported_by_another_thread_leaves_the_running_installs_journal(tmp_path, keys, sign,
+                                                                                   tiny_source) -> None:
+    """A delivery refusal (another bundle, too large) ends that delivery, not the install under way: the journal
+    that lets a restart report the install must survive it."""
+    state = tmp_path / "state"
+    at_build, go_on = threading.Event(), threading.Event()
+
+    def pause_at_build(status) -> None:
+        if status.state == "building" and not at_build.is_set():
+            at_build.set()
+            go_on.wait(60)
+
+    m = OtaManager(state, keys.trusted(), OfflineSwitcher(), config=OtaConfig(check_golden=False),
+                   status_cb=pause_at_build)
+    bundle = sign(tiny_source("2"), "v2.bundle")
+    result: dict = {}
+    install = threading.Thread(target=lambda: result.update(m.install(bundle)))
+    install.start()
+    try:
+        assert at_build.wait(60)
+        assert OtaStore(state).read_journal()["state"] == "building"
+        m.report_rejected(OtaRejected("too_large", "another bundle, refused at delivery"))
+        assert OtaStore(state).read_journal()["state"] == "building"
+    finally:
+        go_on.set()
+        install.join(60)
+    assert result["state"] == "active" and OtaStore(state).read_journal() is None
+
+
+@pytest.mark.parametrize("journal, expected", [
+    ({"state": "watching", "version": "2", "model": "tiny"}, ("active", None, "2")),  # after the pointer moved
+    ({"state": "building", "version": "3", "model": "tiny"}, ("rejected", "interrupted", "3")),
+    ({"state": "verifying"}, ("rejected", "interrupted", None)),
+    ("not json {", ("rejected", "interrupted", None)),  # unreadable: still reported, never a crash
+])
+def test_a_restart_reports_the_interrupted_update_from_its_journal(tmp_path, keys, sign, tiny_source, journal,
+                                                                   expected) -> None:
+    state = tmp_path / "state"
+    m = OtaManager(state, keys.trusted(), OfflineSwitcher(),
+                   config=OtaConfig(check_golden=False, health=HealthPolicy(period_s=0)))
+    for version in ("1", "2"):
+        m.install(sign(tiny_source(version), f"v{version}.bundle"))
+    store = OtaStore(state)
+    if isinstance(journal, dict):
+        store.write_journal(journal)
+    else:
+        (store.root / "update.json").write_text(journal)
+    reported: list[dict] = []
+    restarted = OtaManager(state, keys.trusted(), OfflineSwitcher(), config=OtaConfig(check_golden=False),
+                           status_cb=lambda s: reported.append(s.to_dict()))
+    assert restarted.start_serving().version == "2"
+    assert [(r["state"], r.get("code"), r.get("version")) for r in reported] == [expected]
+    validate_ota_status(reported[0])
+    assert store.read_journal() is None
+    again = OtaManager(state, keys.trusted(), OfflineSwitcher(), status_cb=lambda s: reported.append(s.to_dict()))
+    assert again.start_serving().version == "2" and len(reported) == 1  # said once

@@ -28,7 +28,8 @@ from support.schemas import validate_message
 from appliance.ota.bundle import build_bundle
 from appliance.ota.push import chunk_payloads, push_mqtt
 from appliance.ota.signing import generate_keypair
-from appliance.ota.status import STATES
+from appliance.ota.status import STATES, OtaStatus
+from appliance.ota.store import OtaStore
 from test_supervisor_e2e import (REPO, NotifySocket, _camera_dir, _children_of, _config, _device_of,  # noqa: F401
                                  _running, broker, pytestmark, shm_root)
 
@@ -154,11 +155,19 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
     device = _device_of(config)
     log = tmp_path / "daemon.log"
     notify = NotifySocket(tmp_path / "notify.sock")
+    # the journal of an install that a power cut stopped while building version 7 (written as OtaManager does)
+    OtaStore(tmp_path / "state").write_journal(
+        OtaStatus("building", "building", "7", "yolov3-tiny", percent=40.0, time=time.time()).to_dict())
     sub = TimedSubscriber(broker.port, f"appliance/{device}/#")
     daemon = _start(config, notify, log)
     restarted: subprocess.Popen | None = None
     try:
         assert notify.wait_for("READY=1", 240), log.read_text()[-3000:]
+        sub.wait(lambda: [p for _t, p in sub.of_type("ota_status") if p.get("version") == "7"], 30, daemon, log)
+        interrupted = [p for _t, p in sub.of_type("ota_status") if p.get("version") == "7"]
+        assert [(p["state"], p["code"]) for p in interrupted] == [("rejected", "interrupted")], interrupted
+        validate_message("ota_status", interrupted[0])
+        assert "building" in interrupted[0]["message"] and "base serves" in interrupted[0]["message"]
         sub.wait(lambda: len(sub.of_type("detections")) >= 3, 120, daemon, log)
         assert {p["model"]["version"] for _t, p in sub.of_type("detections")} == {"base"}
 
