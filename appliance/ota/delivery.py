@@ -163,19 +163,16 @@ class ChunkAssembler:
                 del self._completed[uid]
 
 
-def clear_leftovers(incoming: Path) -> list[Path]:
+def clear_leftovers(incoming: Path) -> None:
     """Remove what an earlier process left in ``incoming`` (killed or powered off while receiving or installing):
     partial chunks and downloads, and bundles it never finished installing. None can be resumed, since uploads
     live in memory, and each may be as large as ``max_bundle_bytes``; the sender sends again."""
-    removed: list[Path] = []
     for path in sorted([*Path(incoming).glob("*"), *(Path(incoming) / "chunks").glob("*")]):
         if path.is_file():
             size = path.stat().st_size
             path.unlink(missing_ok=True)
-            removed.append(path)
             log.info("OTA: removed %s (%d bytes), left by an earlier run that stopped while receiving or "
                      "installing it; send the bundle again if it is still wanted", path, size)
-    return removed
 
 
 class OtaCommandHandler:
@@ -191,7 +188,6 @@ class OtaCommandHandler:
         self._threads: list[threading.Thread] = []
         self._seq = 0
         clear_leftovers(self.incoming)
-
 
     def __call__(self, command: Any) -> dict[str, Any]:
         from appliance.mqtt.errors import CommandError

@@ -92,9 +92,11 @@ class OtaManager:
             self._report("active", f"{served.label} is serving; the appliance restarted during the update's "
                          f"{step} step, after it had switched", version=version, model=model, request_id=rid)
             return
-        self._report("rejected", f"the appliance stopped during the {step} step of the update to "
-                     f"{version or 'a bundle not yet verified'}; {served.label} serves; send the bundle again",
-                     code="interrupted", version=version, request_id=rid)
+        rejected = OtaRejected("interrupted", f"the appliance stopped during the {step} step of the update to "
+                               f"{version or 'a bundle not yet verified'}; {served.label} serves; send the bundle "
+                               "again")
+        rejected.version = version  # type: ignore[attr-defined]
+        self.report_rejected(rejected, rid)
         pointer = self.store.read_pointer()
         if version is not None and self.store.is_verified(version) and version != pointer.version \
                 and version not in pointer.history:  # verified, stopped while watching: never served for good
@@ -131,7 +133,10 @@ class OtaManager:
         self.switcher.route(route)
         if interrupted is not None:
             self._report_interrupted(interrupted, route)
-            self.store.clear_journal()
+            try:
+                self.store.clear_journal()
+            except OSError as exc:  # the next start reports it again: better than not starting
+                log.warning("OTA: could not clear the update journal in %s: %s", self.store.root, exc)
         return route
 
     # -- install ---------------------------------------------------------------------------------------------

@@ -112,10 +112,11 @@ class OtaStore:
         return doc if isinstance(doc, dict) else {}
 
     def clear_journal(self) -> None:
-        path = self.root / JOURNAL
-        if path.exists():
-            path.unlink(missing_ok=True)
-            fsync_path(self.root)
+        try:
+            (self.root / JOURNAL).unlink()
+        except FileNotFoundError:
+            return
+        fsync_path(self.root)
 
     # -- versions ----------------------------------------------------------------------------------------
     def version_dir(self, version: str) -> Path:

@@ -264,3 +264,20 @@ def test_a_restart_reports_the_interrupted_update_from_its_journal(tmp_path, key
     assert store.read_journal() is None
     again = OtaManager(state, keys.trusted(), OfflineSwitcher(), status_cb=lambda s: reported.append(s.to_dict()))
     assert again.start_serving().version == "2" and len(reported) == 1  # said once
+
+
+def test_a_journal_that_cannot_be_written_fails_neither_the_update_nor_the_start(tmp_path, keys, sign,
+                                                                                 tiny_source, caplog) -> None:
+    """The journal only serves the report after a restart: a disk that refuses it (here, a directory in its place)
+    is logged, and the update and the next start go on."""
+    state = tmp_path / "state"
+    OtaStore(state).ensure()
+    (OtaStore(state).root / "update.json").mkdir()
+    m = OtaManager(state, keys.trusted(), OfflineSwitcher(), config=OtaConfig(check_golden=False))
+    assert m.install(sign(tiny_source("1"), "v1.bundle"))["state"] == "active"
+    assert "could not update the journal" in caplog.text
+    reported: list[dict] = []
+    restarted = OtaManager(state, keys.trusted(), OfflineSwitcher(), status_cb=lambda s: reported.append(s.to_dict()))
+    assert restarted.start_serving().version == "1"
+    assert [(r["state"], r.get("code")) for r in reported] == [("rejected", "interrupted")]  # unreadable: said
+    assert "could not clear the update journal" in caplog.text
