@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from appliance.config.app import AppConfig
+    from appliance.appconfig.app import AppConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 
 def _load(config_file: Path) -> AppConfig | None:
     """The validated AppConfig, or None after printing every problem (as ``appliance run`` does)."""
-    from appliance.config.check import check_config
+    from appliance.appconfig.check import check_config
 
     report = check_config(config_file, machine=False)
     if not report.ok or report.config is None:
@@ -33,11 +33,11 @@ def _load(config_file: Path) -> AppConfig | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.config.check import resolved_paths
+    from appliance.appconfig.check import resolved_paths
     from appliance.mqtt.errors import SpoolError
     from appliance.mqtt.messages import epoch_ms, iso_utc_ms
     from appliance.mqtt.spool import Spool
-    from appliance.run import DEMO_CONFIG
+    from appliance.commands.run import DEMO_CONFIG
 
     config = _load(Path(args.config) if args.config else DEMO_CONFIG)
     if config is None:

@@ -29,13 +29,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from appliance.run import run
+    from appliance.commands.run import run
 
     return run(args)
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from appliance.config.check import check_config, config_json_schema
+    from appliance.appconfig.check import check_config, config_json_schema
 
     if args.schema:
         sys.stdout.write(config_json_schema())
@@ -51,7 +51,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from appliance.supervisor.status import fetch_health, format_status
+    from appliance.commands.status import fetch_health, format_status
 
     try:
         health = fetch_health(args.url)
@@ -76,19 +76,19 @@ def _cmd_triton_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_engines(args: argparse.Namespace) -> int:
-    from appliance.engines.cli import run
+    from appliance.commands.build_engines import run
 
     return run(args)
 
 
 def _cmd_spool(args: argparse.Namespace) -> int:
-    from appliance.mqtt.spoolcli import run
+    from appliance.commands.spool import run
 
     return run(args)
 
 
 def _cmd_ota(args: argparse.Namespace) -> int:
-    from appliance.ota.cli import run
+    from appliance.commands.ota import run
 
     return run(args)
 
@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repository", help="then materialize the Triton model repository for this device here")
     p.set_defaults(func=_cmd_build_engines)
 
-    from appliance.ota.cli import add_parser as add_ota_parser  # argparse only; actions import lazily
+    from appliance.commands.ota import add_parser as add_ota_parser  # argparse only; actions import lazily
 
     add_ota_parser(sub).set_defaults(func=_cmd_ota)
 

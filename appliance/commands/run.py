@@ -16,7 +16,7 @@ from pathlib import Path
 
 log = logging.getLogger("appliance")
 
-DEMO_CONFIG = Path(__file__).resolve().parent / "config" / "demo.yaml"
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "appconfig" / "demo.yaml"
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 DEMO_VIDEO_ENV = "APPLIANCE_DEMO_VIDEO"
 
@@ -34,7 +34,7 @@ def prepare_demo_video() -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.config.check import check_config
+    from appliance.appconfig.check import check_config
     from appliance.supervisor.app import Appliance
 
     path = Path(args.config) if args.config else DEMO_CONFIG
