@@ -1,96 +1,73 @@
 """The ``appliance`` command line.
 
-Subcommands import their implementation lazily so that ``appliance --help``
-stays fast and a missing optional dependency only affects the command that
-needs it.
+Every command's arguments are declared here; its action is ``run(args)`` in ``appliance.commands.<name>``,
+returning an :class:`~appliance.commands.exitcodes.ExitCode`. That module is imported only when its command
+runs (see ``_lazy``), so ``appliance --help`` stays fast and a missing optional dependency only affects the
+command that needs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import pkgutil
-import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import appliance
-import appliance.bench
+from appliance.commands.bench import bench_names
+from appliance.logs import configure
 
 
-def _bench_names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(appliance.bench.__path__) if not m.name.startswith("_"))
+def _lazy(command: str) -> Callable[[argparse.Namespace], int]:
+    """The command's ``run``, imported when the command runs, not when the parser is built."""
+
+    def run(args: argparse.Namespace) -> int:
+        # Lazy on purpose: `appliance --help` stays fast, and a missing optional dependency breaks only its command.
+        module = importlib.import_module(f"appliance.commands.{command}")
+        return int(module.run(args))
+
+    return run
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    module = importlib.import_module(f"appliance.bench.{args.name}")
-    return int(module.main(args.bench_args) or 0)
+def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("ota", help="model updates: keys, signed bundles, push, offline install, rollback, status")
+    ota = p.add_subparsers(dest="ota_command", required=True, metavar="ACTION")
 
+    k = ota.add_parser("keygen", help="make an Ed25519 signing key pair")
+    k.add_argument("--private", required=True, type=Path, help="private key file to create (mode 0600)")
+    k.add_argument("--public", required=True, type=Path, help="public key file to create (for trusted_keys)")
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from appliance.commands.run import run
+    s = ota.add_parser("sign", help="build and sign a bundle from a directory with bundle.yaml")
+    s.add_argument("source", type=Path)
+    s.add_argument("--key", required=True, type=Path, help="private key (PEM)")
+    s.add_argument("--out", required=True, type=Path, help="bundle file to write")
 
-    return run(args)
+    u = ota.add_parser("push", help="deliver a bundle: into an inbox directory, or over MQTT")
+    u.add_argument("bundle", type=Path, nargs="?")
+    dest = u.add_mutually_exclusive_group(required=True)
+    dest.add_argument("--inbox", type=Path, help="copy atomically into this watched directory")
+    dest.add_argument("--mqtt", metavar="HOST[:PORT]", help="send as the 'ota' command through this broker")
+    u.add_argument("--device", help="device id (with --mqtt)")
+    u.add_argument("--prefix", default="appliance", help="topic prefix (with --mqtt)")
+    u.add_argument("--username")
+    u.add_argument("--password")
+    how = u.add_mutually_exclusive_group()
+    how.add_argument("--device-path", help="tell the device to install this path on the device")
+    how.add_argument("--url", help="tell the device to download this URL")
+    how.add_argument("--action", choices=["rollback", "status"], help="send an action instead of a bundle")
+    u.add_argument("--chunk-bytes", type=int, default=256 << 10, help="chunk size when sending the bundle itself")
 
-
-def _cmd_check_config(args: argparse.Namespace) -> int:
-    from appliance.appconfig.check import check_config, config_json_schema
-
-    if args.schema:
-        sys.stdout.write(config_json_schema())
-        return 0
-    if not args.file:
-        print("error: give a config FILE (or --schema)", file=sys.stderr)
-        return 2
-    report = check_config(Path(args.file), machine=not args.no_machine)
-    for issue in report.issues:
-        print(issue, file=sys.stderr)
-    print(report.summary(), file=sys.stderr if report.issues else sys.stdout)
-    return 0 if report.ok else 1
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    from appliance.commands.status import fetch_health, format_status
-
-    try:
-        health = fetch_health(args.url)
-    except OSError as exc:
-        print(f"no answer from {args.url} ({exc}): is the appliance running (systemctl status appliance) "
-              "with health enabled?", file=sys.stderr)
-        return 3
-    print(json.dumps(health, indent=2) if args.json else format_status(health))
-    return 0 if health.get("ok") else 1
-
-
-def _cmd_triton_info(args: argparse.Namespace) -> int:
-    from appliance.triton.locate import TritonNotFound, locate
-
-    try:
-        dist = locate(args.triton_home)
-    except TritonNotFound as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(dist.describe())
-    return 0
-
-
-def _cmd_build_engines(args: argparse.Namespace) -> int:
-    from appliance.commands.build_engines import run
-
-    return run(args)
-
-
-def _cmd_spool(args: argparse.Namespace) -> int:
-    from appliance.commands.spool import run
-
-    return run(args)
-
-
-def _cmd_ota(args: argparse.Namespace) -> int:
-    from appliance.commands.ota import run
-
-    return run(args)
+    for name, text in (("install", "install a bundle while the appliance is stopped (no health watch)"),
+                       ("rollback", "point back at the previous version (the appliance serves it at next start)"),
+                       ("status", "show the active version, history and installed versions")):
+        a = ota.add_parser(name, help=text)
+        if name == "install":
+            a.add_argument("bundle", type=Path)
+            a.add_argument("--trusted-key", action="append", type=Path, required=True, help="public key (repeat)")
+            a.add_argument("--no-golden", action="store_true", help="skip golden frames")
+            a.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
+        a.add_argument("--state-dir", help="state directory (default: $APPLIANCE_STATE_DIR)")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,13 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML config file (default: the bundled demo)")
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
     p.add_argument("--once", action="store_true", help="start, report readiness, stop cleanly and exit")
-    p.set_defaults(func=_cmd_run)
+    p.set_defaults(func=_lazy("run"))
 
     p = sub.add_parser("check-config", help="validate a config file and check it against this machine")
     p.add_argument("file", nargs="?", help="YAML config file")
     p.add_argument("--schema", action="store_true", help="print the config's JSON Schema (for editors) and exit")
     p.add_argument("--no-machine", action="store_true", help="only validate the file; skip checks of this machine")
-    p.set_defaults(func=_cmd_check_config)
+    p.set_defaults(func=_lazy("checkconfig"))
 
     p = sub.add_parser("spool", help="MQTT messages the broker refused and the spool set aside: list, or requeue "
                                      "them (with the appliance stopped)")
@@ -117,16 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="the appliance's YAML config (default: the bundled demo)")
     p.add_argument("--id", type=int, action="append", dest="ids", help="requeue only this message (repeatable)")
     p.add_argument("--payload", action="store_true", help="list: print each payload too")
-    p.set_defaults(func=_cmd_spool)
+    p.set_defaults(func=_lazy("spool"))
 
     p = sub.add_parser("status", help="what the running appliance is doing (from its health endpoint)")
     p.add_argument("--url", default="http://127.0.0.1:9108", help="health endpoint (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the raw health summary")
-    p.set_defaults(func=_cmd_status)
+    p.set_defaults(func=_lazy("status"))
 
     p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
-    p.set_defaults(func=_cmd_triton_info)
+    p.set_defaults(func=_lazy("tritoninfo"))
 
     p = sub.add_parser("build-engines", help="build, verify and cache an engine per model for this device")
     p.add_argument("--engines-dir", help="engine build profiles (default: $APPLIANCE_ENGINES_DIR or engines/)")
@@ -137,22 +114,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="rebuild even when a verified engine is cached")
     p.add_argument("--json", action="store_true", help="print the installed engines as JSON")
     p.add_argument("--repository", help="then materialize the Triton model repository for this device here")
-    p.set_defaults(func=_cmd_build_engines)
+    p.set_defaults(func=_lazy("build_engines"))
 
-    from appliance.commands.ota import add_parser as add_ota_parser  # argparse only; actions import lazily
+    _add_ota_parser(sub).set_defaults(func=_lazy("ota"))
 
-    add_ota_parser(sub).set_defaults(func=_cmd_ota)
-
-    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(_bench_names()))
-    p.add_argument("name", choices=_bench_names())
+    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
+    p.add_argument("name", choices=bench_names())
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
-    p.set_defaults(func=_cmd_bench)
+    p.set_defaults(func=_lazy("bench"))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from appliance.logs import configure
-
     configure(args.log_level)
     return int(args.func(args) or 0)
