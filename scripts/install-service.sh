@@ -42,7 +42,7 @@ step "config and profiles -> $ROOT/etc/appliance"
 mkdir -p "$ROOT/etc/appliance/engines"
 cp engines/*.yaml "$ROOT/etc/appliance/engines/"
 if [ ! -f "$ROOT/etc/appliance/appliance.yaml" ]; then
-  cp appliance/config/demo.yaml "$ROOT/etc/appliance/appliance.yaml"
+  cp appliance/appconfig/demo.yaml "$ROOT/etc/appliance/appliance.yaml"
   echo "install: wrote the demo config to /etc/appliance/appliance.yaml: edit cameras and mqtt, then"
   echo "         check it with: $PREFIX/venv/bin/appliance check-config /etc/appliance/appliance.yaml"
 fi

@@ -240,7 +240,7 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
                     split: dict[str, float] | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``_stage_totals``) and ``capture_to_submit``."""
-    from appliance.config.app import AppConfig
+    from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
 

@@ -183,7 +183,7 @@ def _layouts(args: argparse.Namespace, camera_counts: list[int], frame_ms: float
     the lowest-latency one (one instance on every core) beside it; or the one layout the flags describe, for every
     count. Also the name of the appliance's layout per count, and by name the requests in flight in all that keep
     the layout busy (the appliance scheduler's default bound)."""
-    from appliance.config.app import ModelConfig
+    from appliance.appconfig.app import ModelConfig
     from appliance.modelrepo.layout import DetectorLayout, detector_layout
 
     base = RepositoryOptions(ort_spinning=args.ort_spinning, max_batch_size=ModelConfig().max_batch_size,
@@ -244,7 +244,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {onnx_path} missing; run scripts/setup.sh (or scripts/fetch_detector.py)", file=sys.stderr)
         return 2
 
-    from appliance.config.app import TritonConfig
+    from appliance.appconfig.app import TritonConfig
     from appliance.modelrepo.materialize import DetectorSource, materialize
     from appliance.models.profile import load_profile
     from appliance.triton import stubsite

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from appliance.config.app import AppConfig
-from appliance.config.check import resolved_paths
+from appliance.appconfig.app import AppConfig
+from appliance.appconfig.check import resolved_paths
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
 from appliance.health.system import SystemMonitor

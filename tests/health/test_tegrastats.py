@@ -303,7 +303,7 @@ def test_an_old_reading_is_not_reported_as_current(fake: FakeTegrastats, monitor
 
 # -- wired into the supervisor ---------------------------------------------------------------------------------
 def _appliance(tmp_path: Path, **health: Any) -> Any:
-    from appliance.config.app import AppConfig
+    from appliance.appconfig.app import AppConfig
     from appliance.supervisor.app import Appliance
 
     return Appliance(AppConfig.model_validate({

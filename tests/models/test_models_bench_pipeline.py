@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from appliance.bench import pipeline
-from appliance.config.app import ModelConfig
+from appliance.appconfig.app import ModelConfig
 from appliance.modelrepo.layout import detector_layout
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.shm import private_shm_dir
 
-from appliance.config.app import AppConfig
+from appliance.appconfig.app import AppConfig
 from appliance.mqtt.schema import load_schema
 from appliance.supervisor.app import Appliance
 

@@ -15,7 +15,7 @@ import pytest
 from support.mosquitto import Mosquitto
 from support.schemas import validate_message
 
-from appliance.config.app import AppConfig
+from appliance.appconfig.app import AppConfig
 from appliance.engines.progress import PHASES, ProgressEvent
 from appliance.mqtt.errors import MqttConfigError
 from appliance.mqtt.messages import engine_status_payload

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from appliance.config.app import AppConfig
+from appliance.appconfig.app import AppConfig
 from appliance.ota.router import Route
 from appliance.supervisor.app import Appliance
 from appliance.supervisor.children import RestartPolicy

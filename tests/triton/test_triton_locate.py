@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance import cli
+from appliance.commands import main as cli
 from appliance.triton.locate import ENV_VAR, TritonNotFound, inspect, locate
 
 

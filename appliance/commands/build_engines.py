@@ -9,20 +9,20 @@ import sys
 import time
 from pathlib import Path
 
+from appliance.commands.exitcodes import ExitCode
 from appliance.engines import paths
+from appliance.engines.builders import BuilderUnavailable
+from appliance.engines.cache import CacheError
+from appliance.engines.manager import EngineBuildError, ensure_engines
+from appliance.engines.profile import ProfileError
+from appliance.engines.repository import materialize_for_device
+from appliance.modelrepo.materialize import RepositoryOptions
+from appliance.sdnotify import Notifier
 
 log = logging.getLogger("appliance.engines")
 
-EXIT_OK, EXIT_BUILD_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.engines.builders import BuilderUnavailable
-    from appliance.engines.cache import CacheError
-    from appliance.engines.manager import EngineBuildError, ensure_engines
-    from appliance.engines.profile import ProfileError
-    from appliance.sdnotify import Notifier
-
     start = time.monotonic()
     notifier = Notifier()
     try:
@@ -38,22 +38,19 @@ def run(args: argparse.Namespace) -> int:
     except (ProfileError, BuilderUnavailable, CacheError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         notifier.status(f"engines: {exc}")
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     except EngineBuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         notifier.status(f"engines: {exc}")
-        return EXIT_BUILD_FAILED
+        return ExitCode.FAILED
     if getattr(args, "repository", None):
-        from appliance.engines.repository import materialize_for_device
-        from appliance.modelrepo.materialize import RepositoryOptions
-
         for engine in engines:
             prefix = "" if len(engines) == 1 else f"{engine.model}_"
             try:
                 repo = materialize_for_device(engine, Path(args.repository), options=RepositoryOptions(prefix=prefix))
             except Exception as exc:  # template, profile or wiring problems: the engines themselves are fine
                 print(f"error: {engine.model}: cannot materialize the repository: {exc}", file=sys.stderr)
-                return EXIT_BUILD_FAILED
+                return ExitCode.FAILED
             log.info("%s: model repository written to %s (%s)", engine.model, repo.path, ", ".join(repo.models))
     elapsed = time.monotonic() - start
     if args.json:
@@ -64,4 +61,4 @@ def run(args: argparse.Namespace) -> int:
             print(f"{e.model}: {how}; {e.builder} {e.precision} -> {e.engine_path}")
         print(f"engines ready in {elapsed:.2f}s")
     notifier.status(f"engines: {len(engines)} ready")
-    return EXIT_OK
+    return ExitCode.OK

@@ -12,9 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from appliance.config.app import AppConfig
+from appliance.appconfig.app import AppConfig
+from appliance.capture.check import check_cameras
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
+from appliance.engines import paths as engine_paths
+from appliance.engines.profile import load_profile as load_engine_profile
+from appliance.triton.locate import TritonNotFound, locate
 
 
 @dataclass
@@ -39,19 +43,14 @@ class CheckReport:
 
 def resolved_paths(config: AppConfig) -> dict[str, Path]:
     """The state, models and engines directories this config means on this machine."""
-    from appliance.engines import paths
-
     return {
-        "state_dir": paths.state_dir(config.paths.state_dir),
-        "models_dir": paths.models_dir(config.paths.models_dir),
-        "engines_dir": paths.engines_dir(config.paths.engines_dir),
+        "state_dir": engine_paths.state_dir(config.paths.state_dir),
+        "models_dir": engine_paths.models_dir(config.paths.models_dir),
+        "engines_dir": engine_paths.engines_dir(config.paths.engines_dir),
     }
 
 
 def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
-    from appliance.capture.check import check_cameras
-    from appliance.triton.locate import TritonNotFound, locate
-
     found: list[ConfigIssue] = []
 
     def add(path: tuple, message: str) -> None:
@@ -68,8 +67,6 @@ def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
     if not engine_profile.is_file():
         add(("model", "name"), f"no engine build profile {engine_profile} for model {config.model.name!r}")
     else:
-        from appliance.engines.profile import load_profile as load_engine_profile
-
         try:
             onnx = load_engine_profile(engine_profile).onnx_path(paths["models_dir"])
         except Exception as exc:  # the profile's own loader names the field

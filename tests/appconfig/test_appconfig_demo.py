@@ -11,8 +11,8 @@ import pytest
 
 from appliance.capture.check import check_camera
 from appliance.capture.sample import DARKNET_IMAGES, SAMPLE_IMAGES, build_sample_video, video_info
-from appliance.config.check import check_config
-from appliance.run import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
+from appliance.appconfig.check import check_config
+from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
 
 pytestmark = pytest.mark.skipif(not all((DARKNET_IMAGES / f"{n}.jpg").is_file() for n in SAMPLE_IMAGES),
                                 reason="needs Debian's darknet test images (apt package darknet)")

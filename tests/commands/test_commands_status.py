@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from appliance.health.server import HealthServer
-from appliance.supervisor.status import format_status
+from appliance.commands.status import format_status
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config.check import check_config
+from appliance.appconfig.check import check_config
 
 CORPUS = sorted((Path(__file__).parent / "broken_configs").glob("*.yaml"))
 REPO = Path(__file__).resolve().parents[2]

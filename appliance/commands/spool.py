@@ -11,47 +11,31 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from appliance.config.app import AppConfig
-
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
-
-
-def _load(config_file: Path) -> AppConfig | None:
-    """The validated AppConfig, or None after printing every problem (as ``appliance run`` does)."""
-    from appliance.config.check import check_config
-
-    report = check_config(config_file, machine=False)
-    if not report.ok or report.config is None:
-        for issue in report.issues:
-            print(issue, file=sys.stderr)
-        print(report.summary(), file=sys.stderr)
-        return None
-    return report.config
+from appliance.appconfig.check import resolved_paths
+from appliance.appconfig.demo import DEMO_CONFIG
+from appliance.commands.configload import load_and_report
+from appliance.commands.exitcodes import ExitCode
+from appliance.mqtt.errors import SpoolError
+from appliance.mqtt.messages import epoch_ms, iso_utc_ms
+from appliance.mqtt.spool import Spool
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.config.check import resolved_paths
-    from appliance.mqtt.errors import SpoolError
-    from appliance.mqtt.messages import epoch_ms, iso_utc_ms
-    from appliance.mqtt.spool import Spool
-    from appliance.run import DEMO_CONFIG
-
-    config = _load(Path(args.config) if args.config else DEMO_CONFIG)
+    # Only the file: the spool is on disk whether or not this machine could run the cameras in it.
+    config = load_and_report(Path(args.config) if args.config else DEMO_CONFIG, machine=False, quiet_when_ok=True)
     if config is None:
-        return EXIT_CONFIG
+        return ExitCode.BAD_INPUT
     path = config.mqtt.spool_path(resolved_paths(config)["state_dir"])
     if not path.exists():
         print(f"error: no spool at {path}: the appliance has not run with this config", file=sys.stderr)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     spool = Spool(path, config.mqtt.spool)
     try:
         spool.open()
     except SpoolError as exc:
         print(f"error: {exc}; stop the appliance first (systemctl stop appliance)", file=sys.stderr)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     try:
         if args.action == "list":
             messages = spool.set_aside_messages()
@@ -60,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
                 when = iso_utc_ms(epoch_ms(m.set_at))
                 print(f"{m.id}\t{when}\t{m.topic}\t{len(m.payload)} bytes\t{m.reason}{payload}")
             print(f"{len(messages)} message(s) set aside in {path}", file=sys.stderr)
-            return EXIT_OK
+            return ExitCode.OK
         wanted = sorted(set(args.ids)) if args.ids else None
         if wanted:
             known = {m.id for m in spool.set_aside_messages()}
@@ -68,13 +52,13 @@ def run(args: argparse.Namespace) -> int:
             if unknown:
                 print(f"error: no set-aside message with id {', '.join(map(str, unknown))} "
                       f"(see `appliance spool list`)", file=sys.stderr)
-                return EXIT_FAILED
+                return ExitCode.FAILED
         moved = spool.requeue_set_aside(wanted)
         print(f"requeued {moved} message(s); the appliance sends them when it starts "
               f"(one the broker still refuses is set aside again)")
-        return EXIT_OK
+        return ExitCode.OK
     except SpoolError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     finally:
         spool.close()

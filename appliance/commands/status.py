@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import urllib.error
 import urllib.request
 from typing import Any
+
+from appliance.commands.exitcodes import ExitCode
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the health summary; exit OK only when the appliance says it is healthy."""
+    try:
+        health = fetch_health(args.url)
+    except OSError as exc:
+        print(f"no answer from {args.url} ({exc}): is the appliance running (systemctl status appliance) "
+              "with health enabled?", file=sys.stderr)
+        return ExitCode.NO_ANSWER
+    print(json.dumps(health, indent=2) if args.json else format_status(health))
+    return ExitCode.OK if health.get("ok") else ExitCode.FAILED
 
 
 def fetch_health(url: str, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -1,0 +1,42 @@
+"""Load the appliance's config for a command and report what is wrong with it, the same way for every command.
+
+Each problem is one line, ``FILE:LINE: key: message``, followed by a summary line. A command a person runs
+prints them (problems to stderr); ``appliance run``, which runs under systemd, logs them so the journal gets
+them at error priority.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from appliance.appconfig.app import AppConfig
+from appliance.appconfig.check import check_config
+
+
+def load_and_report(path: Path, *, machine: bool = True, log: logging.Logger | None = None,
+                    quiet_when_ok: bool = False) -> AppConfig | None:
+    """The validated config, or None after reporting every problem.
+
+    machine: also check the config against this machine (files, cameras, Triton, models), not only the file.
+    log: log through this logger instead of printing. quiet_when_ok: say nothing about a good config (a
+    command whose stdout is its answer).
+    """
+    report = check_config(path, machine=machine)
+    if report.ok and report.config is not None:
+        if not quiet_when_ok:
+            if log is not None:
+                log.info("config: %s", report.summary())
+            else:
+                print(report.summary())
+        return report.config
+    if log is not None:
+        for issue in report.issues:
+            log.error("config: %s", issue)
+        log.error("%s; fix it and check with `appliance check-config %s`", report.summary(), path)
+    else:
+        for issue in report.issues:
+            print(issue, file=sys.stderr)
+        print(report.summary(), file=sys.stderr)
+    return None

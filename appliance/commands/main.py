@@ -1,0 +1,131 @@
+"""The ``appliance`` command line.
+
+Every command's arguments are declared here; its action is ``run(args)`` in ``appliance.commands.<name>``,
+returning an :class:`~appliance.commands.exitcodes.ExitCode`. That module is imported only when its command
+runs (see ``_lazy``), so ``appliance --help`` stays fast and a missing optional dependency only affects the
+command that needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import appliance
+from appliance.commands.bench import bench_names
+from appliance.logs import configure
+
+
+def _lazy(command: str) -> Callable[[argparse.Namespace], int]:
+    """The command's ``run``, imported when the command runs, not when the parser is built."""
+
+    def run(args: argparse.Namespace) -> int:
+        # Lazy on purpose: `appliance --help` stays fast, and a missing optional dependency breaks only its command.
+        module = importlib.import_module(f"appliance.commands.{command}")
+        return int(module.run(args))
+
+    return run
+
+
+def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("ota", help="model updates: keys, signed bundles, push, offline install, rollback, status")
+    ota = p.add_subparsers(dest="ota_command", required=True, metavar="ACTION")
+
+    k = ota.add_parser("keygen", help="make an Ed25519 signing key pair")
+    k.add_argument("--private", required=True, type=Path, help="private key file to create (mode 0600)")
+    k.add_argument("--public", required=True, type=Path, help="public key file to create (for trusted_keys)")
+
+    s = ota.add_parser("sign", help="build and sign a bundle from a directory with bundle.yaml")
+    s.add_argument("source", type=Path)
+    s.add_argument("--key", required=True, type=Path, help="private key (PEM)")
+    s.add_argument("--out", required=True, type=Path, help="bundle file to write")
+
+    u = ota.add_parser("push", help="deliver a bundle: into an inbox directory, or over MQTT")
+    u.add_argument("bundle", type=Path, nargs="?")
+    dest = u.add_mutually_exclusive_group(required=True)
+    dest.add_argument("--inbox", type=Path, help="copy atomically into this watched directory")
+    dest.add_argument("--mqtt", metavar="HOST[:PORT]", help="send as the 'ota' command through this broker")
+    u.add_argument("--device", help="device id (with --mqtt)")
+    u.add_argument("--prefix", default="appliance", help="topic prefix (with --mqtt)")
+    u.add_argument("--username")
+    u.add_argument("--password")
+    how = u.add_mutually_exclusive_group()
+    how.add_argument("--device-path", help="tell the device to install this path on the device")
+    how.add_argument("--url", help="tell the device to download this URL")
+    how.add_argument("--action", choices=["rollback", "status"], help="send an action instead of a bundle")
+    u.add_argument("--chunk-bytes", type=int, default=256 << 10, help="chunk size when sending the bundle itself")
+
+    for name, text in (("install", "install a bundle while the appliance is stopped (no health watch)"),
+                       ("rollback", "point back at the previous version (the appliance serves it at next start)"),
+                       ("status", "show the active version, history and installed versions")):
+        a = ota.add_parser(name, help=text)
+        if name == "install":
+            a.add_argument("bundle", type=Path)
+            a.add_argument("--trusted-key", action="append", type=Path, required=True, help="public key (repeat)")
+            a.add_argument("--no-golden", action="store_true", help="skip golden frames")
+            a.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
+        a.add_argument("--state-dir", help="state directory (default: $APPLIANCE_STATE_DIR)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"appliance {appliance.__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run the appliance (the bundled demo camera when no config is given)")
+    p.add_argument("--config", help="YAML config file (default: the bundled demo)")
+    p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
+    p.add_argument("--once", action="store_true", help="start, report readiness, stop cleanly and exit")
+    p.set_defaults(func=_lazy("run"))
+
+    p = sub.add_parser("check-config", help="validate a config file and check it against this machine")
+    p.add_argument("file", nargs="?", help="YAML config file")
+    p.add_argument("--schema", action="store_true", help="print the config's JSON Schema (for editors) and exit")
+    p.add_argument("--no-machine", action="store_true", help="only validate the file; skip checks of this machine")
+    p.set_defaults(func=_lazy("checkconfig"))
+
+    p = sub.add_parser("spool", help="MQTT messages the broker refused and the spool set aside: list, or requeue "
+                                     "them (with the appliance stopped)")
+    p.add_argument("action", choices=["list", "requeue"])
+    p.add_argument("--config", help="the appliance's YAML config (default: the bundled demo)")
+    p.add_argument("--id", type=int, action="append", dest="ids", help="requeue only this message (repeatable)")
+    p.add_argument("--payload", action="store_true", help="list: print each payload too")
+    p.set_defaults(func=_lazy("spool"))
+
+    p = sub.add_parser("status", help="what the running appliance is doing (from its health endpoint)")
+    p.add_argument("--url", default="http://127.0.0.1:9108", help="health endpoint (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the raw health summary")
+    p.set_defaults(func=_lazy("status"))
+
+    p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
+    p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
+    p.set_defaults(func=_lazy("tritoninfo"))
+
+    p = sub.add_parser("build-engines", help="build, verify and cache an engine per model for this device")
+    p.add_argument("--engines-dir", help="engine build profiles (default: $APPLIANCE_ENGINES_DIR or engines/)")
+    p.add_argument("--models-dir", help="root for the profiles' ONNX paths (default: $APPLIANCE_MODELS_DIR)")
+    p.add_argument("--state-dir", help="engine cache location (default: $APPLIANCE_STATE_DIR)")
+    p.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
+    p.add_argument("--model", action="append", help="only this model (repeatable)")
+    p.add_argument("--force", action="store_true", help="rebuild even when a verified engine is cached")
+    p.add_argument("--json", action="store_true", help="print the installed engines as JSON")
+    p.add_argument("--repository", help="then materialize the Triton model repository for this device here")
+    p.set_defaults(func=_lazy("build_engines"))
+
+    _add_ota_parser(sub).set_defaults(func=_lazy("ota"))
+
+    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
+    p.add_argument("name", choices=bench_names())
+    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    p.set_defaults(func=_lazy("bench"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure(args.log_level)
+    return int(args.func(args) or 0)
