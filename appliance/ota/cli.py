@@ -113,8 +113,9 @@ def _offline_manager(args: argparse.Namespace, trusted: Any = None) -> Any:
     from appliance.engines.paths import state_dir
     from appliance.ota.config import OtaConfig
     from appliance.ota.manager import OtaManager
+    from appliance.ota.offline import OfflineSwitcher
     from appliance.ota.signing import TrustedKeys
-    from appliance.ota.switcher import ModelSpec, OfflineSwitcher
+    from appliance.serving.switcher import ModelSpec
 
     config = OtaConfig(check_golden=not getattr(args, "no_golden", False), builder=getattr(args, "builder", "auto"))
     return OtaManager(state_dir(args.state_dir), trusted or TrustedKeys({}), OfflineSwitcher(), config=config,
