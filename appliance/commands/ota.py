@@ -18,8 +18,9 @@ from appliance.ota.bundle import build_bundle
 from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
+from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys, generate_keypair
-from appliance.ota.switcher import ModelSpec, OfflineSwitcher
+from appliance.serving.switcher import ModelSpec
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 
+from appliance.serving.errors import ServingError
+
 REJECT_CODES = (
     "corrupt",          # not a readable bundle: bad tar, missing member, unsafe path, bad JSON
     "unsigned",         # no signature in the bundle
@@ -39,6 +41,20 @@ class OtaRejected(OtaError):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.reason = message
+
+
+# What the serving layer's refusals are called on ota/status; a code not listed is an ``internal`` rejection.
+_SERVING_TO_REJECT = {
+    "load_failed": "load_failed",
+}
+
+
+def rejection_for(exc: ServingError) -> OtaRejected:
+    """The rejection an update (or the start's load) ends with when the serving layer refused: same message."""
+    code = _SERVING_TO_REJECT.get(exc.code)
+    if code is None:
+        return OtaRejected("internal", f"unexpected {type(exc).__name__}: {exc.message}")
+    return OtaRejected(code, exc.message)
 
 
 def out_of_space(exc: OSError) -> bool:

@@ -17,15 +17,16 @@ from typing import Any, Callable
 import appliance
 from appliance.ota import compat, golden
 from appliance.ota.config import OtaConfig
-from appliance.ota.errors import OtaRejected, RollbackError
+from appliance.ota.errors import OtaRejected, RollbackError, rejection_for
 from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
-from appliance.ota.router import Route
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import FINAL_STATES, OtaStatus, StatusCallback
 from appliance.durable import fsync_path
 from appliance.ota.store import OtaStore, Pointer
-from appliance.ota.switcher import ModelSpec, ModelSwitcher
 from appliance.ota.unpack import FreeSpace, disk_free, extract_verified, verify_bundle
+from appliance.serving.errors import ServingError
+from appliance.serving.router import Route
+from appliance.serving.switcher import ModelSpec, ModelSwitcher
 
 log = logging.getLogger("appliance.ota")
 
@@ -118,18 +119,25 @@ class OtaManager:
             eng[key] = Path(eng[key])
         return ModelSpec(version, self.store.manifest(version).model_profile, InstalledEngine(**eng))
 
+    def _load(self, spec: ModelSpec) -> Route:
+        """Load ``spec`` beside what serves; the serving layer's refusal becomes this update's rejection."""
+        try:
+            return self.switcher.load(spec)
+        except ServingError as exc:
+            raise rejection_for(exc) from exc
+
     def start_serving(self) -> Route:
         """At appliance start: recover the state dir, load and route the version the pointer names (a complete,
         verified one; the base model when there is none or it fails to load)."""
         version = self.store.recover()
         interrupted = self.store.read_journal()
         try:
-            route = self.switcher.load(self.spec(version))
+            route = self._load(self.spec(version))
         except OtaRejected as exc:
             if version is None:
                 raise
             log.error("OTA version %s failed to load at start (%s); serving the base model", version, exc)
-            route = self.switcher.load(self.spec(None))
+            route = self._load(self.spec(None))
         self.switcher.route(route)
         if interrupted is not None:
             self._report_interrupted(interrupted, route)
@@ -281,7 +289,7 @@ class OtaManager:
     def _switch(self, spec: ModelSpec, m: Manifest, engine: Any, key_id: str, rid: str | None) -> dict[str, Any]:
         self._report("switching", f"loading {m.label} beside the current model", m, request_id=rid)
         old = self.switcher.current()
-        new = self.switcher.load(spec)
+        new = self._load(spec)
         try:
             summary = self._check_golden(new, m, self.store.version_dir(m.version), rid) \
                 if self.config.check_golden else "golden frames skipped"
@@ -375,7 +383,7 @@ class OtaManager:
                 raise RollbackError(f"nothing to roll back to from {pointer.version or 'the base model'}")
             target = history.pop()
             old = self.switcher.current()
-            new = self.switcher.load(self.spec(target))
+            new = self._load(self.spec(target))
             self.switcher.route(new)
             self.store.write_pointer(Pointer(target, tuple(history)))
             if old is not None:

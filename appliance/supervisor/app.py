@@ -35,9 +35,9 @@ from appliance.sdnotify import Notifier
 from appliance.supervisor.cameras import CaptureChild, mqtt_camera_state
 from appliance.supervisor.leftovers import reclaim_leftovers
 from appliance.supervisor.children import ChildState, ChildSupervisor, RestartPolicy
-from appliance.supervisor.modelprobe import ModelProbe, fault_from_error
-from appliance.supervisor.modelreload import TritonReloader
-from appliance.supervisor.recovery import PipelineRecovery, PipelineState
+from appliance.serving.probe import ModelProbe, fault_from_error
+from appliance.serving.reload import TritonReloader
+from appliance.serving.recovery import PipelineRecovery, PipelineState
 from appliance.supervisor.results import build_message
 from appliance.supervisor.scheduler import Scheduler
 from appliance.triton.errors import ServerStateError
@@ -181,7 +181,7 @@ class Appliance:
         from appliance.modelrepo.layout import detector_layout
         from appliance.modelrepo.materialize import RepositoryOptions
         from appliance.models.profile import load_profile
-        from appliance.ota.switcher import ModelSpec
+        from appliance.serving.switcher import ModelSpec
 
         self._step("model repository for this device")
         cameras = self.config.cameras
@@ -226,9 +226,9 @@ class Appliance:
         from appliance.ota.delivery import InboxWatcher, OtaCommandHandler
         from appliance.ota.errors import OtaRejected
         from appliance.ota.manager import OtaManager
-        from appliance.ota.router import Router
+        from appliance.serving.router import Router
         from appliance.ota.signing import TrustedKeys
-        from appliance.ota.switcher import TritonSwitcher
+        from appliance.serving.switcher import TritonSwitcher
 
         ota, state_dir = self.config.ota, self.paths["state_dir"]
         self.router = Router()

@@ -90,7 +90,7 @@ class Traffic:
     waiting in real time. ``switcher`` is an OfflineSwitcher on this clock."""
 
     def __init__(self) -> None:
-        from appliance.ota.switcher import OfflineSwitcher
+        from appliance.ota.offline import OfflineSwitcher
 
         self.t = 1000.0
         self.fail = False

@@ -18,9 +18,9 @@ from support.schemas import validate_ota_status
 from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.errors import OtaRejected, RollbackError
 from appliance.ota.manager import OtaManager
+from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.store import Pointer
-from appliance.ota.switcher import OfflineSwitcher
 
 # Not 'from conftest import': with several test directories that name is whichever conftest pytest imported.
 from ota_helpers import (DETECTOR_ONNX, make_tiny_detector, requires_detector, tiny_model_profile,  # noqa: E402
@@ -274,7 +274,7 @@ def test_an_unexpected_error_after_traffic_moved_is_rejected_and_routes_back(tmp
 
 def test_keep_versions_keeps_that_many_on_disk_and_rollback_reaches_them_then_the_base(tmp_path, keys, sign,
                                                                                       tiny_source) -> None:
-    from appliance.ota.switcher import ModelSpec
+    from appliance.serving.switcher import ModelSpec
 
     m = OtaManager(tmp_path / "state", keys.trusted(), OfflineSwitcher(), base_spec=lambda: ModelSpec(None, None, None),
                    config=OtaConfig(keep_versions=2, health=HealthPolicy(period_s=0)))  # the CLI's stand-in base

@@ -23,9 +23,9 @@ from support.schemas import validate_ota_status
 from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
+from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.store import OtaStore
-from appliance.ota.switcher import OfflineSwitcher
 
 TRIALS = 24
 
@@ -161,7 +161,7 @@ from pathlib import Path
 from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
-from appliance.ota.switcher import OfflineSwitcher
+from appliance.ota.offline import OfflineSwitcher
 state, bundle, pub = map(Path, sys.argv[1:4])
 m = OtaManager(state, TrustedKeys.from_paths([pub]), OfflineSwitcher(),
                config=OtaConfig(check_golden=False, builder="onnxruntime", health=HealthPolicy(period_s=600)),

@@ -21,8 +21,8 @@ from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.delivery import ChunkAssembler, DeliveryError, OtaCommandHandler
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
+from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.push import chunk_payloads
-from appliance.ota.switcher import OfflineSwitcher
 
 
 class Clock:

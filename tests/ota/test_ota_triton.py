@@ -22,8 +22,8 @@ from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.delivery import OtaCommandHandler
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
-from appliance.ota.router import Router
-from appliance.ota.switcher import ModelSpec, TritonSwitcher
+from appliance.serving.router import Router
+from appliance.serving.switcher import ModelSpec, TritonSwitcher
 
 from ota_helpers import (DETECTOR_ONNX, IMAGES, REPO, requires_detector, write_source, yolo_engine_profile,  # noqa: E402
                          yolo_model_profile)

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from support.mosquitto import Mosquitto
+from support.triton import stubs_serving
 
 from test_supervisor_e2e import (IMAGES_IN_ORDER, REPO, NotifySocket, Subscriber, _camera_dir,  # noqa: F401
                                  broker, pytestmark, shm_root)
-from test_supervisor_model_recovery import stubs_serving
 
 
 def _free_port() -> int:

@@ -1,9 +1,10 @@
-"""The switch boundary: what the OTA pipeline needs from whoever serves models.
+"""The switch boundary: what a model update (OTA) or a rollback needs from whoever serves models.
 
 ``TritonSwitcher`` implements it over the embedded server (explicit model control): each version is
 materialized under its own prefix into the live repository, loaded while the old one serves, routed to
-atomically, and the old one is unloaded once its in-flight requests drained. ``OfflineSwitcher`` serves
-nothing (``appliance ota install`` while the daemon is stopped): golden frames run through the plain pipeline.
+atomically, and the old one is unloaded once its in-flight requests drained. A version that cannot be loaded
+raises ``LoadFailed``. Model recovery (``appliance.serving.reload``) shares its ``model_control`` lock.
+(``appliance.ota.offline.OfflineSwitcher`` is the other implementation, for OTA while the daemon is stopped.)
 """
 
 from __future__ import annotations
@@ -11,17 +12,16 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from appliance.ota.errors import OtaRejected
-from appliance.ota.router import HealthSample, Route, Router
+from appliance.serving.errors import LoadFailed
+from appliance.serving.router import HealthSample, Route, Router
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger("appliance.ota")  # kept from when this was OTA's: log lines read as before
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class Detected:
 
 
 class ModelSwitcher(Protocol):
+    """What OTA drives: ``load`` raises ``ServingError`` (``LoadFailed``) when a version cannot be served."""
+
     def current(self) -> Route | None: ...
     def load(self, spec: ModelSpec) -> Route: ...
     def detect(self, route: Route, frame: np.ndarray) -> Detected: ...
@@ -63,7 +65,7 @@ class TritonSwitcher:
         self.drain_timeout_s = drain_timeout_s
         self.unload_timeout_s = unload_timeout_s
         # Held while the routed model changes or a route's models are unloaded. The supervisor's model recovery
-        # (supervisor.modelreload) takes it too, so a reload never brings back a route being retired.
+        # (serving.reload) takes it too, so a reload never brings back a route being retired.
         self.model_control = threading.RLock()
 
     def current(self) -> Route | None:
@@ -85,7 +87,7 @@ class TritonSwitcher:
                 raise RuntimeError(f"not ready after loading: {not_ready}")
         except Exception as exc:
             self._unload(route, list(repo.models))
-            raise OtaRejected("load_failed", f"Triton could not load {route.label}: {exc}") from exc
+            raise LoadFailed(f"Triton could not load {route.label}: {exc}") from exc
         return route
 
     def detect(self, route: Route, frame: np.ndarray) -> Detected:
@@ -118,46 +120,3 @@ class TritonSwitcher:
     def health(self, route: Route, since: float, until: float | None = None) -> HealthSample:
         return self.router.stats(route.ensemble, since, until)
 
-
-class OfflineSwitcher:
-    """No server: load() only describes the route; detect() runs the plain pipeline (ONNX Runtime) on the
-    built engine; route() just remembers. For ``appliance ota install`` while the appliance is stopped."""
-
-    def __init__(self, router: Router | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.router = router or Router(clock=clock)
-        self._runners: dict[str, Any] = {}
-
-    def current(self) -> Route | None:
-        return self.router.current()
-
-    def load(self, spec: ModelSpec) -> Route:
-        from appliance.engines.builders.ort import reference_session
-
-        if spec.profile is None:  # the base model, when only the pointer moves (offline rollback)
-            return Route("detect", (), "base", None, ())
-        route = Route(f"{prefix_for(spec.version)}detect", (), spec.profile.name, spec.version,
-                      tuple(spec.profile.classes), spec.engine.key)
-        if spec.engine.triton_kind == "onnxruntime":
-            self._runners[route.ensemble] = (spec.profile, reference_session(Path(spec.engine.engine_path)))
-        return route
-
-    def detect(self, route: Route, frame: np.ndarray) -> Detected:
-        from appliance.processing.pipeline import Postprocessor, Preprocessor
-
-        if route.ensemble not in self._runners:
-            raise OtaRejected("golden_mismatch", f"{route.label}: golden frames need ONNX Runtime offline "
-                                                 "(TensorRT engines are checked by the running appliance)")
-        profile, session = self._runners[route.ensemble]
-        tensor, lb = Preprocessor(profile).frame(frame, "BGR")
-        raw = session.run(None, {session.get_inputs()[0].name: tensor.reshape(1, *tensor.shape[-3:])})[0]
-        det = Postprocessor(profile)(raw[0], lb)
-        return Detected(det.boxes, det.scores, det.class_ids)
-
-    def route(self, route: Route) -> None:
-        self.router.set(route)
-
-    def retire(self, route: Route) -> None:
-        self._runners.pop(route.ensemble, None)
-
-    def health(self, route: Route, since: float, until: float | None = None) -> HealthSample:
-        return self.router.stats(route.ensemble, since, until)

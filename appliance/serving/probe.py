@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
-from appliance.ota.router import Route
+from appliance.serving.router import Route
 from appliance.triton.errors import TritonError
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
-"""The model recovery state machine (appliance.supervisor.recovery) and the probe's pure parts, on a fake clock.
+"""The model recovery state machine (appliance.serving.recovery) and the probe's pure parts, on a fake clock.
 
 The reload is a plain function that fails as told; the real server is exercised in
-test_supervisor_model_recovery.py. Error texts are the ones Triton 2.51 gives (seen there)."""
+test_serving_model_recovery.py. Error texts are the ones Triton 2.51 gives (seen there)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from typing import Sequence
 import pytest
 
 from appliance.health.metrics import ApplianceMetrics
-from appliance.ota.router import Route
+from appliance.serving.errors import RouteChanged
+from appliance.serving.probe import Fault, expected_stubs, fault_from_error
+from appliance.serving.recovery import PipelineRecovery, PipelineState
+from appliance.serving.router import Route
 from appliance.supervisor.children import RestartPolicy
-from appliance.supervisor.modelprobe import Fault, expected_stubs, fault_from_error
-from appliance.supervisor.recovery import PipelineRecovery, PipelineState, RouteChanged
 from appliance.triton.errors import InternalError, NotFoundError
 
 BASE = Route("detect", ("preprocess", "detector", "postprocess", "detect"), "yolov3-tiny", None, ("dog",))

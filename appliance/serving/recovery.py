@@ -22,11 +22,14 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-from appliance.ota.router import Route
+from appliance.serving.errors import RouteChanged
+from appliance.serving.probe import Fault
+from appliance.serving.router import Route
+# TODO(merge): RestartPolicy moves to appliance/backoff.py (the "runs for months" branch); until then this is
+# the one import from serving up into the supervisor.
 from appliance.supervisor.children import RestartPolicy
-from appliance.supervisor.modelprobe import Fault
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger("appliance.supervisor")  # kept from when this was the supervisor's: log lines read as before
 
 # reload(route, models): load ``models`` of ``route`` again and check them; raises when they are still broken.
 Reload = Callable[[Route, Sequence[str]], None]
@@ -36,10 +39,6 @@ def _one_line(exc: BaseException, limit: int = 500) -> str:
     """Triton's load errors span lines (the backend's traceback): one line for the log and STATUS=."""
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-class RouteChanged(RuntimeError):
-    """Raised by a reload: another version was routed meanwhile (OTA); its models are not ours to reload."""
 
 
 class PipelineState(str, enum.Enum):

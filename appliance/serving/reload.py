@@ -5,17 +5,18 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, Sequence
 
-from appliance.ota.router import Route
-from appliance.supervisor.modelprobe import ModelProbe
-from appliance.supervisor.recovery import RouteChanged
+from appliance.serving.errors import RouteChanged
+from appliance.serving.probe import ModelProbe
+from appliance.serving.router import Route
 
 
 class TritonReloader:
     """``reload(route, models)`` for ``PipelineRecovery``: the steps first, then the ensemble when it is not
     ready (unloading a step takes its ensemble down with it); raises unless the probe finds the route whole.
 
-    ``model_control`` is the OTA switcher's lock: held for the whole reload, so an OTA switch cannot retire the
-    route between the check that it is still routed and the reload (which would load a retired model back)."""
+    ``model_control`` is the switcher's lock (``TritonSwitcher.model_control``): held for the whole reload, so an
+    OTA switch cannot retire the route between the check that it is still routed and the reload (which would
+    load a retired model back)."""
 
     def __init__(self, server: Any, probe: ModelProbe, current: Callable[[], Route | None],
                  model_control: AbstractContextManager | None = None) -> None:

@@ -14,42 +14,24 @@ from typing import Any, Iterator
 
 import cv2
 import pytest
+from support.triton import stubs_serving
 
 from appliance.health.metrics import ApplianceMetrics
-from appliance.ota.router import Route, Router
+from appliance.serving.probe import ModelProbe, fault_from_error
+from appliance.serving.recovery import PipelineRecovery, PipelineState
+from appliance.serving.reload import TritonReloader
+from appliance.serving.router import Route, Router
 from appliance.supervisor.children import RestartPolicy
-from appliance.supervisor.modelprobe import ModelProbe, fault_from_error
-from appliance.supervisor.modelreload import TritonReloader
-from appliance.supervisor.recovery import PipelineRecovery, PipelineState
 from appliance.triton.errors import TritonError
 
 REPO = Path(__file__).resolve().parents[2]
 DOG = Path("/usr/share/darknet/data/dog.jpg")
-STUB = b"triton_python_backend_stub"
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not DOG.exists(), reason="needs Debian's darknet test images"),
     pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
 ]
-
-
-def stubs_serving(model: str, parent: int) -> list[int]:
-    """Live stub processes of ``parent`` serving ``model``, found in /proc by name and parent pid (as
-    appliance.supervisor.leftovers does): the stub's first argument is <repository>/<model>/<version>/model.py."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if argv[0].endswith(STUB) and len(argv) > 1 and fields[0] != "Z" and int(fields[1]) == parent \
-                and f"/{model}/".encode() in argv[1]:
-            found.append(int(entry.name))
-    return found
 
 
 class Live:
@@ -66,7 +48,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     from appliance.engines.repository import PROFILES
     from appliance.modelrepo.materialize import RepositoryOptions
     from appliance.models.profile import load_profile
-    from appliance.ota.switcher import ModelSpec, TritonSwitcher
+    from appliance.serving.switcher import ModelSpec, TritonSwitcher
 
     state = tmp_path_factory.mktemp("recovery") / "state"
     (engine,) = ensure_engines(REPO / "engines", state_dir=state, models_root=REPO / ".models",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from appliance.ota.router import Route, Router
-from appliance.ota.switcher import TritonSwitcher
-from appliance.supervisor.modelreload import TritonReloader
-from appliance.supervisor.recovery import RouteChanged
+from appliance.serving.errors import RouteChanged
+from appliance.serving.reload import TritonReloader
+from appliance.serving.router import Route, Router
+from appliance.serving.switcher import TritonSwitcher
 
 
 class ModelControlLog:
