@@ -57,7 +57,7 @@ def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_
     if config.username is not None:
         client.username_pw_set(config.username, password)
     client.will_set(will_topic, will_payload, qos=will_qos, retain=True)
-    client.max_inflight_messages_set(0)  # the publisher bounds in-flight messages itself (see publisher.py)
+    client.max_inflight_messages_set(0)  # the publisher bounds in-flight messages itself (see window.py)
     client.max_queued_messages_set(0)
     # Only the network thread may write to the socket. Without a write-registration callback, paho's publish()
     # writes from the calling thread, racing the network thread's loop(): two threads pop packets off one queue

@@ -11,7 +11,10 @@ import math
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from appliance.mqtt.shared import PublisherStats
 
 SCHEMA_VERSION = 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -203,6 +206,29 @@ def engine_status_payload(device_id: str, event: Mapping[str, Any], now: float) 
     payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "engine_status", "device_id": device_id,
                                **fields}
     payload.update(time_fields(now))
+    return payload
+
+
+def health_payload(device_id: str, now: float, uptime_s: float, stats: PublisherStats,
+                   extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The health payload: the publisher's own MQTT and spool state from ``stats``, and the health provider's
+    ``extra`` readings ({"cameras": {id: {name: value}}, "system": {name: value}})."""
+    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "health", "device_id": device_id}
+    payload.update(time_fields(now))
+    payload["uptime_s"] = round(max(0.0, uptime_s), 3)
+    mqtt: dict[str, Any] = {"state": stats.state.value, "connects": stats.connects,
+                            "connect_failures": stats.connect_failures, "published": stats.published,
+                            "acked": stats.acked, "rejected": stats.rejected, "inflight": stats.inflight,
+                            "suppressed": stats.suppressed}
+    if stats.last_error:
+        mqtt["last_error"] = stats.last_error
+    payload["mqtt"] = mqtt
+    s = stats.spool
+    payload["spool"] = {"backlog": s.backlog, "bytes": s.bytes, "max_bytes": s.max_bytes, "spooled": s.spooled,
+                        "dropped_oldest": s.dropped_oldest, "dropped_newest": s.dropped_newest,
+                        "dropped_expired": s.dropped_expired, "set_aside": s.set_aside}
+    payload["cameras"] = dict(extra.get("cameras", {}))
+    payload["system"] = dict(extra.get("system", {}))
     return payload
 
 

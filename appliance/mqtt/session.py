@@ -1,0 +1,233 @@
+"""The MQTT session: one paho client, connected and reconnected with backoff by the network thread.
+
+Job: build the client with its last will ('offline', retained); connect; on CONNACK subscribe to the command
+topics, publish the birth ('online', retained) and republish the remembered retained topics (camera status,
+retained device events); when a session ends, record why, let the in-flight window take back what it had sent
+(``InflightWindow.after_session``), wait the backoff delay and try again; on stop, publish 'offline' (a clean
+stop, so the broker discards the will) and disconnect. A refused connection is never "connected"; only a
+session that held ``_STABLE_SESSION_S`` resets the backoff.
+
+Threading contract:
+- network thread (``run``): the only caller of client.reconnect() and client.loop(), so paho's callbacks
+  (``_on_connect``, ``_on_disconnect``, ``_on_publish``, ``_on_log``, ``_on_message``) run on it too; the
+  CONNACK/disconnect/socket-error fields are its alone.
+- caller threads: ``remember_retained`` and ``publish_if_connected`` (publish_camera_status,
+  publish_device_event); the stopping thread: ``publish_offline`` and ``halt``.
+- ``shared.gate`` is held while reconnecting and while the state turns CONNECTED, so the sender publishes only
+  into a session whose CONNACK has been fully handled (paho has re-queued the previous session's unacknowledged
+  messages by then, so they go out first); ``shared.lock`` guards ``_retained`` and the counters.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+import paho.mqtt.client as paho
+
+from appliance.mqtt.backoff import Backoff
+from appliance.mqtt.connection import (build_client, describe_connect_error, describe_early_close,
+                                        describe_refusal)
+from appliance.mqtt.messages import device_status_payload, encode
+from appliance.mqtt.shared import State
+
+if TYPE_CHECKING:
+    from appliance.mqtt.commands import CommandRunner
+    from appliance.mqtt.config import MqttConfig
+    from appliance.mqtt.shared import Clock, Shared
+    from appliance.mqtt.spool import Spool
+    from appliance.mqtt.topics import Topics
+    from appliance.mqtt.window import InflightWindow
+
+log = logging.getLogger(__name__)
+
+_STABLE_SESSION_S = 10.0
+
+
+class Session:
+    def __init__(self, config: MqttConfig, topics: Topics, clock: Clock, rng: random.Random,
+                 versions: Mapping[str, str], shared: Shared, spool: Spool, window: InflightWindow,
+                 commands: CommandRunner) -> None:
+        self._config = config
+        self._topics = topics
+        self._clock = clock
+        self._rng = rng
+        self._versions = versions
+        self._shared = shared
+        self._spool = spool
+        self._window = window
+        self._commands = commands
+        self._halt = threading.Event()         # network thread: disconnect and exit
+        self._retained: dict[str, bytes] = {}  # status topic -> payload, republished on reconnect
+        self._connack: Optional[tuple[Any, Any]] = None
+        self._disconnect_reason: Optional[str] = None
+        self._socket_error: Optional[str] = None  # paho reports socket/TLS read errors only through on_log
+
+    def create_client(self) -> paho.Client:
+        """A configured, unconnected client wired to this session. Raises MqttConfigError (TLS, password)."""
+        will = encode(device_status_payload(self._config.device_id, "offline", None, self._versions,
+                                            reason="connection lost"))
+        client = build_client(self._config, self._topics.device_status, will, self._config.qos.status)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_publish = self._on_publish
+        client.on_message = self._on_message
+        client.on_log = self._on_log
+        return client
+
+    # -- caller threads ------------------------------------------------------------------------------------
+
+    def remember_retained(self, topic: str, payload: bytes) -> None:
+        with self._shared.lock:
+            self._retained[topic] = payload
+
+    def publish_if_connected(self, topic: str, payload: bytes, qos: int, retain: bool) -> None:
+        """Publish now if connected; otherwise nothing (not spooled)."""
+        client = self._shared.client
+        if self._shared.state is State.CONNECTED and client is not None:
+            client.publish(topic, payload, qos=qos, retain=retain)
+
+    def publish_offline(self, deadline: float) -> None:
+        """Stopping thread: the clean 'offline' status, waited for until ``deadline`` (monotonic)."""
+        client = self._shared.client
+        assert client is not None
+        payload = encode(device_status_payload(self._config.device_id, "offline", self._clock.time(),
+                                               self._versions, reason="stopped"))
+        info = client.publish(self._topics.device_status, payload, qos=self._config.qos.status, retain=True)
+        try:
+            info.wait_for_publish(max(0.1, deadline - time.monotonic()))
+        except (RuntimeError, ValueError):
+            pass  # not queued: the connection just dropped; the broker will send the last will instead
+
+    def halt(self) -> None:
+        self._halt.set()
+
+    # -- paho callbacks (network thread, inside client.loop()) ---------------------------------------------
+
+    def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
+        self._connack = (reason, properties)
+
+    def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
+        self._disconnect_reason = str(reason)
+
+    def _on_publish(self, client: paho.Client, userdata: Any, mid: int, reason: Any, properties: Any) -> None:
+        self._window.on_puback(mid, reason)
+        self._shared.nudge()
+
+    def _on_log(self, client: paho.Client, userdata: Any, level: int, buf: str) -> None:
+        # Keep the first error of a session: it is the cause; later ones are consequences.
+        if level == paho.MQTT_LOG_ERR and self._socket_error is None:
+            self._socket_error = buf
+
+    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+        self._commands.dispatch(msg)
+
+    # -- network thread ------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        backoff = Backoff(self._config.backoff, self._rng)
+        cfg, shared = self._config, self._shared
+        while not self._halt.is_set():
+            began = time.monotonic()
+            was_connected, reason = self._run_session()
+            if self._halt.is_set():
+                break
+            shared.set_state(State.CONNECTING)
+            short = time.monotonic() - began < _STABLE_SESSION_S
+            if was_connected:
+                client = shared.client
+                assert client is not None
+                self._window.after_session(client, short, reason)
+                if not short:
+                    backoff.reset()  # only a session that held; a broker that drops us at once gets backoff
+            else:
+                with shared.lock:
+                    shared.connect_failures += 1
+            with shared.lock:
+                shared.last_error = reason
+            delay = backoff.next_delay()
+            shared.backoff_delays.append(delay)
+            backlog = self._spool.stats().backlog
+            if was_connected:
+                hint = ""
+                if short:
+                    hint = (f" (dropped soon after connecting: if it repeats, check the broker log and its ACL "
+                            f"for {self._topics.base}/#)")
+                log.warning("MQTT connection to %s:%d lost (%s)%s; detections spool on disk (%d queued); "
+                            "reconnecting in %.1f s", cfg.host, cfg.port, reason, hint, backlog, delay)
+            else:
+                log.warning("MQTT connect failed: %s; retry %d in %.1f s; %d detections spooled", reason,
+                            backoff.failures, delay, backlog)
+            self._halt.wait(delay)
+        shared.set_state(State.STOPPED if shared.closing else shared.state)
+
+    def _run_session(self) -> tuple[bool, str]:
+        """One connection attempt and, if it succeeds, the session until it ends. (was_connected, reason)."""
+        client = self._shared.client
+        assert client is not None
+        with self._shared.gate:
+            self._shared.set_state(State.CONNECTING)
+            self._connack = None
+            self._disconnect_reason = None
+            self._socket_error = None
+            try:
+                client.reconnect()
+            except Exception as exc:  # socket, TLS and DNS errors all mean "not connected; retry"
+                return False, describe_connect_error(exc, self._config)
+        deadline = time.monotonic() + self._config.connect_timeout_s
+        connected = False
+        while True:
+            if self._halt.is_set():
+                self._disconnect(client)
+                return connected, "stopping"
+            rc = client.loop(timeout=0.2 if connected else 0.05)
+            if not connected and self._connack is not None:
+                reason, properties = self._connack
+                if reason.is_failure:
+                    return False, describe_refusal(reason, self._config)
+                connected = True
+                self._session_up(client, properties)
+            if rc != paho.MQTT_ERR_SUCCESS:
+                detail = self._socket_error or self._disconnect_reason or paho.error_string(rc)
+                if connected:
+                    return True, detail
+                return False, describe_early_close(detail, self._config)
+            if not connected and time.monotonic() > deadline:
+                return False, f"no CONNACK from {self._config.host}:{self._config.port} within " \
+                              f"{self._config.connect_timeout_s} s"
+
+    def _session_up(self, client: paho.Client, properties: Any) -> None:
+        # Runs after paho has re-queued the previous session's unacknowledged messages, so everything the
+        # sender publishes from here on goes out after them.
+        cfg, shared = self._config, self._shared
+        receive_max = getattr(properties, "ReceiveMaximum", None) if properties is not None else None
+        window = self._window.resize(cfg.inflight_window, receive_max)
+        qos = cfg.qos
+        client.subscribe(self._topics.command_filter, qos=qos.commands)
+        online = encode(device_status_payload(cfg.device_id, "online", self._clock.time(), self._versions))
+        self._window.expect_status()
+        info = client.publish(self._topics.device_status, online, qos=qos.status, retain=True)
+        self._window.status_sent(info.mid, qos.status)
+        with shared.lock:
+            retained = list(self._retained.items())
+            shared.connects += 1
+            shared.last_error = None
+        for topic, payload in retained:
+            client.publish(topic, payload, qos=qos.status, retain=True)
+        backlog = self._spool.stats().backlog
+        log.info("MQTT connected to %s:%d as %s (MQTT %s, window %d); %d spooled detections to send",
+                 cfg.host, cfg.port, cfg.effective_client_id, cfg.protocol, window, backlog)
+        with shared.gate:
+            shared.set_state(State.CONNECTED)
+        shared.wake.set()
+
+    def _disconnect(self, client: paho.Client) -> None:
+        if client.disconnect() != paho.MQTT_ERR_SUCCESS:
+            return
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end and client.want_write():
+            if client.loop(timeout=0.05) != paho.MQTT_ERR_SUCCESS:
+                break

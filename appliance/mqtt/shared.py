@@ -1,0 +1,110 @@
+"""What the MQTT publisher's threads share: the connection state, the counters, the client and the locks.
+
+One instance per MqttPublisher, handed to the session, the window, the sender and the commands; it decides
+nothing itself. Also the public value types the façade returns: State, PublishResult, PublisherStats, and the
+Clock it reads time from.
+
+Threading contract (who touches what):
+- ``lock`` guards ``state`` and the counters (connects, connect_failures, published, acked, rejected,
+  suppressed, last_error), and also the window's in-flight map and probe row and the session's retained map, so
+  that ``MqttPublisher.stats()`` reads all of them in one consistent snapshot. Hold it briefly; never do I/O
+  under it.
+- ``gate`` is held by the network thread while it reconnects and while the window is taken back from paho, and
+  by the sender thread while it hands spooled detections to paho: the sender never publishes into a session
+  that is half made or half taken apart.
+- ``wake`` wakes the sender thread; ``nudge()`` (producers, network thread) sets it only while the sender
+  announced ``sender_idle``, because waking it per message costs more than the message on a 2-core box.
+- ``client`` is set once by start() before any thread starts; ``closing`` is set once by stop().
+- ``backoff_delays`` is appended by the network thread only (a deque: readers take a tuple of it).
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Protocol
+
+if TYPE_CHECKING:
+    import paho.mqtt.client as paho
+
+    from appliance.mqtt.spool import SpoolStats
+
+
+class Clock(Protocol):
+    def time(self) -> float: ...          # wall clock, epoch seconds (timestamps, spool age)
+
+    def monotonic(self) -> float: ...     # intervals (publish modes, uptime, health period)
+
+
+class SystemClock:
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class State(str, enum.Enum):
+    NEW = "new"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    STOPPED = "stopped"
+
+
+class PublishResult(str, enum.Enum):
+    SPOOLED = "spooled"          # durable; will be delivered
+    SUPPRESSED = "suppressed"    # the camera's publish mode skipped it
+    DROPPED = "dropped"          # the spool was full and the policy refused it (counted)
+
+
+@dataclass(frozen=True)
+class PublisherStats:
+    state: State
+    connects: int
+    connect_failures: int
+    published: int       # detections handed to the client (replays count again)
+    acked: int           # detections acknowledged by the broker and removed from the spool
+    rejected: int        # MQTT 5 PUBACK with a failure reason (removed: a retry would fail the same way)
+    inflight: int
+    suppressed: int      # skipped by a publish mode
+    last_error: Optional[str]
+    backoff_delays: tuple[float, ...]  # the most recent reconnect delays, newest last
+    spool: SpoolStats
+
+    @property
+    def spooling(self) -> bool:
+        """True while detections wait on disk rather than flow straight through."""
+        return self.state is not State.CONNECTED or self.spool.backlog > self.inflight
+
+
+class Shared:
+    """The state and counters every publisher thread reads or writes, with the locks that guard them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()          # state and counters (see the module docstring for the rest)
+        self.gate = threading.Lock()          # sender publishing vs. network thread reconnecting
+        self.wake = threading.Event()
+        self.sender_idle = False              # True only while the sender waits; producers wake it only then
+        self.connected_evt = threading.Event()
+        self.client: Optional[paho.Client] = None
+        self.state = State.NEW
+        self.closing = False
+        self.connects = self.connect_failures = self.published = self.acked = 0
+        self.rejected = self.suppressed = 0
+        self.last_error: Optional[str] = None
+        self.backoff_delays: collections.deque[float] = collections.deque(maxlen=16)
+
+    def set_state(self, state: State) -> None:
+        with self.lock:
+            self.state = state
+        if state is State.CONNECTED:
+            self.connected_evt.set()
+        else:
+            self.connected_evt.clear()
+
+    def nudge(self) -> None:
+        if self.sender_idle:
+            self.wake.set()
