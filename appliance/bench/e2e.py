@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.bench._broker import LocalBroker
+from appliance.bench._broker import start_local_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "repository" / "profiles" / "yolov3-tiny.yaml"
@@ -349,7 +349,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         workdir = Path(tmp)
         repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx), workdir / "repo")
-        broker = LocalBroker(workdir)
+        broker = start_local_broker(workdir)
         port = broker.port
         try:
             det_fps_a, det_p50 = bench_detector(onnx, tensors, seconds / 2)
