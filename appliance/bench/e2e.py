@@ -38,10 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.bench._broker import LocalBroker
+from appliance.bench._broker import start_local_broker
+from appliance.paths import models_dir, profiles_dir
 
-ROOT = Path(__file__).resolve().parents[2]
-PROFILE = ROOT / "repository" / "profiles" / "yolov3-tiny.yaml"
+PROFILE = profiles_dir() / "yolov3-tiny.yaml"
 
 
 @dataclass
@@ -325,7 +325,6 @@ def main(argv: list[str]) -> int:
     seconds = 8.0 if args.quick else args.seconds
 
     from appliance.capture.sample import ensure_sample_video
-    from appliance.engines.paths import models_dir
     from appliance.modelrepo.materialize import DetectorSource, materialize
     from appliance.models.profile import load_profile
     from appliance.processing.pipeline import Preprocessor
@@ -349,7 +348,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         workdir = Path(tmp)
         repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx), workdir / "repo")
-        broker = LocalBroker(workdir)
+        broker = start_local_broker(workdir)
         port = broker.port
         try:
             det_fps_a, det_p50 = bench_detector(onnx, tensors, seconds / 2)

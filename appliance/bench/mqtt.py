@@ -17,8 +17,9 @@ from typing import Callable, Optional
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from appliance.bench._broker import LocalBroker
+from appliance.bench._broker import start_local_broker
 from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.localbroker import LocalBroker
 from appliance.mqtt.messages import (Detection, DetectionsMessage, ModelInfo, detections_payload, encode,
                                      new_message_id)
 from appliance.mqtt.publisher import MqttPublisher
@@ -152,7 +153,7 @@ def main(argv: list[str]) -> int:
         broker: Optional[LocalBroker] = None
         host, port = args.host, args.port
         if host is None:
-            broker = LocalBroker(workdir)
+            broker = start_local_broker(workdir)
             host, port = "127.0.0.1", broker.port
         try:
             frames = [_frame(CAMERAS[i % len(CAMERAS)], i // len(CAMERAS)) for i in range(n)]

@@ -35,9 +35,9 @@ import numpy as np
 
 from appliance.modelrepo.materialize import Repository, RepositoryOptions
 from appliance.models.profile import ModelProfile
+from appliance.paths import models_dir, profiles_dir
 from appliance.triton.server import Server
 
-ROOT = Path(__file__).resolve().parents[2]
 IMAGES = Path("/usr/share/darknet/data")
 IMAGE_NAMES = ("dog", "person", "horses", "kite", "eagle", "giraffe")
 
@@ -216,8 +216,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--frames", type=int, default=None, help="frames per round (all cameras together)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating plain/ensemble rounds")
     parser.add_argument("--cameras", default="1,4", help="comma-separated camera counts (default 1,4)")
-    parser.add_argument("--model-dir", type=Path, default=ROOT / ".models" / "yolov3-tiny")
-    parser.add_argument("--profile", type=Path, default=ROOT / "repository" / "profiles" / "yolov3-tiny.yaml")
+    parser.add_argument("--model-dir", type=Path, default=models_dir() / "yolov3-tiny")
+    parser.add_argument("--profile", type=Path, default=profiles_dir() / "yolov3-tiny.yaml")
     parser.add_argument("--triton-home", type=Path, default=None)
     parser.add_argument("--in-flight", type=int, default=2,
                         help="frames each camera keeps in flight in the pipelined ensemble run (default 2)")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from appliance.procs import stop_process
+
 MODEL_PY = '''\
 import _appliance_site  # noqa: F401
 
@@ -100,13 +102,7 @@ class BinaryServer:
         raise TimeoutError(f"tritonserver not ready within {timeout} s; see {self._log.name}")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout_s=30)
         self._log.close()
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from appliance.capture.config import CameraConfig
 from appliance.capture.layout import CaptureState, RingGeometry
 from appliance.capture.ring import CaptureHealth, RingBusyError, RingOwner, RingReader, create_ring, ring_path
+from appliance.procs import stop_process
 
 log = logging.getLogger(__name__)
 
@@ -167,16 +168,8 @@ class CaptureProcess:
         proc = self._proc
         if proc is None:
             return None
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout)
-            if proc.is_alive():
-                log.warning("camera %r: capture process %d ignored SIGTERM for %gs; killing it", self.camera.id, proc.pid, timeout)
-                proc.kill()
-                proc.join()
-        else:
-            proc.join()
-        return proc.exitcode
+        return stop_process(proc, timeout_s=timeout, on_kill=lambda: log.warning(
+            "camera %r: capture process %d ignored SIGTERM for %gs; killing it", self.camera.id, proc.pid, timeout))
 
     def close(self) -> None:
         """Stop the child and remove the ring (readers opened on it must be closed by their owners)."""

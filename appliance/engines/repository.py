@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from appliance import paths
 from appliance.engines.manager import InstalledEngine
 
 if TYPE_CHECKING:
     from appliance.modelrepo.materialize import DetectorSource, Repository, RepositoryOptions
     from appliance.models.profile import ModelProfile
 
-PROFILES = Path(__file__).resolve().parents[2] / "repository" / "profiles"
+PROFILES = paths.profiles_dir()
 
 
 class RepositoryWiringError(ValueError):

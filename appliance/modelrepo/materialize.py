@@ -21,8 +21,9 @@ from pydantic import Field
 from appliance.config import StrictModel
 from appliance.modelrepo.stages.common import PROFILE_FILE
 from appliance.models.profile import ModelProfile
+from appliance.paths import repository_templates_dir
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "repository"
+TEMPLATES = repository_templates_dir()
 _TRITON_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16"}
 
 

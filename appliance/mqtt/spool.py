@@ -20,9 +20,10 @@ import os
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from appliance.mqtt.config import SpoolConfig
 from appliance.mqtt.errors import SpoolError
@@ -244,8 +245,7 @@ class Spool:
                 self._count += 1
                 self._spooled += 1
                 return 1
-            try:
-                db.execute("BEGIN IMMEDIATE")
+            with self._transaction(db, "write to the spool"):
                 for record, size in zip(records, sizes):
                     if self._bytes + size > cfg.max_bytes:
                         if cfg.overflow == "drop_oldest" and size <= cfg.max_bytes:
@@ -259,10 +259,6 @@ class Spool:
                     self._bytes += size
                     self._count += 1
                     kept += 1
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(db)
-                raise SpoolError(f"cannot write to the spool: {exc}", str(self.path)) from exc
             self._spooled += kept
             if refused:
                 self._dropped_newest += refused
@@ -312,6 +308,23 @@ class Spool:
                         self._config.max_bytes, self._config.overflow, n, self._dropped_oldest,
                         self._dropped_newest, self._dropped_expired)
 
+    @contextmanager
+    def _transaction(self, db: sqlite3.Connection, action: str) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` around the block. A SQLite error (in the block or at COMMIT) rolls
+        back, reloads the counters and is raised as ``SpoolError("cannot <action>: ...")``; any other exception
+        rolls back the same way and propagates as it is, so the connection is never left inside a transaction.
+        Durability is COMMIT's under the connection's ``synchronous`` setting."""
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            yield
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback(db)
+            raise SpoolError(f"cannot {action}: {exc}", str(self.path)) from exc
+        except BaseException:
+            self._rollback(db)
+            raise
+
     def _rollback(self, db: sqlite3.Connection) -> None:
         try:
             db.execute("ROLLBACK")
@@ -340,18 +353,13 @@ class Spool:
         with self._cond:
             db = self._require_open()
             freed = removed = 0
-            try:
-                db.execute("BEGIN IMMEDIATE")
+            with self._transaction(db, "delete acknowledged messages"):
                 for i in range(0, len(id_list), _DELETE_CHUNK):
                     chunk = id_list[i:i + _DELETE_CHUNK]
                     marks = ",".join("?" * len(chunk))
                     sizes = db.execute(f"DELETE FROM spool WHERE id IN ({marks}) RETURNING size", chunk).fetchall()
                     removed += len(sizes)
                     freed += sum(s[0] for s in sizes)
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(db)
-                raise SpoolError(f"cannot delete acknowledged messages: {exc}", str(self.path)) from exc
             self._count -= removed
             self._bytes -= freed
             self._cond.notify_all()
@@ -362,15 +370,10 @@ class Spool:
         that a message the broker keeps refusing cannot block the messages behind it. False if it is gone."""
         with self._cond:
             db = self._require_open()
-            try:
-                db.execute("BEGIN IMMEDIATE")
+            with self._transaction(db, f"set aside message {row_id}"):
                 moved = db.execute("INSERT INTO set_aside SELECT id, topic, payload, qos, created, size, ?, ? "
                                    "FROM spool WHERE id = ?", (self._clock(), reason, row_id)).rowcount
                 size = db.execute("DELETE FROM spool WHERE id = ? RETURNING size", (row_id,)).fetchall()
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(db)
-                raise SpoolError(f"cannot set aside message {row_id}: {exc}", str(self.path)) from exc
             if not moved:
                 return False
             self._count -= 1
@@ -401,12 +404,10 @@ class Spool:
                     return 0
                 query += f" WHERE id IN ({','.join('?' * len(ids))})"
                 params = tuple(int(i) for i in ids)
-            try:
-                db.execute("BEGIN IMMEDIATE")
+            with self._transaction(db, "requeue set-aside messages"):
                 rows = db.execute(query + " ORDER BY id", params).fetchall()
                 total = sum(r[4] for r in rows)
                 if self._bytes + total > self._config.max_bytes:
-                    db.execute("ROLLBACK")
                     raise SpoolError(f"requeueing {len(rows)} set-aside message(s) ({total} bytes) would exceed "
                                      f"spool.max_bytes ({self._bytes} of {self._config.max_bytes} used)",
                                      str(self.path))
@@ -416,10 +417,6 @@ class Spool:
                                      (topic, payload, qos, now, size))
                     self._last_id = cur.lastrowid or self._last_id
                     db.execute("DELETE FROM set_aside WHERE id = ?", (row_id,))
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(db)
-                raise SpoolError(f"cannot requeue set-aside messages: {exc}", str(self.path)) from exc
             self._count += len(rows)
             self._bytes += total
             self._cond.notify_all()
@@ -434,8 +431,7 @@ class Spool:
             if oldest is None or oldest[0] >= cutoff:
                 return 0
             freed = removed = 0
-            try:
-                db.execute("BEGIN IMMEDIATE")
+            with self._transaction(db, "expire old messages"):
                 while True:
                     rows = db.execute("SELECT id, size, created FROM spool ORDER BY id LIMIT 512").fetchall()
                     # Rows are in time order unless the wall clock stepped back; stop at the first young one.
@@ -451,10 +447,6 @@ class Spool:
                     freed += sum(r[1] for r in prefix)
                     if len(prefix) < len(rows):
                         break
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(db)
-                raise SpoolError(f"cannot expire old messages: {exc}", str(self.path)) from exc
             self._count -= removed
             self._bytes -= freed
             self._dropped_expired += removed

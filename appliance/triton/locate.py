@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.paths import triton_checkout_home
+
 ENV_VAR = "APPLIANCE_TRITON_HOME"
 SYSTEM_HOME = Path("/opt/tritonserver")
 FIX_HINT = (
@@ -109,13 +111,6 @@ def inspect(home: Path, source: str) -> TritonDistribution:
     )
 
 
-def checkout_home() -> Path:
-    """``.triton`` next to the ``appliance`` package in a source checkout."""
-    import appliance
-
-    return Path(appliance.__file__).resolve().parents[1] / ".triton"
-
-
 def locate(
     home: str | os.PathLike[str] | None = None,
     *,
@@ -133,7 +128,7 @@ def locate(
     if env.get(ENV_VAR):
         return inspect(Path(env[ENV_VAR]), f"environment {ENV_VAR}")
     problems: list[str] = []
-    for candidate, source in ((system_home, "system"), (checkout or checkout_home(), "checkout")):
+    for candidate, source in ((system_home, "system"), (checkout or triton_checkout_home(), "checkout")):
         try:
             return inspect(candidate, source)
         except TritonNotFound as exc:

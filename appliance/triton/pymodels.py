@@ -26,6 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from appliance.paths import CHECKOUT
 from appliance.triton import stubsite
 
 HOOK_MODULE = "_appliance_site"
@@ -60,10 +61,8 @@ def default_site_dirs(stub: Path | None = None) -> list[str]:
     for d in [*site.getsitepackages(), *user_site]:
         if os.path.isdir(d) and d not in dirs:
             dirs.append(d)
-    import appliance
-
     # Running from a plain checkout (not pip-installed): make its package root visible too.
-    root = str(Path(appliance.__file__).resolve().parents[1])
+    root = str(CHECKOUT)
     if not _installed() and root not in dirs:
         dirs.append(root)
     return dirs

@@ -264,3 +264,35 @@ def test_requeue_that_would_overflow_the_spool_moves_nothing(tmp_path: Path) -> 
     assert [m.id for m in spool.set_aside_messages()] == [1]
     assert spool.stats().backlog == 65
     spool.close()
+
+
+def _add_trigger(path: Path, sql: str) -> None:
+    # A second connection plants a trigger that makes SQLite itself refuse a statement inside the spool's
+    # transaction: a real failure half-way through, no mock.
+    db = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        db.execute(sql)
+    finally:
+        db.close()
+
+
+def test_a_write_failing_half_way_rolls_back_all_of_it_and_the_spool_stays_usable(tmp_path: Path) -> None:
+    path = tmp_path / "spool.sqlite3"
+    spool = make(path)
+    spool.append([rec(i) for i in range(3)])
+    _add_trigger(path, "CREATE TRIGGER poison BEFORE INSERT ON spool WHEN NEW.topic = 't/poison' "
+                       "BEGIN SELECT RAISE(ABORT, 'poisoned'); END")
+    batch = [rec(10), rec(11), SpoolRecord("t/poison", b"x", 1)]
+    with pytest.raises(SpoolError, match="cannot write to the spool: poisoned"):
+        spool.append(batch)
+    assert spool.stats().backlog == 3 and spool.stats().bytes == 3000  # the two before the poison are gone too
+    assert [seq_of(m.payload) for m in spool.read_after(0, 10)] == [0, 1, 2]
+    _add_trigger(path, "CREATE TRIGGER keep BEFORE DELETE ON spool WHEN OLD.id = 2 "
+                       "BEGIN SELECT RAISE(ABORT, 'kept'); END")
+    with pytest.raises(SpoolError, match="cannot delete acknowledged messages: kept"):
+        spool.delete([1, 2])
+    assert [m.id for m in spool.read_after(0, 10)] == [1, 2, 3]  # id 1 came back with the rollback
+    assert spool.append([rec(12), rec(13)]) == 2  # no transaction was left open
+    assert spool.delete([1, 3]) == 2
+    assert spool.stats().backlog == 3 and spool.stats().bytes == 3000
+    spool.close()

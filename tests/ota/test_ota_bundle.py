@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -108,6 +109,32 @@ def test_bad_bundles_are_rejected_with_a_reason(tmp_path, keys, sign, tiny_sourc
 def test_no_trusted_keys_rejects_everything(tmp_path, sign, tiny_source) -> None:
     with pytest.raises(OtaRejected, match="no trusted keys are configured .ota.trusted_keys.: OTA updates are off"):
         manager(tmp_path, TrustedKeys({})).install(sign(tiny_source("2")))
+
+
+def test_key_files_load_only_as_the_ed25519_pem_kind_asked_for(tmp_path, keys) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from appliance.ota.signing import KeyFileError, load_private_key, load_public_key, sign_manifest
+
+    private, public = load_private_key(keys.private), load_public_key(keys.public)
+    assert TrustedKeys.from_paths([keys.public]).verify(b"m", sign_manifest(b"m", private)) == keys.id
+    assert TrustedKeys({keys.id: public}).verify(b"m", sign_manifest(b"m", private)) == keys.id
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "ec.key").write_bytes(ec_key.private_bytes(serialization.Encoding.PEM,
+                                                           serialization.PrivateFormat.PKCS8,
+                                                           serialization.NoEncryption()))
+    (tmp_path / "ec.pub").write_bytes(ec_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    refusals = [(load_private_key, tmp_path / "missing.key", "cannot read private key: No such file"),
+                (load_public_key, tmp_path / "missing.pub", "cannot read public key: No such file"),
+                (load_private_key, keys.public, "not an unencrypted PEM private key: "),
+                (load_public_key, keys.private, "not a PEM public key: "),
+                (load_private_key, tmp_path / "ec.key", r"not an Ed25519 key \(EC\w+\)"),
+                (load_public_key, tmp_path / "ec.pub", r"not an Ed25519 public key \(EC\w+\)")]
+    for load, path, message in refusals:
+        with pytest.raises(KeyFileError, match=f"^{re.escape(str(path))}: {message}"):
+            load(path)
 
 
 def test_manifest_path_traversal_is_invalid(tmp_path, keys, sign, tiny_source) -> None:

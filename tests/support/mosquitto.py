@@ -1,5 +1,6 @@
-"""A real mosquitto broker for tests: free loopback port, generated config (optional TLS, passwords, persistence),
-start / stop / kill / restart on the same port, and wait until it accepts connections.
+"""A real mosquitto broker for tests: appliance.mqtt.localbroker.LocalBroker (free loopback port, generated
+config, start / stop / kill / restart on the same port, wait until it accepts connections) plus what only tests
+need: a log file, TLS material (CA, server and client certificates), password files and persistence.
 
     with Mosquitto(tmp_path) as broker:           # anonymous, plain TCP
         client.connect("127.0.0.1", broker.port)
@@ -15,24 +16,15 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
-MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+from appliance.mqtt.localbroker import LocalBroker, free_port
+
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -118,123 +110,44 @@ def make_tls_material(directory: Path) -> TlsMaterial:
                        issue_cert(ca, directory, "client", server=False))
 
 
-class Mosquitto:
-    """One mosquitto process on 127.0.0.1:<port>. ``workdir`` holds its config, log, passwords, persistence."""
+class Mosquitto(LocalBroker):
+    """appliance.mqtt.localbroker.LocalBroker with what tests need on top: a log file in ``workdir`` (every
+    log type, connection messages), no cap on queued messages, and optional TLS, passwords and persistence."""
 
     def __init__(self, workdir: Path, *, port: Optional[int] = None, tls: Optional[TlsMaterial] = None,
                  require_certificate: bool = False, passwords: Optional[Mapping[str, str]] = None,
                  persistence: bool = False, extra_config: Iterable[str] = ()) -> None:
-        self.workdir = Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
-        self.host = "127.0.0.1"
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        port = port or free_port()
         self.tls = tls
-        self.conf_path = self.workdir / f"mosquitto-{self.port}.conf"
-        self.log_path = self.workdir / f"mosquitto-{self.port}.log"
-        self._proc: Optional[subprocess.Popen[bytes]] = None
         lines = [
-            "per_listener_settings false",
-            f"listener {self.port} 127.0.0.1",
-            "log_dest stderr",
             "log_type error", "log_type warning", "log_type notice", "log_type information",
             "connection_messages true",
             "max_queued_messages 0",    # subscribers in tests must not lose queued messages during an outage
-            "user root" if os.geteuid() == 0 else "",
         ]
         if passwords:
-            pw_file = self.workdir / f"passwords-{self.port}"
+            pw_file = workdir / f"passwords-{port}"
             first = True
             for user, password in passwords.items():
                 args = [MOSQUITTO_PASSWD] + (["-c"] if first else []) + ["-b", str(pw_file), user, password]
                 subprocess.run(args, check=True, capture_output=True, timeout=30)
                 first = False
-            lines += ["allow_anonymous false", f"password_file {pw_file}"]
-        else:
-            lines.append("allow_anonymous true")
+            lines.append(f"password_file {pw_file}")
         if tls is not None:
             lines += [f"cafile {tls.ca.cert}", f"certfile {tls.server.cert}", f"keyfile {tls.server.key}",
                       f"require_certificate {'true' if require_certificate else 'false'}"]
         if persistence:
-            store = self.workdir / f"persist-{self.port}"
+            store = workdir / f"persist-{port}"
             store.mkdir(exist_ok=True)
             lines += ["persistence true", f"persistence_location {store}/", "autosave_interval 1"]
         lines += list(extra_config)
-        self.conf_path.write_text("\n".join(line for line in lines if line) + "\n")
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def pid(self) -> Optional[int]:
-        return self._proc.pid if self._proc else None
+        super().__init__(workdir, port=port, allow_anonymous=not passwords, config=lines,
+                         log_path=workdir / f"mosquitto-{port}.log")
 
     def start(self, timeout: float = 15.0) -> "Mosquitto":
-        if self.running:
-            return self
-        log = open(self.log_path, "ab")
-        try:
-            self._proc = subprocess.Popen([MOSQUITTO, "-c", str(self.conf_path)], stdout=log, stderr=log,
-                                          stdin=subprocess.DEVNULL)
-        finally:
-            log.close()
-        self.wait_ready(timeout)
+        super().start(timeout)
         return self
-
-    def wait_ready(self, timeout: float = 15.0) -> None:
-        """Block until the listener accepts TCP connections; raise with the broker log if it never does."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise RuntimeError(f"mosquitto exited with {self._proc.returncode}:\n{self.log_text()}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=1.0):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"mosquitto on port {self.port} not accepting connections after {timeout} s:\n"
-                           f"{self.log_text()}")
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (mosquitto saves persistence and closes clients cleanly), SIGKILL after ``timeout``."""
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
-
-    def kill(self) -> None:
-        """SIGKILL: no persistence saved, no clean close (works on a paused broker too)."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-
-    def pause(self) -> None:
-        """SIGSTOP: connections stay open but nothing is read or acknowledged (a hung broker)."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGCONT)
-
-    def restart(self, timeout: float = 15.0) -> "Mosquitto":
-        self.stop()
-        return self.start(timeout)
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
 
     def __enter__(self) -> "Mosquitto":
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

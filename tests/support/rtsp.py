@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from appliance.procs import kill_process, stop_process
+
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 # Runs under the system Python. Each client gets its own pipeline reading the file from the start;
@@ -144,10 +146,17 @@ class RtspServer:
 
     def kill(self) -> None:
         """SIGKILL the server, like a camera losing power; waits until it is gone."""
-        self._signal_and_wait(signal.SIGKILL)
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            kill_process(proc)
+            proc.stdout.close()
 
     def stop(self) -> None:
-        self._signal_and_wait(signal.SIGTERM)
+        """SIGTERM (and SIGCONT: a paused server must run to handle it); SIGKILL after 10 s."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            stop_process(proc, timeout_s=10, resume=True)
+            proc.stdout.close()
 
     def pause(self) -> None:
         """SIGSTOP: connections stay open but no packet flows (a hung camera)."""
@@ -157,21 +166,6 @@ class RtspServer:
     def resume(self) -> None:
         if self._proc is not None:
             os.kill(self._proc.pid, signal.SIGCONT)
-
-    def _signal_and_wait(self, sig: int) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(sig)
-            if sig != signal.SIGKILL:
-                os.kill(proc.pid, signal.SIGCONT)  # a paused server must run to handle SIGTERM
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.stdout.close()
 
     def __enter__(self) -> "RtspServer":
         if self._proc is None:

@@ -18,6 +18,7 @@ import tempfile
 import numpy as np
 
 from appliance.capture.sources.base import EndOfStream, FrameSource, SourceConfigError
+from appliance.procs import stop_process
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +88,7 @@ class GStreamerPipe(FrameSource):
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=3)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc, timeout_s=3)
             proc.stdout.close()
         if self._stderr is not None:
             self._stderr.close()
