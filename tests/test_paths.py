@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from appliance import paths
-from appliance.engines import paths as engines_paths
 from appliance.engines.repository import PROFILES
 from appliance.modelrepo.materialize import TEMPLATES
 from appliance.triton.locate import locate
@@ -32,7 +31,6 @@ def test_in_this_checkout_every_root_is_under_it() -> None:
     assert paths.state_dir(environ=env) == REPO / ".state"
     assert paths.engines_dir(environ=env) == REPO / "engines"
     assert paths.models_dir(environ=env) == REPO / ".models"
-    assert engines_paths.models_dir is paths.models_dir  # one resolver, two import paths
 
 
 def test_explicit_beats_environment_beats_checkout(tmp_path: Path) -> None:

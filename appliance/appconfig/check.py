@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from appliance import paths
 from appliance.appconfig.app import AppConfig
 from appliance.capture.check import check_cameras
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
-from appliance.engines import paths as engine_paths
 from appliance.engines.profile import load_profile as load_engine_profile
 from appliance.triton.locate import TritonNotFound, locate
 
@@ -44,9 +44,9 @@ class CheckReport:
 def resolved_paths(config: AppConfig) -> dict[str, Path]:
     """The state, models and engines directories this config means on this machine."""
     return {
-        "state_dir": engine_paths.state_dir(config.paths.state_dir),
-        "models_dir": engine_paths.models_dir(config.paths.models_dir),
-        "engines_dir": engine_paths.engines_dir(config.paths.engines_dir),
+        "state_dir": paths.state_dir(config.paths.state_dir),
+        "models_dir": paths.models_dir(config.paths.models_dir),
+        "engines_dir": paths.engines_dir(config.paths.engines_dir),
     }
 
 
@@ -62,13 +62,13 @@ def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
         locate(config.triton.home)
     except TritonNotFound as exc:
         add(("triton", "home"), str(exc))
-    paths = resolved_paths(config)
-    engine_profile = paths["engines_dir"] / f"{config.model.name}.yaml"
+    dirs = resolved_paths(config)
+    engine_profile = dirs["engines_dir"] / f"{config.model.name}.yaml"
     if not engine_profile.is_file():
         add(("model", "name"), f"no engine build profile {engine_profile} for model {config.model.name!r}")
     else:
         try:
-            onnx = load_engine_profile(engine_profile).onnx_path(paths["models_dir"])
+            onnx = load_engine_profile(engine_profile).onnx_path(dirs["models_dir"])
         except Exception as exc:  # the profile's own loader names the field
             add(("model", "name"), f"engine build profile {engine_profile}: {exc}")
         else:

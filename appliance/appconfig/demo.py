@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from appliance.capture.sample import ensure_sample_video
-from appliance.engines.paths import models_dir
+from appliance.paths import models_dir
 
 DEMO_CONFIG = Path(__file__).resolve().with_name("demo.yaml")
 DEMO_VIDEO_ENV = "APPLIANCE_DEMO_VIDEO"

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from appliance import paths
 from appliance.commands.exitcodes import ExitCode
-from appliance.engines import paths
 from appliance.engines.builders import BuilderUnavailable
 from appliance.engines.cache import CacheError
 from appliance.engines.manager import EngineBuildError, ensure_engines

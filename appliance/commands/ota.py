@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from appliance.commands.exitcodes import ExitCode
-from appliance.engines.paths import state_dir
+from appliance.paths import state_dir
 from appliance.ota import push
 from appliance.ota.bundle import build_bundle
 from appliance.ota.config import OtaConfig
