@@ -278,7 +278,7 @@ class Appliance:
                                    max_inflight=self._max_inflight,
                                    per_camera_inflight=pipeline.per_camera_inflight, clock=self._clock,
                                    gate=self.recovery.drop_reason if self.recovery else None,
-                                   on_drop=self.metrics.record_frame_dropped, wakeup=self._doorbell,
+                                   on_drop=frames.on_drop if frames else None, wakeup=self._doorbell,
                                    idle_wait_s=IDLE_POLL_S)
         for camera in self.config.cameras:
             cam = self._cameras[camera.id]
