@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import shutil
 import time
 from pathlib import Path
@@ -34,7 +33,6 @@ from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
 from appliance.health.system import SystemMonitor
 from appliance.health.tegrastats import TegrastatsMonitor
-from appliance.modelrepo.layout import detector_layout
 from appliance.modelrepo.materialize import RepositoryOptions
 from appliance.models.profile import load_profile
 from appliance.mqtt.publisher import MqttPublisher
@@ -50,6 +48,7 @@ from appliance.sdnotify import Notifier
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
 from appliance.supervisor.children import ChildState, ChildSupervisor, RestartPolicy
+from appliance.supervisor.detectorplan import plan_detector
 from appliance.supervisor.enginestatus import EngineStatusForwarder
 from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.leftovers import reclaim_leftovers
@@ -176,19 +175,7 @@ class Appliance:
         base model's spec (engines/ + repository/profiles), served when no OTA version is active."""
         self._step("model repository for this device")
         assert self.engine is not None, "the engine is built first"
-        cameras = self.config.cameras
-        offered_fps = sum(camera.fps or math.inf for camera in cameras)
-        layout = detector_layout(self.engine.triton_kind, len(cameras), self.config.model.max_batch_size,
-                                 self.config.model.detector_instances, offered_fps=offered_fps,
-                                 frame_ms=self.engine.frame_ms)
-        self._max_inflight = self.config.pipeline.max_inflight or layout.requests_to_keep_busy()
-        log.info("detector layout: %s (%s, %d camera(s) offering %s, %s); %d request(s) in flight at most%s",
-                 layout.describe(), self.engine.triton_kind, len(cameras),
-                 "frames as fast as their sources" if math.isinf(offered_fps) else f"{offered_fps:g} fps",
-                 "model.detector_instances set" if self.config.model.detector_instances
-                 else "no build timing" if self.engine.frame_ms is None
-                 else f"{self.engine.frame_ms:.1f} ms per frame on every core",
-                 self._max_inflight, "" if self.config.pipeline.max_inflight else " (enough to keep it busy)")
+        layout, self._max_inflight = plan_detector(self.config, self.engine)
         self._repo_options = RepositoryOptions(max_batch_size=layout.max_batch_size,
                                                queue_delay_us=self.config.model.queue_delay_us,
                                                detector_instances=layout.instances,
