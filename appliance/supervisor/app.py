@@ -71,8 +71,8 @@ class StartupError(RuntimeError):
 
 
 def _not_serving(camera_id: str, lease: Lease) -> Any:
-    """The scheduler's submit while no frame path is wired (capture run without Triton, as some tests do)."""
-    lease.release()
+    """The scheduler's submit while no frame path is wired (capture run without Triton, as some tests do); the
+    scheduler releases the lease of a submit that raises."""
     raise RuntimeError("no model is served: Triton was not started")
 
 
