@@ -71,8 +71,8 @@ def use_journal(environ: Mapping[str, str] | None = None, path: Path = JOURNAL_S
 def configure(level: str, environ: Mapping[str, str] | None = None, journal_path: Path = JOURNAL_SOCKET) -> None:
     root = logging.getLogger()
     root.setLevel(level)
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
+    for old in list(root.handlers):
+        root.removeHandler(old)
     if use_journal(environ, journal_path):
         handler: logging.Handler = JournalHandler(journal_path)
         handler.setFormatter(logging.Formatter("%(message)s"))  # journald stamps time and level itself

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import AbstractSet, Callable
 
 import numpy as np
 
@@ -129,6 +129,7 @@ def _get_text(header: np.ndarray, field: str) -> str:
 
 
 def _set_text(header: np.ndarray, field: str, text: str) -> None:
+    assert RING_HEADER.fields is not None  # a structured dtype
     limit = RING_HEADER.fields[field][0].itemsize
     header[field] = text.encode("utf-8", "replace")[:limit]
 
@@ -269,7 +270,7 @@ def _initialise(fd: int, geometry: RingGeometry, camera_id: str) -> None:
         mm.close()
 
 
-def reclaim_stale_rings(shm_root: Path | str, keep: set[str] = frozenset()) -> list[Path]:
+def reclaim_stale_rings(shm_root: Path | str, keep: AbstractSet[str] = frozenset()) -> list[Path]:
     """Delete ring files under ``shm_root`` whose owner is dead, except those of cameras in ``keep``.
 
     Call once at supervisor start with the configured camera ids: rings of cameras removed from the

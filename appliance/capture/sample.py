@@ -148,7 +148,7 @@ def ensure_sample_video(dest: Path, images_dir: Path = DARKNET_IMAGES) -> Path:
 def remove_stale_builds(dest: Path, older_than_s: float = STALE_BUILD_S) -> list[Path]:
     """Temp files of builds that were killed (SIGKILL, power cut) before their rename; a live build takes
     seconds, so only files untouched for ``older_than_s`` go."""
-    removed = []
+    removed: list[Path] = []
     if not dest.parent.is_dir():
         return removed
     cutoff = time.time() - older_than_s

@@ -5,8 +5,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
+from typing import TYPE_CHECKING
+
 from appliance.health.system import SystemReading
 from appliance.health.tegrastats import TegraReading
+
+if TYPE_CHECKING:
+    from appliance.capture.ring import CaptureHealth
 
 # Stage latencies on a Jetson range from ~1 ms (pre) to ~100 ms (a large detector); buckets cover both.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
@@ -65,6 +70,36 @@ class ApplianceMetrics:
         self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
         self.power = Gauge("appliance_power_watts", "Power rail (Jetson INA3221)", ["rail"], registry=r)
         self._tegra: _TegraGauges | None = None  # registered on the first tegrastats reading (Jetson only)
+        self._skipped: dict[str, int] = {}  # per camera: the scheduler's skipped count already counted
+
+    def record_camera(self, camera_id: str, health: CaptureHealth, *, streaming: bool) -> None:
+        """One camera's capture counters, read from its ring header (they count since the ring was created);
+        ``streaming`` is the camera's MQTT state (appliance.supervisor.cameras), not re-derived here."""
+        for gauge, value in ((self.camera_fps, health.fps), (self.camera_frames, health.frames),
+                             (self.camera_drops, health.drops), (self.camera_reconnects, health.reconnects),
+                             (self.camera_decode_errors, health.decode_errors), (self.camera_stalls, health.stalls),
+                             (self.camera_ring_full, health.ring_full), (self.camera_streaming, int(streaming))):
+            gauge.labels(camera=camera_id).set(value)
+
+    def record_skipped(self, camera_id: str, skipped: int) -> None:
+        """``skipped``: the scheduler's running count of the camera's frames that a newer one replaced before
+        inference took it (latest wins); the counter grows by what is new since the last call."""
+        counter = self.frames_skipped.labels(camera=camera_id)  # exported (as 0) from the first call
+        new = skipped - self._skipped.get(camera_id, 0)
+        if new > 0:
+            counter.inc(new)
+            self._skipped[camera_id] = skipped
+
+    def record_inferred(self, camera_id: str, inference_s: float, capture_to_result_s: float) -> None:
+        self.stage_latency.labels(stage="inference").observe(inference_s)
+        self.stage_latency.labels(stage="capture_to_result").observe(capture_to_result_s)
+        self.frames_inferred.labels(camera=camera_id).inc()
+
+    def record_inference_error(self, camera_id: str, reason: str) -> None:
+        self.inference_errors.labels(camera=camera_id, reason=reason).inc()
+
+    def record_frame_dropped(self, camera_id: str, reason: str) -> None:
+        self.frames_dropped.labels(camera=camera_id, reason=reason).inc()
 
     def record_system(self, reading: SystemReading) -> None:
         if reading.cpu_percent is not None:

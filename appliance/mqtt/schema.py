@@ -13,5 +13,5 @@ MESSAGE_TYPES = ("detections", "device_status", "camera_status", "health", "comm
 def load_schema(message_type: str) -> dict[str, Any]:
     if message_type not in MESSAGE_TYPES:
         raise KeyError(f"no schema for message type {message_type!r}; known: {', '.join(MESSAGE_TYPES)}")
-    text = resources.files("appliance.mqtt").joinpath("schemas", f"{message_type}.schema.json").read_text("utf-8")
+    text = (resources.files("appliance.mqtt") / "schemas" / f"{message_type}.schema.json").read_text("utf-8")
     return json.loads(text)

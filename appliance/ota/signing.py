@@ -14,15 +14,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, TypeVar
+from typing import Iterable, cast
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from appliance.ota.errors import OtaError, OtaRejected
-
-_Key = TypeVar("_Key", Ed25519PrivateKey, Ed25519PublicKey)
 
 
 class KeyFileError(OtaError):
@@ -56,8 +54,9 @@ def generate_keypair(private_path: Path, public_path: Path) -> str:
     return _id_of(key.public_key())
 
 
-def _load_pem_key(path: Path, want: type[_Key]) -> _Key:
-    """Read one PEM key file of the kind ``want``; every way it can be wrong is a KeyFileError naming the file."""
+def _load_pem_key(path: Path, want: type) -> object:
+    """Read one PEM key file of the kind ``want`` (an Ed25519 key class; abstract, so typed as a plain ``type``);
+    every way it can be wrong is a KeyFileError naming the file."""
     private = want is Ed25519PrivateKey
     try:
         data = Path(path).read_bytes()
@@ -75,11 +74,11 @@ def _load_pem_key(path: Path, want: type[_Key]) -> _Key:
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
-    return _load_pem_key(path, Ed25519PrivateKey)
+    return cast(Ed25519PrivateKey, _load_pem_key(path, Ed25519PrivateKey))
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
-    return _load_pem_key(path, Ed25519PublicKey)
+    return cast(Ed25519PublicKey, _load_pem_key(path, Ed25519PublicKey))
 
 
 def sign_manifest(manifest_bytes: bytes, private_key: Ed25519PrivateKey) -> bytes:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from appliance.capture import CaptureHealth, CaptureProcess, CaptureStartError, CaptureState, RingError
+from appliance.capture import (CaptureHealth, CaptureProcess, CaptureStartError, CaptureState, RingError,
+                               RingReader)
+from appliance.health.metrics import ApplianceMetrics
+from appliance.mqtt.messages import CameraState, CameraStatus
+
+if TYPE_CHECKING:  # annotation only: the publisher module loads paho
+    from appliance.mqtt.publisher import MqttPublisher
 
 log = logging.getLogger(__name__)
 
-_MQTT_STATE = {
+_MQTT_STATE: dict[CaptureState, CameraState] = {
     CaptureState.IDLE: "starting",
     CaptureState.CONNECTING: "starting",
     CaptureState.BACKOFF: "stalled",
@@ -19,7 +27,42 @@ _MQTT_STATE = {
 }
 
 
-def mqtt_camera_state(health: CaptureHealth) -> str:
+@dataclass
+class SupervisedCamera:
+    """One configured camera as the appliance holds it: its capture process, the scheduler's reader on its
+    ring, and what was last read and published."""
+
+    id: str
+    capture: CaptureProcess
+    reader: RingReader | None = None  # opened once the ring exists
+    published_state: CameraState | None = None
+    health: CaptureHealth | None = None  # the latest reading of the ring header
+
+    def refresh(self, metrics: ApplianceMetrics, publisher: MqttPublisher | None) -> None:
+        """Read the ring header (once a tick): export its counters, publish the camera's state when it changed."""
+        try:
+            health = self.capture.health()
+        except Exception as exc:  # ring not there yet (camera never started)
+            log.debug("camera %s: no health yet: %s", self.id, exc)
+            return
+        self.health = health
+        state = mqtt_camera_state(health)
+        metrics.record_camera(self.id, health, streaming=state == "streaming")
+        if state != self.published_state and publisher is not None:
+            publisher.publish_camera_status(CameraStatus(self.id, state, round(health.fps, 2),
+                                                         health.last_error or None))
+            log.info("camera %s: %s%s", self.id, state, f" ({health.last_error})" if health.last_error else "",
+                     extra={"camera": self.id, "stage": "capture"})
+            self.published_state = state
+
+    def close(self) -> None:
+        """The scheduler's reader, then the capture's ring (its process was stopped first)."""
+        if self.reader is not None:
+            self.reader.close()
+        self.capture.close()
+
+
+def mqtt_camera_state(health: CaptureHealth) -> CameraState:
     """The camera state published on MQTT; a dead writer is an error whatever the ring last said."""
     if not health.writer_alive and health.state is not CaptureState.STOPPED:
         return "error"

@@ -124,7 +124,7 @@ class ChildSupervisor:
             log.warning("%s: exited with code %s; restarting in %.1f s", record.name, record.last_exitcode, delay)
         record.restart_at = now + delay
 
-    def stop_all(self, stop: Callable[[Child], None]) -> None:
+    def stop_all(self, stop: Callable[[Child], object]) -> None:
         """Stop every child with ``stop`` (the caller knows how: SIGTERM, join, then SIGKILL)."""
         for record in self._records.values():
             if record.child is not None and record.state is not ChildState.STOPPED:

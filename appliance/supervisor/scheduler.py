@@ -18,22 +18,30 @@ share a detector batch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from appliance.capture.ring import FrameMeta
 
 log = logging.getLogger(__name__)
 
 
 class Lease(Protocol):
-    """A frame held in shared memory until ``release()`` (see appliance.capture)."""
+    """A frame held in shared memory until ``release()`` (appliance.capture.ring.FrameLease)."""
 
     @property
-    def meta(self) -> Any: ...
+    def meta(self) -> FrameMeta: ...
+    @property
+    def array(self) -> np.ndarray: ...  # the pixels, in place in the ring (the submitter hands them to Triton)
     def release(self) -> None: ...
 
 
@@ -183,7 +191,7 @@ class Scheduler:
         slot.submitted += 1
         with slot.order_lock:
             slot.pending.append((meta, future))
-        future.add_done_callback(lambda f, s=slot: self._completed(s, f))
+        future.add_done_callback(functools.partial(self._completed, slot))
         return True
 
     def _completed(self, slot: CameraSlot, future: "Future[Any]") -> None:

@@ -1,0 +1,149 @@
+"""The frame path: one leased frame into the ensemble the router names, its result out to the publisher.
+
+The scheduler calls ``submit`` (from its own thread) and ``on_result`` (from Triton's completion thread, in each
+camera's frame order) and ``on_drop`` (a frame the recovery gate refused). Everything this needs is handed in
+by the Appliance and typed by the small protocols below, so a test can drive it without Triton or a broker.
+
+Per frame: the route is acquired at submit time (an OTA switch moves traffic atomically per request) and
+released when the result or error arrives; a failure that means the served model is broken is noted to the
+recovery at once, so frames stop before the next tick's probe; latencies (capture to submit, inference,
+capture to result) go to the metrics and the message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+import numpy as np
+
+from appliance.capture.ring import FrameMeta
+from appliance.mqtt.messages import DetectionsMessage, ModelInfo
+from appliance.serving.probe import Fault, fault_from_error
+from appliance.serving.router import Route
+from appliance.supervisor.results import build_message
+from appliance.supervisor.scheduler import Lease
+
+log = logging.getLogger("appliance.supervisor")
+
+OUTPUTS = ["BOXES", "SCORES", "CLASSES"]
+
+
+class InferenceServer(Protocol):
+    """appliance.triton.server.Server: starts one request; its future's result has ``outputs``."""
+
+    def infer_async(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None, *,
+                    request_id: str = "", timeout_s: float | None = None,
+                    on_inputs_released: Callable[[], None] | None = None) -> Future[Any]: ...
+
+
+class RouteHolder(Protocol):
+    """appliance.serving.router.Router: the route each frame takes, and what came back from it."""
+
+    def acquire(self) -> Route: ...
+    def release(self, route: Route, ok: bool, latency_s: float, detections: int = 0) -> None: ...
+
+
+class DetectionSink(Protocol):
+    """appliance.mqtt.publisher.MqttPublisher: durable once this returns (spooled)."""
+
+    def publish_detections(self, message: DetectionsMessage) -> object: ...
+
+
+class FaultSink(Protocol):
+    """appliance.serving.recovery.PipelineRecovery: a failed request that means the model broke."""
+
+    def note(self, route: Route, fault: Fault, submitted: float) -> None: ...
+
+
+class FrameMetrics(Protocol):
+    """appliance.health.metrics.ApplianceMetrics: what the frame path counts and times."""
+
+    def record_inferred(self, camera_id: str, inference_s: float, capture_to_result_s: float) -> None: ...
+    def record_inference_error(self, camera_id: str, reason: str) -> None: ...
+    def record_frame_dropped(self, camera_id: str, reason: str) -> None: ...
+
+
+class FramePath:
+    """Submits frames and hands their results on; ``latencies_ms`` keeps the newest capture-to-result times."""
+
+    def __init__(self, server: InferenceServer, router: RouteHolder, publisher: DetectionSink,
+                 recovery: FaultSink | None, metrics: FrameMetrics, *, request_timeout_s: float | None,
+                 on_error: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self._server = server
+        self._router = router
+        self._publisher = publisher
+        self._recovery = recovery
+        self._metrics = metrics
+        self._request_timeout_s = request_timeout_s
+        self._on_error = on_error  # the appliance's "last error" (status line, health summary)
+        self._clock = clock  # the same clock as the capture's t_mono (time.monotonic)
+        self.latencies_ms: deque[float] = deque(maxlen=10_000)  # capture-to-result, newest last
+        self._completed = 0
+        self._lock = threading.Lock()
+
+    @property
+    def completed(self) -> int:
+        """Frames whose detections were handed to the publisher."""
+        with self._lock:
+            return self._completed
+
+    def on_drop(self, camera_id: str, reason: str) -> None:
+        self._metrics.record_frame_dropped(camera_id, reason)
+
+    def submit(self, camera_id: str, lease: Lease) -> Future[Any]:
+        meta = lease.meta
+        route = self._router.acquire()  # released in on_result, or here if the request never starts
+        submitted = self._clock()
+        try:
+            future = self._server.infer_async(
+                route.ensemble,
+                {"IMAGE": lease.array, "CHANNEL_ORDER": np.array([meta.pixel_format.upper().encode()], dtype=object)},
+                OUTPUTS, request_id=f"{camera_id}:{meta.seq}", timeout_s=self._request_timeout_s,
+                on_inputs_released=lease.release,
+            )
+        except BaseException:
+            self._router.release(route, False, 0.0)
+            raise
+        future.submitted_mono = submitted  # type: ignore[attr-defined]
+        future.route = route  # type: ignore[attr-defined]
+        return future
+
+    def on_result(self, camera_id: str, meta: FrameMeta, future: Future[Any]) -> None:
+        done = self._clock()
+        route: Route = future.route  # type: ignore[attr-defined]
+        submitted: float = getattr(future, "submitted_mono", done)
+        ok, found = False, 0
+        try:
+            error = future.exception() if not future.cancelled() else None
+            if future.cancelled() or error is not None:
+                self._failed(camera_id, meta, route, error, submitted)
+                return
+            latency = {"queue": (submitted - meta.t_mono) * 1000, "inference": (done - submitted) * 1000,
+                       "total": (done - meta.t_mono) * 1000}
+            self._metrics.record_inferred(camera_id, done - submitted, max(0.0, done - meta.t_mono))
+            self.latencies_ms.append(latency["total"])
+            model = ModelInfo(route.model, route.version or "base", route.engine_key[:16])
+            message = build_message(meta, future.result().outputs, model, route.class_names, latency)
+            ok, found = True, len(message.detections)
+            self._publisher.publish_detections(message)
+            with self._lock:
+                self._completed += 1
+        finally:
+            self._router.release(route, ok, done - submitted, found)
+
+    def _failed(self, camera_id: str, meta: FrameMeta, route: Route, error: BaseException | None,
+                submitted: float) -> None:
+        reason = type(error).__name__ if error is not None else "cancelled"
+        self._metrics.record_inference_error(camera_id, reason)
+        fault = fault_from_error(error, route)
+        if fault is not None and self._recovery is not None:  # stop sending frames now, reload next tick
+            self._recovery.note(route, fault, submitted)
+        text = f"camera {camera_id} frame {meta.seq} ({route.label}): {error or 'cancelled'}"
+        self._on_error(text)
+        log.warning("inference failed: %s", text, extra={"camera": camera_id, "stage": "inference"})

@@ -1,0 +1,149 @@
+"""What the appliance reports about itself, read from its live handles (each None until its start step ran):
+
+- ``pipeline_progressing``: whether systemd's watchdog is fed;
+- ``status_line``: systemd's ``STATUS=`` and the ready log line;
+- ``health_summary``: ``/healthz``, ``appliance status`` and the ``status`` MQTT command;
+- ``health_for_mqtt``: the periodic MQTT health message (its ``cameras`` and flat ``system`` readings);
+- ``record_metrics``: the tick's readings of the publisher and the scheduler into the appliance's metrics;
+- ``render_metrics``: ``/metrics``, the appliance's own followed by Triton's;
+- ``report_ota_status``: each OTA step as a metric and the retained MQTT ``ota/status``.
+
+Pure functions: the Appliance passes what they read, so nothing here holds state or starts anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from appliance.health.metrics import ApplianceMetrics
+from appliance.health.system import SystemReading
+from appliance.health.tegrastats import TegrastatsMonitor, system_fields
+from appliance.mqtt.messages import ota_status_payload
+from appliance.ota.status import STATES, OtaStatus
+from appliance.serving.recovery import PipelineRecovery, PipelineState
+from appliance.supervisor.cameras import SupervisedCamera
+from appliance.supervisor.scheduler import Scheduler
+from appliance.triton.errors import ServerStateError
+
+if TYPE_CHECKING:  # annotations only: importing them here would load paho and the Triton wrapper for nothing
+    from appliance.capture.ring import CaptureHealth
+    from appliance.mqtt.publisher import MqttPublisher
+    from appliance.serving.router import Router
+    from appliance.triton.server import Server
+
+
+def capture_readings(health: CaptureHealth | None) -> dict[str, Any]:
+    """A camera's capture counters for the health summary and MQTT health: ``ring_drops`` are frames overwritten
+    before inference read them (latest wins), ``ring_full`` frames the camera could not write because every
+    other slot was leased."""
+    if health is None:
+        return {}
+    return {"fps": round(health.fps, 2), "frames": health.frames, "ring_drops": health.drops,
+            "ring_full": health.ring_full, "decode_errors": health.decode_errors, "reconnects": health.reconnects,
+            "stalls": health.stalls}
+
+
+def pipeline_progressing(scheduler: Scheduler | None, recovery: PipelineRecovery | None, now: float,
+                         stall_s: float) -> bool:
+    """Feed the watchdog while frames finish, or while no camera has frames to offer (a dead camera is
+    handled by capture restarts, not by restarting the whole service). A pipeline held for model recovery
+    has nothing in flight but is not progressing: past ``stall_s`` (``watchdog_stall_s``) systemd may restart
+    the service."""
+    if scheduler is None:
+        return False
+    if now - scheduler.last_progress < stall_s:
+        return True
+    broken = recovery.broken_since if recovery is not None else None
+    return scheduler.inflight == 0 and (broken is None or now - broken < stall_s)
+
+
+def status_line(cameras: Mapping[str, SupervisedCamera], configured: int, scheduler: Scheduler | None,
+                elapsed_s: float, publisher: MqttPublisher | None, recovery: PipelineRecovery | None,
+                last_error: str) -> str:
+    """``configured``: cameras in the config; ``elapsed_s``: since the appliance was made (inferences/s)."""
+    streaming = sum(1 for c in cameras.values() if c.published_state == "streaming")
+    fps = sum(s.submitted for s in scheduler.cameras()) if scheduler else 0
+    mqtt = publisher.stats().state.value if publisher else "off"
+    text = f"{streaming}/{configured} cameras streaming, {fps / max(1e-6, elapsed_s):.1f} inferences/s, mqtt {mqtt}"
+    if recovery is not None and recovery.state is not PipelineState.SERVING:
+        text += f"; {recovery.status().line()}"
+        return text  # the pipeline's state is the error that matters now
+    return text + (f"; last error: {last_error}" if last_error else "")
+
+
+def health_summary(cameras: Mapping[str, SupervisedCamera], scheduler: Scheduler | None, server: Server | None,
+                   router: Router | None, recovery: PipelineRecovery | None, *, progressing: bool,
+                   status: str) -> dict[str, Any]:
+    """``progressing``: the watchdog's verdict; ``status``: the status line."""
+    per_camera = {}
+    for slot in scheduler.cameras() if scheduler else []:
+        cam = cameras[slot.camera_id]
+        per_camera[slot.camera_id] = {"state": cam.published_state, "inferred": slot.submitted,
+                                      "skipped": slot.skipped, "dropped": slot.dropped, "errors": slot.errors,
+                                      **capture_readings(cam.health)}
+    try:
+        triton_ok = bool(server is not None and server.ready)
+    except ServerStateError:  # stopping or stopped (the publisher's last health message comes after)
+        triton_ok = False
+    route = router.current() if router is not None else None
+    pipeline = recovery.status() if recovery is not None else None
+    serving = pipeline is None or pipeline.state is PipelineState.SERVING
+    return {"ok": triton_ok and serving and progressing, "triton_ready": triton_ok,
+            "status": status, "model": route.label if route else None, "cameras": per_camera,
+            "pipeline": pipeline.to_dict() if pipeline is not None else None}
+
+
+def pipeline_readings(recovery: PipelineRecovery | None) -> dict[str, Any]:
+    """The pipeline's state for the MQTT health message's ``system`` readings (flat: numbers and strings)."""
+    if recovery is None:
+        return {}
+    status = recovery.status()
+    return {"pipeline_state": status.state.value, "pipeline_failures": status.failures,
+            "model_reloads": status.reloads,
+            "pipeline_error": status.line() if status.state is not PipelineState.SERVING else None}
+
+
+def health_for_mqtt(summary: Mapping[str, Any], reading: SystemReading, tegrastats: TegrastatsMonitor | None,
+                    recovery: PipelineRecovery | None) -> dict[str, Any]:
+    """``summary``: ``health_summary``'s; ``reading``: the system's now; ``tegrastats`` None where it is off."""
+    system: dict[str, Any] = {"cpu_percent": reading.cpu_percent,
+                              "mem_available_bytes": reading.mem_available_bytes,
+                              **{f"temp_{k}": v for k, v in reading.temperatures_c.items()}}
+    if tegrastats is not None and tegrastats.active:
+        tegra = tegrastats.latest()
+        system["tegrastats"] = tegrastats.health()
+        system.update(system_fields(tegra) if tegra is not None else {})
+    return {"cameras": summary["cameras"], "system": {**system, **pipeline_readings(recovery)}}
+
+
+def record_metrics(metrics: ApplianceMetrics, publisher: MqttPublisher | None, scheduler: Scheduler | None) -> None:
+    """Once a tick: the MQTT session and spool, requests in flight, and each camera's frames skipped by the
+    scheduler (a newer frame replaced them before inference took one: latest wins)."""
+    if publisher is not None:
+        stats = publisher.stats()
+        metrics.mqtt_connected.set(1 if stats.state.value == "connected" else 0)
+        metrics.spool_messages.set(stats.spool.backlog)
+        metrics.spool_dropped.set(stats.spool.dropped_oldest + stats.spool.dropped_newest
+                                  + stats.spool.dropped_expired)
+        metrics.published.set(stats.acked)
+    if scheduler is not None:
+        metrics.inflight.set(scheduler.inflight)
+        for slot in scheduler.cameras():
+            metrics.record_skipped(slot.camera_id, slot.skipped)
+
+
+def render_metrics(metrics: ApplianceMetrics, server: Server | None) -> bytes:
+    text = metrics.render()
+    if server is not None:
+        text += server.metrics().encode()
+    return text
+
+
+def report_ota_status(metrics: ApplianceMetrics, publisher: MqttPublisher | None, device_id: str,
+                      status: OtaStatus) -> None:
+    """Every OTA step (the manager logs it): a metric, and the retained ``<prefix>/<device>/ota/status``."""
+    for state in STATES:
+        metrics.ota_state.labels(state=state).set(1 if state == status.state else 0)
+    if publisher is not None:
+        publisher.publish_device_event("ota/status", ota_status_payload(device_id, status.to_dict()), retain=True)
