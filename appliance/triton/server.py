@@ -116,7 +116,9 @@ class Server:
         self._users = 0  # calls now using the server pointer (see _running)
         self._users_changed = threading.Condition(self._lock)
         self._api: _capi.CApi | None = None
-        self._runtime: infer._Runtime | None = None
+        # This server's handle tallies (the leak tests read them); its runtime counts into them from start().
+        self.counters = infer.HandleCounters()
+        self._runtime: infer.Runtime | None = None
         self._ptr: int | None = None
         self._deadlines: infer.Deadlines | None = None
 
@@ -139,6 +141,8 @@ class Server:
             self._start(timeout)
         except BaseException:
             self._state = ServerState.FAILED
+            if self._runtime is not None:  # no request was ever submitted: nothing can call its allocator
+                self._runtime.close()
             raise
         self._state = ServerState.RUNNING
         _live_servers.add(self)
@@ -153,7 +157,7 @@ class Server:
             if self.options.prepare_python_models:
                 pymodels.prepare_repository(repo, stub=dist.python_stub)
         api = self._api = _capi.load(dist.library)
-        self._runtime = infer.runtime_for(api)
+        self._runtime = infer.Runtime(api, self.counters)
         opts = ctypes.c_void_p()
         check(api, api.TRITONSERVER_ServerOptionsNew(ctypes.byref(opts)))
         try:
@@ -315,7 +319,11 @@ class Server:
         self._ptr = None
         self._state = ServerState.STOPPED
         _live_servers.discard(self)
-        if not finished:
+        if finished:
+            self._runtime.close()  # the server is deleted: Triton calls none of its callbacks any more
+        else:
+            # Triton may still call this runtime's callbacks (and read the inputs it holds): keep it for good.
+            _abandoned_runtimes.append(self._runtime)
             log.error("Triton did not finish stopping (within %s s, or a model whose stub was killed mid-request "
                       "cannot unload); abandoning it, never freed", timeout)  # fmt: skip
         for exc in errors:
@@ -504,6 +512,8 @@ def _message_json(api: _capi.CApi, msg: int) -> Any:
 # whose handle was dropped is still running and must still be stopped.
 _live_servers: set[Server] = set()
 _atexit_installed = False
+# The runtimes of abandoned servers (see stop()): their ctypes callbacks must outlive the Server objects.
+_abandoned_runtimes: list[infer.Runtime] = []
 
 
 def _install_atexit() -> None:
