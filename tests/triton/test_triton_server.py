@@ -24,16 +24,7 @@ X = {"X": np.ones((1, 2), np.float32)}
 
 def stubs_mentioning(text: str) -> list[int]:
     """Pids of any stub process (whoever its parent) whose command line mentions ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if stubs.STUB_NAME.encode() in cmd and text.encode() in cmd:
-                found.append(int(entry.name))
-    return found
+    return [s.pid for s in stubs.StubScanner().scan() if text.encode() in b"\0".join(s.argv)]
 
 
 # -- options and state, no server needed --------------------------------------------------------------
@@ -200,8 +191,8 @@ def test_stop_with_a_stuck_model_fails_its_requests_and_kills_its_stub(
             time.sleep(0.02)
         assert marker.exists()
         (pid,) = server.stub_pids()
-        region = Path("/proc", str(pid), "cmdline").read_bytes().split(b"\0")[2].decode()
-        assert Path("/dev/shm", region).exists()
+        region = stubs.StubScanner().region_of(pid)
+        assert region and Path("/dev/shm", region).exists()
     assert not Path("/dev/shm", region).exists()  # the killed stub's shared memory was removed too
     for fut in [first, *rest]:
         assert isinstance(fut.exception(0), errors.UnavailableError)
