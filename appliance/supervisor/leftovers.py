@@ -2,7 +2,8 @@
 
 Triton's Python-backend stubs do not exit when their server process dies: each keeps a model (and its
 memory) loaded, and its shared-memory region stays in /dev/shm. At start the supervisor ends the stubs whose
-server is gone and removes regions named after a dead server pid (``<prefix>_<pid>_...``).
+server is gone and removes regions named after a dead server pid (``<prefix>_<pid>_...``). Finding them is
+``appliance.triton.stubs.StubScanner``'s job; deciding to end them and saying so is this module's.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from appliance.triton.stubs import REGION_PREFIX, StubScanner
 
-STUB_NAME = "triton_python_backend_stub"
-PARENT_PID_ARG = 5  # stub argv: stub, model.py, region, shm size, growth, server pid, backend dir, ...
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -25,46 +25,24 @@ class Reclaimed:
     regions: list[Path] = field(default_factory=list)
 
 
-def _alive(pid: int, proc: Path) -> bool:
-    return (proc / str(pid)).is_dir()
-
-
-def _orphaned_stubs(proc: Path) -> list[int]:
-    found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:  # exited meanwhile, or not ours to read
-            continue
-        if not argv or not argv[0].endswith(STUB_NAME.encode()) or len(argv) <= PARENT_PID_ARG:
-            continue
-        server = argv[PARENT_PID_ARG]
-        if server.isdigit() and not _alive(int(server), proc):
-            found.append(int(entry.name))
-    return found
-
-
-def reclaim_leftovers(prefix: str = "appliance", proc: Path = Path("/proc"), shm_root: Path = Path("/dev/shm"),
-                      kill: bool = True) -> Reclaimed:
+def reclaim_leftovers(prefix: str = REGION_PREFIX, proc: Path = Path("/proc"), shm_root: Path = Path("/dev/shm"),
+                      kill: bool = True) -> Reclaimed:  # fmt: skip
     """End stubs whose server died and remove shared-memory regions of dead servers; say what was done."""
+    scanner = StubScanner(proc, shm_root)
     done = Reclaimed()
-    for pid in _orphaned_stubs(proc):
+    for stub in scanner.orphans():
         if kill:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(stub.pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
-        done.stubs.append(pid)
-    for region in sorted(shm_root.glob(f"{prefix}_*")):
-        parts = region.name[len(prefix) + 1:].split("_", 1)
-        if parts[0].isdigit() and not _alive(int(parts[0]), proc):
-            try:
-                region.unlink()
-            except FileNotFoundError:
-                continue
-            done.regions.append(region)
+        done.stubs.append(stub.pid)
+    for region in scanner.stale_regions(prefix):
+        try:
+            region.unlink()
+        except FileNotFoundError:
+            continue
+        done.regions.append(region)
     if done.stubs or done.regions:
         log.warning("cleaned up after an appliance that did not stop cleanly: ended %d Triton model process(es) "
                     "%s, removed %d shared-memory region(s)", len(done.stubs), done.stubs, len(done.regions))

@@ -1,8 +1,10 @@
 """In-process Triton Inference Server: the only package that touches Triton's C API.
 
 Layers: ``_capi`` (ctypes declarations over ``tritonserver.h``), ``errors`` (TRITONSERVER_Error ->
-typed exceptions), ``server`` / ``infer`` (the Pythonic API), ``locate`` (where Triton is) and
-``pymodels`` (making the appliance's packages importable inside Python-backend models).
+typed exceptions), ``server`` / ``infer`` (the Pythonic API; ``infer`` is the façade over ``tensors``,
+``allocator``, ``requests``, ``deadlines`` and ``counters``), ``stubs`` (finding Python-backend stub
+processes and their shared-memory regions), ``locate`` (where Triton is) and ``pymodels`` (making the
+appliance's packages importable inside Python-backend models).
 
 Importing this package loads nothing: the library is opened when a ``Server`` starts.
 """
@@ -34,9 +36,10 @@ _EXPORTS = {
     "Server": "server",
     "ServerOptions": "server",
     "ServerState": "server",
-    "InputBuffer": "infer",
-    "InferFuture": "infer",
-    "InferResult": "infer",
+    "InputBuffer": "tensors",
+    "InferFuture": "requests",
+    "InferResult": "requests",
+    "HandleCounters": "counters",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -107,16 +107,20 @@ class Server:
     """Triton embedded in this process. Not restartable: make a new ``Server`` after ``stop``."""
 
     def __init__(self, options: ServerOptions, distribution: TritonDistribution | None = None,
-                 *, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 *, clock: Callable[[], float] = time.monotonic,
+                 stub_scanner: stubs.StubScanner | None = None) -> None:  # fmt: skip
         self.options = options
         self._distribution = distribution
         self._clock = clock
+        self._stubs = stub_scanner or stubs.StubScanner()
         self._state = ServerState.CREATED
         self._lock = threading.RLock()
         self._users = 0  # calls now using the server pointer (see _running)
         self._users_changed = threading.Condition(self._lock)
         self._api: _capi.CApi | None = None
-        self._runtime: infer._Runtime | None = None
+        # This server's handle tallies (the leak tests read them); its runtime counts into them from start().
+        self.counters = infer.HandleCounters()
+        self._runtime: infer.Runtime | None = None
         self._ptr: int | None = None
         self._deadlines: infer.Deadlines | None = None
 
@@ -139,6 +143,8 @@ class Server:
             self._start(timeout)
         except BaseException:
             self._state = ServerState.FAILED
+            if self._runtime is not None:  # no request was ever submitted: nothing can call its allocator
+                self._runtime.close()
             raise
         self._state = ServerState.RUNNING
         _live_servers.add(self)
@@ -153,7 +159,7 @@ class Server:
             if self.options.prepare_python_models:
                 pymodels.prepare_repository(repo, stub=dist.python_stub)
         api = self._api = _capi.load(dist.library)
-        self._runtime = infer.runtime_for(api)
+        self._runtime = infer.Runtime(api, self.counters)
         opts = ctypes.c_void_p()
         check(api, api.TRITONSERVER_ServerOptionsNew(ctypes.byref(opts)))
         try:
@@ -200,7 +206,7 @@ class Server:
         python = config.setdefault("python", {})
         # Stub shared-memory regions are named system-wide: keep processes (tests, benches, users) apart.
         # Triton initializes each backend once per process, so only the first server's python settings count.
-        python.setdefault("shm-region-prefix-name", f"appliance_{os.getpid()}_")
+        python.setdefault("shm-region-prefix-name", stubs.region_prefix(os.getpid()))
         return config
 
     def _stub_roots(self) -> list[str]:
@@ -211,12 +217,12 @@ class Server:
 
         Stubs are told apart by repository, so two servers on one repository in a process share the answer.
         """
-        return stubs.child_stubs(self._stub_roots())
+        return self._stubs.children(self._stub_roots())
 
     def stub_counts(self) -> dict[str, int]:
         """Live Python-backend stub processes per model name (a model has one per instance)."""
         counts: dict[str, int] = {}
-        for model in stubs.stub_models(self.stub_pids()).values():
+        for model in self._stubs.models(self.stub_pids()).values():
             counts[model] = counts.get(model, 0) + 1
         return counts
 
@@ -295,7 +301,7 @@ class Server:
             # backend leaks those requests' response factories): once the requests are back, the other models get a
             # short grace to unload, and otherwise the server is abandoned.
             infer.fail_all(self._runtime, self, "server stopped before the request completed", release_inputs=False)
-            killed = stubs.wait_gone(0.0, roots)
+            killed = stubs.wait_gone(0.0, roots, scanner=self._stubs)
             if killed:
                 log.error("killed %d busy Python-backend stub(s) to finish stopping: %s", len(killed), killed)
             while worker.is_alive() and self._clock() < deadline and infer.pending_count(self._runtime, self):
@@ -308,14 +314,18 @@ class Server:
                               release_inputs=finished)  # fmt: skip
         if left:
             log.warning("%d request(s) still pending when the server stopped", left)
-        left = stubs.wait_gone(max(0.5, deadline - self._clock()), roots, kill=not shared)
+        left = stubs.wait_gone(max(0.5, deadline - self._clock()), roots, kill=not shared, scanner=self._stubs)
         if left:
             log.error("%s %d Python-backend stub process(es) that outlived the server: %s",
                       "left" if shared else "killed", len(left), left)  # fmt: skip
         self._ptr = None
         self._state = ServerState.STOPPED
         _live_servers.discard(self)
-        if not finished:
+        if finished:
+            self._runtime.close()  # the server is deleted: Triton calls none of its callbacks any more
+        else:
+            # Triton may still call this runtime's callbacks (and read the inputs it holds): keep it for good.
+            _abandoned_runtimes.append(self._runtime)
             log.error("Triton did not finish stopping (within %s s, or a model whose stub was killed mid-request "
                       "cannot unload); abandoning it, never freed", timeout)  # fmt: skip
         for exc in errors:
@@ -504,6 +514,8 @@ def _message_json(api: _capi.CApi, msg: int) -> Any:
 # whose handle was dropped is still running and must still be stopped.
 _live_servers: set[Server] = set()
 _atexit_installed = False
+# The runtimes of abandoned servers (see stop()): their ctypes callbacks must outlive the Server objects.
+_abandoned_runtimes: list[infer.Runtime] = []
 
 
 def _install_atexit() -> None:

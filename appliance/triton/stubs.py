@@ -1,96 +1,206 @@
-"""Find (and, as a last resort, end) the Python-backend stub processes this process started."""
+"""Triton's Python-backend stub processes and their shared-memory regions: the one scanner.
+
+Each model instance of a Python-backend model runs in a stub process started by the server's process::
+
+    argv: <...>/triton_python_backend_stub  <repository>/<model>/<version>/model.py  <region>  <shm size>
+          <shm growth>  <server pid>  <backend dir>  ...
+
+and talks to it through a shared-memory region in ``/dev/shm`` named with the Python backend's
+``shm-region-prefix-name``, which the appliance sets to ``region_prefix(os.getpid())`` (``appliance_<pid>_``):
+``region_prefix`` builds that name and ``region_server_pid`` parses it back.
+
+``StubScanner`` reads ``/proc`` and ``/dev/shm`` (both constructor arguments, so tests use fixture trees) and
+serves three callers: a server finding and ending its own stubs (``Server.stub_pids``, ``wait_gone``), the
+supervisor reclaiming what a dead appliance left (``appliance.supervisor.leftovers``), and tests ending stubs
+that a crashed child process orphaned (``tests/support/triton.py``).
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 STUB_NAME = "triton_python_backend_stub"
+REGION_PREFIX = "appliance"
+_MODEL_ARG, _REGION_ARG, _SERVER_PID_ARG = 1, 2, 5  # positions in the stub's argv (see the module docstring)
 
 
-def child_stubs(roots: Sequence[str] = (), parent: int | None = None, proc: Path = Path("/proc")) -> list[int]:
-    """Pids of live (non-zombie) stub processes of ``parent`` (default: this process).
+def region_prefix(server_pid: int, prefix: str = REGION_PREFIX) -> str:
+    """The ``shm-region-prefix-name`` of a server in process ``server_pid``: ``<prefix>_<pid>_``."""
+    return f"{prefix}_{server_pid}_"
 
-    With ``roots``, only stubs serving a model.py under one of these repository directories: that is how a
-    server's stubs are told apart from another server's in the same process (the stub's first argument is
-    its model.py path; the Python backend's other settings are process-wide, so they cannot tell them apart).
-    """
-    prefixes = [str(r).rstrip("/").encode() + b"/" for r in roots]
-    parent = os.getpid() if parent is None else parent
-    found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
+
+def region_server_pid(name: str, prefix: str = REGION_PREFIX) -> int | None:
+    """The server pid in a region name made from ``region_prefix`` (``<prefix>_<pid>_...``), else None."""
+    if not name.startswith(f"{prefix}_"):
+        return None
+    head = name[len(prefix) + 1 :].split("_", 1)[0]
+    return int(head) if head.isascii() and head.isdigit() else None
+
+
+@dataclass(frozen=True)
+class StubProcess:
+    """One stub process as ``/proc`` showed it; ``ppid`` and ``state`` are None when its stat was unreadable."""
+
+    pid: int
+    argv: tuple[bytes, ...]
+    ppid: int | None = None
+    state: str | None = None
+
+    @property
+    def zombie(self) -> bool:
+        return self.state == "Z"
+
+    @property
+    def model_path(self) -> bytes:
+        """Its first argument: ``<repository>/<model>/<version>/model.py``."""
+        return self.argv[_MODEL_ARG] if len(self.argv) > _MODEL_ARG else b""
+
+    @property
+    def model(self) -> str | None:
+        """The model it serves (from ``model_path``), or None."""
+        parts = Path(os.fsdecode(self.model_path)).parts if self.model_path else ()
+        return parts[-3] if len(parts) >= 3 else None
+
+    @property
+    def region(self) -> str | None:
+        """Its shared-memory region's name (second argument), or None when absent or not a plain file name."""
+        name = self.argv[_REGION_ARG].decode(errors="replace") if len(self.argv) > _REGION_ARG else ""
+        return name if name and "/" not in name and not name.startswith(".") else None
+
+    @property
+    def server_pid(self) -> int | None:
+        """The pid of the server process that started it (fifth argument), or None."""
+        arg = self.argv[_SERVER_PID_ARG] if len(self.argv) > _SERVER_PID_ARG else b""
+        return int(arg) if arg.isdigit() else None
+
+    def serves_under(self, roots: Iterable[str | os.PathLike[str]]) -> bool:
+        """Whether its model.py lies under one of these repository directories."""
+        prefixes = [os.fsencode(r).rstrip(b"/") + b"/" for r in roots]
+        return any(self.model_path.startswith(p) for p in prefixes)
+
+
+class StubScanner:
+    """Finds stub processes in ``proc`` and their regions in ``shm_root``."""
+
+    def __init__(self, proc: Path = Path("/proc"), shm_root: Path = Path("/dev/shm")) -> None:
+        self.proc = Path(proc)
+        self.shm_root = Path(shm_root)
+
+    def scan(self) -> list[StubProcess]:
+        """Every stub process, whoever started it (processes that end while we look are skipped)."""
+        found = []
+        for entry in self.proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = tuple((entry / "cmdline").read_bytes().split(b"\0"))
+            except OSError:  # the process ended while we looked, or is not ours to read
+                continue
+            if not argv[0].endswith(STUB_NAME.encode()):
+                continue
+            ppid, state = self._stat(entry)
+            found.append(StubProcess(int(entry.name), argv, ppid, state))
+        return found
+
+    @staticmethod
+    def _stat(entry: Path) -> tuple[int | None, str | None]:
         try:
             stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:  # the process ended while we looked
-            continue
+        except OSError:
+            return None, None
         # stat: "pid (comm) state ppid ..." - comm may hold spaces, so split after the last ')'
         fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) < 2 or fields[0] == "Z" or int(fields[1]) != parent:
-            continue
-        args = cmdline.split(b"\0")
-        if STUB_NAME.encode() in args[0] and (
-            not prefixes or (len(args) > 1 and any(args[1].startswith(p) for p in prefixes))
-        ):
-            found.append(int(entry.name))
-    return found
+        if len(fields) < 2 or not fields[1].isdigit():
+            return None, None
+        return int(fields[1]), fields[0]
 
+    def children(self, roots: Sequence[str] = (), parent: int | None = None) -> list[int]:
+        """Pids of live (non-zombie) stubs of ``parent`` (default: this process).
 
-def stub_models(pids: Sequence[int], proc: Path = Path("/proc")) -> dict[int, str]:
-    """The model each stub serves, from its first argument (``<repository>/<model>/<version>/model.py``)."""
-    found = {}
-    for pid in pids:
+        With ``roots``, only stubs serving a model.py under one of these repository directories: that is how a
+        server's stubs are told apart from another server's in the same process (the Python backend's other
+        settings are process-wide, so they cannot tell them apart).
+        """
+        parent = os.getpid() if parent is None else parent
+        return [s.pid for s in self.scan()
+                if s.ppid == parent and not s.zombie and (not roots or s.serves_under(roots))]  # fmt: skip
+
+    def under(self, root: str | os.PathLike[str]) -> list[StubProcess]:
+        """Stubs serving a model under repository ``root``, whatever their parent (zombies included)."""
+        return [s for s in self.scan() if s.serves_under([root])]
+
+    def orphans(self) -> list[StubProcess]:
+        """Stubs whose server process is gone (it died without stopping them)."""
+        return [s for s in self.scan() if s.server_pid is not None and not self.alive(s.server_pid)]
+
+    def models(self, pids: Iterable[int]) -> dict[int, str]:
+        """The model each of these stubs serves; pids that exited meanwhile are left out."""
+        found = {}
+        for pid in pids:
+            try:
+                argv = tuple((self.proc / str(pid) / "cmdline").read_bytes().split(b"\0"))
+            except OSError:  # exited meanwhile
+                continue
+            model = StubProcess(pid, argv).model
+            if model is not None:
+                found[pid] = model
+        return found
+
+    def alive(self, pid: int) -> bool:
+        return (self.proc / str(pid)).is_dir()
+
+    def region_of(self, pid: int) -> str | None:
+        """The region of stub ``pid`` as its command line names it (None if it has exited)."""
         try:
-            args = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
-        except OSError:  # exited meanwhile
-            continue
-        if len(args) > 1 and args[1]:
-            parts = Path(os.fsdecode(args[1])).parts
-            if len(parts) >= 3:
-                found[pid] = parts[-3]
-    return found
+            argv = tuple((self.proc / str(pid) / "cmdline").read_bytes().split(b"\0"))
+        except OSError:
+            return None
+        return StubProcess(pid, argv).region
+
+    def remove_region(self, name: str | None) -> None:
+        """Remove a stub's region: a killed stub cannot remove it, and Triton does not either."""
+        if name:
+            (self.shm_root / name).unlink(missing_ok=True)
+
+    def stale_regions(self, prefix: str = REGION_PREFIX) -> list[Path]:
+        """Regions named after a server pid (``region_prefix``) that is no longer alive, sorted."""
+        found = []
+        for region in sorted(self.shm_root.glob(f"{prefix}_*")):
+            pid = region_server_pid(region.name, prefix)
+            if pid is not None and not self.alive(pid):
+                found.append(region)
+        return found
 
 
 def wait_gone(
     timeout: float,
     roots: Sequence[str],
     parent: int | None = None,
-    proc: Path = Path("/proc"),
     kill: bool = True,
-    shm_root: Path = Path("/dev/shm"),
+    scanner: StubScanner | None = None,
 ) -> list[int]:
     """Wait up to ``timeout`` s for our stubs under ``roots`` to exit; SIGKILL any left (if ``kill``) and
     remove their shared-memory regions. Returns the pids still alive at the deadline."""
     if not roots:
         raise ValueError("repository roots are needed: never touch stubs that belong to another server")
+    scanner = scanner or StubScanner()
     deadline = time.monotonic() + timeout
     while True:
-        left = child_stubs(roots, parent, proc)
+        left = scanner.children(roots, parent)
         if not left or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
     for pid in left if kill else ():
-        region = _shm_region(proc / str(pid))
+        region = scanner.region_of(pid)
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)  # reap it: it is our child, and nothing else will wait for it now
         except (ProcessLookupError, ChildProcessError):
             pass
-        if region:  # a killed stub cannot remove its shared-memory region, and Triton does not either
-            (shm_root / region).unlink(missing_ok=True)
+        scanner.remove_region(region)
     return left
-
-
-def _shm_region(entry: Path) -> str | None:
-    """The stub's shared-memory region name: its second argument (after the model.py path)."""
-    try:
-        args = (entry / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    name = args[2].decode(errors="replace") if len(args) > 2 else ""
-    return name if name and "/" not in name and not name.startswith(".") else None

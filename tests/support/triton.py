@@ -24,6 +24,7 @@ from typing import Any
 
 from appliance.triton import stubsite
 from appliance.triton.server import Server, ServerOptions
+from appliance.triton.stubs import StubScanner
 
 _STUB = b"triton_python_backend_stub"
 
@@ -41,27 +42,18 @@ def copy_models(dest: Path, model_dirs: Sequence[Path]) -> Path:
     return dest
 
 
-def kill_stubs_under(repo: Path) -> list[int]:
+def kill_stubs_under(repo: Path, scanner: StubScanner | None = None) -> list[int]:
     """SIGKILL stubs serving models under ``repo`` whatever their parent (a crashed child leaves them orphaned),
     remove their shared-memory regions, and return their pids: for tests that run a server in a child process."""
-    from appliance.triton.stubs import STUB_NAME
-
-    prefix = str(repo).rstrip("/").encode() + b"/"
+    scanner = scanner or StubScanner()
     killed = []
-    for entry in Path("/proc").iterdir():
+    for stub in scanner.under(repo):
         try:
-            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
-        except OSError:
+            os.kill(stub.pid, signal.SIGKILL)
+            killed.append(stub.pid)
+        except ProcessLookupError:
             continue
-        if args and STUB_NAME.encode() in args[0] and len(args) > 1 and args[1].startswith(prefix):
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
-            except ProcessLookupError:
-                continue
-            region = args[2].decode(errors="replace") if len(args) > 2 else ""
-            if region and "/" not in region and not region.startswith("."):
-                Path("/dev/shm", region).unlink(missing_ok=True)
+        scanner.remove_region(stub.region)
     return killed
 
 

@@ -68,11 +68,11 @@ def test_rss_stable_and_handles_released_over_20000_requests(server: Server) -> 
         wrong, released = run_requests(server, WARMUP, shm)
         assert (wrong, released) == (0, WARMUP)
         gc.collect()
-        before_rss, before = rss_bytes(), infer.counters.snapshot()
+        before_rss, before = rss_bytes(), server.counters.snapshot()
 
         wrong, released = run_requests(server, TOTAL - WARMUP, shm)
         gc.collect()
-        after_rss, after = rss_bytes(), infer.counters.snapshot()
+        after_rss, after = rss_bytes(), server.counters.snapshot()
     finally:
         shm.close()  # BufferError here would mean a request still held the shared memory
         shm.unlink()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from support.triton import copy_models, ensure_stub_site, started_server
 
-from appliance.triton import errors, infer, stubs
+from appliance.triton import errors, stubs
 from appliance.triton.server import Server, ServerOptions, ServerState
 
 WAIT = 120.0
@@ -24,16 +24,7 @@ X = {"X": np.ones((1, 2), np.float32)}
 
 def stubs_mentioning(text: str) -> list[int]:
     """Pids of any stub process (whoever its parent) whose command line mentions ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if stubs.STUB_NAME.encode() in cmd and text.encode() in cmd:
-                found.append(int(entry.name))
-    return found
+    return [s.pid for s in stubs.StubScanner().scan() if text.encode() in b"\0".join(s.argv)]
 
 
 # -- options and state, no server needed --------------------------------------------------------------
@@ -165,9 +156,9 @@ def slow_inputs(seconds: float) -> dict[str, np.ndarray]:
 @pytest.mark.slow
 def test_stop_lets_in_flight_requests_finish(tmp_path: Path, models_src: Path) -> None:
     repo = copy_models(tmp_path / "repo", [models_src / "slow"])
-    before = infer.counters.snapshot()
     released: list[str] = []
     with started_server(repo, models=["slow"], exit_timeout_s=60) as server:
+        before = server.counters.snapshot()
         assert len(server.stub_pids()) == 1
         futures = [server.infer_async("slow", slow_inputs(0.3), request_id=str(i),
                                       on_inputs_released=lambda i=i: released.append(str(i)))
@@ -176,7 +167,7 @@ def test_stop_lets_in_flight_requests_finish(tmp_path: Path, models_src: Path) -
     assert [f.result(0)["DONE"].tolist() for f in futures] == [[1]] * 4
     assert sorted(released) == ["0", "1", "2", "3"]  # each exactly once
     assert server.stub_pids() == []
-    after = infer.counters.snapshot()
+    after = server.counters.snapshot()
     delta = {k: after[k] - before[k] for k in after}
     assert delta["requests_created"] == delta["requests_deleted"] == 4
     assert delta["responses_received"] == delta["responses_deleted"] == 4
@@ -200,8 +191,8 @@ def test_stop_with_a_stuck_model_fails_its_requests_and_kills_its_stub(
             time.sleep(0.02)
         assert marker.exists()
         (pid,) = server.stub_pids()
-        region = Path("/proc", str(pid), "cmdline").read_bytes().split(b"\0")[2].decode()
-        assert Path("/dev/shm", region).exists()
+        region = stubs.StubScanner().region_of(pid)
+        assert region and Path("/dev/shm", region).exists()
     assert not Path("/dev/shm", region).exists()  # the killed stub's shared memory was removed too
     for fut in [first, *rest]:
         assert isinstance(fut.exception(0), errors.UnavailableError)
@@ -232,6 +223,25 @@ def test_exit_without_stop_neither_hangs_nor_leaves_stubs(tmp_path: Path, models
     while stubs_mentioning(str(repo)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert stubs_mentioning(str(repo)) == []
+
+
+def test_each_server_counts_its_own_handles(tmp_path: Path, models_src: Path, server: Server) -> None:
+    """Two servers in one process (the session's and this one) keep separate tallies; a new one starts at 0."""
+    repo = copy_models(tmp_path / "repo", [models_src / "echo"])
+    fresh = Server(ServerOptions([repo], startup_models=["echo"]))
+    assert set(fresh.counters.snapshot().values()) == {0}
+    shared_before = server.counters.snapshot()
+    with fresh.start(WAIT):
+        for _ in range(3):
+            fresh.infer("echo", X)
+        server.infer("echo", X)
+    own = fresh.counters.snapshot()
+    assert own["requests_created"] == own["requests_deleted"] == 3
+    assert own["responses_received"] == own["responses_deleted"] == 3
+    assert own["buffers_allocated"] == own["buffers_released"] == own["inputs_released"] == 3
+    shared_after = server.counters.snapshot()
+    assert shared_after["requests_created"] - shared_before["requests_created"] == 1
+    assert shared_after["inputs_released"] - shared_before["inputs_released"] == 1
 
 
 def test_importing_loads_nothing() -> None:

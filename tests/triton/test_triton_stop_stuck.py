@@ -31,12 +31,12 @@ def _workload(repo: Path) -> int:
 
     import numpy as np
 
-    from appliance.triton import infer
     from appliance.triton.server import Server, ServerOptions
 
     released: list[int] = []
-    before = infer.counters.snapshot()
-    server = Server(ServerOptions([repo], startup_models=["slow", "echo"], exit_timeout_s=0)).start(120)
+    server = Server(ServerOptions([repo], startup_models=["slow", "echo"], exit_timeout_s=0))
+    before = server.counters.snapshot()
+    server.start(120)
     marker = repo.parent / "started"
     futures = [server.infer_async("slow", {"SECONDS": np.array([600], np.float32),
                                            "MARKER": np.array([str(marker).encode() if i == 0 else b""], dtype=object)},
@@ -46,7 +46,7 @@ def _workload(repo: Path) -> int:
     while not marker.exists() and time.monotonic() < deadline:  # the model is busy with the first one
         time.sleep(0.02)
     server.stop(timeout=60)
-    after = infer.counters.snapshot()
+    after = server.counters.snapshot()
     report = {
         "outcomes": [type(f.exception(0)).__name__ for f in futures],
         "released": sorted(released),

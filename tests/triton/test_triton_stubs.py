@@ -1,12 +1,15 @@
-"""Finding a server's stub processes in a fixture /proc tree."""
+"""Finding stub processes and their shared-memory regions in fixture /proc and /dev/shm trees."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from appliance.triton import stubs
+from appliance.triton.stubs import StubScanner, region_prefix, region_server_pid
 
 STUB = "/opt/tritonserver/backends/python/triton_python_backend_stub"
 
@@ -26,14 +29,50 @@ def test_only_live_children_serving_the_servers_repository(tmp_path: Path) -> No
     fake_proc(tmp_path, 14, 1, "S", ["/usr/bin/python3", "/repo/a/x/1/model.py"])  # not a stub
     fake_proc(tmp_path, 15, 1, "S", [STUB, "/repo/ab/echo/1/model.py", "appliance_1_mno"])  # a sibling dir
     (tmp_path / "self").mkdir()
-    assert stubs.child_stubs(["/repo/a"], parent=1, proc=tmp_path) == [10]
-    assert sorted(stubs.child_stubs(["/repo/a/", "/repo/b"], parent=1, proc=tmp_path)) == [10, 11]
-    assert sorted(stubs.child_stubs(parent=1, proc=tmp_path)) == [10, 11, 15]
+    scanner = StubScanner(proc=tmp_path)
+    assert scanner.children(["/repo/a"], parent=1) == [10]
+    assert sorted(scanner.children(["/repo/a/", "/repo/b"], parent=1)) == [10, 11]
+    assert sorted(scanner.children(parent=1)) == [10, 11, 15]
 
 
 def test_comm_with_spaces_and_parens_is_parsed(tmp_path: Path) -> None:
     fake_proc(tmp_path, 20, 1, "S", [STUB, "/r/m/1/model.py"], comm="a) (b")
-    assert stubs.child_stubs(["/r"], parent=1, proc=tmp_path) == [20]
+    assert StubScanner(proc=tmp_path).children(["/r"], parent=1) == [20]
+
+
+def test_models_regions_and_stubs_under_a_repository_whatever_their_parent(tmp_path: Path) -> None:
+    fake_proc(tmp_path, 30, 1, "S", [STUB, "/repo/a/echo/1/model.py", "appliance_1_abc", "1048576"])
+    fake_proc(tmp_path, 31, 7, "Z", [STUB, "/repo/a/slow/2/model.py", "../escape"])  # orphaned zombie
+    fake_proc(tmp_path, 32, 1, "S", [STUB, "/repo/b/echo/1/model.py", ".hidden"])
+    fake_proc(tmp_path, 33, 1, "S", [STUB])  # no arguments
+    scanner = StubScanner(proc=tmp_path)
+    assert scanner.models([30, 31, 33, 99]) == {30: "echo", 31: "slow"}  # 33 serves nothing, 99 is gone
+    under = sorted(scanner.under("/repo/a"), key=lambda s: s.pid)
+    assert [(s.pid, s.region) for s in under] == [(30, "appliance_1_abc"), (31, None)]  # never a path
+    assert scanner.region_of(32) is None and scanner.region_of(99) is None
+
+
+def test_orphans_are_stubs_whose_server_pid_is_gone(tmp_path: Path) -> None:
+    fake_proc(tmp_path, 1, 0, "S", ["/sbin/init"])
+    fake_proc(tmp_path, 40, 1, "S", [STUB, "/r/m/1/model.py", "appliance_1_a", "1", "1", "1", "/b"])  # server alive
+    fake_proc(tmp_path, 41, 1, "S", [STUB, "/r/m/1/model.py", "appliance_5_a", "1", "1", "5", "/b"])  # server gone
+    fake_proc(tmp_path, 42, 1, "S", [STUB, "/r/m/1/model.py", "appliance_5_b"])  # no server pid argument
+    fake_proc(tmp_path, 43, 1, "S", ["/usr/bin/python3", "/r/m/1/model.py", "x", "1", "1", "5", "/b"])  # not a stub
+    assert [s.pid for s in StubScanner(proc=tmp_path).orphans()] == [41]
+
+
+def test_region_names_are_built_and_parsed_in_one_place(tmp_path: Path) -> None:
+    assert region_prefix(1234) == "appliance_1234_"
+    assert region_server_pid(region_prefix(1234) + "echo_0_0") == 1234
+    assert region_server_pid(region_prefix(77, "other") + "x", "other") == 77
+    for foreign in ("appliance-cam-line1.ring", "other_123_x", "appliance_notapid_x", "appliance_", "appliance_²_x"):
+        assert region_server_pid(foreign) is None, foreign
+    proc, shm = tmp_path / "proc", tmp_path / "shm"
+    shm.mkdir()
+    fake_proc(proc, 1, 0, "S", ["/sbin/init"])
+    for name in ("appliance_1_a", "appliance_5_b", "appliance_5", "appliance_x_5", "other_5_c"):
+        (shm / name).write_bytes(b"x")
+    assert StubScanner(proc, shm).stale_regions() == [shm / "appliance_5", shm / "appliance_5_b"]
 
 
 def test_waiting_needs_repository_roots() -> None:
@@ -42,9 +81,6 @@ def test_waiting_needs_repository_roots() -> None:
 
 
 def test_killing_removes_the_stubs_shared_memory(tmp_path: Path) -> None:
-    import os
-    import subprocess
-
     shm = tmp_path / "shm"
     shm.mkdir()
     (shm / "appliance_1_abc").write_bytes(b"x")
@@ -54,7 +90,8 @@ def test_killing_removes_the_stubs_shared_memory(tmp_path: Path) -> None:
     try:
         proc = tmp_path / "proc"
         fake_proc(proc, child.pid, 1, "S", [STUB, "/repo/a/m/1/model.py", "appliance_1_abc", "1048576"])
-        assert stubs.wait_gone(0.0, ["/repo/a"], parent=1, proc=proc, shm_root=shm) == [child.pid]
+        scanner = StubScanner(proc=proc, shm_root=shm)
+        assert stubs.wait_gone(0.0, ["/repo/a"], parent=1, scanner=scanner) == [child.pid]
         child.wait(timeout=30)  # already reaped by wait_gone; returns at once
         with pytest.raises(ProcessLookupError):
             os.kill(child.pid, 0)
