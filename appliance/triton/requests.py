@@ -257,7 +257,7 @@ class Runtime:
                     ctypes.byref(mtid), ctypes.byref(buserp)))  # fmt: skip
                 shape = tuple(shape_p[d] for d in range(ndim.value))
                 raw = self.allocator.output_bytes(buserp.value, base.value, size.value)
-                result.outputs[oname.value.decode()] = output_array(odtype.value, shape, raw)
+                result.outputs[(oname.value or b"").decode()] = output_array(odtype.value, shape, raw)
             pending.result = result
         except TritonError as exc:
             pending.error = exc
