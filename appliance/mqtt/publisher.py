@@ -31,7 +31,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 import appliance
-from appliance.mqtt.backoff import Backoff
+from appliance.backoff import Backoff
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.connection import (build_client, describe_connect_error, describe_early_close,
                                         describe_refusal)

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from appliance.backoff import RestartPolicy
 from appliance.config.app import AppConfig
 from appliance.config.check import resolved_paths
 from appliance.health.metrics import ApplianceMetrics
@@ -34,7 +35,7 @@ from appliance.health.tegrastats import TegrastatsMonitor, system_fields
 from appliance.sdnotify import Notifier
 from appliance.supervisor.cameras import CaptureChild, mqtt_camera_state
 from appliance.supervisor.leftovers import reclaim_leftovers
-from appliance.supervisor.children import ChildState, ChildSupervisor, RestartPolicy
+from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.modelprobe import ModelProbe, fault_from_error
 from appliance.supervisor.modelreload import TritonReloader
 from appliance.supervisor.recovery import PipelineRecovery, PipelineState

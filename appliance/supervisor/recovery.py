@@ -22,8 +22,8 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
+from appliance.backoff import RestartPolicy
 from appliance.ota.router import Route
-from appliance.supervisor.children import RestartPolicy
 from appliance.supervisor.modelprobe import Fault
 
 log = logging.getLogger("appliance.supervisor")

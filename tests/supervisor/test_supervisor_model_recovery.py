@@ -15,9 +15,9 @@ from typing import Any, Iterator
 import cv2
 import pytest
 
+from appliance.backoff import RestartPolicy
 from appliance.health.metrics import ApplianceMetrics
 from appliance.ota.router import Route, Router
-from appliance.supervisor.children import RestartPolicy
 from appliance.supervisor.modelprobe import ModelProbe, fault_from_error
 from appliance.supervisor.modelreload import TritonReloader
 from appliance.supervisor.recovery import PipelineRecovery, PipelineState

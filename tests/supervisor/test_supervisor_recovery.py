@@ -10,9 +10,9 @@ from typing import Sequence
 
 import pytest
 
+from appliance.backoff import RestartPolicy
 from appliance.health.metrics import ApplianceMetrics
 from appliance.ota.router import Route
-from appliance.supervisor.children import RestartPolicy
 from appliance.supervisor.modelprobe import Fault, expected_stubs, fault_from_error
 from appliance.supervisor.recovery import PipelineRecovery, PipelineState, RouteChanged
 from appliance.triton.errors import InternalError, NotFoundError

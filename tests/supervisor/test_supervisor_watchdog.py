@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from appliance.backoff import RestartPolicy
 from appliance.config.app import AppConfig
 from appliance.ota.router import Route
 from appliance.supervisor.app import Appliance
-from appliance.supervisor.children import RestartPolicy
 from appliance.supervisor.modelprobe import Fault
 from appliance.supervisor.recovery import PipelineRecovery
 from appliance.supervisor.scheduler import Scheduler
