@@ -4,6 +4,10 @@ Under systemd the journal gets structured entries through its native protocol (n
 PRIORITY from the level, the logger, the code location, and the fields CAMERA, MODEL and STAGE when a log
 call passes them (``log.info(..., extra={"camera": "line1"})``), so operators can filter with
 ``journalctl -u appliance CAMERA=line1``.
+
+Capture processes configure logging through the same :func:`configure` with ``camera=``: every record they log
+carries CAMERA (whichever module logged it), and warnings reach the journal at priority 4, not as stderr lines
+that journald stamps 6.
 """
 
 from __future__ import annotations
@@ -68,7 +72,24 @@ def use_journal(environ: Mapping[str, str] | None = None, path: Path = JOURNAL_S
     return bool(env.get("JOURNAL_STREAM")) and path.exists()
 
 
-def configure(level: str, environ: Mapping[str, str] | None = None, journal_path: Path = JOURNAL_SOCKET) -> None:
+class DefaultFields(logging.Filter):
+    """Sets structured fields (``camera=...``) on every record that does not carry its own."""
+
+    def __init__(self, **fields: str) -> None:
+        super().__init__()
+        self._fields = fields
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in self._fields.items():
+            if getattr(record, key, None) is None:
+                setattr(record, key, value)
+        return True
+
+
+def configure(level: str | int, environ: Mapping[str, str] | None = None, journal_path: Path = JOURNAL_SOCKET,
+              *, camera: str | None = None) -> None:
+    """Log to the journal under systemd, to stderr otherwise. ``camera``: this process works for one camera
+    (a capture process): every record gets CAMERA, and stderr lines say ``capture[<camera>]``."""
     root = logging.getLogger()
     root.setLevel(level)
     for old in list(root.handlers):
@@ -78,5 +99,8 @@ def configure(level: str, environ: Mapping[str, str] | None = None, journal_path
         handler.setFormatter(logging.Formatter("%(message)s"))  # journald stamps time and level itself
     else:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        origin = "capture[%(camera)s]" if camera is not None else "%(name)s"
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {origin}: %(message)s"))
+    if camera is not None:
+        handler.addFilter(DefaultFields(camera=camera))
     root.addHandler(handler)

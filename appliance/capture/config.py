@@ -8,10 +8,11 @@ depend on this machine (a file exists, ``gst-launch-1.0`` is installed, /dev/shm
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.base import StrictModel
 
 PixelFormat = Literal["bgr", "rgb"]
@@ -92,19 +93,16 @@ Source = Annotated[
 ]
 
 
-class BackoffConfig(StrictModel):
-    """Reconnect delays: initial * factor**attempt, capped at max, then spread by +/- jitter."""
+class BackoffConfig(BaseBackoffConfig):
+    """Reconnect delays: initial * factor**attempt, capped at max, then spread by +/- jitter (which may take a
+    capped delay above max, so cameras at the cap still spread out)."""
+
+    order_message: ClassVar[str] = "backoff max_s ({max_s}) must be >= initial_s ({initial_s})"
 
     initial_s: float = Field(0.5, gt=0, le=60, description="first delay after a failure")
     max_s: float = Field(30.0, gt=0, le=3600, description="longest delay")
     factor: float = Field(2.0, ge=1, le=10, description="growth per consecutive failure")
     jitter: float = Field(0.2, ge=0, le=1, description="relative random spread so cameras do not retry in lockstep")
-
-    @model_validator(mode="after")
-    def _max_not_below_initial(self) -> "BackoffConfig":
-        if self.max_s < self.initial_s:
-            raise ValueError(f"backoff max_s ({self.max_s}) must be >= initial_s ({self.initial_s})")
-        return self
 
 
 class CameraConfig(StrictModel):

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from appliance.capture.backoff import Backoff
+from appliance.backoff import Backoff
 from appliance.capture.config import CameraConfig
 from appliance.capture.layout import CaptureState
 from appliance.capture.ring import RingWriter

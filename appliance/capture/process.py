@@ -27,6 +27,8 @@ from pathlib import Path
 from appliance.capture.config import CameraConfig
 from appliance.capture.layout import CaptureState, RingGeometry
 from appliance.capture.ring import CaptureHealth, RingBusyError, RingOwner, RingReader, create_ring, ring_path
+from appliance.logs import JOURNAL_SOCKET
+from appliance.logs import configure as configure_logging
 from appliance.procs import stop_process
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class CaptureSpec:
     ring_path: str
     log_level: int = logging.INFO
     doorbell: str = ""  # rung after each published frame (appliance.capture.doorbell); "" rings nothing
+    journal_socket: str = str(JOURNAL_SOCKET)  # used when JOURNAL_STREAM says stderr goes to the journal
 
 
 def ring_geometry(camera: CameraConfig) -> RingGeometry:
@@ -66,9 +69,8 @@ def capture_main(spec: CaptureSpec) -> None:
     from appliance.capture.sources import make_source
 
     camera = CameraConfig.model_validate_json(spec.camera_json)
-    logging.basicConfig(
-        level=spec.log_level, stream=sys.stderr, format=f"%(asctime)s %(levelname)s capture[{camera.id}]: %(message)s"
-    )
+    # The supervisor's handler (journald under systemd): CAMERA= on every record, warnings at priority 4.
+    configure_logging(spec.log_level, journal_path=Path(spec.journal_socket), camera=camera.id)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -118,9 +120,11 @@ class CaptureProcess:
         log_level: int = logging.INFO,
         mp_context: str = "spawn",
         doorbell: str = "",
+        journal_socket: Path | str = JOURNAL_SOCKET,
     ) -> None:
         self.camera = camera
         self._doorbell = doorbell
+        self._journal_socket = str(journal_socket)
         self.ring_path = ring_path(shm_root, camera.id)
         self._log_level = log_level
         self._ctx = multiprocessing.get_context(mp_context)
@@ -142,7 +146,8 @@ class CaptureProcess:
             self._owner = create_ring(self.ring_path, ring_geometry(self.camera), self.camera.id)
             self._monitor = RingReader(self.ring_path)
         before = self._monitor.health().generation
-        spec = CaptureSpec(self.camera.model_dump_json(), str(self.ring_path), self._log_level, self._doorbell)
+        spec = CaptureSpec(self.camera.model_dump_json(), str(self.ring_path), self._log_level, self._doorbell,
+                           self._journal_socket)
         proc = self._ctx.Process(target=capture_main, args=(spec,), name=f"capture-{self.camera.id}", daemon=False)
         proc.start()
         self._proc = proc  # only once started: stop() joins it, and joining a never-started process raises

@@ -20,6 +20,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from appliance.backoff import capped_exponential
+
 log = logging.getLogger("appliance.health.tegrastats")
 
 
@@ -213,7 +215,7 @@ class TegrastatsMonitor:
 
     # -- the reader thread ---------------------------------------------------------------------------------
     def _run(self, path: str) -> None:
-        backoff = self._initial_backoff
+        failures = 0  # in a row: a child that ran stable_s starts the doubling over
         while not self._stop.is_set():
             started = self._clock()
             code, stderr_tail = self._run_child(path)
@@ -221,13 +223,14 @@ class TegrastatsMonitor:
                 break
             self.exits += 1
             if self._clock() - started >= self._stable_s:
-                backoff = self._initial_backoff
+                failures = 0
+            backoff = capped_exponential(self._initial_backoff, self._max_backoff, 2.0, failures)
+            failures += 1
             self.last_error = f"tegrastats exited with code {code}" + (f": {stderr_tail}" if stderr_tail else "")
             self._state = "restarting"
             log.warning("%s; restarting in %.1f s (exit %d)", self.last_error, backoff, self.exits)
             if self._stop.wait(backoff):
                 break
-            backoff = min(backoff * 2, self._max_backoff)
             self._state = "running"
 
     def _run_child(self, path: str) -> tuple[int | None, str]:

@@ -7,10 +7,11 @@ file (``password_file``, e.g. a systemd credential) so it never sits in the conf
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, SecretStr, model_validator
 
+from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.base import StrictModel
 
 QoS = Literal[0, 1, 2]
@@ -45,20 +46,18 @@ class QosConfig(StrictModel):
     replies: QoS = Field(1, description="command replies")
 
 
-class BackoffConfig(StrictModel):
-    """Reconnect delay: initial_s * multiplier**attempt, capped at max_s, +/- jitter (a fraction)."""
+class BackoffConfig(BaseBackoffConfig):
+    """Reconnect delay: initial_s * factor**attempt, capped at max_s, +/- jitter (a fraction), never above max_s.
+
+    ``factor`` was called ``multiplier`` here; the old name is still accepted, with a deprecation warning."""
+
+    jitter_within_max: ClassVar[bool] = True
 
     initial_s: float = Field(1.0, gt=0, le=300, description="delay before the first retry")
     max_s: float = Field(60.0, gt=0, le=3600, description="upper bound on the delay")
-    multiplier: float = Field(2.0, ge=1.0, le=10.0, description="growth per failed attempt")
+    factor: float = Field(2.0, ge=1.0, le=10.0, description="growth per failed attempt (formerly `multiplier`)")
     jitter: float = Field(0.2, ge=0.0, le=0.5, description="random spread, fraction of the delay, so a fleet does "
                           "not reconnect in lockstep after a broker restart")
-
-    @model_validator(mode="after")
-    def _max_not_below_initial(self) -> "BackoffConfig":
-        if self.max_s < self.initial_s:
-            raise ValueError(f"backoff.max_s ({self.max_s}) must be >= backoff.initial_s ({self.initial_s})")
-        return self
 
 
 class SpoolConfig(StrictModel):

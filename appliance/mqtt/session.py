@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import paho.mqtt.client as paho
 
-from appliance.mqtt.backoff import Backoff
+from appliance.backoff import Backoff
 from appliance.mqtt.connection import (build_client, describe_connect_error, describe_early_close,
                                         describe_refusal)
 from appliance.mqtt.messages import device_status_payload, encode

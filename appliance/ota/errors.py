@@ -21,6 +21,7 @@ REJECT_CODES = (
     "golden_mismatch",  # golden frames not passed: detections outside tolerance, a frame unreadable or not run
     "load_failed",      # Triton could not load the new version
     "duplicate",        # this version is already installed
+    "downgrade",        # not newer than the version floor (the newest ever active): an old bundle replayed
     "busy",             # another update holds the lock and the caller did not want to wait
     "delivery",         # the bundle could not be fetched (download, chunks, path)
     "internal",         # an unexpected error in the appliance; the message names it

@@ -18,7 +18,7 @@ import appliance
 from appliance.ota import compat, golden
 from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaRejected, RollbackError, rejection_for
-from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
+from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, version_order
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import FINAL_STATES, OtaStatus, StatusCallback
 from appliance.durable import fsync_path
@@ -186,6 +186,7 @@ class OtaManager:
             compat.check_appliance_version(m, self._appliance_version)
             if self.store.read_pointer().version == m.version:
                 raise OtaRejected("duplicate", f"version {m.version} is already active")
+            self._check_floor(m)
             vdir = self._stage(bundle, opened, rid)
             try:
                 compat.check_onnx(m, vdir / m.onnx)
@@ -204,6 +205,29 @@ class OtaManager:
             rejected = _internal(exc)
             rejected.version = m.version  # type: ignore[attr-defined]
             raise rejected from exc
+
+    def version_floor(self) -> str | None:
+        """The anti-rollback floor: the newest version ever made active (also the active one, should a power cut
+        have come between moving the pointer and raising the floor)."""
+        floor, active = self.store.read_floor(), self.store.read_pointer().version
+        candidates = [v for v in (floor, active) if v is not None and version_order(v) is not None]
+        return max(candidates, key=lambda v: version_order(v) or ()) if candidates else None
+
+    def _check_floor(self, m: Manifest) -> None:
+        """Only a newer version installs: a captured old bundle, validly signed, must not be replayed onto the
+        device. Going back to a kept version is ``rollback()``, which this does not limit."""
+        order = version_order(m.version)
+        if order is None:
+            raise OtaRejected("invalid_manifest", f"version {m.version!r} cannot be ordered: bundle versions are "
+                                                  "dotted numbers (7, 2.1, 2024.05.1), each newer than the last")
+        try:
+            floor = self.version_floor()
+        except ValueError as exc:  # a damaged floor file: refuse rather than let an old bundle in
+            raise OtaRejected("downgrade", f"{exc}; no update installs until it is fixed") from None
+        if floor is not None and order <= (version_order(floor) or ()):
+            raise OtaRejected("downgrade", f"version {m.version} is not newer than {floor}, the newest version this "
+                                           "device has served (a replayed old bundle?); go back to a kept version with "
+                                           "the rollback action, or ship the fix with a higher version")
 
     def _stage(self, bundle: Path, opened: Any, rid: str | None) -> Path:
         m = opened.manifest
@@ -314,6 +338,7 @@ class OtaManager:
             if problem is None:
                 history = self._history(self.store.read_pointer())
                 self.store.write_pointer(Pointer(m.version, history))
+                self._raise_floor(m.version)
         except BaseException:
             # Nothing is committed before the pointer moves: whatever failed, the old version serves on.
             self._undo(new, old, routed)
@@ -351,6 +376,14 @@ class OtaManager:
             log.exception("OTA: restoring %s after a failed switch to %s failed", old.label if old else "base",
                           new.label)
 
+    def _raise_floor(self, version: str) -> None:
+        """After the pointer moved: the floor follows (version_floor() also counts the active version, so a floor
+        that cannot be written is logged, not a failed update)."""
+        try:
+            self.store.raise_floor(version)
+        except (OSError, ValueError) as exc:
+            log.error("OTA: could not raise the version floor to %s in %s: %s", version, self.store.root, exc)
+
     def _history(self, previous: Pointer) -> tuple[str | None, ...]:
         """The new pointer's history: the base model (None, always servable) and the newest verified versions
         served before, so that with the new active one ``keep_versions`` versions are kept."""
@@ -382,6 +415,8 @@ class OtaManager:
             if not history:
                 raise RollbackError(f"nothing to roll back to from {pointer.version or 'the base model'}")
             target = history.pop()
+            if pointer.version is not None:  # in case a power cut came between pointer and floor at install
+                self._raise_floor(pointer.version)
             old = self.switcher.current()
             new = self._load(self.spec(target))
             self.switcher.route(new)
@@ -396,7 +431,12 @@ class OtaManager:
     def status(self) -> dict[str, Any]:
         pointer = self.store.read_pointer()
         current = self.switcher.current()
+        try:
+            floor: str | None = self.version_floor()
+        except ValueError as exc:
+            floor = f"unreadable: {exc}"
         return {"active": pointer.version, "history": list(pointer.history), "installed": self.store.installed(),
+                "version_floor": floor,
                 "serving": current.label if current else None,
                 "last": self.last_status.to_dict() if self.last_status else None}
 

@@ -53,6 +53,21 @@ def version_key(version: str) -> tuple[Any, ...]:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-]", version))
 
 
+_ORDERABLE = re.compile(r"^[0-9]{1,18}(\.[0-9]{1,18}){0,7}$")
+
+
+def version_order(version: str) -> tuple[int, ...] | None:
+    """The order of bundle versions, for the anti-rollback floor: dotted numbers compared part by part as integers
+    ("10" > "9", "2024.05.1" > "2024.4", "1.0" == "1": trailing zeros do not count); None for a version that is
+    not dotted numbers ("2.0-rc1", "beta"), which cannot be ordered and is refused."""
+    if not _ORDERABLE.match(version):
+        return None
+    parts = [int(p) for p in version.split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
 class Manifest(StrictModel):
     format: int = Field(FORMAT, ge=1, le=FORMAT, description="manifest format; newer formats are refused")
     model: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="model name")

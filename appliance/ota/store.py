@@ -8,6 +8,8 @@ Layout (``<state>/ota``)::
     staging/               extractions in progress; emptied by recover()
     update.json            the install in progress and its last step (cleared when it ends): found at start, it
                            means the appliance stopped in the middle of an update, which is then reported
+    floor.json             the anti-rollback version floor: the newest version ever made active; a bundle not
+                           newer is refused (``downgrade``). It only rises, and is written like the pointer
     lock                   flock()ed by whoever changes any of this (one update at a time, across processes)
 
 The pointer only ever names a version that has ``verified.json`` (or null), and is replaced atomically: write a
@@ -30,12 +32,13 @@ from typing import Any, Iterator
 
 from appliance.durable import fsync_path, sha256_file, write_json_durably
 from appliance.ota.errors import OtaRejected
-from appliance.ota.manifest import MANIFEST_NAME, Manifest, parse_manifest
+from appliance.ota.manifest import MANIFEST_NAME, Manifest, parse_manifest, version_order
 
 log = logging.getLogger("appliance.ota")
 POINTER = "active.json"
 VERIFIED = "verified.json"
 JOURNAL = "update.json"
+FLOOR = "floor.json"
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,33 @@ class OtaStore:
             raise ValueError(f"refusing to point at {pointer.version!r}: it is not a complete, verified version")
         self.ensure()
         write_json_durably(self.root / POINTER, pointer.to_json())
+
+    # -- the anti-rollback floor -------------------------------------------------------------------------
+    def read_floor(self) -> str | None:
+        """The newest version ever made active here (None: none yet). An unreadable file is an error, not "no
+        floor": that would let an old bundle back in."""
+        path = self.root / FLOOR
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"OTA version floor {path} is unreadable: {exc}") from None
+        version = doc.get("version") if isinstance(doc, dict) else None
+        if not isinstance(version, str) or version_order(version) is None:
+            raise ValueError(f"OTA version floor {path} is unreadable: {doc!r}")
+        return version
+
+    def raise_floor(self, version: str) -> str:
+        """Raise the floor to ``version`` if it is newer (durably: temp, fsync, rename); return the floor now."""
+        order, current = version_order(version), self.read_floor()
+        if order is None:
+            raise ValueError(f"version {version!r} cannot be ordered; the floor stays at {current}")
+        if current is not None and order <= (version_order(current) or ()):
+            return current
+        self.ensure()
+        write_json_durably(self.root / FLOOR, {"format": 1, "version": version})
+        return version
 
     # -- the update journal ------------------------------------------------------------------------------
     def write_journal(self, status: dict[str, Any]) -> None:
@@ -188,8 +218,9 @@ class OtaStore:
             if d.is_dir() and not (d / VERIFIED).is_file() and d.name != pointer.version:
                 log.warning("OTA: removing incomplete version %s (interrupted update)", d.name)
                 shutil.rmtree(d, ignore_errors=True)
-        for leftover in self.root.glob(f".{POINTER}.*"):
-            leftover.unlink(missing_ok=True)
+        for name in (POINTER, FLOOR):
+            for leftover in self.root.glob(f".{name}.*"):
+                leftover.unlink(missing_ok=True)
         return self.serving()
 
     def prune(self, keep: int, protect: set[str | None]) -> list[str]:

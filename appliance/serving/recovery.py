@@ -22,12 +22,10 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
+from appliance.backoff import RestartPolicy
 from appliance.serving.errors import RouteChanged
 from appliance.serving.probe import Fault
 from appliance.serving.router import Route
-# TODO(merge): RestartPolicy moves to appliance/backoff.py (the "runs for months" branch); until then this is
-# the one import from serving up into the supervisor.
-from appliance.supervisor.children import RestartPolicy
 
 log = logging.getLogger("appliance.supervisor")  # kept from when this was the supervisor's: log lines read as before
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, cast
 
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
+from appliance.backoff import RestartPolicy
 from appliance.capture import CaptureProcess, RingError, RingReader, reclaim_stale_rings
 from appliance.capture.doorbell import Doorbell
 from appliance.engines.manager import InstalledEngine, ensure_engines
@@ -49,7 +50,7 @@ from appliance.serving.router import Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
-from appliance.supervisor.children import ChildState, ChildSupervisor, RestartPolicy
+from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorplan import plan_detector
 from appliance.supervisor.enginestatus import EngineStatusForwarder
 from appliance.supervisor.framepath import FramePath

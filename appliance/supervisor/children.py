@@ -14,6 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from appliance.backoff import RestartPolicy
+
 log = logging.getLogger(__name__)
 
 
@@ -31,17 +33,6 @@ class ChildState(enum.Enum):
     BACKOFF = "backoff"
     CRASH_LOOP = "crash_loop"
     STOPPED = "stopped"
-
-
-@dataclass(frozen=True)
-class RestartPolicy:
-    initial_backoff_s: float = 1.0
-    max_backoff_s: float = 60.0
-    max_restarts: int = 5
-    window_s: float = 300.0
-
-    def backoff(self, recent_restarts: int) -> float:
-        return min(self.max_backoff_s, self.initial_backoff_s * 2 ** max(0, recent_restarts - 1))
 
 
 @dataclass

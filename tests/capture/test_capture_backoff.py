@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from appliance.capture.backoff import Backoff
+from appliance.backoff import Backoff, RestartPolicy, capped_exponential
 from appliance.capture.config import BackoffConfig
 
 
@@ -41,3 +41,28 @@ def test_the_same_seed_gives_the_same_delays_and_another_seed_does_not() -> None
 
     assert run(3) == run(3)
     assert run(3) != pytest.approx(run(4))
+
+
+def test_delays_stay_at_the_cap_after_far_more_failures_than_a_float_power_allows() -> None:
+    """2.0**1024 overflows; a camera dead for ~8.5 hours at the 30 s default gets there."""
+    backoff = Backoff(BackoffConfig(), random.Random(1))  # defaults: 0.5 s doubling to 30 s, +/-20 %
+    delays = [backoff.next_delay() for _ in range(5000)]
+    assert backoff.attempt == 5000
+    assert all(30 * 0.8 - 1e-9 <= d <= 30 * 1.2 + 1e-9 for d in delays[7:]), max(delays)
+    assert min(delays[1000:]) < 30 < max(delays[1000:])  # still jittered around the cap, not stuck
+
+
+@pytest.mark.parametrize("initial_s, max_s, factor", [(0.5, 30, 2), (0.0001, 3600, 10), (1e-300, 3600, 1.0001),
+                                                      (0.5, 30, 1.01), (1, 1, 10)])
+def test_capped_exponential_reaches_the_cap_and_never_overflows(initial_s: float, max_s: float,
+                                                                factor: float) -> None:
+    for attempt in (0, 1, 10, 1023, 1024, 1025, 10**6, 10**400):
+        delay = capped_exponential(initial_s, max_s, factor, attempt)
+        assert min(initial_s, max_s) <= delay <= max_s
+    assert capped_exponential(initial_s, max_s, factor, 10**8) == max_s  # even a slow factor gets there
+    assert capped_exponential(initial_s, max_s, factor, 0) == min(initial_s, max_s)
+
+
+def test_restart_policy_doubles_to_its_cap_for_any_number_of_restarts() -> None:
+    policy = RestartPolicy(initial_backoff_s=1, max_backoff_s=60)
+    assert [policy.backoff(n) for n in (0, 1, 2, 3, 6, 7, 2000, 10**9)] == [1, 1, 2, 4, 32, 60, 60, 60]

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from appliance.capture.backoff import Backoff
+from appliance.backoff import Backoff
 from appliance.capture.layout import CaptureState
 from appliance.capture.loop import CaptureLoop
 from appliance.capture.process import ring_geometry

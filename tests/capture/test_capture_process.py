@@ -21,6 +21,7 @@ from appliance.capture import (
     ring_path,
 )
 from capture_helpers import wait_for
+from support.journal import FakeJournald
 
 
 @pytest.fixture
@@ -130,3 +131,47 @@ def test_leftovers_of_a_killed_supervisor_are_reclaimed(camera, video, shm_root,
     finally:
         proc.close()
     assert list(shm_root.iterdir()) == []
+
+
+def test_a_camera_dead_for_thousands_of_attempts_keeps_retrying(camera, tmp_path, shm_root):
+    """A camera dead for ~8.5 hours at the default 30 s cap reaches attempt 1024, where 2.0**1024 overflows a
+    float. Here the same schedule runs in compressed time (sub-millisecond delays) in a real capture process:
+    it must still be alive and retrying after far more failures than that."""
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"\x00garbage" * 4000)
+    cam = camera({"type": "file", "path": str(junk)}, backoff={"initial_s": 0.0001, "max_s": 0.0002, "jitter": 0.2})
+    proc = CaptureProcess(cam, shm_root=shm_root)
+    try:
+        proc.start()
+        with proc.reader() as reader:
+            wait_for(lambda: reader.health().reconnects >= 2500 or not proc.is_alive(), 300, "2500 failed attempts")
+            assert proc.is_alive(), f"capture process exited with {proc.exitcode}: {reader.health().last_error}"
+            h = reader.health()
+            assert h.reconnects >= 2500 and h.frames == 0 and h.writer_alive
+            assert h.state in (CaptureState.BACKOFF, CaptureState.CONNECTING)
+            assert "could not open file" in h.last_error
+    finally:
+        proc.close()
+
+
+def test_a_capture_process_logs_its_warnings_to_the_journal_with_its_camera(camera, tmp_path, shm_root,
+                                                                            monkeypatch):
+    """Under systemd (JOURNAL_STREAM set) a capture process logs through the journald handler: its reconnect
+    warnings carry CAMERA= and priority 4, so `journalctl CAMERA=cam0` and `journalctl -p warning` find them."""
+    journald = FakeJournald(tmp_path / "journal.sock", timeout_s=60)
+    monkeypatch.setenv("JOURNAL_STREAM", "8:4242")  # what systemd sets; the spawned child inherits it
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"\x00garbage" * 4000)
+    cam = camera({"type": "file", "path": str(junk)}, backoff={"initial_s": 0.05, "max_s": 0.1})
+    proc = CaptureProcess(cam, shm_root=shm_root, journal_socket=journald.path)
+    try:
+        proc.start()
+        entry = journald.receive()
+        while "reconnecting in" not in entry["MESSAGE"]:
+            entry = journald.receive()
+    finally:
+        proc.close()
+        journald.close()
+    assert entry["CAMERA"] == "cam0" and entry["PRIORITY"] == "4", entry
+    assert entry["LOGGER"] == "appliance.capture.loop" and entry["SYSLOG_IDENTIFIER"] == "appliance"
+    assert "could not open file" in entry["MESSAGE"] and "junk.mp4" in entry["MESSAGE"]

@@ -109,3 +109,79 @@ def test_yaml_syntax_error_has_a_line(tmp_path: Path) -> None:
 def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "missing.yaml", _Config, {})
+
+
+# -- YAML merge keys (<<: *defaults) and everything else the loader cannot take --------------------------------
+_MERGED = """\
+x-defaults: &defaults
+  fps: 15
+  source: {type: rtsp, url: 'rtsp://cam/1'}
+x-file: &file
+  source: {type: file, path: /tmp/v.mp4}
+cameras:
+  - <<: *defaults
+    id: a
+  - <<: *defaults
+    id: b
+    fps: 30
+  - <<: [*file, *defaults]
+    id: c
+"""
+
+
+def test_merge_keys_fill_in_the_anchor_and_the_mapping_own_keys_win(tmp_path: Path) -> None:
+    path = tmp_path / "merged.yaml"
+    path.write_text(_MERGED.replace("x-defaults", "x_defaults").replace("x-file", "x_file")
+                    .replace("cameras:", "qos: 2\ncameras:"))
+
+    class _WithAnchors(_Config):
+        x_defaults: dict
+        x_file: dict
+
+    config = load_config(path, _WithAnchors, {})
+    assert [(c.id, c.fps, c.source.type) for c in config.cameras] == [("a", 15, "rtsp"), ("b", 30, "rtsp"),
+                                                                      ("c", 15, "file")]  # the first source wins
+
+
+def test_an_error_inside_a_merged_mapping_points_at_the_line_in_the_anchor(tmp_path: Path) -> None:
+    text = ("cameras:\n  - &d\n    id: a\n    fps: 500\n    source: {type: rtsp, url: 'rtsp://h/1'}\n"
+            "  - <<: *d\n    id: b\n")
+    doc = parse_yaml(text, "F", {})
+    assert doc.line_of(("cameras", 1, "fps")) == 4 and doc.line_of(("cameras", 1, "id")) == 7
+    assert doc.line_of(("cameras", 1, "source", "url")) == 5
+    assert _errors(tmp_path, text) == ["F:4: cameras.0.fps: Input should be less than or equal to 120 (got 500)",
+                                       "F:4: cameras.1.fps: Input should be less than or equal to 120 (got 500)"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("cameras: []\na: {<<: 5}\n", "F:2: a.<<: a merge key (<<) takes a mapping, an alias of one (<<: *defaults) "
+                                  "or a list of them ([*a, *b])"),
+    ("cameras: []\na: !foo 1\n", "F:2: a: cannot read this value: could not determine a constructor for the tag "
+                                 "'!foo'"),
+    ("cameras: []\na: !!python/name:os.system x\n", "F:2: a: cannot read this value: could not determine a "
+                                                    "constructor for the tag 'tag:yaml.org,2002:python/name:os.system'"),
+    ("cameras: []\na: !!set {x: null}\n", "F:2: a: YAML tag 'tag:yaml.org,2002:set' is not supported here "
+                                         "(write a plain mapping or list)"),
+    ("cameras: []\na: &x [*x]\n", "F:2: a.0: an alias refers to a mapping or list that contains it (a cycle)"),
+    ("cameras: []\na: &x {<<: *x}\n", "F:2: a.<<: a merge key (<<) refers to the mapping it is in"),
+    ("cameras: []\na: \x07\n", "F:2: <root>: invalid YAML: special characters are not allowed (character #x0007)"),
+    ("cameras: []\na: " + "[" * 3000 + "\n", "F: <root>: invalid YAML: nested too deeply"),
+])
+def test_what_the_loader_cannot_take_is_a_config_error_with_its_line(tmp_path: Path, text: str,
+                                                                      expected: str) -> None:
+    assert _errors(tmp_path, text) == [expected]
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("cameras: []\nname: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path, _Config, {})
+    assert [str(i) for i in info.value.issues] == [f"{path}:2: <root>: invalid YAML: not UTF-8 text (byte 0xe9)"]
+
+
+def test_aliases_that_expand_without_bound_are_refused(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 6)]
+    errors = _errors(tmp_path, "cameras: []\n" + "\n".join(lines) + "\n")
+    assert len(errors) == 1 and "aliases expand to more than 100000 values" in errors[0], errors

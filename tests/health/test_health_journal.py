@@ -4,27 +4,12 @@ from __future__ import annotations
 
 import logging
 import socket
-import struct
 from pathlib import Path
 
+import pytest
+
 from appliance.logs import JournalHandler, configure, use_journal
-
-
-def _parse(entry: bytes) -> dict[str, str]:
-    """journald's native protocol: NAME=value lines, or NAME\\n + u64 length + data + \\n."""
-    fields, i = {}, 0
-    while i < len(entry):
-        end = entry.index(b"\n", i)
-        line = entry[i:end]
-        if b"=" in line:
-            name, value = line.split(b"=", 1)
-            fields[name.decode()] = value.decode()
-            i = end + 1
-        else:
-            (length,) = struct.unpack("<Q", entry[end + 1:end + 9])
-            fields[line.decode()] = entry[end + 9:end + 9 + length].decode()
-            i = end + 9 + length + 1
-    return fields
+from support.journal import FakeJournald, parse_entry
 
 
 def test_entries_carry_priority_logger_and_structured_fields(tmp_path: Path) -> None:
@@ -38,9 +23,9 @@ def test_entries_carry_priority_logger_and_structured_fields(tmp_path: Path) -> 
     logger.propagate = False
     try:
         logger.warning("camera %s stalled", "line1", extra={"camera": "line1", "stage": "capture"})
-        first = _parse(journald.recv(65536))
+        first = parse_entry(journald.recv(65536))
         logger.error("two\nlines", extra={"model": "yolov3-tiny"})
-        second = _parse(journald.recv(65536))
+        second = parse_entry(journald.recv(65536))
     finally:
         logger.removeHandler(handler)
         handler.close()
@@ -66,3 +51,26 @@ def test_journal_is_used_only_when_systemd_says_stderr_goes_there(tmp_path: Path
     finally:
         root.handlers[:] = saved
         root.setLevel(level)
+
+
+def test_a_camera_process_tags_every_record_with_its_camera(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "journal.sock"
+    journald = FakeJournald(path)
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    try:
+        configure("INFO", {"JOURNAL_STREAM": "8:123"}, path, camera="line1")
+        logging.getLogger("appliance.capture.sources.rtsp").warning("read timed out")
+        logging.getLogger("appliance.capture.loop").info("own field", extra={"camera": "other"})
+        first, second = journald.receive(), journald.receive()
+        configure("INFO", {}, path, camera="line1")  # not under systemd: stderr, still says which camera
+        logging.getLogger("appliance.capture.loop").warning("stalled")
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
+        journald.close()
+    assert first["MESSAGE"] == "read timed out" and first["CAMERA"] == "line1" and first["PRIORITY"] == "4"
+    assert first["LOGGER"] == "appliance.capture.sources.rtsp"
+    assert second["CAMERA"] == "other" and second["PRIORITY"] == "6"  # a record's own field wins
+    assert " WARNING capture[line1]: stalled" in capsys.readouterr().err

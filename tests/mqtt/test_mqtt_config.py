@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from appliance.backoff import Backoff
 from appliance.mqtt.config import MqttConfig, PublishConfig
 from appliance.mqtt.errors import MqttConfigError
 from appliance.mqtt.topics import Topics
@@ -101,3 +103,24 @@ def test_spool_path_resolution(tmp_path: Any) -> None:
     assert _cfg().spool_path(tmp_path) == tmp_path / "mqtt-spool.sqlite3"
     assert _cfg(spool={"path": "q/spool.db"}).spool_path(tmp_path) == tmp_path / "q" / "spool.db"
     assert _cfg(spool={"path": "/var/spool/a.db"}).spool_path(tmp_path) == Path("/var/spool/a.db")
+
+
+def test_backoff_growth_is_called_factor_as_for_cameras() -> None:
+    assert _cfg(backoff={"factor": 3}).backoff.factor == 3.0
+    assert _cfg().backoff.factor == 2.0
+
+
+def test_the_old_backoff_key_multiplier_still_works_with_a_deprecation_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="appliance.backoff"):
+        assert _cfg(backoff={"multiplier": 3}).backoff.factor == 3.0
+    assert ["config: backoff key 'multiplier' is deprecated; use 'factor' (same meaning)"] == [
+        r.getMessage() for r in caplog.records]
+    with pytest.raises(ValidationError, match="give factor only; multiplier is its deprecated name"):
+        _cfg(backoff={"multiplier": 3, "factor": 3})
+
+
+def test_jittered_reconnect_delays_never_exceed_max_s_however_long_the_outage() -> None:
+    backoff = Backoff(_cfg(backoff={"initial_s": 1, "max_s": 60, "jitter": 0.5}).backoff, random.Random(3))
+    delays = [backoff.next_delay() for _ in range(5000)]
+    assert max(delays) <= 60 and min(delays[10:]) >= 30  # [base*(1-j), min(max, base*(1+j))]

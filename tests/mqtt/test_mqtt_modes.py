@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 
-from appliance.mqtt.backoff import Backoff
+from appliance.backoff import Backoff
 from appliance.mqtt.config import BackoffConfig, PublishConfig
 from appliance.mqtt.messages import Detection
 from appliance.mqtt.modes import PublishGate

@@ -396,3 +396,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_replayed_old_bundle_sent_as_chunks_is_a_downgrade_on_the_status_stream(tmp_path, keys, sign,
+                                                                                  tiny_source) -> None:
+    """The MQTT `ota` command path: a captured bundle of version 1, replayed after 2 is active, is refused."""
+    events: list[Any] = []
+    handler = handler_for(tmp_path, keys, events)
+    old = list(chunk_payloads(sign(tiny_source("1"), "1.bundle"), 64 << 10))
+    assert [handler.handle(p) for p in old][-1]["state"] == "active"
+    new = list(chunk_payloads(sign(tiny_source("2"), "2.bundle"), 64 << 10))
+    assert [handler.handle(p) for p in new][-1]["state"] == "active"
+    events.clear()
+    for payload in old[:-1]:
+        handler.handle({**payload, "upload_id": "replay"}, request_id="cmd-9")
+    with pytest.raises(OtaRejected) as info:
+        handler.handle({**old[-1], "upload_id": "replay"}, request_id="cmd-9")
+    assert info.value.code == "downgrade"
+    assert_refused(events, "downgrade", "cmd-9", handler.incoming)
+    assert events[-1].version == "1" and "not newer than 2" in events[-1].message
+    assert handler.manager.store.serving() == "2"

@@ -16,12 +16,12 @@ import cv2
 import pytest
 from support.triton import stubs_serving
 
+from appliance.backoff import RestartPolicy
 from appliance.health.metrics import ApplianceMetrics
 from appliance.serving.probe import ModelProbe, fault_from_error
 from appliance.serving.recovery import PipelineRecovery, PipelineState
 from appliance.serving.reload import TritonReloader
 from appliance.serving.router import Route, Router
-from appliance.supervisor.children import RestartPolicy
 from appliance.triton.errors import TritonError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,12 +10,12 @@ from typing import Sequence
 
 import pytest
 
+from appliance.backoff import RestartPolicy
 from appliance.health.metrics import ApplianceMetrics
 from appliance.serving.errors import RouteChanged
 from appliance.serving.probe import Fault, expected_stubs, fault_from_error
 from appliance.serving.recovery import PipelineRecovery, PipelineState
 from appliance.serving.router import Route
-from appliance.supervisor.children import RestartPolicy
 from appliance.triton.errors import InternalError, NotFoundError
 
 BASE = Route("detect", ("preprocess", "detector", "postprocess", "detect"), "yolov3-tiny", None, ("dog",))

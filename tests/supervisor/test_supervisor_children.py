@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from appliance.supervisor.children import ChildState, ChildSupervisor, RestartPolicy
+from appliance.backoff import RestartPolicy
+from appliance.supervisor.children import ChildState, ChildSupervisor
 
 ctx = multiprocessing.get_context("spawn")
 

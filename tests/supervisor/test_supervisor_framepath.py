@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from appliance.backoff import RestartPolicy
 from appliance.capture.ring import FrameMeta
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import DetectionsMessage
 from appliance.serving.router import Route, Router
-from appliance.supervisor.children import RestartPolicy
 from appliance.supervisor.framepath import FramePath
 from appliance.serving.recovery import PipelineRecovery
 from appliance.triton.errors import InternalError

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from appliance.appconfig.app import AppConfig
+from appliance.backoff import RestartPolicy
 from appliance.serving.probe import Fault
 from appliance.serving.recovery import PipelineRecovery
 from appliance.serving.router import Route
 from appliance.supervisor.app import Appliance
-from appliance.supervisor.children import RestartPolicy
 from appliance.supervisor.scheduler import Scheduler
 
 ROUTE = Route("detect", ("detector", "detect"), "yolov3-tiny", None, ())
