@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import cv2
 import pytest
+from support.processes import stubs_serving
 
 from appliance.health.metrics import ApplianceMetrics
 from appliance.ota.router import Route, Router
@@ -25,31 +26,12 @@ from appliance.triton.errors import TritonError
 
 REPO = Path(__file__).resolve().parents[2]
 DOG = Path("/usr/share/darknet/data/dog.jpg")
-STUB = b"triton_python_backend_stub"
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not DOG.exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
+    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
 ]
-
-
-def stubs_serving(model: str, parent: int) -> list[int]:
-    """Live stub processes of ``parent`` serving ``model``, found in /proc by name and parent pid (as
-    appliance.supervisor.leftovers does): the stub's first argument is <repository>/<model>/<version>/model.py."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if argv[0].endswith(STUB) and len(argv) > 1 and fields[0] != "Z" and int(fields[1]) == parent \
-                and f"/{model}/".encode() in argv[1]:
-            found.append(int(entry.name))
-    return found
 
 
 class Live:
