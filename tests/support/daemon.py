@@ -59,6 +59,8 @@ class NotifySocket:
 
 
 class Subscriber:
+    """Every JSON message the daemon publishes under ``topic``, with its topic and retain flag."""
+
     def __init__(self, port: int, topic: str) -> None:
         self.messages: list[tuple[str, dict, bool]] = []
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
