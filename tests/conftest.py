@@ -1,10 +1,17 @@
-"""Shared test setup. Area-specific fixtures live in tests/<area>/conftest.py; reusable helpers that start
-real services (broker, RTSP server, Triton) live in tests/support/ so every area can use them."""
+"""Shared test setup. Fixtures used by more than one area live here; area-specific fixtures live in
+tests/<area>/conftest.py; reusable helpers (real services, polling, setup checks) live in tests/support/.
+No test module imports from another test module."""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.mosquitto import Mosquitto
+from support.provisioned import require_detector, require_triton
+from support.shm import private_shm_dir
+
+from appliance.triton.locate import TritonDistribution
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -12,6 +19,31 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A real mosquitto for this test, stopped afterwards."""
+    with Mosquitto(tmp_path / "broker") as b:
+        yield b
+
+
+@pytest.fixture
+def shm_root() -> Iterator[Path]:
+    """A fresh directory in the real /dev/shm; the test fails if it leaks a ring."""
+    yield from private_shm_dir()
+
+
+@pytest.fixture(scope="session")
+def detector_onnx() -> Path:
+    """The converted detector (.models/yolov3-tiny/model.onnx); the test fails, not skips, without it."""
+    return require_detector()
+
+
+@pytest.fixture(scope="session")
+def triton_distribution() -> TritonDistribution:
+    """The Triton distribution; the test fails, not skips, without it."""
+    return require_triton()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

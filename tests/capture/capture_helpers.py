@@ -7,8 +7,6 @@ import signal
 import struct
 import time
 import zlib
-from typing import Callable
-
 import numpy as np
 
 from appliance.capture.layout import RingGeometry
@@ -61,15 +59,3 @@ def own_ring(path: str, width: int, height: int, slots: int, ready_file: str) ->
     create_ring(path, RingGeometry(width, height, slots), "leftover")
     open(ready_file, "w").close()
     time.sleep(120)
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.02):
-    """Poll until ``predicate()`` is truthy; generous timeouts, never an assertion on speed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)

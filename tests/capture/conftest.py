@@ -1,25 +1,18 @@
-"""Fixtures for the capture tests: a private /dev/shm root that must be empty again after each test, small
-real videos made with ffmpeg, and folders of the real darknet test images."""
+"""Fixtures for the capture tests: small real videos made with ffmpeg, folders of the real darknet test images
+and camera configs (the private /dev/shm root, ``shm_root``, is shared: tests/conftest.py)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 
 from appliance.capture.config import CameraConfig
 from support.rtsp import make_test_video
-from support.shm import private_shm_dir
 
 DARKNET = Path("/usr/share/darknet/data")
-
-
-@pytest.fixture
-def shm_root() -> Iterator[Path]:
-    """A fresh directory in the real /dev/shm; the test fails if it leaks a ring."""
-    yield from private_shm_dir()
 
 
 @pytest.fixture(scope="session")

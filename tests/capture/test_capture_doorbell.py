@@ -7,10 +7,11 @@ import sys
 import time
 from concurrent.futures import Future
 
+from support.wait import wait_until
+
 from appliance.capture import CaptureProcess
 from appliance.capture.doorbell import Doorbell, DoorbellRinger
 from appliance.supervisor.scheduler import Scheduler
-from capture_helpers import wait_for
 
 
 def test_wait_times_out_when_nobody_rings_and_one_wait_consumes_every_pending_ring():
@@ -57,7 +58,7 @@ def test_a_capture_process_rings_once_per_frame(camera, video, shm_root):
             for _ in range(3):
                 before = reader.latest_seq
                 assert bell.wait(30), "the capture process published frames but never rang"
-                wait_for(lambda: reader.latest_seq > before, 10, "the frame the ring announced")
+                wait_until(lambda: reader.latest_seq > before, 10, 0.02, "the frame the ring announced")
     finally:
         proc.close()
         bell.close()
@@ -83,7 +84,7 @@ def test_the_scheduler_sleeps_on_the_bell_and_a_frame_wakes_it(camera, video, sh
         with proc.reader() as reader:
             scheduler.add_camera("cam0", reader, 5)
             scheduler.start()
-            wait_for(lambda: len(submitted) >= 5, 50, "5 frames submitted with a 60 s polling backstop")
+            wait_until(lambda: len(submitted) >= 5, 50, 0.02, "5 frames submitted with a 60 s polling backstop")
             assert scheduler.stop(5) is True  # stop rings too: the loop does not sit out its backstop
         seqs = [seq for seq, _ in submitted]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)

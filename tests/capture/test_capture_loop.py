@@ -8,6 +8,7 @@ import statistics
 import threading
 
 import pytest
+from support.wait import wait_until
 
 from appliance.backoff import Backoff
 from appliance.capture.layout import CaptureState
@@ -16,7 +17,6 @@ from appliance.capture.process import ring_geometry
 from appliance.capture.ring import RingReader, RingWriter, create_ring, ring_path
 from appliance.capture.sources import make_source
 from appliance.capture.sources.gstreamer import GStreamerPipe
-from capture_helpers import wait_for
 
 NOTHING = "videotestsrc is-live=true ! valve drop=true"  # connects fine, never yields a frame
 
@@ -45,7 +45,7 @@ def running(camera, shm_root, factory=None, **loop_kw):
 def test_file_streams_into_the_ring_and_stops_cleanly(camera, video, shm_root):
     cam = camera({"type": "file", "path": str(video)}, fps=30)
     with running(cam, shm_root) as (_, reader, result):
-        wait_for(lambda: reader.health().frames >= 20, 30, "20 frames")
+        wait_until(lambda: reader.health().frames >= 20, 30, 0.02, "20 frames")
         health = reader.health()
         assert health.state == CaptureState.STREAMING and health.writer_alive
         with reader.acquire_latest() as lease:
@@ -63,7 +63,7 @@ def test_source_that_delivers_nothing_is_detected_as_stalled_and_retried(camera,
             seen.add(h.state)
             return h.stalls >= 2 and h.reconnects >= 2
 
-        wait_for(stalled_and_retried, 60, "two stalls and two reconnects", interval=0.005)
+        wait_until(stalled_and_retried, 60, 0.005, "two stalls and two reconnects")
         health = reader.health()
         assert health.frames == 0 and "no frame from GStreamer pipeline" in health.last_error
     assert {CaptureState.CONNECTING, CaptureState.BACKOFF} <= seen
@@ -84,7 +84,7 @@ def test_a_read_that_cannot_be_interrupted_is_reported_as_hung(camera, shm_root)
         return sources[-1]
 
     with running(cam, shm_root, factory, on_hung=hung.append, hung_after_s=0.5) as (_, reader, _r):
-        wait_for(lambda: hung, 30, "the hung report")
+        wait_until(lambda: hung, 30, 0.02, "the hung report")
         assert "cannot be interrupted; exiting so the supervisor restarts capture" in hung[0]
         assert reader.health().state == CaptureState.STALLED
         GStreamerPipe.abort(sources[-1])  # what the process exit does for real: let the thread finish
@@ -93,7 +93,7 @@ def test_a_read_that_cannot_be_interrupted_is_reported_as_hung(camera, shm_root)
 def test_truncated_file_counts_decode_errors_and_keeps_streaming(camera, truncated_video, shm_root):
     cam = camera({"type": "file", "path": str(truncated_video), "realtime": False})
     with running(cam, shm_root) as (_, reader, _r):
-        wait_for(lambda: reader.health().decode_errors >= 2, 60, "two decode errors (two passes over the file)")
+        wait_until(lambda: reader.health().decode_errors >= 2, 60, 0.02, "two decode errors (two passes over the file)")
         h = reader.health()
         assert h.state == CaptureState.STREAMING and h.frames > 2 and h.reconnects == 0
 
@@ -111,7 +111,7 @@ def test_unopenable_file_backs_off_with_growing_delays_and_says_why(camera, tmp_
 
     monkeypatch.setattr(Backoff, "next_delay", recorded)
     with running(cam, shm_root) as (loop, reader, _r):
-        wait_for(lambda: reader.health().reconnects >= 5, 60, "five reconnect attempts")
+        wait_until(lambda: reader.health().reconnects >= 5, 60, 0.02, "five reconnect attempts")
         h = reader.health()
         assert h.state in (CaptureState.BACKOFF, CaptureState.CONNECTING) and h.frames == 0
         assert "could not open file" in h.last_error and "junk.mp4" in h.last_error
@@ -126,7 +126,7 @@ def test_too_many_decode_errors_in_a_row_reconnect(camera, tmp_path, shm_root):
         (tmp_path / name).write_bytes(b"\xff\xd8 not really a JPEG " * 100)
     cam = camera({"type": "images", "path": str(tmp_path), "realtime": False}, max_decode_errors=3)
     with running(cam, shm_root) as (_, reader, result):
-        wait_for(lambda: reader.health().reconnects >= 2, 60, "two reconnects after bad reads")
+        wait_until(lambda: reader.health().reconnects >= 2, 60, 0.02, "two reconnects after bad reads")
         assert reader.health().state in (CaptureState.BACKOFF, CaptureState.CONNECTING)
     h = result["final"]  # counters read after the loop stopped, so they agree with each other
     # Each connection ended after exactly max_decode_errors bad reads (the last one maybe cut short by the stop).
@@ -149,7 +149,7 @@ def capture_intervals(cam, shm_root, count: int = 16) -> list[float]:
 
     try:
         with running(cam, shm_root, on_frame=on_frame) as (_, _reader, _r):
-            wait_for(lambda: len(times) >= count, 60, f"{count} frames")
+            wait_until(lambda: len(times) >= count, 60, 0.02, f"{count} frames")
     finally:
         for reader in watcher:
             reader.close()
@@ -171,7 +171,7 @@ def test_realtime_pacing_never_delivers_faster_than_the_camera_fps(camera, video
 def test_impossible_size_fails_once_with_a_clear_error(camera, video, shm_root):
     cam = camera({"type": "file", "path": str(video)}, width=640, height=360)
     with running(cam, shm_root) as (_, reader, result):
-        wait_for(lambda: "state" in result, 30, "the loop to give up")
+        wait_until(lambda: "state" in result, 30, 0.02, "the loop to give up")
         h = reader.health()
         assert result["state"] == CaptureState.FAILED == h.state and h.reconnects == 0
         assert "delivers 320x240 frames but the camera is configured for 640x360" in h.last_error
@@ -181,6 +181,6 @@ def test_impossible_size_fails_once_with_a_clear_error(camera, video, shm_root):
 def test_gstreamer_pipeline_through_the_loop(camera, shm_root, order, pixel):
     cam = camera({"type": "gstreamer", "pipeline": "videotestsrc pattern=solid-color foreground-color=0xffff0000"}, pixel_format=order)
     with running(cam, shm_root) as (_, reader, _r):
-        wait_for(lambda: reader.health().frames >= 5, 30, "5 frames")
+        wait_until(lambda: reader.health().frames >= 5, 30, 0.02, "5 frames")
         with reader.acquire_latest() as lease:
             assert lease.array[0, 0].tolist() == pixel and lease.meta.pixel_format == order

@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+from support.wait import wait_until
 
 from appliance.capture import (
     EXIT_CONFIG,
@@ -20,7 +21,6 @@ from appliance.capture import (
     RingReader,
     ring_path,
 )
-from capture_helpers import wait_for
 from support.journal import FakeJournald
 
 
@@ -44,8 +44,8 @@ def test_frames_flow_to_a_reader_and_stop_is_clean(capture, shm_root):
     proc = capture()
     assert proc.is_alive() and proc.exitcode is None
     with proc.reader() as reader:
-        wait_for(lambda: reader.health().frames >= 10, 60, "10 frames")
-        lease = wait_for(lambda: reader.acquire_latest(), 10, "a lease")
+        wait_until(lambda: reader.health().frames >= 10, 60, 0.02, "10 frames")
+        lease = wait_until(lambda: reader.acquire_latest(), 10, 0.02, "a lease")
         with lease:
             assert lease.meta.camera_id == "cam0" and lease.array.shape == (240, 320, 3) and lease.array.std() > 10
         h = proc.health()
@@ -62,13 +62,13 @@ def test_sigkilled_capture_is_restarted_on_the_same_ring(capture, shm_root):
     path = ring_path(shm_root, "cam0")
     inode = path.stat().st_ino
     reader = RingReader(path)  # a reader the restart must not disturb
-    wait_for(lambda: reader.health().frames >= 5, 60, "5 frames")
+    wait_until(lambda: reader.health().frames >= 5, 60, 0.02, "5 frames")
     os.kill(proc.pid, signal.SIGKILL)
-    wait_for(lambda: not proc.is_alive(), 30, "the process to die")
+    wait_until(lambda: not proc.is_alive(), 30, 0.02, "the process to die")
     assert proc.exitcode == -signal.SIGKILL and not reader.writer_alive()
     before = reader.latest_seq
     proc.start()
-    wait_for(lambda: reader.latest_seq >= before + 5, 60, "frames after the restart")
+    wait_until(lambda: reader.latest_seq >= before + 5, 60, 0.02, "frames after the restart")
     with reader.acquire_latest(after_seq=before) as lease:  # same mapping, sequence continues
         assert lease.meta.seq > before and lease.array.std() > 10
     h = reader.health()
@@ -85,7 +85,7 @@ def test_start_while_running_is_refused(capture):
 
 def test_impossible_size_exits_with_the_config_code_and_the_reason(capture):
     proc = capture(width=640, height=480)
-    wait_for(lambda: proc.exitcode is not None, 60, "the process to exit")
+    wait_until(lambda: proc.exitcode is not None, 60, 0.02, "the process to exit")
     assert proc.exitcode == EXIT_CONFIG
     h = proc.health()
     assert h.state == CaptureState.FAILED
@@ -121,12 +121,13 @@ def test_leftovers_of_a_killed_supervisor_are_reclaimed(camera, video, shm_root,
     path = ring_path(shm_root, "cam0")
     assert path.exists()
     with RingReader(path) as leftover:
-        wait_for(lambda: not leftover.writer_alive(), 30, f"orphaned capture process {child} to notice and exit")
+        wait_until(lambda: not leftover.writer_alive(), 30, 0.02,
+                   f"orphaned capture process {child} to notice and exit")
     proc = CaptureProcess(cam, shm_root=shm_root)
     try:
         proc.start()
         with proc.reader() as reader:
-            wait_for(lambda: reader.health().frames >= 5, 60, "frames in the reclaimed ring")
+            wait_until(lambda: reader.health().frames >= 5, 60, 0.02, "frames in the reclaimed ring")
             assert reader.health().generation == 1  # reinitialised, not a continuation of the dead run
     finally:
         proc.close()
@@ -144,7 +145,8 @@ def test_a_camera_dead_for_thousands_of_attempts_keeps_retrying(camera, tmp_path
     try:
         proc.start()
         with proc.reader() as reader:
-            wait_for(lambda: reader.health().reconnects >= 2500 or not proc.is_alive(), 300, "2500 failed attempts")
+            wait_until(lambda: reader.health().reconnects >= 2500 or not proc.is_alive(), 300, 0.02,
+                       "2500 failed attempts")
             assert proc.is_alive(), f"capture process exited with {proc.exitcode}: {reader.health().last_error}"
             h = reader.health()
             assert h.reconnects >= 2500 and h.frames == 0 and h.writer_alive

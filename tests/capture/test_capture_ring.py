@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from support.wait import wait_until
 
 from appliance.capture.layout import CaptureState, RingGeometry
 from appliance.capture.ring import (
@@ -25,7 +26,6 @@ from appliance.capture.ring import (
 )
 
 import capture_helpers
-from capture_helpers import wait_for
 
 CTX = multiprocessing.get_context("spawn")
 GEOM = RingGeometry(width=64, height=48, slots=4)
@@ -229,7 +229,7 @@ def test_a_crashed_owners_leftover_is_reclaimed_and_a_live_owner_is_respected(sh
     proc = CTX.Process(target=capture_helpers.own_ring, args=(str(path), 64, 48, 4, str(ready)))
     proc.start()
     try:
-        wait_for(ready.exists, 60, "the owner process to create its ring")
+        wait_until(ready.exists, 60, 0.02, "the owner process to create its ring")
         with pytest.raises(RingBusyError, match=f"owned by live process {proc.pid}"):
             create_ring(path, GEOM, "left")
     finally:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from appliance.capture import CaptureProcess, CaptureState
-from capture_helpers import wait_for
 from support.rtsp import RtspServer, make_test_video
+from support.wait import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +32,16 @@ def start_capture(camera, server, shm_root, **source):
 def test_capture_resumes_by_itself_when_the_server_is_killed_and_restarted(camera, server, shm_root):
     proc = start_capture(camera, server, shm_root)
     try:
-        wait_for(lambda: proc.health().frames >= 10, 60, "10 frames from the RTSP server")
+        wait_until(lambda: proc.health().frames >= 10, 60, 0.02, "10 frames from the RTSP server")
         assert proc.health().state == CaptureState.STREAMING
         server.kill()  # the camera loses power mid-stream
-        wait_for(lambda: proc.health().state != CaptureState.STREAMING, 60, "capture to notice the server is gone")
-        wait_for(lambda: proc.health().reconnects >= 1, 60, "a reconnect attempt against the dead server")
+        wait_until(lambda: proc.health().state != CaptureState.STREAMING, 60, 0.02,
+                   "capture to notice the server is gone")
+        wait_until(lambda: proc.health().reconnects >= 1, 60, 0.02, "a reconnect attempt against the dead server")
         assert proc.health().state in (CaptureState.BACKOFF, CaptureState.CONNECTING, CaptureState.STALLED)
         before = proc.health().frames
         server.start()  # the camera comes back on the same address
-        wait_for(lambda: proc.health().frames >= before + 10, 90, "frames again after the server restart")
+        wait_until(lambda: proc.health().frames >= before + 10, 90, 0.02, "frames again after the server restart")
         h = proc.health()
         assert h.state == CaptureState.STREAMING and proc.is_alive() and h.generation == 1  # same process recovered
         with proc.reader() as reader, reader.acquire_latest() as lease:
@@ -53,13 +54,13 @@ def test_capture_resumes_by_itself_when_the_server_is_killed_and_restarted(camer
 def test_a_server_that_hangs_is_detected_as_stalled(camera, server, shm_root):
     proc = start_capture(camera, server, shm_root)
     try:
-        wait_for(lambda: proc.health().frames >= 5, 60, "5 frames")
+        wait_until(lambda: proc.health().frames >= 5, 60, 0.02, "5 frames")
         server.pause()  # SIGSTOP: the TCP connection stays up, nothing flows
-        wait_for(lambda: proc.health().stalls >= 1, 60, "the stall to be detected")
+        wait_until(lambda: proc.health().stalls >= 1, 60, 0.02, "the stall to be detected")
         assert "no frame from stream" in proc.health().last_error
         server.resume()
         before = proc.health().frames
-        wait_for(lambda: proc.health().frames >= before + 5, 90, "frames again after the server resumes")
+        wait_until(lambda: proc.health().frames >= before + 5, 90, 0.02, "frames again after the server resumes")
         assert proc.health().state == CaptureState.STREAMING
     finally:
         server.resume()
@@ -73,13 +74,13 @@ def test_the_configured_transport_is_the_one_used(camera, long_video, shm_root, 
     with RtspServer(long_video, protocols=(served,)) as only:
         proc = start_capture(camera, only, shm_root, transport=served)
         try:
-            wait_for(lambda: proc.health().frames >= 5, 60, f"5 frames over RTP/{served.upper()}")
+            wait_until(lambda: proc.health().frames >= 5, 60, 0.02, f"5 frames over RTP/{served.upper()}")
         finally:
             proc.close()
         proc = start_capture(camera, only, shm_root, transport=other)
         try:
             # Several refused attempts, each a clean open error, and no frame in between.
-            wait_for(lambda: proc.health().reconnects >= 2, 60, f"two reconnects after {other} was refused")
+            wait_until(lambda: proc.health().reconnects >= 2, 60, 0.02, f"two reconnects after {other} was refused")
             h = proc.health()
             assert h.frames == 0 and h.state in (CaptureState.BACKOFF, CaptureState.CONNECTING)
             assert f"could not open stream {only.url} over {other}" in h.last_error
@@ -102,7 +103,7 @@ def test_http_stream(camera, long_video, shm_root):
     proc = CaptureProcess(cam, shm_root=shm_root)
     try:
         proc.start()
-        wait_for(lambda: proc.health().frames >= 5, 60, "5 frames over HTTP")
+        wait_until(lambda: proc.health().frames >= 5, 60, 0.02, "5 frames over HTTP")
         with proc.reader() as reader, reader.acquire_latest() as lease:
             assert lease.array.std() > 10
     finally:

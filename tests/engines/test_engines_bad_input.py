@@ -8,7 +8,7 @@ import pytest
 
 from appliance.engines.manager import EngineBuildError
 from appliance.engines.onnxinfo import OnnxModelError, inspect_onnx
-from tests.engines.conftest import EngineEnv, make_onnx, write_profile
+from engines_helpers import EngineEnv, make_onnx, write_profile
 
 
 def _nothing_installed(env: EngineEnv) -> None:

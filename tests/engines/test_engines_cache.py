@@ -12,7 +12,7 @@ import pytest
 from appliance.engines.cache import EngineCache
 from appliance.engines.manager import TIMED_RUNS
 from appliance.engines.progress import ProgressEvent
-from tests.engines.conftest import EngineEnv, make_onnx
+from engines_helpers import EngineEnv, make_onnx
 
 
 def test_first_build_then_hit_with_manifest(env: EngineEnv) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import DETECTOR_ONNX, REPO, EngineEnv, make_onnx, write_profile
+from engines_helpers import REPO, EngineEnv, make_onnx, write_profile
 
 UNIT = REPO / "systemd" / "appliance-build-engines.service"
 
@@ -109,7 +109,7 @@ def test_repository_flag_with_an_unusable_detector_exits_1_and_keeps_the_engine(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DETECTOR_ONNX.is_file(), reason="the detector is placed by scripts/setup.sh")
+@pytest.mark.usefixtures("detector_onnx")  # fails, not skips, without the detector (tests/conftest.py)
 def test_the_real_detector_builds_verifies_and_hits(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "appliance", "build-engines", "--engines-dir", str(REPO / "engines"),
            "--models-dir", str(REPO / ".models"), "--state-dir", str(tmp_path / "state"),

@@ -12,7 +12,7 @@ import pytest
 from appliance.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.engines.fingerprint import DeviceProbe
 from appliance.engines.profile import EngineProfile
-from tests.engines.conftest import ORIN_CPUINFO, X86_CPUINFO, EngineEnv, make_onnx, write_jetson_tree
+from engines_helpers import ORIN_CPUINFO, X86_CPUINFO, EngineEnv, make_onnx, write_jetson_tree
 
 
 def test_reads_a_jetson_tree(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from appliance.engines.cache import EngineCache
-from tests.engines.conftest import EngineEnv
+from engines_helpers import EngineEnv
 
 WORKER = Path(__file__).with_name("engines_worker.py")
 WAIT_S = 60  # generous upper bound for a marker to appear on a loaded 2-core machine; not a speed assertion

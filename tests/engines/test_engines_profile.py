@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from appliance.engines.profile import ProfileError, load_profile, load_profiles
-from tests.engines.conftest import REPO, write_profile
+from engines_helpers import REPO, write_profile
 
 
 def test_shipped_profiles_validate() -> None:

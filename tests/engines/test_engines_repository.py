@@ -11,9 +11,9 @@ import pytest
 
 from appliance.engines import ensure_engines
 from appliance.engines.repository import RepositoryWiringError, detector_source, materialize_for_device
-from tests.engines.conftest import DETECTOR_ONNX, REPO, EngineEnv
+from engines_helpers import REPO, EngineEnv
 
-pytestmark = pytest.mark.skipif(not DETECTOR_ONNX.is_file(), reason="the detector is placed by scripts/setup.sh")
+pytestmark = pytest.mark.usefixtures("detector_onnx")  # fails, not skips, without the detector (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

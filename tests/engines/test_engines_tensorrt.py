@@ -12,7 +12,7 @@ import pytest
 
 from appliance.engines.builders import BuilderUnavailable, gpu_visible, select_builder
 from appliance.engines.manager import EngineBuildError
-from tests.engines.conftest import DETECTOR_ONNX, REPO, EngineEnv, write_profile
+from engines_helpers import REPO, EngineEnv, write_profile
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 # `gpu` alone skips only where no GPU node exists (tests/conftest.py); a GPU host without the tensorrt package
@@ -119,7 +119,7 @@ def test_tensorrt_rejects_a_truncated_onnx(env: EngineEnv) -> None:
 @pytest.mark.gpu
 @needs_tensorrt
 @pytest.mark.slow
-@pytest.mark.skipif(not DETECTOR_ONNX.is_file(), reason="the detector is placed by scripts/setup.sh")
+@pytest.mark.usefixtures("detector_onnx")  # fails, not skips, without the detector (tests/conftest.py)
 def test_tensorrt_builds_the_detector(tmp_path: Path) -> None:
     from appliance.engines import ensure_engines
 

@@ -20,7 +20,7 @@ from appliance.engines.builders.trt import TensorRTBuilder
 from appliance.engines.manager import EngineBuildError
 from appliance.engines.onnxinfo import inspect_onnx
 from appliance.engines.profile import EngineProfile, load_profile
-from tests.engines.conftest import EngineEnv, make_onnx, write_profile
+from engines_helpers import EngineEnv, make_onnx, write_profile
 from tests.engines.trt_standin import (
     BuilderFlag, DeviceType, MemoryPoolType, StandInGpu, make_cuda_runtime, make_tensorrt,
 )

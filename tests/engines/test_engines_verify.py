@@ -16,7 +16,7 @@ from appliance.engines.manager import VerificationFailed
 from appliance.engines.onnxinfo import inspect_onnx
 from appliance.engines.profile import EngineProfile, Tolerance, load_profile
 from appliance.engines.verify import GoldenInputError, compare, golden_batches, golden_inputs
-from tests.engines.conftest import EngineEnv, make_onnx, write_profile
+from engines_helpers import EngineEnv, make_onnx, write_profile
 
 
 def test_compare_passes_within_tolerance() -> None:

@@ -4,7 +4,6 @@ its headline ratio."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -12,15 +11,16 @@ from appliance.bench import pipeline
 from appliance.appconfig.app import ModelConfig
 from appliance.modelrepo.layout import detector_layout
 
-REPO = Path(__file__).resolve().parents[2]
-
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
+    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
 ]
 
 
-def test_short_run_compares_both_layouts_and_prints_the_ratio_last(capsys: pytest.CaptureFixture[str]) -> None:
+def test_short_run_compares_both_layouts_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    """Smoke test: the run completes, the table has every row and the key=value last lines parse. No floor on
+    ensemble_vs_plain_loop: on this 2-core CPU host the detector takes the cores whichever way frames reach it,
+    so the ratio sits near 1 and moves with the machine's load; any floor would either mean nothing or flake."""
     assert pipeline.main(["--cameras", "1,4", "--rounds", "1", "--frames", "4"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     # cameras sending as fast as they can: the appliance's layout for any detector speed, beside one instance on

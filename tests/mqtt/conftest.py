@@ -1,21 +1,14 @@
-"""MQTT test fixtures: a real mosquitto per test and a factory of recording subscribers (stopped afterwards).
-Helpers shared by the test modules are in mqtt_helpers.py."""
+"""MQTT test fixtures: a factory of recording subscribers (stopped afterwards); the real mosquitto per test,
+``broker``, is shared (tests/conftest.py). Helpers shared by the test modules are in mqtt_helpers.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from mqtt_helpers import Subscriber
 from support.mosquitto import Mosquitto
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    with Mosquitto(tmp_path / "broker") as b:
-        yield b
 
 
 @pytest.fixture

@@ -84,17 +84,6 @@ class Subscriber:
         self.client.loop_stop()
 
 
-def wait_reconnected(publisher: Any, connects: int, timeout: float = 20.0) -> bool:
-    """True once ``publisher`` has connected ``connects`` times in all. ``wait_connected`` alone can return before
-    the publisher has even noticed that the broker went away."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if publisher.stats().connects >= connects and publisher.wait_connected(0):
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def make_config(broker: Mosquitto, **overrides: Any) -> MqttConfig:
     """Test config: fast backoff and health so tests stay short."""
     doc: dict[str, Any] = {"host": broker.host, "port": broker.port, "device_id": "dev1", "topic_prefix": "plant",

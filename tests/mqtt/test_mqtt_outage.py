@@ -48,7 +48,7 @@ def test_broker_down_30s_during_four_camera_stream_loses_nothing(tmp_path: Path)
         broker.stop()
         outage_end = time.monotonic() + OUTAGE_S
         while time.monotonic() < outage_end:
-            time.sleep(0.5)
+            time.sleep(0.5)  # the outage itself: the broker stays down OUTAGE_S while the cameras keep publishing
         during = publisher.stats()
         assert during.state is State.CONNECTING
         assert during.last_error and "refused" in during.last_error

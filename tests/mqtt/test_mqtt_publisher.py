@@ -13,8 +13,9 @@ import pytest
 from appliance.mqtt.errors import NotStartedError
 from appliance.mqtt.messages import CameraStatus, Detection
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
-from mqtt_helpers import frame, make_config, seqs_by_camera, set_aside_payloads, validate, wait_reconnected
+from mqtt_helpers import frame, make_config, seqs_by_camera, set_aside_payloads, validate
 from support.mosquitto import Mosquitto, free_port
+from support.wait import wait_until
 
 
 class SteppedClock:
@@ -113,7 +114,9 @@ def test_retained_status_is_republished_after_the_broker_loses_it(tmp_path: Path
         assert publisher.wait_connected(20)
         publisher.publish_camera_status(CameraStatus("cam0", "streaming", fps=10.0))
         broker.restart()  # no persistence: the broker forgets every retained message
-        assert wait_reconnected(publisher, 2)
+        # a second connect: wait_connected alone can return before the publisher has noticed the broker went away
+        wait_until(lambda: publisher.stats().connects >= 2 and publisher.wait_connected(0), 20, 0.02,
+                   "the publisher to reconnect")
         topics = ["plant/dev1/status", "plant/dev1/cam0/status"]
         probe = subscriber_factory(broker, topics)  # gets both, live or retained: then the broker holds them
         assert probe.wait_for(lambda ms: {m.topic for m in ms} == set(topics))
@@ -136,8 +139,7 @@ def test_device_event_is_published_retained_and_republished_after_the_broker_los
     publisher.start()
     try:
         assert publisher.wait_connected(20)
-        live = subscriber_factory(broker, ["plant/dev1/ota/status"])
-        time.sleep(0.3)  # the subscription is in place
+        live = subscriber_factory(broker, ["plant/dev1/ota/status"])  # returns once the broker acked the SUBSCRIBE
         publisher.publish_device_event("ota/status", {"type": "ota_status", "state": "building", "percent": 40.0},
                                        retain=True)
         publisher.publish_device_event("ota/status", {"type": "ota_status", "state": "active"}, retain=True)
@@ -145,7 +147,9 @@ def test_device_event_is_published_retained_and_republished_after_the_broker_los
         with pytest.raises(MqttConfigError):
             publisher.publish_device_event("ota/#", {})  # no wildcards or empty levels
         broker.restart()  # no persistence: the broker forgets every retained message
-        assert wait_reconnected(publisher, 2)
+        # a second connect: wait_connected alone can return before the publisher has noticed the broker went away
+        wait_until(lambda: publisher.stats().connects >= 2 and publisher.wait_connected(0), 20, 0.02,
+                   "the publisher to reconnect")
         # The republish is sent asynchronously on reconnect: a subscriber that came first would get it live (not
         # retained). Once this probe has it, by either route, the broker holds it.
         probe = subscriber_factory(broker, ["plant/dev1/ota/status"])

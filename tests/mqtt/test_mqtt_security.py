@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +12,7 @@ from appliance.mqtt.errors import MqttConfigError
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 from mqtt_helpers import frame, make_config, validate
 from support.mosquitto import Mosquitto, issue_cert, make_ca, make_tls_material
-
-
-def _wait(predicate: Any, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
+from support.wait import wait_until
 
 
 @pytest.fixture
@@ -63,7 +54,7 @@ def test_broker_certificate_from_an_unknown_ca_is_refused_clearly(tmp_path: Path
     publisher = MqttPublisher(config, tmp_path / "spool.sqlite3")
     publisher.start()
     try:
-        assert _wait(lambda: publisher.stats().connect_failures >= 2)  # it keeps retrying
+        wait_until(lambda: publisher.stats().connect_failures >= 2, 20, 0.05, "2 failed connects")  # it keeps retrying
         stats = publisher.stats()
         assert stats.state is State.CONNECTING and stats.connects == 0
         assert "certificate" in stats.last_error and "verif" in stats.last_error, stats.last_error
@@ -80,7 +71,7 @@ def test_client_certificate_not_signed_by_the_broker_ca_is_refused_clearly(tmp_p
     publisher = MqttPublisher(config, tmp_path / "spool.sqlite3")
     publisher.start()
     try:
-        assert _wait(lambda: publisher.stats().connect_failures >= 2)
+        wait_until(lambda: publisher.stats().connect_failures >= 2, 20, 0.05, "2 failed connects")
         stats = publisher.stats()
         assert stats.connects == 0 and not publisher.wait_connected(0.1)
         assert "closed the connection before CONNACK" in stats.last_error, stats.last_error
@@ -93,7 +84,7 @@ def test_plain_client_on_a_tls_listener_gets_a_hint(tmp_path: Path, tls_broker: 
     publisher = MqttPublisher(make_config(tls_broker), tmp_path / "spool.sqlite3")
     publisher.start()
     try:
-        assert _wait(lambda: publisher.stats().connect_failures >= 2)
+        wait_until(lambda: publisher.stats().connect_failures >= 2, 20, 0.05, "2 failed connects")
         stats = publisher.stats()
         assert stats.connects == 0
         assert "configure mqtt.tls" in stats.last_error, stats.last_error
@@ -124,7 +115,7 @@ def test_wrong_password_is_a_clear_error_never_connected_and_retried_with_backof
     try:
         # Detections are accepted and kept while the broker refuses us.
         assert publisher.publish_detections(frame("cam0", 0)) is PublishResult.SPOOLED
-        assert _wait(lambda: publisher.stats().connect_failures >= 5)
+        wait_until(lambda: publisher.stats().connect_failures >= 5, 20, 0.05, "5 failed connects")
         stats = publisher.stats()
         assert not publisher.wait_connected(0.1)
         assert stats.connects == 0 and stats.state is State.CONNECTING  # refused never counts as connected

@@ -1,24 +1,21 @@
-"""Helpers and fixtures for the OTA tests: signing keys, bundle source directories (the real YOLOv3-tiny
-detector, or a tiny real ONNX model for fast and kill tests), and a helper that signs them. Imported as
+"""Helpers for the OTA tests (their fixtures, built from these, live in conftest.py): signing keys, bundle source
+directories (the real YOLOv3-tiny detector, or a tiny real ONNX model for fast and kill tests). Imported as
 ``ota_helpers`` (``from conftest import`` picks whichever test directory's conftest was imported first)."""
 
 from __future__ import annotations
 
 import copy
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import yaml
+from support.provisioned import DETECTOR_ONNX  # noqa: F401 (the OTA tests import it from here)
 
-from appliance.ota.bundle import build_bundle
 from appliance.ota.signing import TrustedKeys, generate_keypair
 
 REPO = Path(__file__).resolve().parents[2]
-DETECTOR_ONNX = REPO / ".models" / "yolov3-tiny" / "model.onnx"
 IMAGES = Path("/usr/share/darknet/data")
 
 
@@ -117,54 +114,3 @@ class Keys:
 
     def trusted(self) -> TrustedKeys:
         return TrustedKeys.from_paths([self.public])
-
-
-@pytest.fixture(scope="session")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
-    return Keys(tmp_path_factory.mktemp("keys"))
-
-
-@pytest.fixture
-def sign(keys: Keys, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """sign(src_dir, name) -> bundle path, signed with the trusted key (or ``key=`` another private key)."""
-    def _sign(src: Path, name: str = "update.bundle", key: Path | None = None) -> Path:
-        out = tmp_path / "bundles" / name
-        out.parent.mkdir(parents=True, exist_ok=True)
-        build_bundle(src, key or keys.private, out)
-        return out
-
-    return _sign
-
-
-@pytest.fixture(scope="session")
-def tiny_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_detector(tmp_path_factory.mktemp("tiny") / "tiny.onnx")
-
-
-@pytest.fixture
-def tiny_source(tmp_path: Path, tiny_onnx: Path):  # type: ignore[no-untyped-def]
-    def _make(version: str = "2", name: str | None = None, **kw: Any) -> Path:
-        kw.setdefault("model_profile", tiny_model_profile())
-        kw.setdefault("engine_profile", tiny_engine_profile())
-        return write_source(tmp_path / "src" / (name or version), version=version, onnx=kw.pop("onnx", tiny_onnx), **kw)
-
-    return _make
-
-
-def requires_detector() -> None:
-    if not DETECTOR_ONNX.is_file():
-        pytest.skip("the detector is not set up (scripts/setup.sh fetches .models/yolov3-tiny)")
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A real 200 KB tmpfs, for running out of space for real (skips where mounting is not allowed)."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.provisioned import require_detector
 from support.schemas import validate_ota_status
 
 from appliance.ota.config import HealthPolicy, OtaConfig
@@ -24,7 +25,7 @@ from appliance.ota.signing import TrustedKeys
 from appliance.ota.store import Pointer
 
 # Not 'from conftest import': with several test directories that name is whichever conftest pytest imported.
-from ota_helpers import (DETECTOR_ONNX, make_tiny_detector, requires_detector, tiny_model_profile,  # noqa: E402
+from ota_helpers import (DETECTOR_ONNX, make_tiny_detector, tiny_model_profile,  # noqa: E402
                          yolo_engine_profile, yolo_model_profile)
 
 
@@ -171,7 +172,7 @@ def test_input_shape_that_does_not_match_the_onnx_is_incompatible(tmp_path, keys
 
 
 def test_real_detector_at_another_input_size_is_incompatible(tmp_path, keys, sign, tiny_source) -> None:
-    requires_detector()
+    require_detector()  # fails, not skips, without the detector
 
     profile = yolo_model_profile()
     profile["input"].update(width=320, height=320)

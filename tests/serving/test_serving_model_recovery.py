@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import cv2
 import pytest
-from support.triton import stubs_serving
+from support.processes import stubs_serving
 
 from appliance.backoff import RestartPolicy
 from appliance.health.metrics import ApplianceMetrics
@@ -30,7 +30,7 @@ DOG = Path("/usr/share/darknet/data/dog.jpg")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not DOG.exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
+    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
 ]
 
 

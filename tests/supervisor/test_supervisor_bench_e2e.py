@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from appliance.bench import e2e
 
-REPO = Path(__file__).resolve().parents[2]
-
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
+    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
 ]
 
 
-def test_short_run_measures_every_alternative_and_prints_the_ratio_last(capsys: pytest.CaptureFixture[str]) -> None:
+def test_short_run_measures_every_alternative_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    """Smoke test: every alternative runs and publishes, the table and latency split are complete and the key=value
+    last lines parse and agree with each other. No speed floor: on this 2-core CPU host the detector's compute
+    dominates every alternative, so e2e_vs_naive sits near 1 and moves with the machine's load."""
     assert e2e.main(["--seconds", "3", "--cameras", "2", "--fps", "6", "--latency-fps", "3"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     table = "\n".join(lines)

@@ -7,23 +7,16 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Iterator
 
 import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.shm import private_shm_dir
 
 from appliance.appconfig.app import AppConfig
 from appliance.mqtt.schema import load_schema
 from appliance.supervisor.app import Appliance
 
 IMAGE = Path("/usr/share/darknet/data/dog.jpg")
-
-
-@pytest.fixture
-def shm_root() -> Iterator[Path]:
-    yield from private_shm_dir("appliance-camhealth", check_leaks=False)
 
 
 @pytest.mark.skipif(not IMAGE.exists(), reason="needs Debian's darknet test images")

@@ -5,15 +5,15 @@ of the detector; a second start is a cache hit and says so."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
 from support.mosquitto import Mosquitto
 from support.schemas import validate_message
+from support.wait import wait_until
 
 from appliance.appconfig.app import AppConfig
 from appliance.engines.progress import PHASES, ProgressEvent
@@ -24,8 +24,6 @@ from appliance.mqtt.schema import load_schema
 from appliance.mqtt.topics import check_camera_id
 from appliance.supervisor.app import Appliance
 from appliance.supervisor.enginestatus import TOPIC, EngineStatusForwarder
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class Clock:
@@ -85,12 +83,6 @@ def test_engines_is_a_reserved_camera_id() -> None:
         check_camera_id("engines")
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    with Mosquitto(tmp_path / "broker") as b:
-        yield b
-
-
 def _subscribe(port: int, topic: str) -> tuple[paho.Client, list[dict[str, Any]]]:
     received: list[dict[str, Any]] = []
     client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
@@ -101,14 +93,7 @@ def _subscribe(port: int, topic: str) -> tuple[paho.Client, list[dict[str, Any]]
     return client, received
 
 
-def _wait(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-@pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh")
+@pytest.mark.usefixtures("detector_onnx")  # fails, not skips, without the detector (tests/conftest.py)
 def test_the_start_up_build_reports_every_phase_on_mqtt_and_a_restart_reports_the_cache_hit(
         tmp_path: Path, broker: Mosquitto) -> None:
     config = AppConfig.model_validate({
@@ -118,15 +103,16 @@ def test_the_start_up_build_reports_every_phase_on_mqtt_and_a_restart_reports_th
                      "fps": 2}]})
     client, received = _subscribe(broker.port, "appliance/eng1/engines/status")
     try:
-        _wait(lambda: client.is_connected())
+        wait_until(lambda: client.is_connected(), 20, 0.05, "the test subscriber to connect")
         for expected_end in ("done", "cached"):  # a first start builds, a second finds the engine in the cache
             received.clear()
             app = Appliance(config)
             try:
                 app._start_publisher()
-                _wait(lambda: app.publisher.state is State.CONNECTED)
+                wait_until(lambda: app.publisher.state is State.CONNECTED, 20, 0.05, "the publisher to connect")
                 app._build_engine()
-                _wait(lambda: any(m["phase"] == expected_end for m in received))
+                wait_until(lambda: any(m["phase"] == expected_end for m in received), 20, 0.05,
+                           f"engine status phase {expected_end!r}")
             finally:
                 app.stop()
             for message in received:
@@ -145,7 +131,7 @@ def test_the_start_up_build_reports_every_phase_on_mqtt_and_a_restart_reports_th
         # Retained: a dashboard that subscribes later still learns how the last build ended.
         late, late_received = _subscribe(broker.port, "appliance/eng1/engines/status")
         try:
-            _wait(lambda: bool(late_received))
+            wait_until(lambda: bool(late_received), 20, 0.05, "the retained engine status")
             assert late_received[0]["phase"] == "cached" and late_received[0]["_retained"]
         finally:
             late.loop_stop()

@@ -37,7 +37,7 @@ def test_stubs_of_a_dead_server_are_ended_and_live_ones_kept(tmp_path: Path) -> 
         # Other orphaned stubs on this machine (a crashed run elsewhere) may be reclaimed too; ours must not be.
         assert orphan.pid in done.stubs and ours.pid not in done.stubs
         assert orphan.wait(timeout=10) == -9
-        time.sleep(0.1)
+        time.sleep(0.1)  # deliberate: a wrongly sent SIGKILL would land in this time; there is nothing to poll for
         assert ours.poll() is None
     finally:
         for p in (orphan, ours):

@@ -21,11 +21,18 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+from support.daemon import IMAGES, IMAGES_IN_ORDER, NotifySocket, Subscriber, make_camera_dir
 from support.mosquitto import Mosquitto
-from support.triton import stubs_serving
+from support.processes import stubs_serving
 
-from test_supervisor_e2e import (IMAGES_IN_ORDER, REPO, NotifySocket, Subscriber, _camera_dir,  # noqa: F401
-                                 broker, pytestmark, shm_root)
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
+    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+]
 
 
 def _free_port() -> int:
@@ -38,7 +45,7 @@ class Daemon:
     """`appliance run` with a notify socket, its health endpoint and its log."""
 
     def __init__(self, tmp_path: Path, broker: Mosquitto, shm_root: Path, recovery: str, stall_s: int = 20) -> None:
-        camera_dir = _camera_dir(tmp_path)
+        camera_dir = make_camera_dir(tmp_path)
         self.device = f"rec{uuid.uuid4().hex[:6]}"
         self.port = _free_port()
         self.state = tmp_path / "state"

@@ -20,18 +20,28 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as paho
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from support.daemon import IMAGES, NotifySocket, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
+from support.processes import children_of, running
 from support.schemas import validate_message
+from support.wait import wait_until
 
 from appliance.ota.bundle import build_bundle
 from appliance.ota.push import chunk_payloads, push_mqtt
 from appliance.ota.signing import generate_keypair
 from appliance.ota.status import STATES, OtaStatus
 from appliance.ota.store import OtaStore
-from test_supervisor_e2e import (REPO, NotifySocket, _camera_dir, _children_of, _config, _device_of,  # noqa: F401
-                                 _running, broker, pytestmark, shm_root)
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
+    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+]
 
 MAX_GAP_S = 3.0  # the camera runs at 4 fps: 0.25 s between frames when nothing stalls
 
@@ -131,28 +141,27 @@ def _start(config: Path, notify: NotifySocket, log: Path) -> subprocess.Popen:
 
 def _stop(daemon: subprocess.Popen, log: Path) -> list[int]:
     """SIGTERM; exit code 0; no model process left behind."""
-    stubs = _children_of(daemon.pid)
+    stubs = children_of(daemon.pid)
     daemon.send_signal(signal.SIGTERM)
     assert daemon.wait(timeout=90) == 0, log.read_text()[-3000:]
-    time.sleep(0.5)
-    assert [pid for pid in stubs if _running(pid)] == []
+    wait_until(lambda: not [pid for pid in stubs if running(pid)], 5, 0.05, "the model processes to exit")
     return stubs
 
 
 def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_restart(
         tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
-    camera_dir = _camera_dir(tmp_path)
+    camera_dir = make_camera_dir(tmp_path)
     generate_keypair(tmp_path / "ota.key", tmp_path / "ota.pub")
     bundle = _bundle(tmp_path, tmp_path / "ota.key")
     generate_keypair(tmp_path / "rogue.key", tmp_path / "rogue.pub")  # a key the device does not trust
     rogue = _bundle(tmp_path, tmp_path / "rogue.key", version="3")
-    config = _config(tmp_path, broker, shm_root, camera_dir)
+    config = write_config(tmp_path, broker, shm_root, camera_dir)
     health_port = _free_port()
     config.write_text(config.read_text().replace("health:\n  port: 0\n", f"health:\n  port: {health_port}\n"))
     with config.open("a") as f:
         f.write(f"ota:\n  trusted_keys: [{tmp_path / 'ota.pub'}]\n"
                 "  health: {period_s: 4, check_interval_s: 0.2, min_requests: 3, max_latency_ratio: 50}\n")
-    device = _device_of(config)
+    device = device_of(config)
     log = tmp_path / "daemon.log"
     notify = NotifySocket(tmp_path / "notify.sock")
     # the journal of an install that a power cut stopped while building version 7 (written as OtaManager does)
@@ -266,7 +275,7 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
     finally:
         for proc in (daemon, restarted):
             if proc is not None and proc.poll() is None:
-                for pid in _children_of(proc.pid):  # Triton's model stubs outlive a killed parent
+                for pid in children_of(proc.pid):  # Triton's model stubs outlive a killed parent
                     os.kill(pid, signal.SIGKILL)
                 proc.kill()
                 proc.wait()

@@ -26,8 +26,6 @@ from appliance.triton import stubsite
 from appliance.triton.server import Server, ServerOptions
 from appliance.triton.stubs import StubScanner
 
-_STUB = b"triton_python_backend_stub"
-
 
 def ensure_stub_site() -> Path | None:
     """Provision the numpy<2 directory the Python-backend stub needs (pip, first use only)."""
@@ -78,21 +76,3 @@ def started_server(
         yield server
     finally:
         server.stop(timeout=stop_timeout)
-
-
-def stubs_serving(model: str, parent: int) -> list[int]:
-    """Live stub processes of ``parent`` serving ``model``, found in /proc by name and parent pid (as
-    appliance.supervisor.leftovers does): the stub's first argument is <repository>/<model>/<version>/model.py."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if argv[0].endswith(_STUB) and len(argv) > 1 and fields[0] != "Z" and int(fields[1]) == parent \
-                and f"/{model}/".encode() in argv[1]:
-            found.append(int(entry.name))
-    return found

@@ -1,4 +1,5 @@
-"""The benchmark runs end to end (quick mode) and ends with its headline key=value line."""
+"""The benchmark runs end to end (quick mode), ends with its headline key=value line, and in-process beats HTTP
+by a margin that survives a loaded CI host."""
 
 from __future__ import annotations
 
@@ -15,12 +16,18 @@ def test_bad_iterations_are_refused() -> None:
         bench.main(["--frame-iterations", "0"])
 
 
+# In-process inference exists to skip HTTP's copies of a 1080p frame: --quick measured 5.5x to 20x on this 2-core
+# host (docs/triton.md: 10x to 19x), also with three busy loops competing. At 2x or less it would not be worth it.
+INPROCESS_SPEEDUP_FLOOR = 2.0
+
+
 @pytest.mark.slow
 def test_quick_run_prints_table_and_ratio_last(capsys: pytest.CaptureFixture[str]) -> None:
     ensure_stub_site()
     assert bench.main(["--quick"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert re.fullmatch(r"inprocess_speedup_vs_http_frame=\d+\.\d\d", lines[-1])
+    assert float(lines[-1].split("=")[1]) >= INPROCESS_SPEEDUP_FLOOR, "\n".join(lines)
     rows = [line.split() for line in lines if line.startswith(("1KB", "frame"))]
     assert {(r[0], r[1]) for r in rows} == {(p, t) for p in ("1KB", "frame")
                                              for t in ("in-process", "http", "grpc", "grpc+shm")}  # fmt: skip

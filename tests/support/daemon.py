@@ -1,0 +1,125 @@
+"""Helpers for tests that run `appliance run` as a real process: the systemd notify socket it reports to, a
+subscriber recording what it publishes, a folder of real images for an `images` camera and the config that ties
+them together (a real broker and a private /dev/shm root)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import paho.mqtt.client as paho
+
+from support.mosquitto import Mosquitto
+
+IMAGES = Path("/usr/share/darknet/data")
+# Played in name order, so frame seq k shows IMAGES_IN_ORDER[(k - 1) % 3].
+IMAGES_IN_ORDER = [("dog.jpg", "dog"), ("eagle.jpg", "bird"), ("horses.jpg", "horse")]
+
+
+class NotifySocket:
+    """The systemd side of sd_notify: collects every datagram the daemon sends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.messages: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.messages.append(self.sock.recv(65536).decode())
+            except socket.timeout:
+                continue
+
+    def fields(self) -> list[str]:
+        return [line for m in list(self.messages) for line in m.splitlines()]
+
+    def wait_for(self, line: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if line in self.fields():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+class Subscriber:
+    """Every JSON message the daemon publishes under ``topic``, with its topic and retain flag."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        self.messages: list[tuple[str, dict, bool]] = []
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
+        self.client.on_message = lambda c, u, m: self.messages.append((m.topic, json.loads(m.payload), m.retain))
+        self.client.connect("127.0.0.1", port)
+        self.client.subscribe(topic, qos=1)
+        self.client.loop_start()
+
+    def of_type(self, kind: str) -> list[dict]:
+        return [payload for _topic, payload, _retain in list(self.messages) if payload.get("type") == kind]
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+def make_camera_dir(tmp_path: Path) -> Path:
+    """A folder holding IMAGES_IN_ORDER, for an `images` camera."""
+    camera_dir = tmp_path / "camera"
+    camera_dir.mkdir()
+    for name, _ in IMAGES_IN_ORDER:
+        shutil.copy(IMAGES / name, camera_dir / name)
+    return camera_dir
+
+
+def device_of(config: Path) -> str:
+    """The device id a config written by write_config names (its MQTT topic level)."""
+    return next(line.split("id: ")[1].rstrip("}") for line in config.read_text().splitlines() if "device:" in line)
+
+
+def write_config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path,
+                 video: Path | None = None) -> Path:
+    """Camera line1 plays ``camera_dir``; with ``video``, camera line2 plays it and the detector runs two instances
+    (other daemon tests use one camera and the automatic layout: one instance at 4 fps)."""
+    device = f"e2e{uuid.uuid4().hex[:6]}"
+    line2 = "" if video is None else f"""
+  - id: line2
+    source: {{type: file, path: {video}, loop: true, realtime: true}}
+    width: 640
+    height: 480
+    fps: 4"""
+    model = "" if video is None else "\nmodel: {detector_instances: 2}"
+    path = tmp_path / "appliance.yaml"
+    path.write_text(f"""
+device: {{id: {device}}}{model}
+paths:
+  state_dir: {tmp_path / 'state'}
+  shm_root: {shm_root}
+cameras:
+  - id: line1
+    source: {{type: images, path: {camera_dir}, loop: true, realtime: true}}
+    width: 640
+    height: 480
+    resize: true
+    fps: 4{line2}
+mqtt:
+  host: 127.0.0.1
+  port: {broker.port}
+health:
+  port: 0
+""")
+    return path
