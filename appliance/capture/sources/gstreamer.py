@@ -15,12 +15,15 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from typing import IO, NoReturn, cast
+from typing import IO, TYPE_CHECKING, NoReturn, cast
 
 import numpy as np
 
-from appliance.capture.sources.base import EndOfStream, FrameSource, SourceConfigError
+from appliance.capture.sources.base import EndOfStream, FrameShape, FrameSource, SourceConfigError
 from appliance.procs import stop_process
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; the Jetson runs Python 3.10
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ def build_argv(pipeline: str, width: int, height: int, pixel_format: str, resize
 
 
 class GStreamerPipe(FrameSource):
-    def __init__(self, pipeline: str, **kw) -> None:
+    def __init__(self, pipeline: str, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.pipeline = pipeline
         self._proc: subprocess.Popen[bytes] | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
@@ -12,11 +13,15 @@ import numpy as np
 from appliance.capture.sources.base import (
     DecodeError,
     EndOfStream,
+    FrameShape,
     FrameSource,
     SourceConfigError,
     SourceError,
     fit_frame,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; the Jetson runs Python 3.10
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +56,8 @@ class _OpenCvSource(FrameSource):
 class RtspCapture(_OpenCvSource):
     """An RTSP/HTTP stream through FFmpeg, with open and read timeouts so a dead server cannot hang us."""
 
-    def __init__(self, url: str, transport: str, open_timeout_s: float, read_timeout_s: float, **kw) -> None:
+    def __init__(self, url: str, transport: str, open_timeout_s: float, read_timeout_s: float,
+                 **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.url, self.transport = url, transport
         self.open_timeout_s, self.read_timeout_s = open_timeout_s, read_timeout_s
@@ -84,7 +90,7 @@ class FileCapture(_OpenCvSource):
 
     paced = True
 
-    def __init__(self, path: Path, loop: bool, realtime: bool, **kw) -> None:
+    def __init__(self, path: Path, loop: bool, realtime: bool, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.path, self.loop = Path(path), loop
         self.paced = realtime
@@ -141,7 +147,7 @@ class V4l2Capture(_OpenCvSource):
     """A V4L2 device. The driver may silently pick another mode than asked: the mode is verified after
     setting, and a mismatch is a config error naming what the camera offered instead."""
 
-    def __init__(self, device: str, fourcc: str | None, fps: float | None, **kw) -> None:
+    def __init__(self, device: str, fourcc: str | None, fps: float | None, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.device, self.fourcc, self.fps = device, fourcc, fps
 
