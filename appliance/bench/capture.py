@@ -98,11 +98,17 @@ def bench_calls(root: Path, width: int, height: int, count: int) -> tuple[float,
         writer, reader = RingWriter(path), RingReader(path)
         start = time.perf_counter()
         for _ in range(count):
-            writer.publish(writer.claim(), 0.0, 0.0)
+            claim = writer.claim()
+            if claim is None:  # cannot happen: nothing holds a lease while the writer runs
+                raise RuntimeError(f"every slot of {path} is leased")
+            writer.publish(claim, 0.0, 0.0)
         write = (time.perf_counter() - start) / count
         start = time.perf_counter()
         for _ in range(count):
-            reader.acquire_latest().release()
+            lease = reader.acquire_latest()
+            if lease is None:  # cannot happen: the writer published above
+                raise RuntimeError(f"{path} has no frame to lease")
+            lease.release()
         read = (time.perf_counter() - start) / count
         reader.close()
         writer.close()

@@ -40,6 +40,7 @@ import numpy as np
 
 from appliance.bench._broker import start_local_broker
 from appliance.paths import models_dir, profiles_dir
+from appliance.triton.server import Server
 
 PROFILE = profiles_dir() / "yolov3-tiny.yaml"
 
@@ -202,7 +203,7 @@ def _wait_for(predicate, timeout: float) -> bool:
 STAGES = ("preprocess", "detector", "postprocess")
 
 
-def _stage_totals(server) -> dict[str, tuple[float, int]]:  # type: ignore[no-untyped-def]
+def _stage_totals(server: Server) -> dict[str, tuple[float, int]]:
     """Per stage: (ms, requests) so far. Triton's view of each stage model (queue + input + infer + output,
     i.e. with the stub round trip) under its name, and the stage's own timer inside its stub
     (``appliance_stage_latency_us``: for the detector, ONNX Runtime's run) under ``<stage>:inside``."""
@@ -222,8 +223,8 @@ def _stage_totals(server) -> dict[str, tuple[float, int]]:  # type: ignore[no-un
         if m:
             pair = inside.setdefault(m.group(2), [0.0, 0.0])
             pair[0 if m.group(1) == "appliance_stage_latency_us" else 1] += float(m.group(3))
-    for stage, (us, n) in inside.items():
-        totals[f"{stage}:inside"] = (us / 1000, int(n))
+    for stage, (us, requests) in inside.items():
+        totals[f"{stage}:inside"] = (us / 1000, int(requests))
     return totals
 
 
@@ -266,9 +267,12 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
     app = Appliance(load_config(config_path, AppConfig))
     try:
         app.start()
+        server = app.server
+        if server is None:  # start() returned, so Triton is up: this would be a supervisor bug
+            raise RuntimeError("the appliance started without its Triton server")
         time.sleep(3)  # warm-up: first batches, capture processes settling
         start_count = received.count()
-        before = _stage_totals(app.server) if split is not None else {}
+        before = _stage_totals(server) if split is not None else {}
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             app.tick()
@@ -277,7 +281,7 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
         got = received.since(start_count)
         if split is not None:
             time.sleep(1.1)  # the stages push their own timers at most once a second
-            split.update(_stage_means(before, _stage_totals(app.server)))
+            split.update(_stage_means(before, _stage_totals(server)))
             with received.lock:
                 to_submit = received.to_submit_ms[start_count:]
             if to_submit:

@@ -70,9 +70,12 @@ class Run:
 
 
 def _frames() -> list[np.ndarray]:
-    frames = [cv2.imread(str(IMAGES / f"{n}.jpg")) for n in IMAGE_NAMES]
-    if any(f is None for f in frames):
-        raise SystemExit(f"error: the darknet test images are missing from {IMAGES} (apt package 'darknet')")
+    frames = []
+    for name in IMAGE_NAMES:
+        frame = cv2.imread(str(IMAGES / f"{name}.jpg"))
+        if frame is None:
+            raise SystemExit(f"error: the darknet test images are missing from {IMAGES} (apt package 'darknet')")
+        frames.append(frame)
     return frames
 
 

@@ -12,6 +12,7 @@ only the request and the small output travel over gRPC.
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import socket
 import statistics
@@ -25,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from appliance.procs import stop_process
+from appliance.triton.locate import locate
+from appliance.triton.server import Server, ServerOptions
 
 MODEL_PY = '''\
 import _appliance_site  # noqa: F401
@@ -106,7 +109,11 @@ class BinaryServer:
         self._log.close()
 
 
-def make_transports(server: object, binary: BinaryServer, inputs: dict[str, np.ndarray], stack: list) -> dict:
+Transports = dict[tuple[str, str], Callable[[], np.ndarray]]  # (path, payload) -> one blocking round trip
+
+
+def make_transports(server: Server, binary: BinaryServer, inputs: dict[str, np.ndarray],
+                    stack: list[Callable[[], object]]) -> Transports:
     """One blocking round-trip function per (transport, payload); each checks its answer."""
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
@@ -116,9 +123,11 @@ def make_transports(server: object, binary: BinaryServer, inputs: dict[str, np.n
     grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{binary.grpc}")
     stack.append(http.close)
     stack.append(grpc.close)
-    fns: dict[tuple[str, str], Callable[[], np.ndarray]] = {}
+    fns: Transports = {}
     for name, data in inputs.items():
-        fns[("in-process", name)] = lambda d=data: server.infer(MODEL, {"IN": d})["OUT"]  # type: ignore[attr-defined]
+
+        def in_process(d: np.ndarray = data) -> np.ndarray:
+            return server.infer(MODEL, {"IN": d})["OUT"]
 
         def via_http(d: np.ndarray = data) -> np.ndarray:
             inp = httpclient.InferInput("IN", list(d.shape), "UINT8")
@@ -133,7 +142,7 @@ def make_transports(server: object, binary: BinaryServer, inputs: dict[str, np.n
 
         region = f"bench_{name}_{binary.proc.pid}"
         handle = shm.create_shared_memory_region(region, f"/{region}", data.nbytes)
-        stack.append(lambda h=handle: shm.destroy_shared_memory_region(h))
+        stack.append(functools.partial(shm.destroy_shared_memory_region, handle))
         shm.set_shared_memory_region(handle, [data])  # written once, as a camera would
         grpc.register_system_shared_memory(region, f"/{region}", data.nbytes)
 
@@ -142,13 +151,15 @@ def make_transports(server: object, binary: BinaryServer, inputs: dict[str, np.n
             inp.set_shared_memory(region, d.nbytes)
             return grpc.infer(MODEL, [inp]).as_numpy("OUT")
 
+        fns[("in-process", name)] = in_process
         fns[("http", name)] = via_http
         fns[("grpc", name)] = via_grpc
         fns[("grpc+shm", name)] = via_grpc_shm
     return fns
 
 
-def measure(fns: dict, inputs: dict[str, np.ndarray], iterations: dict[str, int], rounds: int) -> dict:
+def measure(fns: Transports, inputs: dict[str, np.ndarray], iterations: dict[str, int],
+            rounds: int) -> dict[tuple[str, str], list[float]]:
     samples: dict[tuple[str, str], list[float]] = {key: [] for key in fns}
     for key, fn in fns.items():  # warm-up, and check every path answers correctly
         for _ in range(3):
@@ -171,7 +182,7 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
 
 
-def report(samples: dict) -> float:
+def report(samples: dict[tuple[str, str], list[float]]) -> float:
     transports = ["in-process", "http", "grpc", "grpc+shm"]
     print(f"{'payload':<8} {'path':<11} {'n':>5} {'median ms':>10} {'p99 ms':>9} {'vs in-process':>14}")
     speedup_frame = 0.0
@@ -199,9 +210,6 @@ def main(argv: list[str]) -> int:
         args.small_iterations, args.frame_iterations = 60, 15
     if args.small_iterations < 1 or args.frame_iterations < 1:
         parser.error("iterations must be >= 1")
-
-    from appliance.triton.locate import locate
-    from appliance.triton.server import Server, ServerOptions
 
     dist = locate(args.triton_home)
     if dist.server_binary is None:

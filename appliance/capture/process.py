@@ -118,7 +118,6 @@ class CaptureProcess:
         *,
         shm_root: Path | str = "/dev/shm",
         log_level: int = logging.INFO,
-        mp_context: str = "spawn",
         doorbell: str = "",
         journal_socket: Path | str = JOURNAL_SOCKET,
     ) -> None:
@@ -127,7 +126,8 @@ class CaptureProcess:
         self._journal_socket = str(journal_socket)
         self.ring_path = ring_path(shm_root, camera.id)
         self._log_level = log_level
-        self._ctx = multiprocessing.get_context(mp_context)
+        # Spawned, never forked: the child starts without the supervisor's threads, locks and Triton state.
+        self._ctx = multiprocessing.get_context("spawn")
         self._owner: RingOwner | None = None
         self._monitor: RingReader | None = None
         self._proc: multiprocessing.process.BaseProcess | None = None
@@ -142,31 +142,33 @@ class CaptureProcess:
         """
         if self.is_alive():
             raise CaptureStartError(f"capture of camera {self.camera.id!r} is already running (pid {self.pid})")
-        if self._owner is None:
-            self._owner = create_ring(self.ring_path, ring_geometry(self.camera), self.camera.id)
+        if self._monitor is None:
+            if self._owner is None:
+                self._owner = create_ring(self.ring_path, ring_geometry(self.camera), self.camera.id)
             self._monitor = RingReader(self.ring_path)
-        before = self._monitor.health().generation
+        monitor = self._monitor
+        before = monitor.health().generation
         spec = CaptureSpec(self.camera.model_dump_json(), str(self.ring_path), self._log_level, self._doorbell,
                            self._journal_socket)
         proc = self._ctx.Process(target=capture_main, args=(spec,), name=f"capture-{self.camera.id}", daemon=False)
         proc.start()
         self._proc = proc  # only once started: stop() joins it, and joining a never-started process raises
         deadline = time.monotonic() + timeout
-        while self._monitor.health().generation == before:
-            if not self._proc.is_alive():
-                self._proc.join()
-                health = self._monitor.health()
+        while monitor.health().generation == before:
+            if not proc.is_alive():
+                proc.join()
+                health = monitor.health()
                 raise CaptureStartError(
-                    f"capture of camera {self.camera.id!r} exited with {self._proc.exitcode} before attaching: "
+                    f"capture of camera {self.camera.id!r} exited with {proc.exitcode} before attaching: "
                     f"{health.last_error or 'see its log'}",
-                    self._proc.exitcode,
+                    proc.exitcode,
                     health.last_error,
                 )
             if time.monotonic() > deadline:
                 self.stop()
                 raise CaptureStartError(f"capture of camera {self.camera.id!r} did not attach to its ring in {timeout:g}s")
             time.sleep(0.01)
-        log.info("camera %r: capture process %d started", self.camera.id, self._proc.pid)
+        log.info("camera %r: capture process %d started", self.camera.id, proc.pid)
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM the child and wait; SIGKILL it if it does not exit in ``timeout``. Returns its exit code."""

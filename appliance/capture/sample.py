@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,7 @@ def _load_images(images_dir: Path) -> list[tuple[Path, np.ndarray]]:
     return loaded
 
 
-def _frames(image: np.ndarray, width: int, height: int, count: int):
+def _frames(image: np.ndarray, width: int, height: int, count: int) -> Iterator[np.ndarray]:
     """``count`` letterboxed frames of ``image`` (aspect kept, black bars, centred), zooming in slowly."""
     import cv2
 
@@ -86,7 +87,7 @@ def build_sample_video(dest: Path, images_dir: Path = DARKNET_IMAGES, *, width: 
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
+        writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter.fourcc(*"mp4v"), fps, (width, height))
         if not writer.isOpened():
             raise SampleVideoError(f"OpenCV cannot open an mp4v video writer for {tmp} (no FFmpeg in this cv2 build, "
                                    f"or {dest.parent} is not writable)")

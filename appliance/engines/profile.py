@@ -48,7 +48,7 @@ class Tolerance(StrictModel):
     )
 
 
-def _default_tolerances() -> dict[str, Tolerance]:
+def _default_tolerances() -> dict[Precision, Tolerance]:
     return {
         "fp32": Tolerance(atol=1e-4, rtol=1e-3),
         "fp16": Tolerance(atol=2e-2, rtol=2e-2, max_mismatch=0.001),

@@ -33,7 +33,7 @@ def detector_source(engine: InstalledEngine) -> "DetectorSource":
             f"{[t['name'] for t in engine.inputs]} -> {[t['name'] for t in engine.outputs]}"
         )
     return DetectorSource(
-        kind=engine.triton_kind,  # type: ignore[arg-type]
+        kind=engine.triton_kind,
         path=engine.engine_path,
         input_name=engine.inputs[0]["name"],
         output_name=engine.outputs[0]["name"],

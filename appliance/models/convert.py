@@ -8,6 +8,7 @@ The batch dimension is dynamic so Triton's dynamic batcher can merge frames from
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,9 @@ INPUT_NAME = "images"
 OUTPUT_NAME = "output"
 # pjreddie's darknet divides by sqrt(var) + 1e-6 on CPU and by sqrt(var + 1e-5) on GPU; use the CPU form.
 _BN_EPS = 1e-6
+
+# The node attribute values this converter writes (ints, floats, strings, int lists).
+AttrValue = int | float | str | Sequence[int]
 
 
 class _Graph:
@@ -38,9 +42,13 @@ class _Graph:
         self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], hint: str | None = None, **attrs: object) -> str:
+    def op(self, op_type: str, inputs: list[str], hint: str | None = None, **attrs: AttrValue) -> str:
         out = self.name(hint or op_type.lower())
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
+        node = helper.make_node(op_type, inputs, [out], name=out)
+        # make_node(**attrs) would let an attribute named like one of its own parameters (doc_string, domain)
+        # land there; adding them here is what make_node does with the rest (sorted by name).
+        node.attribute.extend(helper.make_attribute(key, value) for key, value in sorted(attrs.items()))
+        self.nodes.append(node)
         return out
 
 

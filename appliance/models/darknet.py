@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,10 +31,11 @@ class Section:
     def str(self, key: str, default: str | None = None) -> str:
         return str(self._get(key, default)).strip()
 
-    def ints(self, key: str) -> list[int]:
+    # Below the methods named int/float/str, the class body sees those names: annotations say builtins.*.
+    def ints(self, key: builtins.str) -> list[builtins.int]:
         return [int(v) for v in self._get(key, None).split(",") if v.strip()]
 
-    def _get(self, key: str, default: object) -> str:
+    def _get(self, key: builtins.str, default: object) -> builtins.str:
         if key in self.options:
             return self.options[key]
         if default is None:

@@ -78,8 +78,8 @@ def fetch_and_convert(dest: Path, image_dir: Path = Path("/usr/share/darknet/dat
     onnx.save(model, str(tmp))
     import cv2
 
-    images = [cv2.imread(str(image_dir / n)) for n in CHECK_IMAGES if (image_dir / n).is_file()]
-    images = [i for i in images if i is not None]
+    read = [cv2.imread(str(image_dir / n)) for n in CHECK_IMAGES if (image_dir / n).is_file()]
+    images = [i for i in read if i is not None]
     if not images:
         raise FetchError(f"no check images found in {image_dir} (apt package 'darknet')")
     diff = compare_with_opencv(cfg, weights, tmp, images)

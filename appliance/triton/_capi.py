@@ -14,6 +14,7 @@ import ctypes
 import os
 import re
 import threading
+from _ctypes import CFuncPtr  # the base of every foreign function; typeshed hides ctypes._CFuncPtr
 from ctypes import POINTER, c_bool, c_char_p, c_int, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 from pathlib import Path
 
@@ -170,7 +171,7 @@ class CApi:
                 f"the appliance needs {API_MAJOR}.{API_MIN_MINOR} or newer within {API_MAJOR}.x"
             )
 
-    def __getattr__(self, name: str) -> ctypes._CFuncPtr:  # only reached for undeclared names
+    def __getattr__(self, name: str) -> CFuncPtr:  # only reached for undeclared names
         raise AttributeError(f"{name} is not declared in appliance.triton._capi")
 
 

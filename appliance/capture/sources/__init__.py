@@ -6,6 +6,7 @@ from appliance.capture.config import CameraConfig
 from appliance.capture.sources.base import (
     DecodeError,
     EndOfStream,
+    FrameShape,
     FrameSource,
     SourceConfigError,
     SourceError,
@@ -17,7 +18,8 @@ __all__ = ["DecodeError", "EndOfStream", "FrameSource", "SourceConfigError", "So
 def make_source(camera: CameraConfig) -> FrameSource:
     """Build (not open) the source for ``camera``; modules load here so OpenCV loads only where needed."""
     src = camera.source
-    common = dict(width=camera.width, height=camera.height, pixel_format=camera.pixel_format, resize=camera.resize)
+    common = FrameShape(width=camera.width, height=camera.height, pixel_format=camera.pixel_format,
+                        resize=camera.resize)
     if src.type == "file":
         from appliance.capture.sources.opencv import FileCapture
 

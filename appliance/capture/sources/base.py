@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from typing import TypedDict
 
 import numpy as np
 
@@ -21,6 +22,15 @@ class EndOfStream(SourceError):
 
 class DecodeError(SourceError):
     """One read failed to decode; the capture counts it and carries on until too many come in a row."""
+
+
+class FrameShape(TypedDict):
+    """The arguments of :class:`FrameSource` itself, which every source passes on as ``**kw``."""
+
+    width: int
+    height: int
+    pixel_format: str
+    resize: bool
 
 
 class FrameSource(abc.ABC):

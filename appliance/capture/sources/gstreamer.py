@@ -9,16 +9,21 @@ killed without taking the capture process down.
 
 from __future__ import annotations
 
+import io
 import logging
 import shlex
 import shutil
 import subprocess
 import tempfile
+from typing import IO, TYPE_CHECKING, NoReturn, cast
 
 import numpy as np
 
-from appliance.capture.sources.base import EndOfStream, FrameSource, SourceConfigError
+from appliance.capture.sources.base import EndOfStream, FrameShape, FrameSource, SourceConfigError
 from appliance.procs import stop_process
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; the Jetson runs Python 3.10
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +41,12 @@ def build_argv(pipeline: str, width: int, height: int, pixel_format: str, resize
 
 
 class GStreamerPipe(FrameSource):
-    def __init__(self, pipeline: str, **kw) -> None:
+    def __init__(self, pipeline: str, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.pipeline = pipeline
-        self._proc: subprocess.Popen | None = None
-        self._stderr = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stdout: io.FileIO | None = None
+        self._stderr: IO[bytes] | None = None
 
     def describe(self) -> str:
         return f"GStreamer pipeline {self.pipeline!r}"
@@ -51,25 +57,35 @@ class GStreamerPipe(FrameSource):
             raise SourceConfigError(f"{GST_LAUNCH} not found on PATH; install gstreamer1.0-tools for gstreamer sources")
         argv = build_argv(self.pipeline, self.width, self.height, self.pixel_format, self.resize, binary)
         self._stderr = tempfile.TemporaryFile()  # a file, not a pipe: a chatty pipeline cannot block on it
-        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, bufsize=0)
-        log.debug("started %s (pid %d)", " ".join(argv), self._proc.pid)
+        self._proc = proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, bufsize=0
+        )
+        # bufsize=0 makes stdout the raw pipe, a FileIO (typeshed knows only IO[bytes] | None, without readinto).
+        self._stdout = cast(io.FileIO, proc.stdout)
+        log.debug("started %s (pid %d)", " ".join(argv), proc.pid)
 
     def read_into(self, out: np.ndarray) -> None:
-        view = memoryview(out).cast("B")
+        pipe = self._stdout
+        if pipe is None:
+            raise RuntimeError(f"{self.describe()} was read before open() or after close()")
+        view = out.data.cast("B")
         got, need = 0, len(view)
         while got < need:
-            n = self._proc.stdout.readinto(view[got:])
+            n = pipe.readinto(view[got:])
             if not n:
                 self._fail(got)
             got += n
 
-    def _fail(self, partial: int) -> None:
+    def _fail(self, partial: int) -> NoReturn:
+        proc, stderr = self._proc, self._stderr
+        if proc is None or stderr is None:
+            raise RuntimeError(f"{self.describe()} was read before open() or after close()")
         try:
-            code = self._proc.wait(timeout=5)
+            code = proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
-        self._stderr.seek(0)
-        text = self._stderr.read().decode("utf-8", "replace").strip()
+        stderr.seek(0)
+        text = stderr.read().decode("utf-8", "replace").strip()
         detail = text.splitlines()[-1] if text else f"exit code {code}"
         if any(phrase in text.lower() for phrase in _CONFIG_FAILURES):
             raise SourceConfigError(
@@ -87,9 +103,11 @@ class GStreamerPipe(FrameSource):
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
+        stdout, self._stdout = self._stdout, None
         if proc is not None:
             stop_process(proc, timeout_s=3)
-            proc.stdout.close()
+        if stdout is not None:
+            stdout.close()
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

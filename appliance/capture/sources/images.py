@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from appliance.capture.sources.base import DecodeError, EndOfStream, FrameSource, SourceError, fit_frame
+from appliance.capture.sources.base import DecodeError, EndOfStream, FrameShape, FrameSource, SourceError, fit_frame
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; the Jetson runs Python 3.10
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp"})
 
@@ -16,7 +20,7 @@ def list_images(folder: Path) -> list[Path]:
 
 
 class ImageFolder(FrameSource):
-    def __init__(self, path: Path, loop: bool, realtime: bool, **kw) -> None:
+    def __init__(self, path: Path, loop: bool, realtime: bool, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.path, self.loop, self.paced = Path(path), loop, realtime
         self._files: list[Path] = []

@@ -5,17 +5,23 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import cv2
 import numpy as np
 
 from appliance.capture.sources.base import (
     DecodeError,
     EndOfStream,
+    FrameShape,
     FrameSource,
     SourceConfigError,
     SourceError,
     fit_frame,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; the Jetson runs Python 3.10
 
 log = logging.getLogger(__name__)
 
@@ -23,13 +29,16 @@ log = logging.getLogger(__name__)
 class _OpenCvSource(FrameSource):
     def __init__(self, width: int, height: int, pixel_format: str, resize: bool) -> None:
         super().__init__(width, height, pixel_format, resize)
-        self._cap = None
+        self._cap: cv2.VideoCapture | None = None
+
+    def _opened(self) -> cv2.VideoCapture:
+        if self._cap is None:
+            raise RuntimeError(f"{self.describe()} was read before open() or after close()")
+        return self._cap
 
     def _read(self, out: np.ndarray) -> bool:
         """One read straight into the ring slot when the size matches (no extra copy); False on failure."""
-        import cv2
-
-        ok, frame = self._cap.read(out)
+        ok, frame = self._opened().read(out)
         if not ok or frame is None:
             return False
         if frame is not out and not (frame.shape == out.shape and np.shares_memory(frame, out)):
@@ -47,7 +56,8 @@ class _OpenCvSource(FrameSource):
 class RtspCapture(_OpenCvSource):
     """An RTSP/HTTP stream through FFmpeg, with open and read timeouts so a dead server cannot hang us."""
 
-    def __init__(self, url: str, transport: str, open_timeout_s: float, read_timeout_s: float, **kw) -> None:
+    def __init__(self, url: str, transport: str, open_timeout_s: float, read_timeout_s: float,
+                 **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.url, self.transport = url, transport
         self.open_timeout_s, self.read_timeout_s = open_timeout_s, read_timeout_s
@@ -56,8 +66,6 @@ class RtspCapture(_OpenCvSource):
         return f"stream {_redact(self.url)}"
 
     def open(self) -> None:
-        import cv2
-
         # One camera per process, so this process-wide FFmpeg option is ours alone.
         if self.url.lower().startswith("rtsp"):
             os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"] = f"rtsp_transport;{self.transport}"
@@ -82,7 +90,7 @@ class FileCapture(_OpenCvSource):
 
     paced = True
 
-    def __init__(self, path: Path, loop: bool, realtime: bool, **kw) -> None:
+    def __init__(self, path: Path, loop: bool, realtime: bool, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.path, self.loop = Path(path), loop
         self.paced = realtime
@@ -99,8 +107,6 @@ class FileCapture(_OpenCvSource):
         return self._fps
 
     def open(self) -> None:
-        import cv2
-
         if not self.path.is_file():
             raise SourceError(f"{self.describe()} does not exist or is not a file")
         cap = cv2.VideoCapture(str(self.path), cv2.CAP_FFMPEG)
@@ -114,13 +120,11 @@ class FileCapture(_OpenCvSource):
         self._pos = 0
 
     def _rewind(self) -> None:
-        import cv2
-
         if self._pos == 0:
             raise SourceError(f"{self.describe()} yielded no frames: corrupt or not a video")
         if not self.loop:
             raise EndOfStream(f"{self.describe()} ended after {self._pos} frames (loop: false)")
-        self._cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+        self._opened().set(cv2.CAP_PROP_POS_FRAMES, 0)
         self._pos = 0
 
     def read_into(self, out: np.ndarray) -> None:
@@ -143,7 +147,7 @@ class V4l2Capture(_OpenCvSource):
     """A V4L2 device. The driver may silently pick another mode than asked: the mode is verified after
     setting, and a mismatch is a config error naming what the camera offered instead."""
 
-    def __init__(self, device: str, fourcc: str | None, fps: float | None, **kw) -> None:
+    def __init__(self, device: str, fourcc: str | None, fps: float | None, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.device, self.fourcc, self.fps = device, fourcc, fps
 
@@ -151,8 +155,6 @@ class V4l2Capture(_OpenCvSource):
         return f"V4L2 device {self.device}"
 
     def open(self) -> None:
-        import cv2
-
         if not os.path.exists(self.device):
             raise SourceError(f"{self.describe()} does not exist (unplugged, or another /dev/video number?)")
         cap = cv2.VideoCapture(self.device, cv2.CAP_V4L2)
@@ -160,7 +162,7 @@ class V4l2Capture(_OpenCvSource):
             cap.release()
             raise SourceError(f"could not open {self.describe()}: busy, no permission (video group?) or not a capture device")
         if self.fourcc:
-            cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*self.fourcc))
+            cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter.fourcc(*self.fourcc))
         cap.set(cv2.CAP_PROP_FRAME_WIDTH, self.width)
         cap.set(cv2.CAP_PROP_FRAME_HEIGHT, self.height)
         if self.fps:

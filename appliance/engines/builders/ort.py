@@ -30,7 +30,7 @@ _ORT_TYPES = {
 }
 
 
-def _ort():  # type: ignore[no-untyped-def]
+def _ort():
     try:
         import onnxruntime
     except ImportError as exc:
@@ -38,7 +38,7 @@ def _ort():  # type: ignore[no-untyped-def]
     return onnxruntime
 
 
-def reference_session(onnx_path: Path, threads: int = 0):  # type: ignore[no-untyped-def]
+def reference_session(onnx_path: Path, threads: int = 0):
     """ONNX Runtime on the original ONNX, basic optimizations only: the reference every engine is checked
     against."""
     ort = _ort()
@@ -53,11 +53,11 @@ def reference_session(onnx_path: Path, threads: int = 0):  # type: ignore[no-unt
 
 
 class OrtRunner:
-    def __init__(self, session) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, session) -> None:
         self._session = session
 
     def io(self) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
-        def spec(arg) -> TensorSpec:  # type: ignore[no-untyped-def]
+        def spec(arg) -> TensorSpec:
             dims = tuple(d if isinstance(d, int) and d > 0 else None for d in arg.shape)
             return TensorSpec(arg.name, _ORT_TYPES.get(arg.type, arg.type), dims)
 

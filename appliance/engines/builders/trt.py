@@ -41,7 +41,7 @@ def tensorrt_present() -> bool:
 def _make_logger(trt: Any) -> Any:
     """A TensorRT logger that forwards to Python logging, so build errors reach the journal."""
 
-    class _Logger(trt.ILogger):  # type: ignore[misc, name-defined]
+    class _Logger(trt.ILogger):
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
 
@@ -70,7 +70,7 @@ def _make_monitor(trt: Any, progress: BuildProgress) -> Any | None:
     def report(fraction: float, phase_name: str) -> None:
         progress(_NATIVE_BUILD_START + (1.0 - _NATIVE_BUILD_START) * fraction, phase_name)
 
-    class _Monitor(trt.IProgressMonitor):  # type: ignore[misc, name-defined]
+    class _Monitor(trt.IProgressMonitor):
         def __init__(self) -> None:
             trt.IProgressMonitor.__init__(self)
             self._steps: dict[str, tuple[str | None, int]] = {}
@@ -169,7 +169,7 @@ class _Calibrator:
     def create(trt: Any, batches: list[dict[str, np.ndarray]], cache_path: Path) -> Any:
         from appliance.engines.builders.cuda import CudaRuntime
 
-        class Calibrator(trt.IInt8EntropyCalibrator2):  # type: ignore[misc, name-defined]
+        class Calibrator(trt.IInt8EntropyCalibrator2):
             def __init__(self) -> None:
                 trt.IInt8EntropyCalibrator2.__init__(self)
                 self._cuda = CudaRuntime()

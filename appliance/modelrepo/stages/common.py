@@ -50,8 +50,9 @@ class StageMetrics:
     def __init__(self, pb_utils: ModuleType, stage: str, model: str, instance: str = "") -> None:
         fam = pb_utils.MetricFamily
         self._labels = {"stage": stage, "model": model, "model_instance": instance or stage, "pid": str(os.getpid())}
-        # Triton invalidates a Metric whose family object is garbage-collected: keep the families alive.
-        self._families = (
+        # Triton invalidates a Metric whose family object is garbage-collected: keep the families alive
+        # (until close() drops them, hence a tuple of any length).
+        self._families: tuple[Any, ...] = (
             fam(name=LATENCY_METRIC, description="cumulative time spent per stage, microseconds", kind=fam.COUNTER),
             fam(name=REQUESTS_METRIC, description="requests handled per stage", kind=fam.COUNTER),
             fam(name=REJECTED_METRIC, description="inputs rejected per stage, by reason", kind=fam.COUNTER),

@@ -31,16 +31,16 @@ class PreprocessStage:
     def _one(self, request: Any) -> Any:
         image, encoded = self._input(request, "IMAGE"), self._input(request, "ENCODED")
         order = self._input(request, "CHANNEL_ORDER")
-        if (image is None) == (encoded is None):
-            raise InputRejected("inputs", "send exactly one of IMAGE (raw H×W×C frame) or ENCODED (JPEG/PNG bytes)")
-        if encoded is not None:
+        if image is None and encoded is not None:
             tensor, lb = self.pre.encoded(encoded)
-        else:
+        elif image is not None and encoded is None:
             channel_order = "BGR"
             if order is not None:
                 raw = order.reshape(-1)[0] if order.size else b""
                 channel_order = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)).upper()
             tensor, lb = self.pre.frame(image, channel_order)
+        else:
+            raise InputRejected("inputs", "send exactly one of IMAGE (raw H×W×C frame) or ENCODED (JPEG/PNG bytes)")
         return self.pb.InferenceResponse(output_tensors=[
             self.pb.Tensor("INPUT_TENSOR", tensor[None]),
             self.pb.Tensor("LETTERBOX", lb.as_array()),
