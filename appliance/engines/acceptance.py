@@ -1,0 +1,51 @@
+"""What a reduced-precision build needs beyond the fp32 path: the model's pre/post profile, real calibration
+frames (int8), held-out gate frames, and the verdict that combines the tensor check with the detection gate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.engines.calibration import FrameSet, check_held_out, frame_set, model_profile_for
+from appliance.engines.gate import GateReport
+from appliance.engines.profile import EngineProfile
+from appliance.engines.verify import VerificationReport
+from appliance.models.profile import ModelProfile
+
+
+@dataclass(frozen=True)
+class ReducedPrecisionInputs:
+    model_profile: ModelProfile
+    calibration: FrameSet | None  # int8 only
+    gate: FrameSet
+
+
+def prepare(profile: EngineProfile, precision: str, models_root: Path, state_dir: Path,
+            model_profile: ModelProfile | None) -> ReducedPrecisionInputs | None:
+    """None for fp32 (no gate); otherwise the frames, read and preprocessed as inference does.
+    Raises CalibrationError when a set is missing, unreadable, or the gate's frames were also calibration's."""
+    if precision == "fp32":
+        return None
+    mp = model_profile or model_profile_for(profile)
+    calibration = frame_set(profile, "calibration", models_root, mp, state_dir) if precision == "int8" else None
+    gate = frame_set(profile, "gate", models_root, mp)
+    if calibration is not None:
+        check_held_out(calibration, gate)
+    return ReducedPrecisionInputs(mp, calibration, gate)
+
+
+def verdict(precision: str, tensors: VerificationReport, gate: GateReport | None) -> dict[str, Any]:
+    """The manifest's ``verification``: fp32 and fp16 must pass the tensor check; every non-fp32 engine must
+    pass the gate. INT8 outputs differ element-wise by design, so for int8 the tensor check is kept for the
+    record only and the gate decides."""
+    out = tensors.to_dict()
+    if gate is None:
+        return out
+    tensor_ok = tensors.passed or precision == "int8"
+    out["tensor_check_required"] = precision != "int8"
+    out["gate"] = gate.to_dict()
+    out["passed"] = bool(tensor_ok and gate.passed)
+    tensor_part = "" if precision == "int8" else f"{tensors.summary()}; "
+    out["summary"] = f"{tensor_part}{gate.summary()}"
+    return out
