@@ -103,6 +103,9 @@ class OnnxRuntimeProfile(StrictModel):
 
     precision: Literal["fp32", "int8"] = Field("fp32", description="fp32, or int8: static QDQ quantization")
     fallback: Literal["fp32"] = Field("fp32", description="built instead when the detection gate refuses int8")
+    calibration_method: Literal["minmax", "entropy", "percentile"] = Field(
+        "percentile", description="activation ranges; percentile (99.999) kept the most detections on YOLOv3-tiny"
+    )
     quantize_head: bool = Field(
         False, description="quantize the YOLO decode head too (collapses objectness on YOLOv3-tiny: tests only)"
     )

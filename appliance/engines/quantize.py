@@ -64,19 +64,8 @@ def head_nodes(model: Any) -> list[str]:
     return [n.name for n in graph.node if n.name and downstream(n) == (True, False)]
 
 
-def head_convs(model: Any, head: Sequence[str]) -> list[str]:
-    """The last Conv of each head: a Conv whose outputs feed only head nodes (or are graph outputs)."""
-    in_head = set(head)
-    consumers: dict[str, list[str]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node.name)
-    return [n.name for n in model.graph.node if n.op_type == "Conv" and n.name
-            and all(c in in_head for out in n.output for c in consumers.get(out, []))]
-
-
 def quantize_int8(onnx_path: Path, out_path: Path, input_name: str, tensors: Sequence[np.ndarray],
-                  quantize_head: bool = False, float_head_convs: bool = False) -> dict[str, object]:
+                  quantize_head: bool = False, method: str = "percentile") -> dict[str, object]:
     """Write the QDQ-quantized model to ``out_path``; return what was done for the manifest."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -89,8 +78,6 @@ def quantize_int8(onnx_path: Path, out_path: Path, input_name: str, tensors: Seq
         quant_pre_process(str(onnx_path), str(prepared), skip_symbolic_shape=True)
         model = onnx.load(str(prepared))
         excluded = [] if quantize_head else head_nodes(model)
-        if float_head_convs and not quantize_head:
-            excluded += head_convs(model, excluded)
         quantize_static(
             str(prepared),
             str(out_path),
@@ -99,11 +86,12 @@ def quantize_int8(onnx_path: Path, out_path: Path, input_name: str, tensors: Seq
             per_channel=True,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
-            calibrate_method=getattr(CalibrationMethod, __import__("os").environ.get("CM","MinMax")),
+            calibrate_method={"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                              "percentile": CalibrationMethod.Percentile}[method],
             nodes_to_exclude=excluded,
         )
     return {
-        "quantization": "static QDQ, per-channel int8 weights, uint8 activations (MinMax)",
+        "quantization": f"static QDQ, per-channel int8 weights, uint8 activations ({method})",
         "calibration_frames": len(tensors),
         "float_nodes": excluded,
     }

@@ -149,7 +149,8 @@ class OnnxRuntimeBuilder:
         start = time.monotonic()
         try:
             details = quantize_int8(onnx.path, out_path, onnx.inputs[0].name, calibration.tensors,
-                                    quantize_head=profile.onnxruntime.quantize_head)
+                                    quantize_head=profile.onnxruntime.quantize_head,
+                                    method=profile.onnxruntime.calibration_method)
         except Exception as exc:  # onnxruntime.quantization raises plain Exception/ValueError/onnx errors
             raise BuildError(f"ONNX Runtime could not quantize {onnx.path}: {exc}") from exc
         with open(out_path, "rb") as fh:
