@@ -3,7 +3,6 @@ frames (int8), held-out gate frames, and the verdict that combines the tensor ch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +13,23 @@ from appliance.engines.verify import VerificationReport
 from appliance.models.profile import ModelProfile
 
 
-@dataclass(frozen=True)
-class ReducedPrecisionInputs:
-    model_profile: ModelProfile
-    calibration: FrameSet | None  # int8 only
-    gate: FrameSet
-
-
-def prepare(profile: EngineProfile, precision: str, models_root: Path, state_dir: Path,
-            model_profile: ModelProfile | None) -> ReducedPrecisionInputs | None:
-    """None for fp32 (no gate); otherwise the frames, read and preprocessed as inference does.
-    Raises CalibrationError when a set is missing, unreadable, or the gate's frames were also calibration's."""
-    if precision == "fp32":
+def calibration_frames(profile: EngineProfile, precision: str, models_root: Path, state_dir: Path,
+                       model_profile: ModelProfile | None) -> FrameSet | None:
+    """The real frames an int8 build calibrates on (None for other precisions); read before the build."""
+    if precision != "int8":
         return None
+    return frame_set(profile, "calibration", models_root, model_profile or model_profile_for(profile), state_dir)
+
+
+def gate_frames(profile: EngineProfile, models_root: Path, model_profile: ModelProfile | None,
+                calibration: FrameSet | None) -> tuple[ModelProfile, FrameSet]:
+    """The held-out frames the gate runs on (read after the build, so a failed build reports its own error).
+    Raises CalibrationError when the set is missing, unreadable, or shares a frame with calibration."""
     mp = model_profile or model_profile_for(profile)
-    calibration = frame_set(profile, "calibration", models_root, mp, state_dir) if precision == "int8" else None
     gate = frame_set(profile, "gate", models_root, mp)
     if calibration is not None:
         check_held_out(calibration, gate)
-    return ReducedPrecisionInputs(mp, calibration, gate)
+    return mp, gate
 
 
 def verdict(precision: str, tensors: VerificationReport, gate: GateReport | None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import appliance
 from appliance.engines.builders import BuilderName, EngineBuilder, select_builder
-from appliance.engines.acceptance import prepare, verdict
+from appliance.engines.acceptance import calibration_frames, gate_frames, verdict
 from appliance.engines.builders.base import BuilderUnavailable, BuildError, check_io
 from appliance.engines.calibration import CalibrationError, files_digest
 from appliance.durable import sha256_file, write_file_durably
@@ -160,7 +160,7 @@ class EngineManager:
         frames: dict[str, str] = {}
         if precision == "int8":  # new calibration frames (sample, cameras, a bundle's folder) mean a new engine
             frames["calibration_sha256"] = files_digest(profile, "calibration", self.models_root, self.state_dir)
-        if precision != "fp32":
+        if precision != "fp32" and profile.gate.sources:  # none: the build is refused at the gate, with a message
             frames["gate_sha256"] = files_digest(profile, "gate", self.models_root)
         return engine_fingerprint(
             onnx_sha256=sha256_file(onnx_path),
@@ -252,7 +252,7 @@ class EngineManager:
             info = inspect_onnx(onnx_path)
             samples = golden_inputs(info, profile)
             precision = self.builder.precision(profile)
-            frames = prepare(profile, precision, self.models_root, self.state_dir, model_profile)
+            calibration = calibration_frames(profile, precision, self.models_root, self.state_dir, model_profile)
             phase = "build"
             report(model, phase, 10, f"{self.builder.name} {self.builder.version()} ({self.builder.precision(profile)})")
             engine_path = build_dir / self.builder.engine_file
@@ -261,7 +261,7 @@ class EngineManager:
                     info, profile, engine_path,
                     lambda frac, msg: report(model, "build", 10 + 70 * frac, msg),
                     self.cache.timing_dir,
-                    calibration=frames.calibration if frames else None,
+                    calibration=calibration,
                 )
             phase = "verify"
             report(model, phase, 80, f"{len(samples)} golden input(s) vs ONNX Runtime on the original ONNX")
@@ -280,11 +280,11 @@ class EngineManager:
                     profile.verify.tolerances[self.builder.precision(profile)],  # type: ignore[index]
                 )
                 gate = None
-                if frames is not None:
-                    report(model, phase, 85, f"detection gate on {len(frames.gate.tensors)} held-out frames")
+                if precision != "fp32":
+                    processing, held_out = gate_frames(profile, self.models_root, model_profile, calibration)
+                    report(model, phase, 85, f"detection gate on {len(held_out.tensors)} held-out frames")
                     gate = run_gate(runner.run, lambda feeds: dict(zip(ref_names, ref.run(ref_names, feeds))),
-                                    frames.gate, frames.model_profile, profile.gate, info.inputs[0].name,
-                                    info.outputs[0].name)
+                                    held_out, processing, profile.gate, info.inputs[0].name, info.outputs[0].name)
                     report(model, phase, 88, gate.summary())
                 checked = verdict(precision, result, gate)
                 if checked["passed"]:
