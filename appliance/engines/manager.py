@@ -3,6 +3,7 @@ lock, verify against ONNX Runtime on the original ONNX, install atomically, garb
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -14,12 +15,15 @@ from typing import Any, Callable, Sequence
 
 import appliance
 from appliance.engines.builders import BuilderName, EngineBuilder, select_builder
+from appliance.engines.acceptance import calibration_frames, gate_frames, verdict
 from appliance.engines.builders.base import BuilderUnavailable, BuildError, check_io
+from appliance.engines.calibration import CalibrationError, files_digest
 from appliance.durable import sha256_file, write_file_durably
 from appliance.engines.cache import CacheEntry, EngineCache
 from appliance.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
 from appliance.engines.onnxinfo import OnnxModelError
 from appliance.engines.profile import EngineProfile, load_profiles
+from appliance.models.profile import ModelProfile
 from appliance.engines.progress import ProgressCallback, ProgressReporter
 from appliance.sdnotify import Notifier
 
@@ -34,6 +38,16 @@ class EngineBuildError(RuntimeError):
         self.model = model
         self.phase = phase
         self.reason = message
+
+
+class GateRefused(EngineBuildError):
+    """The detection gate refused a reduced-precision engine; ``report`` has the numbers. The manager then builds
+    the profile's fallback precision."""
+
+    def __init__(self, model: str, report: dict[str, Any], report_path: Path) -> None:
+        super().__init__(model, "verify", f"{report['summary']} (full report: {report_path})")
+        self.report = report
+        self.report_path = report_path
 
 
 class VerificationFailed(EngineBuildError):
@@ -64,6 +78,7 @@ class InstalledEngine:
     outputs: list[dict[str, Any]] = field(default_factory=list)
     max_batch: int = 1
     frame_ms: float | None = None  # the engine's median time per frame, timed after verification at the build
+    refused: str | None = None  # the detection gate's refusal of the profile's precision, when this is the fallback
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -136,30 +151,61 @@ class EngineManager:
         self._clock = clock
         self._monotonic = monotonic
         self._device_fields: dict[str, str] | None = None
+        self.state_dir = Path(state_dir)
 
     def fingerprint(self, profile: EngineProfile, onnx_path: Path) -> Fingerprint:
         if self._device_fields is None:
             self._device_fields = {**self.device.fields(), **self.builder.device_fields()}
+        precision = self.builder.precision(profile)
+        frames: dict[str, str] = {}
+        if precision == "int8":  # new calibration frames (sample, cameras, a bundle's folder) mean a new engine
+            frames["calibration_sha256"] = files_digest(profile, "calibration", self.models_root, self.state_dir)
+        if precision != "fp32" and profile.gate.sources:  # none: the build is refused at the gate, with a message
+            frames["gate_sha256"] = files_digest(profile, "gate", self.models_root)
         return engine_fingerprint(
             onnx_sha256=sha256_file(onnx_path),
             profile_sha256=profile.digest(),
             builder=self.builder.name,
             builder_version=self.builder.version(),
             device_fields=self._device_fields,
-            builder_fields={"precision": self.builder.precision(profile)},
+            builder_fields={"precision": precision, **frames},
         )
 
-    def ensure(self, profile: EngineProfile, force: bool = False) -> InstalledEngine:
+    def ensure(self, profile: EngineProfile, force: bool = False,
+               model_profile: ModelProfile | None = None) -> InstalledEngine:
+        """The cached or newly built engine for ``profile``; when the detection gate refuses its precision, the
+        profile's fallback precision instead (``refused`` says why). ``model_profile``: the pre/post profile the
+        gate and calibration use (default: ``calibration.model_profile`` or repository/profiles/<model>)."""
+        try:
+            return self._ensure(profile, force, model_profile)
+        except GateRefused as refused:
+            fallback = self.builder.fallback(profile)
+            if fallback is None:
+                raise
+            target = self.builder.precision(fallback)
+            log.warning("%s: %s; building the fallback precision %s instead", profile.model, refused.reason, target)
+            self.reporter.report(profile.model, "build", 10, f"refused: {refused.reason}; building {target} instead")
+            installed = self._ensure(fallback, force, model_profile)
+            return dataclasses.replace(installed, refused=refused.reason)
+
+    def _ensure(self, profile: EngineProfile, force: bool, model_profile: ModelProfile | None) -> InstalledEngine:
         model, report = profile.model, self.reporter.report
         onnx_path = profile.onnx_path(self.models_root)
         report(model, "fingerprint", 0, str(onnx_path))
         if not onnx_path.is_file():
             raise EngineBuildError(model, "fingerprint", f"ONNX file {onnx_path} not found (profile field 'onnx')")
-        fp = self.fingerprint(profile, onnx_path)
+        try:
+            fp = self.fingerprint(profile, onnx_path)
+        except CalibrationError as exc:
+            report(model, "failed", 100, f"fingerprint: {exc}")
+            raise EngineBuildError(model, "fingerprint", str(exc)) from exc
         entry, problem = self.cache.inspect(model, fp.key)
         if entry is not None and not force:
             report(model, "cached", 100, f"engine {fp.key} ({entry.manifest['precision']}, {self.builder.name})")
             return _installed(entry, onnx_path, cache_hit=True)
+        refusal = self._refusal(model, fp)
+        if refusal is not None and not force:  # refused before with these very frames: do not rebuild to refuse again
+            raise GateRefused(model, refusal, self._failure_path(model, fp))
         self._explain_miss(model, fp, problem, force)
 
         with self.cache.lock(model, fp.key, on_wait=lambda msg: report(model, "waiting", 1, msg)):
@@ -170,7 +216,7 @@ class EngineManager:
             if problem or (force and entry is not None):
                 self.cache.discard(model, fp.key, problem or "rebuild forced")
             self.cache.clean_stale(model, fp.key)
-            installed = self._build(profile, onnx_path, fp)
+            installed = self._build(profile, onnx_path, fp, model_profile)
         self.cache.gc(model, keep=profile.keep, protect=fp.key)
         return installed
 
@@ -190,9 +236,11 @@ class EngineManager:
             else:
                 log.info("%s: no engine for key %s yet; building (first boot)", model, fp.key)
 
-    def _build(self, profile: EngineProfile, onnx_path: Path, fp: Fingerprint) -> InstalledEngine:
+    def _build(self, profile: EngineProfile, onnx_path: Path, fp: Fingerprint,
+               model_profile: ModelProfile | None) -> InstalledEngine:
         from appliance.engines.builders.ort import reference_session
         from appliance.engines.onnxinfo import inspect_onnx
+        from appliance.engines.gate import run_gate
         from appliance.engines.verify import GoldenInputError, golden_inputs, verify
 
         model, report = profile.model, self.reporter.report
@@ -203,6 +251,8 @@ class EngineManager:
             report(model, phase, 5, "checking the ONNX")
             info = inspect_onnx(onnx_path)
             samples = golden_inputs(info, profile)
+            precision = self.builder.precision(profile)
+            calibration = calibration_frames(profile, precision, self.models_root, self.state_dir, model_profile)
             phase = "build"
             report(model, phase, 10, f"{self.builder.name} {self.builder.version()} ({self.builder.precision(profile)})")
             engine_path = build_dir / self.builder.engine_file
@@ -211,6 +261,7 @@ class EngineManager:
                     info, profile, engine_path,
                     lambda frac, msg: report(model, "build", 10 + 70 * frac, msg),
                     self.cache.timing_dir,
+                    **({"calibration": calibration} if calibration is not None else {}),
                 )
             phase = "verify"
             report(model, phase, 80, f"{len(samples)} golden input(s) vs ONNX Runtime on the original ONNX")
@@ -228,15 +279,25 @@ class EngineManager:
                     self.builder.precision(profile),
                     profile.verify.tolerances[self.builder.precision(profile)],  # type: ignore[index]
                 )
-                if result.passed:
+                gate = None
+                if precision != "fp32" and (result.passed or precision == "int8"):  # fp16 must pass both
+                    processing, held_out = gate_frames(profile, self.models_root, model_profile, calibration)
+                    report(model, phase, 85, f"detection gate on {len(held_out.tensors)} held-out frames")
+                    gate = run_gate(runner.run, lambda feeds: dict(zip(ref_names, ref.run(ref_names, feeds))),
+                                    held_out, processing, profile.gate, info.inputs[0].name, info.outputs[0].name)
+                    report(model, phase, 88, gate.summary())
+                checked = verdict(precision, result, gate)
+                if checked["passed"]:
                     report(model, phase, 90, "timing the engine")
                     timing = time_engine(runner.run, samples[0], batch=_batch_of(samples[0]))
             finally:
                 runner.close()
-            if not result.passed:
-                raise VerificationFailed(model, result.to_dict(), self._save_failure(model, fp, result.to_dict()))
+            if not checked["passed"]:
+                if gate is not None and not gate.passed:
+                    raise GateRefused(model, checked, self._save_failure(model, fp, {**checked, "kind": "gate"}))
+                raise VerificationFailed(model, checked, self._save_failure(model, fp, checked))
             phase = "install"
-            report(model, phase, 95, result.summary())
+            report(model, phase, 95, checked["summary"])
             manifest = {
                 "fingerprint": dict(fp.fields),
                 "triton_kind": self.builder.triton_kind,
@@ -250,26 +311,40 @@ class EngineManager:
                     "inputs": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims)} for t in inputs],
                     "outputs": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims)} for t in outputs],
                 },
-                "verification": result.to_dict(),
+                "verification": checked,
                 "timing": timing,
                 "appliance_version": appliance.__version__,
             }
             entry = self.cache.install(model, fp.key, build_dir, self.builder.engine_file, manifest)
+        except GateRefused as exc:
+            report(model, "failed", 100, f"refused, not installed: {exc.report['summary']}")
+            raise
         except VerificationFailed:
             report(model, "failed", 100, "verification failed; engine not installed")
             raise
-        except (OnnxModelError, GoldenInputError, BuildError, BuilderUnavailable) as exc:
+        except (OnnxModelError, GoldenInputError, BuildError, BuilderUnavailable, CalibrationError) as exc:
             report(model, "failed", 100, f"{phase}: {exc}")
             raise EngineBuildError(model, phase, str(exc)) from exc
         finally:
             if build_dir.exists():
                 shutil.rmtree(build_dir, ignore_errors=True)
-        report(model, "done", 100, f"engine {fp.key} installed in {self._monotonic() - start:.1f}s; {result.summary()}")
+        report(model, "done", 100, f"engine {fp.key} installed in {self._monotonic() - start:.1f}s; {checked['summary']}")
         return _installed(entry, onnx_path, cache_hit=False)
+
+    def _failure_path(self, model: str, fp: Fingerprint) -> Path:
+        return self.cache.root / ".failed" / f"{model}-{fp.key}.json"
+
+    def _refusal(self, model: str, fp: Fingerprint) -> dict[str, Any] | None:
+        """The gate's earlier refusal of exactly this key (same ONNX, profile, frames, device), if recorded."""
+        try:
+            record = json.loads(self._failure_path(model, fp).read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) and record.get("kind") == "gate" and "summary" in record else None
 
     def _save_failure(self, model: str, fp: Fingerprint, report: dict[str, Any]) -> Path:
         """Keep the failed verification's numbers where an operator can read them; the engine is discarded."""
-        path = self.cache.root / ".failed" / f"{model}-{fp.key}.json"
+        path = self._failure_path(model, fp)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_file_durably(path, json.dumps({"fingerprint": dict(fp.fields), **report}, indent=2).encode())
         log.error("%s: engine failed verification, not installed: %s", model, report["summary"])

@@ -88,7 +88,8 @@ class TensorRTProfile(StrictModel):
     optimization_level: int | None = Field(
         None, ge=0, le=5, description="builder optimization level (TensorRT >= 8.6); default: TensorRT's own (3)"
     )
-    calibration_batches: int = Field(8, ge=1, le=1024, description="INT8 calibration batches (golden-style inputs)")
+    calibration_batches: int = Field(8, ge=1, le=1024, description="INT8 calibration batches of real frames")
+    fallback: Precision = Field("fp16", description="built instead when the detection gate refuses the engine")
 
     @model_validator(mode="after")
     def _dla_precision(self) -> "TensorRTProfile":
@@ -100,11 +101,50 @@ class TensorRTProfile(StrictModel):
 class OnnxRuntimeProfile(StrictModel):
     """Settings for the ONNX Runtime builder (CPU hosts): an ONNX graph optimized for this CPU."""
 
-    precision: Literal["fp32"] = Field("fp32", description="the CPU path runs the ONNX in fp32")
+    precision: Literal["fp32", "int8"] = Field("fp32", description="fp32, or int8: static QDQ quantization")
+    fallback: Literal["fp32"] = Field("fp32", description="built instead when the detection gate refuses int8")
+    calibration_method: Literal["minmax", "entropy", "percentile"] = Field(
+        "percentile", description="activation ranges; percentile (99.999) kept the most detections on YOLOv3-tiny"
+    )
+    quantize_head: bool = Field(
+        False, description="quantize the YOLO decode head too (collapses objectness on YOLOv3-tiny: tests only)"
+    )
     optimization_level: Literal["basic", "extended", "all"] = Field(
         "all", description="'all' adds layout transforms specific to this CPU's instruction set"
     )
     intra_op_threads: int = Field(0, ge=0, le=256, description="threads per operator; 0 lets ORT choose")
+
+
+class FrameSource(StrictModel):
+    """Real frames: an image, a folder of images, or a video (frames spread evenly over [start_s, end_s))."""
+
+    path: str = Field(..., description="relative paths resolve against the models root (an OTA bundle's folder)")
+    frames: int = Field(8, ge=1, le=4096, description="frames taken from a video (images: every one)")
+    start_s: float = Field(0.0, ge=0, description="video: first second sampled")
+    end_s: float | None = Field(None, gt=0, description="video: sampled up to this second (default: the end)")
+
+
+class CalibrationProfile(StrictModel):
+    """Where INT8 calibration frames come from; they pass through the inference preprocess (model profile)."""
+
+    model_profile: str | None = Field(
+        None, description="the model's pre/post profile, relative to this file; default repository/profiles/<model>"
+    )
+    sources: list[FrameSource] = Field(default_factory=list, description="sample images and videos")
+    device_frames: int = Field(
+        0, ge=0, le=4096, description="frames the device's own cameras keep in <state>/calibration/<model>"
+    )
+    max_frames: int = Field(64, ge=1, le=4096, description="at most this many frames are used")
+
+
+class GateProfile(StrictModel):
+    """Detection-level acceptance of a non-fp32 engine against the fp32 reference, on held-out frames."""
+
+    sources: list[FrameSource] = Field(default_factory=list, description="verification frames (not calibration)")
+    min_recall: float = Field(0.95, ge=0, le=1, description="share of the reference's detections found")
+    min_precision: float = Field(0.95, ge=0, le=1, description="share of the candidate's detections that are right")
+    max_score_diff: float = Field(0.1, ge=0, le=1, description="mean |score difference| over matched detections")
+    iou: float = Field(0.5, gt=0, le=1, description="a match has the same class and at least this IoU")
 
 
 class InputShape(StrictModel):
@@ -129,6 +169,8 @@ class EngineProfile(StrictModel):
     tensorrt: TensorRTProfile = Field(default_factory=TensorRTProfile)
     onnxruntime: OnnxRuntimeProfile = Field(default_factory=OnnxRuntimeProfile)
     verify: VerifyProfile = Field(default_factory=VerifyProfile)
+    calibration: CalibrationProfile = Field(default_factory=CalibrationProfile)
+    gate: GateProfile = Field(default_factory=GateProfile)
     keep: int = Field(3, ge=1, le=50, description="installed engines kept per model by garbage collection")
     # Where the profile's YAML lives; not a field, so it stays out of the digest (moving engines/ is no rebuild).
     _directory: Path | None = PrivateAttr(None)

@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 import appliance.engines.builders.cuda as cuda_module
 from appliance.engines.builders.base import BuildError
 from appliance.engines.builders.trt import TensorRTBuilder
+from appliance.engines.calibration import FrameSet, frame_set, model_profile_for
 from appliance.engines.manager import EngineBuildError
 from appliance.engines.onnxinfo import inspect_onnx
 from appliance.engines.profile import EngineProfile, load_profile
@@ -43,8 +45,24 @@ def gpu(monkeypatch: pytest.MonkeyPatch) -> StandInGpu:
     return device
 
 
+DARKNET = Path("/usr/share/darknet/data")
+TINY_PROCESSING = {"name": "tiny", "classes": ["thing"], "head": {"layout": "rows_with_objectness"},
+                   "input": {"width": 8, "height": 8, "stride": 8, "pad_value": 127}}
+
+
+def _frames(env: EngineEnv, names: tuple[str, ...] = ("dog", "eagle", "giraffe", "horses", "kite", "person")
+            ) -> FrameSet:
+    """Real darknet images through the inference preprocess, at the tiny model's 8x8 input."""
+    (env.root / "processing.yaml").write_text(yaml.safe_dump(TINY_PROCESSING))  # not in engines/: no engine profile
+    profile = EngineProfile.model_validate({
+        "model": "tiny", "onnx": "tiny.onnx",
+        "calibration": {"model_profile": str(env.root / "processing.yaml"),
+                        "sources": [{"path": str(DARKNET / f"{n}.jpg")} for n in names]}}).located_in(env.engines)
+    return frame_set(profile, "calibration", env.models, model_profile_for(profile))
+
+
 def _build(env: EngineEnv, profile: EngineProfile | None = None, onnx: Path | None = None,
-           progress: list[tuple[float, str]] | None = None) -> dict[str, Any]:
+           progress: list[tuple[float, str]] | None = None, calibration: FrameSet | None = None) -> dict[str, Any]:
     """One real TensorRTBuilder.build of the env's ONNX into the env's state dir."""
     out = env.root / "build" / "model.plan"
     out.parent.mkdir(exist_ok=True)
@@ -52,7 +70,8 @@ def _build(env: EngineEnv, profile: EngineProfile | None = None, onnx: Path | No
     timing_dir.mkdir(parents=True, exist_ok=True)
     seen = progress if progress is not None else []
     return _StandInGpuBuilder().build(inspect_onnx(onnx or env.models / "tiny.onnx"), profile or env.profile(), out,
-                                      lambda frac, msg: seen.append((frac, msg)), timing_dir)
+                                      lambda frac, msg: seen.append((frac, msg)), timing_dir,
+                                      calibration=calibration if calibration is not None else _frames(env))
 
 
 def _profile(env: EngineEnv, **tensorrt: Any) -> EngineProfile:
@@ -192,29 +211,36 @@ def test_progress_is_reported_and_never_goes_back(env: EngineEnv, gpu: StandInGp
     assert fractions == sorted(fractions), fractions  # an operator must never see the percentage drop
 
 
-def test_int8_calibrates_on_the_golden_frames_beside_the_profile(env: EngineEnv, gpu: StandInGpu, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    frames = np.random.default_rng(3).uniform(0, 1, (2, 3, 8, 8)).astype(np.float32)
-    np.savez(env.engines / "golden.npz", images=frames)
-    write_profile(env.engines, tensorrt={"precision": "int8", "calibration_batches": 3},
-                  verify={"golden": "golden.npz"})
-    profile = load_profile(env.profile_path)
-    monkeypatch.chdir(tmp_path)  # systemd's cwd is /: the relative golden must still be found
-    _build(env, profile)
-    assert len(gpu.calibration) == 3 and all(np.array_equal(b["images"], frames) for b in gpu.calibration)
-    calib = env.state / "timing" / f"tiny-{profile.digest()[:12]}.calib"
+def test_int8_calibrates_on_distinct_real_frames(env: EngineEnv, gpu: StandInGpu) -> None:
+    """Batches of the profile's opt size (2), each frame a different darknet image, never one tensor repeated."""
+    frames = _frames(env)
+    profile = _profile(env, precision="int8", calibration_batches=3)
+    _build(env, profile, calibration=frames)
+    assert [b["images"].shape for b in gpu.calibration] == [(2, 3, 8, 8)] * 3
+    handed = [image for batch in gpu.calibration for image in batch["images"]]
+    assert len({image.tobytes() for image in handed}) == 6  # six distinct frames
+    for got, want in zip(handed, frames.tensors):  # in order: the real frames, as preprocessed for inference
+        assert np.array_equal(got, want)
+    # Real pixels: the letterbox border (pad 127/255) is there, and no frame is flat.
+    assert all(0 <= image.min() and image.max() <= 1 and image.std() > 0.02 for image in handed)
+    calib = env.state / "timing" / f"tiny-{profile.digest()[:12]}-{frames.digest[:12]}.calib"
     assert calib.read_bytes() == b"stand-in calibration table"
     gpu.calibration.clear()
-    _build(env, profile)
-    assert gpu.calibration == []  # the calibration cache was read back: no second calibration
+    _build(env, profile, calibration=frames)
+    assert gpu.calibration == []  # the calibration cache of the same frames was read back: no second calibration
+    other = _frames(env, ("person", "kite", "horses", "giraffe"))
+    _build(env, profile, calibration=other)
+    assert len(gpu.calibration) == 2  # new frames: a new table, calibrated again (4 frames fill 2 batches)
 
 
-def test_int8_without_golden_calibrates_on_seeded_inputs_and_says_so(env: EngineEnv, gpu: StandInGpu,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
-    _build(env, _profile(env, precision="int8", calibration_batches=2))
-    assert [b["images"].shape for b in gpu.calibration] == [(2, 3, 8, 8)] * 2  # batch opt
-    assert not np.array_equal(gpu.calibration[0]["images"], gpu.calibration[1]["images"])
-    assert any("INT8 calibration on synthetic inputs" in r.getMessage() for r in caplog.records)
+def test_int8_without_calibration_frames_is_a_build_error(env: EngineEnv, gpu: StandInGpu) -> None:
+    profile = _profile(env, precision="int8")
+    empty = FrameSet([], [], "0" * 64)
+    with pytest.raises(BuildError, match="int8 needs real calibration frames"):
+        _build(env, profile, calibration=empty)
+    with pytest.raises(BuildError, match="cannot fill one batch of 2"):
+        _build(env, profile, calibration=_frames(env, ("dog",)))
+    assert gpu.calibration == []
 
 
 def test_int8_with_explicit_qdq_needs_no_calibrator(env: EngineEnv, gpu: StandInGpu) -> None:

@@ -7,6 +7,7 @@ from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
+from appliance.engines.calibration import FrameSet
 from appliance.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.engines.profile import EngineProfile
 
@@ -58,8 +59,14 @@ class EngineBuilder(Protocol):
         out_path: Path,
         progress: BuildProgress,
         timing_dir: Path,
+        calibration: FrameSet | None = None,
     ) -> dict[str, object]:
-        """Write the engine to ``out_path``; return build details for the manifest."""
+        """Write the engine to ``out_path``; return build details for the manifest. ``calibration``: the real
+        frames an INT8 build calibrates on (required for int8 unless the ONNX carries Q/DQ nodes)."""
+        ...
+
+    def fallback(self, profile: EngineProfile) -> EngineProfile | None:
+        """The profile to build instead when the detection gate refuses this precision (None: no fallback)."""
         ...
 
     def load(self, engine_path: Path, profile: EngineProfile) -> EngineRunner: ...

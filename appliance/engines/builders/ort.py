@@ -3,6 +3,9 @@
 At level 'all' ORT applies layout transforms (NCHWc) chosen for this CPU's instruction set, which is why the
 CPU model and flags are in the fingerprint. The saved model loads with optimizations disabled, since it is
 already optimized.
+
+``precision: int8`` instead saves a static QDQ model calibrated on real frames (appliance.engines.quantize);
+it loads with ORT's optimizations on, which fuse the Q/DQ pairs into integer kernels for this CPU.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from appliance.engines.builders.base import BuildError, BuilderUnavailable, BuildProgress
+from appliance.engines.calibration import FrameSet
 from appliance.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.engines.profile import EngineProfile
 
@@ -95,9 +99,12 @@ class OnnxRuntimeBuilder:
         out_path: Path,
         progress: BuildProgress,
         timing_dir: Path,
+        calibration: FrameSet | None = None,
     ) -> dict[str, object]:
         ort = _ort()
         settings = profile.onnxruntime
+        if settings.precision == "int8":
+            return self._quantize(onnx, profile, out_path, progress, calibration)
         opts = ort.SessionOptions()
         opts.graph_optimization_level = {
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -125,10 +132,40 @@ class OnnxRuntimeBuilder:
             "providers": ["CPUExecutionProvider"],
         }
 
+    def fallback(self, profile: EngineProfile) -> EngineProfile | None:
+        """The profile to build when the detection gate refuses this one; None when it is already fp32."""
+        settings = profile.onnxruntime
+        if settings.precision == settings.fallback:
+            return None
+        return profile.model_copy(update={"onnxruntime": settings.model_copy(update={"precision": settings.fallback})})
+
+    def _quantize(self, onnx: OnnxInfo, profile: EngineProfile, out_path: Path, progress: BuildProgress,
+                  calibration: FrameSet | None) -> dict[str, object]:
+        from appliance.engines.quantize import quantize_int8
+
+        if calibration is None or not calibration.tensors:
+            raise BuildError("onnxruntime.precision int8 needs real calibration frames (profile calibration.sources)")
+        progress(0.1, f"int8: calibrating on {len(calibration.tensors)} real frames (static QDQ, per-channel)")
+        start = time.monotonic()
+        try:
+            details = quantize_int8(onnx.path, out_path, onnx.inputs[0].name, calibration.tensors,
+                                    quantize_head=profile.onnxruntime.quantize_head,
+                                    method=profile.onnxruntime.calibration_method)
+        except Exception as exc:  # onnxruntime.quantization raises plain Exception/ValueError/onnx errors
+            raise BuildError(f"ONNX Runtime could not quantize {onnx.path}: {exc}") from exc
+        with open(out_path, "rb") as fh:
+            os.fsync(fh.fileno())
+        progress(1.0, "quantized model saved")
+        return {**details, "calibration_sha256": calibration.digest, "precision": "int8",
+                "quantize_seconds": round(time.monotonic() - start, 3), "providers": ["CPUExecutionProvider"]}
+
     def load(self, engine_path: Path, profile: EngineProfile) -> OrtRunner:
         ort = _ort()
         opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        # A QDQ model needs ORT's fusions at load; the fp32 file is already optimized for this CPU.
+        opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                                         if profile.onnxruntime.precision == "int8"
+                                         else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
         opts.intra_op_num_threads = profile.onnxruntime.intra_op_threads
         opts.log_severity_level = 3
         try:

@@ -19,9 +19,10 @@ import numpy as np
 
 from appliance.engines.builders.base import BuilderUnavailable, BuildError, BuildProgress
 from appliance.durable import write_file_durably
+from appliance.engines.calibration import FrameSet
 from appliance.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.engines.profile import EngineProfile
-from appliance.engines.verify import GoldenInputError, golden_inputs, input_shape
+from appliance.engines.verify import GoldenInputError, input_shape
 
 log = logging.getLogger("appliance.engines.tensorrt")
 
@@ -235,6 +236,7 @@ class TensorRTBuilder:
         out_path: Path,
         progress: BuildProgress,
         timing_dir: Path,
+        calibration: FrameSet | None = None,
     ) -> dict[str, Any]:
         trt = _trt()
         settings = profile.tensorrt
@@ -283,8 +285,10 @@ class TensorRTBuilder:
                 for j in range(network.num_layers)
             )
             if not explicit_qdq:
-                batches = self._calibration_batches(onnx, profile)
-                calib_path = timing_dir / f"{profile.model}-{profile.digest()[:12]}.calib"
+                batches = self._calibration_batches(onnx, profile, calibration)
+                assert calibration is not None  # _calibration_batches raised otherwise
+                # The frames' hash is in the name: new frames must calibrate again, not read an old table.
+                calib_path = timing_dir / f"{profile.model}-{profile.digest()[:12]}-{calibration.digest[:12]}.calib"
                 config.int8_calibrator = _Calibrator.create(trt, batches, calib_path)
                 config.set_calibration_profile(opt_profile)
 
@@ -342,17 +346,31 @@ class TensorRTBuilder:
         }
 
     @staticmethod
-    def _calibration_batches(onnx: OnnxInfo, profile: EngineProfile) -> list[dict[str, np.ndarray]]:
-        if not profile.verify.golden:
-            log.warning("%s: INT8 calibration on synthetic inputs; set verify.golden to real frames for accuracy",
-                        profile.model)
-        batches: list[dict[str, np.ndarray]] = []
-        for i in range(profile.tensorrt.calibration_batches):
-            seeded = profile.model_copy(update={
-                "verify": profile.verify.model_copy(update={"seed": profile.verify.seed + 1000 + i, "samples": 1})
-            })
-            batches.extend(golden_inputs(onnx, seeded))
-        return batches
+    def _calibration_batches(onnx: OnnxInfo, profile: EngineProfile,
+                             calibration: FrameSet | None) -> list[dict[str, np.ndarray]]:
+        """``calibration_batches`` batches of distinct real frames at the profile's opt batch size."""
+        if calibration is None or not calibration.tensors:
+            raise BuildError("tensorrt.precision int8 needs real calibration frames (profile calibration.sources) "
+                             "or an ONNX with Q/DQ nodes")
+        if len(onnx.inputs) != 1:
+            raise BuildError(f"INT8 calibration from frames needs a single-input model; {onnx.path} has "
+                             f"{len(onnx.inputs)}")
+        batch = profile.batch.opt
+        batches = calibration.batches(batch, profile.tensorrt.calibration_batches)
+        if not batches:
+            raise BuildError(f"{len(calibration.tensors)} calibration frame(s) cannot fill one batch of {batch}")
+        if len(batches) < profile.tensorrt.calibration_batches:
+            log.warning("%s: %d calibration frames fill %d of the %d batches asked for", profile.model,
+                        len(calibration.tensors), len(batches), profile.tensorrt.calibration_batches)
+        spec = onnx.inputs[0]
+        return [{spec.name: np.ascontiguousarray(b, dtype=spec.dtype)} for b in batches]
+
+    def fallback(self, profile: EngineProfile) -> EngineProfile | None:
+        """The profile to build when the detection gate refuses this one; None when it is already the fallback."""
+        settings = profile.tensorrt
+        if settings.precision == settings.fallback or settings.precision == "fp32":
+            return None
+        return profile.model_copy(update={"tensorrt": settings.model_copy(update={"precision": settings.fallback})})
 
     def load(self, engine_path: Path, profile: EngineProfile) -> TrtRunner:
         trt = _trt()

@@ -1,0 +1,134 @@
+"""INT8 on the real detector with real ONNX Runtime: calibration on distinct real frames, the detection gate's two
+outcomes (a passing engine is installed with its numbers; a harmful quantization is refused with its numbers and
+the fallback precision is built), and the calibration set's hash in the engine fingerprint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from appliance.engines.builders.ort import OnnxRuntimeBuilder
+from appliance.engines.calibration import CalibrationError, frame_set, model_profile_for
+from appliance.engines.fingerprint import DeviceProbe
+from appliance.engines.manager import EngineManager
+from appliance.engines.profile import EngineProfile, load_profile
+from appliance.engines.progress import ProgressEvent, ProgressReporter
+
+REPO = Path(__file__).resolve().parents[2]
+DARKNET = Path("/usr/share/darknet/data")
+SAMPLE = REPO / ".models" / "sample" / "sample.mp4"
+
+
+@pytest.fixture
+def frames_dir(tmp_path: Path) -> Path:
+    """A models root with the real detector linked in and copies of the darknet images (so tests may edit them)."""
+    root = tmp_path / "models"
+    (root / "yolov3-tiny").mkdir(parents=True)
+    (root / "yolov3-tiny" / "model.onnx").symlink_to(REPO / ".models" / "yolov3-tiny" / "model.onnx")
+    (root / "sample").mkdir()
+    (root / "sample" / "sample.mp4").symlink_to(SAMPLE)
+    for split, names in (("calib", ("dog", "eagle", "giraffe", "scream")), ("held", ("horses", "kite", "person"))):
+        (root / split).mkdir()
+        for name in names:
+            shutil.copy(DARKNET / f"{name}.jpg", root / split / f"{name}.jpg")
+    return root
+
+
+def _profile(tmp_path: Path, **onnxruntime: object) -> EngineProfile:
+    """The shipped profile with small frame sets (the gate floors and settings as shipped unless overridden)."""
+    shipped = load_profile(REPO / "engines" / "yolov3-tiny.yaml")
+    data = shipped.model_dump(mode="json")
+    data["onnxruntime"].update({"precision": "int8", **onnxruntime})
+    data["calibration"]["sources"] = [{"path": "calib"}, {"path": "sample/sample.mp4", "frames": 6, "end_s": 6.0}]
+    data["gate"]["sources"] = [{"path": "held"}, {"path": "sample/sample.mp4", "frames": 6, "start_s": 6.0}]
+    return EngineProfile.model_validate(data).located_in(tmp_path)
+
+
+def _manager(tmp_path: Path, models: Path, events: list[ProgressEvent]) -> EngineManager:
+    return EngineManager(tmp_path / "state", models, OnnxRuntimeBuilder(), device=DeviceProbe(tmp_path / "dev"),
+                         reporter=ProgressReporter(callback=events.append))
+
+
+def test_calibration_frames_are_distinct_real_frames_through_the_inference_preprocess(
+        frames_dir: Path, tmp_path: Path, detector_onnx: Path) -> None:
+    profile = _profile(tmp_path)
+    frames = frame_set(profile, "calibration", frames_dir, model_profile_for(profile))
+    assert [f.name for f in frames.frames[:4]] == ["dog.jpg", "eagle.jpg", "giraffe.jpg", "scream.jpg"]
+    assert len(frames.tensors) == 10 and len({t.tobytes() for t in frames.tensors}) == 10
+    # Independent reference for dog.jpg (768x576): scale 416/768 -> 416x312, pad 52 rows of 127 above and below,
+    # RGB, /255, CHW: what darknet feeds YOLOv3-tiny.
+    bgr = cv2.imread(str(DARKNET / "dog.jpg"))
+    resized = cv2.resize(bgr, (416, 312), interpolation=cv2.INTER_LINEAR)
+    canvas = np.full((416, 416, 3), 127, np.uint8)
+    canvas[52:364] = resized
+    want = canvas[:, :, ::-1].transpose(2, 0, 1).astype(np.float32) / 255
+    assert frames.tensors[0].shape == (3, 416, 416)
+    assert np.abs(frames.tensors[0] - want).max() < 1 / 255 + 1e-6
+
+
+def test_a_repeated_frame_or_a_missing_source_is_refused(frames_dir: Path, tmp_path: Path,
+                                                         detector_onnx: Path) -> None:
+    shutil.copy(frames_dir / "calib" / "dog.jpg", frames_dir / "calib" / "dog-again.jpg")
+    profile = _profile(tmp_path)
+    with pytest.raises(CalibrationError, match="identical after preprocessing"):
+        frame_set(profile, "calibration", frames_dir, model_profile_for(profile))
+    shutil.rmtree(frames_dir / "held")
+    with pytest.raises(CalibrationError, match="held: frame source not found"):
+        frame_set(profile, "gate", frames_dir, model_profile_for(profile))
+
+
+def test_the_calibration_set_is_in_the_fingerprint(frames_dir: Path, tmp_path: Path, detector_onnx: Path) -> None:
+    manager = _manager(tmp_path, frames_dir, [])
+    profile = _profile(tmp_path)
+    onnx = frames_dir / "yolov3-tiny" / "model.onnx"
+    before = manager.fingerprint(profile, onnx)
+    assert before.fields["precision"] == "int8" and "calibration_sha256" in before.fields
+    shutil.copy(DARKNET / "eagle.jpg", frames_dir / "calib" / "another.jpg")  # one more calibration frame
+    after = manager.fingerprint(profile, onnx)
+    assert after.key != before.key
+    assert set(after.diff(before.fields)) == {"calibration_sha256"}
+    fp32 = manager.fingerprint(profile.model_copy(update={"onnxruntime": profile.onnxruntime.model_copy(
+        update={"precision": "fp32"})}), onnx)
+    assert "calibration_sha256" not in fp32.fields and "gate_sha256" not in fp32.fields
+
+
+def test_int8_with_the_head_in_float_passes_the_gate_it_is_given(frames_dir: Path, tmp_path: Path,
+                                                                  detector_onnx: Path) -> None:
+    """Floors of 0.85 (the shipped 0.95 refuses it: docs/engines.md): installed as int8 with the numbers."""
+    profile = _profile(tmp_path)
+    profile = profile.model_copy(update={"gate": profile.gate.model_copy(
+        update={"min_recall": 0.85, "min_precision": 0.85})})
+    events: list[ProgressEvent] = []
+    engine = _manager(tmp_path, frames_dir, events).ensure(profile)
+    assert engine.precision == "int8" and engine.refused is None
+    manifest = json.loads(engine.manifest_path.read_text())
+    gate = manifest["verification"]["gate"]
+    assert gate["passed"] and gate["recall"] >= 0.85 and gate["precision"] >= 0.85
+    assert gate["reference_detections"] >= 20 and gate["frames"] == 9
+    assert manifest["build"]["float_nodes"] and "calibration_sha256" in manifest["fingerprint"]
+    assert any(e.phase == "verify" and "detection gate passed: recall" in e.message for e in events)
+
+
+def test_a_harmful_quantization_is_refused_with_numbers_and_the_fallback_is_built(
+        frames_dir: Path, tmp_path: Path, detector_onnx: Path) -> None:
+    """The whole graph quantized, decode head included: objectness collapses, the gate refuses, fp32 is built."""
+    profile = _profile(tmp_path, quantize_head=True)
+    events: list[ProgressEvent] = []
+    engine = _manager(tmp_path, frames_dir, events).ensure(profile)
+    assert engine.precision == "fp32" and not engine.cache_hit
+    assert engine.refused is not None and "detection gate REFUSED: recall" in engine.refused
+    failed = [e for e in events if e.phase == "failed"]
+    assert failed and "refused, not installed: detection gate REFUSED" in failed[0].message
+    record = json.loads(next((tmp_path / "state" / "engines" / ".failed").glob("yolov3-tiny-*.json")).read_text())
+    assert record["kind"] == "gate" and record["gate"]["recall"] < 0.5 and not record["gate"]["passed"]
+    assert record["fingerprint"]["precision"] == "int8"
+    # The next start does not quantize again to be refused again: straight to the cached fallback.
+    events.clear()
+    again = _manager(tmp_path, frames_dir, events).ensure(profile)
+    assert again.cache_hit and again.precision == "fp32" and again.refused == engine.refused
+    assert not any(e.phase == "build" and "calibrating" in e.message for e in events)
