@@ -22,6 +22,7 @@ from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.localbroker import LocalBroker
 from appliance.mqtt.messages import (Detection, DetectionsMessage, ModelInfo, detections_payload, encode,
                                      new_message_id)
+from appliance.mqtt.numbering import MessageCounter
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.mqtt.spool import Spool, SpoolRecord
 
@@ -32,7 +33,7 @@ MODEL = ModelInfo("yolov3-tiny", "1", "sha256:" + "0f" * 32)
 def _frame(camera: str, seq: int) -> DetectionsMessage:
     dets = tuple(Detection(i % 80, "person", 0.5 + i / 20, (10.0 * i, 20.0, 10.0 * i + 60, 200.0)) for i in range(5))
     return DetectionsMessage(camera, seq, time.time(), MODEL, 1280, 720, dets,
-                             {"preprocess": 3.1, "infer": 21.7, "postprocess": 1.2, "total": 26.0})
+                             {"queue": 3.1, "inference": 21.7, "total": 26.0})
 
 
 def bench_plain_paho(host: str, port: int, payloads: list[tuple[str, bytes]], window: int,
@@ -59,6 +60,7 @@ def bench_plain_paho(host: str, port: int, payloads: list[tuple[str, bytes]], wi
     try:
         if not connected.wait(15):
             raise SystemExit("error: plain paho client could not connect")
+        numbers = MessageCounter()  # the baseline numbers each message too, as the publisher does
         start = time.perf_counter()
         if frames is None:
             for topic, payload in payloads:
@@ -66,7 +68,8 @@ def bench_plain_paho(host: str, port: int, payloads: list[tuple[str, bytes]], wi
         else:
             for frame in frames:
                 client.publish(f"bench/plain/{frame.camera_id}/detections",
-                               encode(detections_payload(frame, "bench", new_message_id())), qos=1)
+                               encode(detections_payload(frame, "bench", new_message_id(),
+                                                        numbers.next(frame.camera_id, frame.seq))), qos=1)
         if not done.wait(300):
             raise SystemExit(f"error: plain paho got {acked} of {len(payloads)} acks")
         return time.perf_counter() - start
@@ -118,8 +121,10 @@ def bench_spool_replay(host: str, port: int, n: int, window: int, workdir: Path)
     spool = Spool(path, config.spool)
     spool.open()
     frames = [_frame(CAMERAS[i % len(CAMERAS)], i // len(CAMERAS)) for i in range(n)]
+    numbers = MessageCounter()
     spool.append([SpoolRecord(f"bench/bench/{f.camera_id}/detections",
-                              encode(detections_payload(f, "bench", f"{i:032x}")), 1) for i, f in enumerate(frames)])
+                              encode(detections_payload(f, "bench", f"{i:032x}", numbers.next(f.camera_id, f.seq))), 1)
+                  for i, f in enumerate(frames)])
     spool.close()
     publisher = MqttPublisher(config, path)
     start = time.perf_counter()
@@ -157,7 +162,9 @@ def main(argv: list[str]) -> int:
             host, port = "127.0.0.1", broker.port
         try:
             frames = [_frame(CAMERAS[i % len(CAMERAS)], i // len(CAMERAS)) for i in range(n)]
-            payloads = [(f"bench/plain/{f.camera_id}/detections", encode(detections_payload(f, "bench", f"{i:032x}")))
+            numbers = MessageCounter()
+            payloads = [(f"bench/plain/{f.camera_id}/detections",
+                         encode(detections_payload(f, "bench", f"{i:032x}", numbers.next(f.camera_id, f.seq))))
                         for i, f in enumerate(frames)]
             size = sum(len(p) for _, p in payloads) // n
             runs: list[tuple[str, Callable[[], float]]] = [

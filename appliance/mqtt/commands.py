@@ -58,6 +58,9 @@ class CommandRunner:
         check_id("command name", name)
         self._handlers[name] = handler
 
+    def names(self) -> list[str]:
+        return sorted(self._handlers)
+
     def dispatch(self, msg: paho.MQTTMessage) -> None:
         """Network thread: queue a command message for the commands thread; other topics are ignored."""
         name = self._topics.command_name(msg.topic)

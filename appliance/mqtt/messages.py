@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
+    from appliance.mqtt.numbering import MessageNumber
     from appliance.mqtt.shared import PublisherStats
 
 SCHEMA_VERSION = 1
@@ -21,6 +23,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 CameraState = Literal["starting", "streaming", "stalled", "stopped", "error"]
 CAMERA_STATES: tuple[str, ...] = ("starting", "streaming", "stalled", "stopped", "error")
+# What the frame path measures per frame, in ms: capture to submit (waiting in the ring and the scheduler),
+# submit to result (the whole ensemble in Triton: its queue, preprocess, detector, postprocess), capture to result.
+LATENCY_STAGES: tuple[str, ...] = ("queue", "inference", "total")
+MODEL_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def _finite(name: str, value: float) -> float:
@@ -50,15 +56,20 @@ def encode(payload: Mapping[str, Any]) -> bytes:
 
 @dataclass(frozen=True)
 class ModelInfo:
+    """The served model; ``hash`` is ``sha256:<hex>`` of the detector engine file Triton loaded
+    (``appliance.serving.router.Route.model_hash``)."""
+
     name: str
     version: str
-    hash: str = ""
+    hash: str
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("model name must not be empty")
         if not isinstance(self.version, str) or not self.version:
             raise ValueError(f"model version must be a non-empty string, got {self.version!r}")
+        if not isinstance(self.hash, str) or not MODEL_HASH.match(self.hash):
+            raise ValueError(f"model hash must be 'sha256:' and 64 lowercase hex digits, got {self.hash!r}")
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,8 @@ class Detection:
 
 @dataclass(frozen=True)
 class DetectionsMessage:
-    """Everything one frame produced. ``capture_time`` is epoch seconds (UTC) from the capture process."""
+    """Everything one frame produced. ``capture_time`` is epoch seconds (UTC) from the capture process;
+    ``latency_ms`` has exactly the ``LATENCY_STAGES``. The publisher numbers it (``appliance.mqtt.numbering``)."""
 
     camera_id: str
     seq: int
@@ -105,6 +117,9 @@ class DetectionsMessage:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be an int > 0, got {value!r}")
+        if set(self.latency_ms) != set(LATENCY_STAGES):
+            raise ValueError(f"latency_ms must have exactly the stages {', '.join(LATENCY_STAGES)}, "
+                             f"got {sorted(self.latency_ms)}")
         for stage, ms in self.latency_ms.items():
             if _finite(f"latency_ms[{stage!r}]", ms) < 0:
                 raise ValueError(f"latency_ms[{stage!r}] must be >= 0, got {ms!r}")
@@ -130,7 +145,8 @@ def new_message_id() -> str:
     return uuid.uuid4().hex
 
 
-def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str) -> dict[str, Any]:
+def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str,
+                       number: MessageNumber) -> dict[str, Any]:
     dets = []
     for d in msg.detections:
         pixels, norm = _box_dicts(d.box, msg.image_width, msg.image_height)
@@ -143,11 +159,14 @@ def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str) 
         "device_id": device_id,
         "camera_id": msg.camera_id,
         "seq": msg.seq,
+        "boot_id": number.boot_id,
+        "message_seq": number.message_seq,
+        "frames_skipped": number.frames_skipped,
     }
     payload.update(time_fields(msg.capture_time, "capture_time"))
     payload["model"] = {"name": msg.model.name, "version": msg.model.version, "hash": msg.model.hash}
     payload["image"] = {"width": msg.image_width, "height": msg.image_height}
-    payload["latency_ms"] = {k: round(float(v), 3) for k, v in msg.latency_ms.items()}
+    payload["latency_ms"] = {k: round(float(msg.latency_ms[k]), 3) for k in LATENCY_STAGES}
     payload["detections"] = dets
     return payload
 

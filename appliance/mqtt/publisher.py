@@ -40,6 +40,7 @@ from appliance.mqtt.errors import NotStartedError
 from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, DetectionsMessage, camera_status_payload,
                                      detections_payload, encode, health_payload, new_message_id)
 from appliance.mqtt.modes import PublishGate
+from appliance.mqtt.numbering import MessageCounter
 from appliance.mqtt.sender import Sender
 from appliance.mqtt.session import Session
 from appliance.mqtt.shared import Clock, PublisherStats, PublishResult, Shared, State, SystemClock
@@ -59,7 +60,9 @@ class MqttPublisher:
     """Construct, register command handlers, start(); publish_*(); stop(). One instance per process."""
 
     def __init__(self, config: MqttConfig, spool_path: Path, *, clock: Optional[Clock] = None,
-                 versions: Optional[Mapping[str, str]] = None, rng: Optional[random.Random] = None) -> None:
+                 versions: Optional[Mapping[str, str]] = None, rng: Optional[random.Random] = None,
+                 boot_id: Optional[str] = None) -> None:
+        """``boot_id`` (32 hex digits) names this publisher's numbering of detections; a new one by default."""
         self.config = config
         self.topics = Topics(config.topic_prefix, config.device_id)
         self._clock = clock or SystemClock()
@@ -74,6 +77,7 @@ class MqttPublisher:
         self._started = False
         self._threads: list[threading.Thread] = []
         self._gates: dict[str, PublishGate] = {}
+        self._numbers = MessageCounter(boot_id)  # after the publish gate, before the spool: docs/mqtt.md
         self._detection_topics: dict[str, str] = {}
         self._health_provider: Optional[HealthProvider] = None
         self._started_mono = 0.0
@@ -137,6 +141,11 @@ class MqttPublisher:
         self.stop()
 
     @property
+    def boot_id(self) -> str:
+        """Every detections message of this publisher carries it, with its camera's ``message_seq``."""
+        return self._numbers.boot_id
+
+    @property
     def state(self) -> State:
         return self._shared.state
 
@@ -192,7 +201,9 @@ class MqttPublisher:
             if not gate.admit(msg.detections, now):
                 results.append(PublishResult.SUPPRESSED)
                 continue
-            payload = encode(detections_payload(msg, self.config.device_id, msg.message_id or new_message_id()))
+            number = self._numbers.next(msg.camera_id, msg.seq)
+            payload = encode(detections_payload(msg, self.config.device_id, msg.message_id or new_message_id(),
+                                                number))
             records.append(SpoolRecord(topic, payload, qos))
             results.append(PublishResult.SPOOLED)
         suppressed = sum(r is PublishResult.SUPPRESSED for r in results)
@@ -241,6 +252,10 @@ class MqttPublisher:
         """Run ``handler(command)`` for <prefix>/<device>/command/<name>; its returned mapping is the reply's
         result. Raise CommandError for a clean failure reply. Handlers run on one worker thread, in order."""
         self._commands.register(name, handler)
+
+    def commands(self) -> list[str]:
+        """The names of the registered commands, sorted (docs/mqtt.md lists them)."""
+        return self._commands.names()
 
     def publish_health_now(self) -> None:
         """Publish a health message immediately (it is also published every health_interval_s)."""

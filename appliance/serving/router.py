@@ -17,7 +17,9 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class Route:
-    """A loaded pipeline: its ensemble, the models to unload with it, and what results should be labelled."""
+    """A loaded pipeline: its ensemble, the models to unload with it, and what results should be labelled.
+    ``model_hash`` is ``sha256:<hex>`` of the detector engine file Triton loaded (the TensorRT plan, or the ONNX
+    file under ONNX Runtime), hashed once when the version is loaded; every detections message carries it."""
 
     ensemble: str
     models: tuple[str, ...]
@@ -25,6 +27,7 @@ class Route:
     version: str | None              # None = the base model (engines/ + repository/profiles)
     class_names: tuple[str, ...]
     engine_key: str = ""
+    model_hash: str = ""
 
     @property
     def label(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from appliance.durable import sha256_file
 from appliance.serving.errors import LoadFailed
 from appliance.serving.router import HealthSample, Route, Router
 
@@ -78,7 +79,7 @@ class TritonSwitcher:
         opts = (self.options or RepositoryOptions()).model_copy(update={"prefix": prefix_for(spec.version)})
         repo = materialize_for_device(spec.engine, self.repository_dir, model_profile=spec.profile, options=opts)
         route = Route(repo.ensemble, tuple(repo.models), spec.profile.name, spec.version,
-                      tuple(spec.profile.classes), spec.engine.key)
+                      tuple(spec.profile.classes), spec.engine.key, "sha256:" + sha256_file(spec.engine.engine_path))
         try:
             # Loading the ensemble loads its steps once (loading the steps first made Triton load them twice).
             self.server.load_model(repo.ensemble)

@@ -339,8 +339,8 @@ class Appliance:
 
     # -- reporting (appliance.supervisor.reporting) ---------------------------------------------------------
     def status_line(self) -> str:
-        return reporting.status_line(self._cameras, len(self.config.cameras), self.scheduler,
-                                     self._clock() - self._started_at, self.publisher, self.recovery,
+        rate = self.frames.rate.per_second() if self.frames is not None else 0.0
+        return reporting.status_line(self._cameras, len(self.config.cameras), rate, self.publisher, self.recovery,
                                      self._last_error)
 
     def health_summary(self) -> dict[str, Any]:

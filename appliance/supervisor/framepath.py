@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from appliance.capture.ring import FrameMeta
+from appliance.health.rate import RecentRate
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.serving.probe import Fault, fault_from_error
 from appliance.serving.router import Route
@@ -70,7 +71,8 @@ class FrameMetrics(Protocol):
 
 
 class FramePath:
-    """Submits frames and hands their results on; ``latencies_ms`` keeps the newest capture-to-result times."""
+    """Submits frames and hands their results on; ``latencies_ms`` keeps the newest capture-to-result times,
+    ``rate`` the inferences handed on per second over the last 10 s."""
 
     def __init__(self, server: InferenceServer, router: RouteHolder, publisher: DetectionSink,
                  recovery: FaultSink | None, metrics: FrameMetrics, *, request_timeout_s: float | None,
@@ -85,6 +87,7 @@ class FramePath:
         self._clock = clock  # the same clock as the capture's t_mono (time.monotonic)
         self.latencies_ms: deque[float] = deque(maxlen=10_000)  # capture-to-result, newest last
         self._completed = 0
+        self.rate = RecentRate(10.0, clock=clock)
         self._lock = threading.Lock()
 
     @property
@@ -128,12 +131,13 @@ class FramePath:
                        "total": (done - meta.t_mono) * 1000}
             self._metrics.record_inferred(camera_id, done - submitted, max(0.0, done - meta.t_mono))
             self.latencies_ms.append(latency["total"])
-            model = ModelInfo(route.model, route.version or "base", route.engine_key[:16])
+            model = ModelInfo(route.model, route.version or "base", route.model_hash)
             message = build_message(meta, future.result().outputs, model, route.class_names, latency)
             ok, found = True, len(message.detections)
             self._publisher.publish_detections(message)
             with self._lock:
                 self._completed += 1
+            self.rate.note()
         finally:
             self._router.release(route, ok, done - submitted, found)
 

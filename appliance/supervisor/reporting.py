@@ -58,14 +58,12 @@ def pipeline_progressing(scheduler: Scheduler | None, recovery: PipelineRecovery
     return scheduler.inflight == 0 and (broken is None or now - broken < stall_s)
 
 
-def status_line(cameras: Mapping[str, SupervisedCamera], configured: int, scheduler: Scheduler | None,
-                elapsed_s: float, publisher: MqttPublisher | None, recovery: PipelineRecovery | None,
-                last_error: str) -> str:
-    """``configured``: cameras in the config; ``elapsed_s``: since the appliance was made (inferences/s)."""
+def status_line(cameras: Mapping[str, SupervisedCamera], configured: int, inferences_per_s: float,
+                publisher: MqttPublisher | None, recovery: PipelineRecovery | None, last_error: str) -> str:
+    """``configured``: cameras in the config; ``inferences_per_s``: the recent rate (FramePath.rate, last 10 s)."""
     streaming = sum(1 for c in cameras.values() if c.published_state == "streaming")
-    fps = sum(s.submitted for s in scheduler.cameras()) if scheduler else 0
     mqtt = publisher.stats().state.value if publisher else "off"
-    text = f"{streaming}/{configured} cameras streaming, {fps / max(1e-6, elapsed_s):.1f} inferences/s, mqtt {mqtt}"
+    text = f"{streaming}/{configured} cameras streaming, {inferences_per_s:.1f} inferences/s, mqtt {mqtt}"
     if recovery is not None and recovery.state is not PipelineState.SERVING:
         text += f"; {recovery.status().line()}"
         return text  # the pipeline's state is the error that matters now

@@ -45,7 +45,7 @@ def main() -> int:
             msg = DetectionsMessage(camera_id=f"cam{cam}", seq=seq, capture_time=time.time(), model=model,
                                     image_width=640, image_height=480,
                                     detections=(Detection(0, "person", 0.9, (1.0, 2.0, 30.0, 40.0)),),
-                                    latency_ms={"total": 12.0})
+                                    latency_ms={"queue": 1.0, "inference": 11.0, "total": 12.0})
             publisher.publish_detections(msg)
             print(f"durable cam{cam} {seq}", flush=True)
         seq += 1

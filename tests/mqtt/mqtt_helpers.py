@@ -98,7 +98,7 @@ def frame(camera: str, seq: int, n_dets: int = 2, t: Optional[float] = None) -> 
                            box=(10.0 * i, 20.0, 10.0 * i + 50, 120.0)) for i in range(n_dets))
     return DetectionsMessage(camera_id=camera, seq=seq, capture_time=t if t is not None else time.time(),
                              model=MODEL, image_width=640, image_height=480, detections=dets,
-                             latency_ms={"preprocess": 1.5, "infer": 20.0, "postprocess": 0.7, "total": 22.2})
+                             latency_ms={"queue": 1.5, "inference": 20.0, "total": 21.5})
 
 
 _SCHEMAS: dict[str, dict[str, Any]] = {}

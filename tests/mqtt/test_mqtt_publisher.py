@@ -186,6 +186,9 @@ def test_unacknowledged_detections_survive_stop_and_replay_with_the_same_ids(tmp
         ids = [p["message_id"] for p in sub.json_on("/detections")]
         assert [p["seq"] for p in sub.json_on("/detections")] == list(range(10))
         assert len(set(ids)) == 10
+        # Numbered when spooled, by the publisher that built them: a replay by the next one keeps their numbers.
+        assert [p["message_seq"] for p in sub.json_on("/detections")] == list(range(1, 11))
+        assert {p["boot_id"] for p in sub.json_on("/detections")} == {first.boot_id} != {second.boot_id}
 
 
 def test_publish_modes_on_change_and_fixed_rate(tmp_path: Path, broker: Mosquitto, subscriber_factory: Any) -> None:
@@ -218,6 +221,10 @@ def test_publish_modes_on_change_and_fixed_rate(tmp_path: Path, broker: Mosquitt
         publisher.stop()
     got = seqs_by_camera(sub.json_on("/detections"))
     assert got == {"door": [0, 2, 4, 6], "belt": [0, 5]}
+    # Only published messages are numbered, so message_seq has no gap; the frames the mode left out are skipped.
+    numbers = {cam: [(p["message_seq"], p["frames_skipped"]) for p in sub.json_on(f"/{cam}/detections")]
+               for cam in ("door", "belt")}
+    assert numbers == {"door": [(1, 0), (2, 1), (3, 1), (4, 1)], "belt": [(1, 0), (2, 4)]}
 
 
 @pytest.mark.parametrize("policy", ["drop_oldest", "drop_newest"])

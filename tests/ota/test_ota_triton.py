@@ -77,8 +77,9 @@ class Feeders:
                              for b, s, c in zip(out["BOXES"], out["SCORES"], out["CLASSES"]))
                 self.publisher.publish_detections(DetectionsMessage(
                     camera_id=f"cam{i}", seq=seq, capture_time=time.time(),
-                    model=ModelInfo(route.model, route.version or "base"), image_width=self.frame.shape[1],
-                    image_height=self.frame.shape[0], detections=dets, latency_ms={"total": 1.0}))
+                    model=ModelInfo(route.model, route.version or "base", route.model_hash),
+                    image_width=self.frame.shape[1], image_height=self.frame.shape[0], detections=dets,
+                    latency_ms={"queue": 0.0, "inference": 1.0, "total": 1.0}))
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
             self.router.release(route, not error, time.monotonic() - t0, n)

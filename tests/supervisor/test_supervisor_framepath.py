@@ -23,7 +23,7 @@ from appliance.triton.errors import InternalError
 from appliance.triton.infer import InferResult
 
 ROUTE = Route("ota-v2-detect", ("ota-v2-detector", "ota-v2-detect"), "yolov3-tiny", "v2", ("person", "dog"),
-              engine_key="0123456789abcdef0123")
+              engine_key="0123456789abcdef0123", model_hash="sha256:" + "5e" * 32)
 
 
 class Server:
@@ -116,10 +116,11 @@ def test_a_frame_goes_to_the_routed_ensemble_and_its_detections_to_the_publisher
     [message] = parts["publisher"].messages
     assert (message.camera_id, message.seq) == ("cam1", 7)
     assert (message.model.name, message.model.version, message.model.hash) == ("yolov3-tiny", "v2",
-                                                                                   "0123456789abcdef")
+                                                                                   "sha256:" + "5e" * 32)
     assert [d.class_name for d in message.detections] == ["dog"]
     assert message.latency_ms == {"queue": 50.0, "inference": 20.0, "total": 70.0}
     assert frames.completed == 1 and list(frames.latencies_ms) == [pytest.approx(70.0)]
+    assert frames.rate.per_second() == pytest.approx(1 / 0.02)  # one inference in the 20 ms since the path began
     assert router.inflight(ROUTE.ensemble) == 0
     sample = router.stats(ROUTE.ensemble, since=0)
     assert (sample.requests, sample.errors, sample.with_detections) == (1, 0, 1)
@@ -138,7 +139,7 @@ def test_a_request_failing_because_a_stub_died_stops_frames_at_once(parts: dict[
                                        "healthy."))
     frames.on_result("cam1", lease.meta, future)
 
-    assert parts["publisher"].messages == [] and frames.completed == 0
+    assert parts["publisher"].messages == [] and frames.completed == 0 and frames.rate.per_second() == 0
     assert recovery.drop_reason() == "model_failed"  # the scheduler drops the next frame, before any tick
     assert parts["errors"] and "cam1 frame 8 (yolov3-tiny@v2)" in parts["errors"][0]
     assert parts["router"].inflight(ROUTE.ensemble) == 0

@@ -59,12 +59,20 @@ class NotifySocket:
 
 
 class Subscriber:
-    """Every JSON message the daemon publishes under ``topic``, with its topic and retain flag."""
+    """Every JSON message the daemon publishes under ``topic``, with its topic and retain flag.
 
-    def __init__(self, port: int, topic: str) -> None:
+    ``persistent``: a persistent session that subscribes again on every connect, so that with a broker keeping
+    persistence (``Mosquitto(persistence=True)``) nothing published while it reconnects after an outage is lost
+    to it."""
+
+    def __init__(self, port: int, topic: str, *, persistent: bool = False) -> None:
         self.messages: list[tuple[str, dict, bool]] = []
-        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}",
+                                  clean_session=not persistent)
         self.client.on_message = lambda c, u, m: self.messages.append((m.topic, json.loads(m.payload), m.retain))
+        if persistent:
+            self.client.reconnect_delay_set(0.05, 0.5)
+            self.client.on_connect = lambda c, u, f, reason, p: None if reason.is_failure else c.subscribe(topic, 1)
         self.client.connect("127.0.0.1", port)
         self.client.subscribe(topic, qos=1)
         self.client.loop_start()
