@@ -192,7 +192,11 @@ class Appliance:
             log_verbose=self.config.triton.log_verbose, log_info=self.config.triton.log_info,
             backend_config={"python": {"shm-default-byte-size": str(self.config.triton.python_shm_bytes)}},
         )
-        self.server = Server(options, locate(self._triton_home)).start(timeout_s)
+        distribution = locate(self._triton_home)
+        self.server = Server(options, distribution).start(timeout_s)
+        assert self.engine is not None, "the engine is built first"
+        self.metrics.record_build_info(triton_version=distribution.version or "unknown",
+                                       builder=self.engine.builder, triton_kind=self.engine.triton_kind)
         self._start_ota()
         self._start_recovery()
 

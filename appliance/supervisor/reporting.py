@@ -123,10 +123,9 @@ def record_metrics(metrics: ApplianceMetrics, publisher: MqttPublisher | None, s
     if publisher is not None:
         stats = publisher.stats()
         metrics.mqtt_connected.set(1 if stats.state.value == "connected" else 0)
-        metrics.spool_messages.set(stats.spool.backlog)
-        metrics.spool_dropped.set(stats.spool.dropped_oldest + stats.spool.dropped_newest
-                                  + stats.spool.dropped_expired)
-        metrics.published.set(stats.acked)
+        metrics.record_spool(backlog=stats.spool.backlog, size_bytes=stats.spool.bytes, acked=stats.acked,
+                             dropped={"oldest": stats.spool.dropped_oldest, "newest": stats.spool.dropped_newest,
+                                      "expired": stats.spool.dropped_expired})
     if scheduler is not None:
         metrics.inflight.set(scheduler.inflight)
         for slot in scheduler.cameras():
