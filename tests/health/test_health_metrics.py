@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import platform
+import re
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -73,3 +75,17 @@ def test_build_info_is_one_label_set_set_to_1() -> None:
     info = [(labels, v) for (name, labels), v in _samples(metrics).items() if name == "appliance_build_info"]
     assert info == [(tuple(sorted({**base, "triton_version": "2.51.0", "builder": "onnxruntime",
                                    "triton_kind": "onnxruntime"}.items())), 1)]  # replaced, not a second one
+
+
+def test_docs_list_every_metric_by_its_exposed_name() -> None:
+    """docs/supervisor.md: the "Metrics" table and the tegrastats "Metrics:" list name exactly what is exported."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "supervisor.md").read_text()
+    table = docs[docs.index("### Metrics"):docs.index("### Grafana")]
+    documented = set(re.findall(r"^\| `(appliance_[a-z_]+)` \|", table, re.M))
+    tegra = next(line for line in docs[docs.index("### Jetson: tegrastats"):].split("\n- ")
+                 if line.startswith("Metrics:"))
+    documented |= set(re.findall(r"`(appliance_[a-z_]+)", tegra))
+    metrics = ApplianceMetrics()
+    metrics.record_tegrastats(None)  # registers the tegrastats gauges (a Jetson's)
+    # prometheus_client adds a <counter>_created gauge to each counter without labels: not ours to document
+    assert documented == {name for name in _types(metrics) if not name.endswith("_created")}
