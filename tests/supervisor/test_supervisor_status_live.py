@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -32,6 +33,7 @@ from appliance.commands.status import fetch_health
 from appliance.mqtt.localbroker import free_port
 from appliance.ota.status import OtaStatus
 from appliance.ota.store import OtaStore
+from appliance.triton.locate import TritonDistribution
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "docs" / "grafana" / "appliance.json"
@@ -202,6 +204,14 @@ def test_status_shows_each_fact_of_the_running_appliance(running: Running) -> No
                120, 0.5, "the spool to drain")
     assert _row(_status(running).stdout, "spool").startswith("0 message(s) waiting (0 B)")
     assert running.daemon.poll() is None, running.log_tail()
+
+
+def test_build_info_names_what_runs(running: Running, triton_distribution: TritonDistribution) -> None:
+    info = [s.labels for f in text_string_to_metric_families(_metrics(running)) for s in f.samples
+            if s.name == "appliance_build_info" and s.value == 1]
+    assert info == [{"version": appliance.__version__, "python": platform.python_version(),
+                     "triton_version": triton_distribution.version, "builder": "onnxruntime",
+                     "triton_kind": "onnxruntime", "arch": platform.machine()}]
 
 
 def test_every_dashboard_query_names_a_metric_of_the_real_metrics(running: Running) -> None:
