@@ -350,11 +350,11 @@ class Appliance:
                                      self._last_error)
 
     def health_summary(self) -> dict[str, Any]:
-        # deque.copy() is one C call: the completion thread's appends cannot interleave with it
         summary = reporting.health_summary(self._cameras, self.scheduler, self.server, self.router, self.recovery,
                                            progressing=self._pipeline_progressing(), status=self.status_line())
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=self.scheduler,
+            # deque.copy() is one C call: the completion thread's appends cannot interleave with it
             latencies_ms=self.frames.latencies_ms.copy() if self.frames else (), publisher=self.publisher,
             engine=self.engine, engine_progress=self._engine_progress,
             ota=self.ota.status() if self.ota else None)}
