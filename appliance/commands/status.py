@@ -36,21 +36,121 @@ def fetch_health(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
 
 
 def format_status(health: dict[str, Any]) -> str:
+    """The summary for a person, read at a glance: the verdict and status line, one labelled line per part of
+    the service, then a table of cameras. Fields an older appliance does not send are left out."""
     verdict = "OK" if health.get("ok") else "NOT HEALTHY"
-    lines = [f"{verdict}: {health.get('status', '')}",
-             f"triton: {'ready' if health.get('triton_ready') else 'NOT READY'}"]
-    pipeline = health.get("pipeline")
-    if pipeline:
-        lines.append(format_pipeline(pipeline))
+    lines = [f"{verdict}: {health.get('status', '')}"]
+    rows = [("appliance", _appliance_line(health)), ("model", _model_line(health)),
+            ("triton", "ready" if health.get("triton_ready") else "NOT READY"),
+            ("pipeline", format_pipeline(health["pipeline"]) if health.get("pipeline") else None),
+            ("inference", _inference_line(health.get("inference"))),
+            ("latency", _latency_line(health.get("inference"))), ("spool", _spool_line(health.get("spool"))),
+            ("ota", _ota_line(health.get("ota")))]
+    shown = [(label, text) for label, text in rows if text]
+    width = max(len(label) for label, _ in shown)
+    lines += [f"  {label:<{width}}  {text}" for label, text in shown]
     cameras = health.get("cameras") or {}
     if cameras:
-        lines.append("cameras:")
-        width = max(len(c) for c in cameras)
-        for camera_id, cam in sorted(cameras.items()):
-            dropped = f"  dropped {cam['dropped']}" if cam.get("dropped") else ""
-            lines.append(f"  {camera_id:<{width}}  {cam.get('state') or 'unknown':<9}  inferred {cam.get('inferred', 0)}"
-                         f"  skipped {cam.get('skipped', 0)}{dropped}  errors {cam.get('errors', 0)}")
+        lines.append("")
+        lines += _table(["CAMERA", "STATE", "FPS", "INFERRED", "SKIPPED", "DROPPED", "ERRORS", "RECONNECTS"],
+                        [[camera_id, _camera_state(cam.get("state")), _number(cam.get("fps"), "{:.1f}"),
+                          *(_number(cam.get(k)) for k in ("inferred", "skipped", "dropped", "errors", "reconnects"))]
+                         for camera_id, cam in sorted(cameras.items())])
     return "\n".join(lines)
+
+
+def _camera_state(state: str | None) -> str:
+    """Shouted when the camera needs a look (stalled, error), as the pipeline's crash loop is."""
+    return (state or "unknown").upper() if state in ("stalled", "error") else (state or "unknown")
+
+
+def _appliance_line(health: dict[str, Any]) -> str | None:
+    if "version" not in health:
+        return None
+    uptime = health.get("uptime_s")
+    return f"{health['version']}, up {format_duration(uptime)}" if uptime is not None else str(health["version"])
+
+
+def _model_line(health: dict[str, Any]) -> str | None:
+    served, engine = health.get("served"), health.get("engine")
+    text = f"{served['model']}, version {served['version']}" if served else health.get("model")
+    if engine and engine.get("state") == "building":
+        return (f"{text}; " if text else "") + (f"engine for {engine['model']} building: {engine['phase']} "
+                                                f"{engine['percent']:.0f} %")
+    if engine:
+        made = "from cache" if engine.get("state") == "cached" else f"built in {engine.get('build_s') or 0:.0f} s"
+        engine_text = (f"engine {engine.get('builder')} {engine.get('precision')} ({engine.get('triton_kind')}), "
+                       f"{made}")
+        return f"{text}; {engine_text}" if text else engine_text
+    return text
+
+
+def _inference_line(inference: dict[str, Any] | None) -> str | None:
+    if not inference:
+        return None
+    # TODO(issue 15, item 5): show the recent (10 s) rate once the summary carries it; until then the average.
+    return f"{inference.get('per_s_since_start', 0):.1f}/s average since start, {inference.get('inferred', 0)} frames"
+
+
+def _latency_line(inference: dict[str, Any] | None) -> str | None:
+    latency = (inference or {}).get("latency_ms")
+    if not latency:
+        return None
+    return (f"p50 {latency['p50']:.0f} ms, p99 {latency['p99']:.0f} ms, capture to result "
+            f"(newest {latency['frames']} frames)")
+
+
+def _spool_line(spool: dict[str, Any] | None) -> str | None:
+    if not spool:
+        return None
+    mqtt = spool.get("mqtt", "unknown")
+    return (f"{spool.get('backlog', 0)} message(s) waiting ({format_bytes(spool.get('bytes', 0))}), "
+            f"{spool.get('dropped', 0)} dropped, {spool.get('acked', 0)} acknowledged; mqtt "
+            + (mqtt if mqtt == "connected" else mqtt.upper()))
+
+
+def _ota_line(ota: dict[str, Any] | None) -> str | None:
+    if not ota:
+        return None
+    text = f"active {ota.get('active') or 'base'}"
+    if ota.get("state"):
+        last = f"last update {ota.get('version') or ''}: {ota['state']}".replace(" :", ":")
+        last += f" ({ota['code']})" if ota.get("code") else ""
+        text += f"; {last}: {ota.get('message', '')}" if ota.get("message") else f"; {last}"
+    else:
+        text += "; no update since start"
+    return text
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns as wide as their widest cell; the first two (names) left-aligned, numbers right-aligned."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
+                         for i, (cell, w) in enumerate(zip(cells, widths))).rstrip()
+    return [line(headers)] + [line(row) for row in rows]
+
+
+def _number(value: Any, form: str = "{}") -> str:
+    return "-" if value is None else form.format(value)
+
+
+def format_duration(seconds: float) -> str:
+    """``2d 3h``, ``3h 12m``, ``12m 5s``, ``5s``: the two largest units, as systemctl status shows uptime."""
+    total = int(seconds)
+    parts = [(total // 86400, "d"), (total % 86400 // 3600, "h"), (total % 3600 // 60, "m"), (total % 60, "s")]
+    while len(parts) > 1 and parts[0][0] == 0:
+        parts.pop(0)
+    return " ".join(f"{n}{unit}" for n, unit in parts[:2])
+
+
+def format_bytes(size: int) -> str:
+    value, unit = float(size), "B"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 _PIPELINE_STATES = {"crash_loop": "CRASH LOOP", "recovering": "RECOVERING"}  # shouted: they need a look
@@ -59,7 +159,7 @@ _PIPELINE_STATES = {"crash_loop": "CRASH LOOP", "recovering": "RECOVERING"}  # s
 def format_pipeline(pipeline: dict[str, Any]) -> str:
     """The served pipeline's model recovery (appliance.serving.recovery.RecoveryStatus.to_dict())."""
     state = pipeline.get("state", "unknown")
-    head = f"pipeline: {_PIPELINE_STATES.get(state, state)}"
+    head = _PIPELINE_STATES.get(state, state)
     head += f" ({pipeline.get('route')})" if pipeline.get("route") else ""
     if state == "serving":
         return (f"{head}, {pipeline.get('reloads', 0)} model reload(s), "

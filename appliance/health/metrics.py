@@ -1,12 +1,22 @@
-"""The appliance's own Prometheus metrics, in a registry the caller owns (no global registration)."""
+"""The appliance's own Prometheus metrics, in a registry the caller owns (no global registration).
+
+Named by Prometheus' conventions: a cumulative count is a Counter (exposed as ``<name>_total``), a unit is in
+the name in base units (``_seconds``, ``_bytes``, ``_hertz``, ``_celsius``, ``_watts``) or says it is a
+``_percent`` (0-100), and ``appliance_build_info`` is 1 with what was built labelled. Counts that are kept
+elsewhere as absolute numbers (a ring header, the publisher's stats) advance their Counter by what is new
+(``_CountFrom``), so a scrape sees a counter that only resets when the appliance restarts.
+"""
 
 from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from typing import TYPE_CHECKING
-
+import appliance
 from appliance.health.system import SystemReading
 from appliance.health.tegrastats import TegraReading
 
@@ -15,6 +25,7 @@ if TYPE_CHECKING:
 
 # Stage latencies on a Jetson range from ~1 ms (pre) to ~100 ms (a large detector); buckets cover both.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
+BUILD_INFO_LABELS = ("version", "python", "triton_version", "builder", "triton_kind", "arch")
 
 
 class ApplianceMetrics:
@@ -23,24 +34,30 @@ class ApplianceMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.camera_fps = Gauge("appliance_camera_fps", "Frames per second captured", ["camera"], registry=r)
-        self.camera_frames = Gauge("appliance_camera_frames", "Frames captured since start", ["camera"], registry=r)
-        self.camera_drops = Gauge("appliance_camera_dropped_frames", "Frames overwritten before inference read them",
-                                  ["camera"], registry=r)
-        self.camera_reconnects = Gauge("appliance_camera_reconnects", "Source reconnects since start", ["camera"],
-                                       registry=r)
-        self.camera_decode_errors = Gauge("appliance_camera_decode_errors", "Frames the source failed to decode "
-                                          "since start", ["camera"], registry=r)
-        self.camera_stalls = Gauge("appliance_camera_stalls", "Times the source delivered nothing for stall_timeout_s",
-                                   ["camera"], registry=r)
-        self.camera_ring_full = Gauge("appliance_camera_ring_full", "Frames not written because every other ring "
-                                      "slot was held by inference", ["camera"], registry=r)
+        self.build_info = Gauge("appliance_build_info", "Always 1: the appliance's version, Python, Triton and "
+                                "the served engine's builder and Triton backend kind", list(BUILD_INFO_LABELS),
+                                registry=r)
+        self.camera_fps = Gauge("appliance_camera_frames_per_second", "Frames per second captured (the capture "
+                                "process's own measure)", ["camera"], registry=r)
+        self.camera_frames = _CountFrom(Counter("appliance_camera_frames", "Frames captured", ["camera"],
+                                                registry=r))
+        self.camera_drops = _CountFrom(Counter("appliance_camera_dropped_frames", "Frames overwritten in the ring "
+                                               "before inference read them", ["camera"], registry=r))
+        self.camera_reconnects = _CountFrom(Counter("appliance_camera_reconnects", "Source reconnects", ["camera"],
+                                                    registry=r))
+        self.camera_decode_errors = _CountFrom(Counter("appliance_camera_decode_errors", "Frames the source "
+                                                       "failed to decode", ["camera"], registry=r))
+        self.camera_stalls = _CountFrom(Counter("appliance_camera_stalls", "Times the source delivered nothing "
+                                                "for stall_timeout_s", ["camera"], registry=r))
+        self.camera_ring_full = _CountFrom(Counter("appliance_camera_ring_full", "Frames not written because "
+                                                   "every other ring slot was held by inference", ["camera"],
+                                                   registry=r))
         self.camera_streaming = Gauge("appliance_camera_streaming", "1 while the camera delivers frames", ["camera"],
                                       registry=r)
         self.frames_inferred = Counter("appliance_frames_inferred", "Frames run through the ensemble", ["camera"],
                                        registry=r)
-        self.frames_skipped = Counter("appliance_frames_skipped",
-                                      "Frames skipped by backpressure (latest frame wins)", ["camera"], registry=r)
+        self.frames_skipped = _CountFrom(Counter("appliance_frames_skipped", "Frames skipped by backpressure "
+                                                 "(latest frame wins)", ["camera"], registry=r))
         self.inference_errors = Counter("appliance_inference_errors", "Inference requests that failed",
                                         ["camera", "reason"], registry=r)
         self.stage_latency = Histogram("appliance_stage_latency_seconds", "Latency per pipeline stage", ["stage"],
@@ -48,10 +65,12 @@ class ApplianceMetrics:
         self.inflight = Gauge("appliance_inflight_requests", "Inference requests in flight", registry=r)
         self.mqtt_connected = Gauge("appliance_mqtt_connected", "1 while connected to the broker", registry=r)
         self.spool_messages = Gauge("appliance_spool_messages", "Messages waiting in the durable spool", registry=r)
-        self.spool_dropped = Gauge("appliance_spool_dropped", "Messages dropped by the spool overflow policy",
-                                   registry=r)
-        self.published = Gauge("appliance_mqtt_acked", "Messages acknowledged by the broker", registry=r)
-        self.engine_build = Gauge("appliance_engine_build_percent", "Engine build progress (100 when done)",
+        self.spool_bytes = Gauge("appliance_spool_bytes", "Bytes the durable spool's messages take", registry=r)
+        self.spool_dropped = _CountFrom(Counter("appliance_spool_dropped", "Messages dropped by the spool's bounds "
+                                                "(reason: oldest, newest, expired)", ["reason"], registry=r))
+        self.published = _CountFrom(Counter("appliance_mqtt_acked", "Detections acknowledged by the broker",
+                                            registry=r))
+        self.engine_build = Gauge("appliance_engine_build_percent", "Engine build progress in percent (100 when done)",
                                   ["model"], registry=r)
         self.ota_state = Gauge("appliance_ota_state", "1 for the state of the latest OTA update status, else 0",
                                ["state"], registry=r)
@@ -65,30 +84,44 @@ class ApplianceMetrics:
                                     "recovering, crash_loop), else 0", ["state"], registry=r)
         self.frames_dropped = Counter("appliance_frames_dropped", "Frames dropped because the pipeline could not "
                                       "take them (reason: the pipeline's state)", ["camera", "reason"], registry=r)
-        self.cpu_percent = Gauge("appliance_cpu_percent", "System CPU busy percent", registry=r)
+        self.cpu_percent = Gauge("appliance_cpu_percent", "System CPU busy, in percent (0-100)", registry=r)
         self.mem_available = Gauge("appliance_memory_available_bytes", "System memory available", registry=r)
         self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
         self.power = Gauge("appliance_power_watts", "Power rail (Jetson INA3221)", ["rail"], registry=r)
         self._tegra: _TegraGauges | None = None  # registered on the first tegrastats reading (Jetson only)
-        self._skipped: dict[str, int] = {}  # per camera: the scheduler's skipped count already counted
+        self.record_build_info()
+
+    def record_build_info(self, *, triton_version: str = "", builder: str = "", triton_kind: str = "") -> None:
+        """``appliance_build_info`` = 1 with one label set: what is known at construction, then (once Triton
+        and the engine are up) the Triton version and the engine's builder and kind; "" where not known."""
+        self.build_info.clear()
+        self.build_info.labels(version=appliance.__version__, python=platform.python_version(),
+                               triton_version=triton_version, builder=builder, triton_kind=triton_kind,
+                               arch=platform.machine()).set(1)
 
     def record_camera(self, camera_id: str, health: CaptureHealth, *, streaming: bool) -> None:
         """One camera's capture counters, read from its ring header (they count since the ring was created);
         ``streaming`` is the camera's MQTT state (appliance.supervisor.cameras), not re-derived here."""
-        for gauge, value in ((self.camera_fps, health.fps), (self.camera_frames, health.frames),
-                             (self.camera_drops, health.drops), (self.camera_reconnects, health.reconnects),
-                             (self.camera_decode_errors, health.decode_errors), (self.camera_stalls, health.stalls),
-                             (self.camera_ring_full, health.ring_full), (self.camera_streaming, int(streaming))):
-            gauge.labels(camera=camera_id).set(value)
+        self.camera_fps.labels(camera=camera_id).set(health.fps)
+        self.camera_streaming.labels(camera=camera_id).set(int(streaming))
+        for counter, total in ((self.camera_frames, health.frames), (self.camera_drops, health.drops),
+                               (self.camera_reconnects, health.reconnects),
+                               (self.camera_decode_errors, health.decode_errors),
+                               (self.camera_stalls, health.stalls), (self.camera_ring_full, health.ring_full)):
+            counter.count(total, camera=camera_id)
 
     def record_skipped(self, camera_id: str, skipped: int) -> None:
         """``skipped``: the scheduler's running count of the camera's frames that a newer one replaced before
         inference took it (latest wins); the counter grows by what is new since the last call."""
-        counter = self.frames_skipped.labels(camera=camera_id)  # exported (as 0) from the first call
-        new = skipped - self._skipped.get(camera_id, 0)
-        if new > 0:
-            counter.inc(new)
-            self._skipped[camera_id] = skipped
+        self.frames_skipped.count(skipped, camera=camera_id)  # exported (as 0) from the first call
+
+    def record_spool(self, *, backlog: int, size_bytes: int, acked: int, dropped: Mapping[str, int]) -> None:
+        """The publisher's stats (counts since it started): ``dropped`` per reason (oldest, newest, expired)."""
+        self.spool_messages.set(backlog)
+        self.spool_bytes.set(size_bytes)
+        self.published.count(acked)
+        for reason, total in dropped.items():
+            self.spool_dropped.count(total, reason=reason)
 
     def record_inferred(self, camera_id: str, inference_s: float, capture_to_result_s: float) -> None:
         self.stage_latency.labels(stage="inference").observe(inference_s)
@@ -123,21 +156,42 @@ class ApplianceMetrics:
         return generate_latest(self.registry)
 
 
+class _CountFrom:
+    """A Counter fed from an absolute count kept elsewhere: each ``count`` advances it by what is new since the
+    previous reading of the same labels. A count lower than the last means its source started again from zero
+    (a new ring, a new publisher): all of it is new."""
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+        self._seen: dict[tuple[tuple[str, str], ...], float] = {}
+
+    def count(self, total: float, **labels: str) -> None:
+        child = self.counter.labels(**labels) if labels else self.counter  # exported (as 0) from the first call
+        key = tuple(sorted(labels.items()))
+        last = self._seen.get(key, 0.0)
+        new = total - last if total >= last else total
+        if new > 0:
+            child.inc(new)
+        self._seen[key] = total
+
+
 class _TegraGauges:
     """tegrastats (Jetson): what sysfs does not give (GPU load, EMC), and its own names for what sysfs also has
     (sensors and rails under other names), so the two sources never overwrite each other."""
 
     def __init__(self, r: CollectorRegistry) -> None:
         self.up = Gauge("appliance_tegrastats_up", "1 while tegrastats delivers fresh readings", registry=r)
-        self.restarts = Gauge("appliance_tegrastats_restarts", "tegrastats exits since start", registry=r)
-        self.gpu_load = Gauge("appliance_gpu_load_percent", "iGPU (GR3D) load, tegrastats", registry=r)
-        self.gpu_freq = Gauge("appliance_gpu_freq_mhz", "iGPU (GR3D) clock, tegrastats", registry=r)
-        self.emc_load = Gauge("appliance_emc_load_percent", "External memory controller load, tegrastats",
+        self.restarts = _CountFrom(Counter("appliance_tegrastats_restarts", "tegrastats exits", registry=r))
+        self.gpu_load = Gauge("appliance_gpu_load_percent", "iGPU (GR3D) load in percent (0-100), tegrastats",
                               registry=r)
-        self.emc_freq = Gauge("appliance_emc_freq_mhz", "External memory controller clock, tegrastats", registry=r)
-        self.cpu_core_load = Gauge("appliance_cpu_core_load_percent", "Per-core CPU load, tegrastats (off: absent)",
-                                   ["core"], registry=r)
-        self.cpu_core_freq = Gauge("appliance_cpu_core_freq_mhz", "Per-core CPU clock, tegrastats", ["core"],
+        self.gpu_freq = Gauge("appliance_gpu_freq_hertz", "iGPU (GR3D) clock, tegrastats", registry=r)
+        self.emc_load = Gauge("appliance_emc_load_percent", "External memory controller load in percent (0-100), "
+                              "tegrastats", registry=r)
+        self.emc_freq = Gauge("appliance_emc_freq_hertz", "External memory controller clock, tegrastats",
+                              registry=r)
+        self.cpu_core_load = Gauge("appliance_cpu_core_load_percent", "Per-core CPU load in percent (0-100), "
+                                   "tegrastats (off: absent)", ["core"], registry=r)
+        self.cpu_core_freq = Gauge("appliance_cpu_core_freq_hertz", "Per-core CPU clock, tegrastats", ["core"],
                                    registry=r)
         self.ram_used = Gauge("appliance_tegrastats_ram_used_bytes", "RAM in use (CPU and GPU: unified memory)",
                               registry=r)
@@ -149,11 +203,11 @@ class _TegraGauges:
 
     def record(self, reading: TegraReading | None, restarts: int) -> None:
         self.up.set(0 if reading is None else 1)
-        self.restarts.set(restarts)
+        self.restarts.count(restarts)
         if reading is None:
             return
-        for gauge, value in ((self.gpu_load, reading.gpu_percent), (self.gpu_freq, reading.gpu_freq_mhz),
-                             (self.emc_load, reading.emc_percent), (self.emc_freq, reading.emc_freq_mhz)):
+        for gauge, value in ((self.gpu_load, reading.gpu_percent), (self.gpu_freq, _hertz(reading.gpu_freq_mhz)),
+                             (self.emc_load, reading.emc_percent), (self.emc_freq, _hertz(reading.emc_freq_mhz))):
             if value is not None:
                 gauge.set(value)
         if reading.ram_used_mb is not None:
@@ -170,8 +224,12 @@ class _TegraGauges:
                 continue
             self.cpu_core_load.labels(core=str(index)).set(core.load_percent)
             if core.freq_mhz is not None:
-                self.cpu_core_freq.labels(core=str(index)).set(core.freq_mhz)
+                self.cpu_core_freq.labels(core=str(index)).set(core.freq_mhz * 1e6)
         for sensor, celsius in reading.temperatures_c.items():
             self.temperature.labels(sensor=sensor).set(celsius)
         for rail, milliwatts in reading.power_mw.items():
             self.power.labels(rail=rail).set(milliwatts / 1000.0)
+
+
+def _hertz(mhz: float | None) -> float | None:
+    return None if mhz is None else mhz * 1e6

@@ -97,6 +97,7 @@ class Appliance:
         self.health_server: HealthServer | None = None
         self.repository_dir: Path | None = None
         self.engine: InstalledEngine | None = None
+        self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
         self.router: Router | None = None  # the route each frame takes
         self.ota: OtaManager | None = None
         self._switcher: TritonSwitcher | None = None  # its model_control lock serializes reloads and switches
@@ -163,6 +164,7 @@ class Appliance:
 
         def progress(event: ProgressEvent) -> None:
             self.metrics.engine_build.labels(model=event.model).set(event.percent)
+            self._engine_progress = event
             to_mqtt(event)
 
         (self.engine,) = ensure_engines(self.paths["engines_dir"], state_dir=self.paths["state_dir"],
@@ -192,7 +194,11 @@ class Appliance:
             log_verbose=self.config.triton.log_verbose, log_info=self.config.triton.log_info,
             backend_config={"python": {"shm-default-byte-size": str(self.config.triton.python_shm_bytes)}},
         )
-        self.server = Server(options, locate(self._triton_home)).start(timeout_s)
+        distribution = locate(self._triton_home)
+        self.server = Server(options, distribution).start(timeout_s)
+        assert self.engine is not None, "the engine is built first"
+        self.metrics.record_build_info(triton_version=distribution.version or "unknown",
+                                       builder=self.engine.builder, triton_kind=self.engine.triton_kind)
         self._start_ota()
         self._start_recovery()
 
@@ -344,8 +350,14 @@ class Appliance:
                                      self._last_error)
 
     def health_summary(self) -> dict[str, Any]:
-        return reporting.health_summary(self._cameras, self.scheduler, self.server, self.router, self.recovery,
-                                        progressing=self._pipeline_progressing(), status=self.status_line())
+        summary = reporting.health_summary(self._cameras, self.scheduler, self.server, self.router, self.recovery,
+                                           progressing=self._pipeline_progressing(), status=self.status_line())
+        return {**summary, **reporting.service_readings(
+            uptime_s=self._clock() - self._started_at, scheduler=self.scheduler,
+            # deque.copy() is one C call: the completion thread's appends cannot interleave with it
+            latencies_ms=self.frames.latencies_ms.copy() if self.frames else (), publisher=self.publisher,
+            engine=self.engine, engine_progress=self._engine_progress,
+            ota=self.ota.status() if self.ota else None)}
 
     def _health_for_mqtt(self) -> dict[str, Any]:
         return reporting.health_for_mqtt(self.health_summary(), self._system.read(), self._tegrastats,

@@ -2,7 +2,8 @@
 
 - ``pipeline_progressing``: whether systemd's watchdog is fed;
 - ``status_line``: systemd's ``STATUS=`` and the ready log line;
-- ``health_summary``: ``/healthz``, ``appliance status`` and the ``status`` MQTT command;
+- ``health_summary``: ``/healthz``, ``appliance status`` and the ``status`` MQTT command; ``service_readings``
+  adds what an operator reads there besides health (uptime, inference rate and latency, spool, engine, OTA);
 - ``health_for_mqtt``: the periodic MQTT health message (its ``cameras`` and flat ``system`` readings);
 - ``record_metrics``: the tick's readings of the publisher and the scheduler into the appliance's metrics;
 - ``render_metrics``: ``/metrics``, the appliance's own followed by Triton's;
@@ -13,9 +14,13 @@ Pure functions: the Appliance passes what they read, so nothing here holds state
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+import appliance
+from appliance.engines.progress import ProgressEvent
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.system import SystemReading
 from appliance.health.tegrastats import TegrastatsMonitor, system_fields
@@ -28,6 +33,7 @@ from appliance.triton.errors import ServerStateError
 
 if TYPE_CHECKING:  # annotations only: importing them here would load paho and the Triton wrapper for nothing
     from appliance.capture.ring import CaptureHealth
+    from appliance.engines.manager import InstalledEngine
     from appliance.mqtt.publisher import MqttPublisher
     from appliance.serving.router import Router
     from appliance.triton.server import Server
@@ -88,8 +94,64 @@ def health_summary(cameras: Mapping[str, SupervisedCamera], scheduler: Scheduler
     pipeline = recovery.status() if recovery is not None else None
     serving = pipeline is None or pipeline.state is PipelineState.SERVING
     return {"ok": triton_ok and serving and progressing, "triton_ready": triton_ok,
-            "status": status, "model": route.label if route else None, "cameras": per_camera,
-            "pipeline": pipeline.to_dict() if pipeline is not None else None}
+            "status": status, "model": route.label if route else None,
+            "served": {"model": route.model, "version": route.version or "base"} if route else None,
+            "cameras": per_camera, "pipeline": pipeline.to_dict() if pipeline is not None else None}
+
+
+def service_readings(*, uptime_s: float, scheduler: Scheduler | None, latencies_ms: Iterable[float],
+                     publisher: MqttPublisher | None, engine: InstalledEngine | None,
+                     engine_progress: ProgressEvent | None, ota: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The rest of the health summary. ``uptime_s``: since the appliance was made; ``latencies_ms``: the frame
+    path's newest capture-to-result times; ``engine_progress``: the build's latest event (while ``engine`` is
+    None); ``ota``: ``OtaManager.status()``."""
+    inferred = sum(s.submitted for s in scheduler.cameras()) if scheduler else 0
+    return {"version": appliance.__version__, "uptime_s": round(uptime_s, 1),
+            "inference": {"inferred": inferred, "per_s_since_start": round(inferred / max(1e-6, uptime_s), 2),
+                          "latency_ms": latency_percentiles(latencies_ms)},
+            "spool": spool_readings(publisher), "engine": engine_readings(engine, engine_progress),
+            "ota": ota_readings(ota)}
+
+
+def latency_percentiles(latencies_ms: Iterable[float]) -> dict[str, Any] | None:
+    """p50 and p99 of the newest capture-to-result latencies (``frames``: how many); None before the first."""
+    values = np.fromiter(latencies_ms, dtype=np.float64)
+    if values.size == 0:
+        return None
+    p50, p99 = np.percentile(values, (50, 99))
+    return {"p50": round(float(p50), 1), "p99": round(float(p99), 1), "frames": int(values.size)}
+
+
+def spool_readings(publisher: MqttPublisher | None) -> dict[str, Any] | None:
+    if publisher is None:
+        return None
+    stats = publisher.stats()
+    spool = stats.spool
+    return {"mqtt": stats.state.value, "backlog": spool.backlog, "bytes": spool.bytes, "acked": stats.acked,
+            "dropped": spool.dropped_oldest + spool.dropped_newest + spool.dropped_expired}
+
+
+def engine_readings(engine: InstalledEngine | None, progress: ProgressEvent | None) -> dict[str, Any] | None:
+    """The served base engine (``state``: ``cached`` or ``built``), or the build under way."""
+    if engine is not None:
+        return {"model": engine.model, "state": "cached" if engine.cache_hit else "built",
+                "builder": engine.builder, "triton_kind": engine.triton_kind, "precision": engine.precision,
+                "key": engine.key[:16], "build_s": engine.build_seconds}
+    if progress is not None:
+        return {"model": progress.model, "state": "building", "phase": progress.phase,
+                "percent": round(progress.percent, 1)}
+    return None
+
+
+def ota_readings(status: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``OtaManager.status()`` less its lists: the active version (None: the base model), the version floor,
+    and the latest update step this run (None: no update since start)."""
+    if status is None:
+        return None
+    last = status.get("last") or {}
+    return {"active": status.get("active"), "version_floor": status.get("version_floor"),
+            "state": last.get("state"), "version": last.get("version"), "message": last.get("message"),
+            "code": last.get("code")}
 
 
 def pipeline_readings(recovery: PipelineRecovery | None) -> dict[str, Any]:
@@ -121,10 +183,9 @@ def record_metrics(metrics: ApplianceMetrics, publisher: MqttPublisher | None, s
     if publisher is not None:
         stats = publisher.stats()
         metrics.mqtt_connected.set(1 if stats.state.value == "connected" else 0)
-        metrics.spool_messages.set(stats.spool.backlog)
-        metrics.spool_dropped.set(stats.spool.dropped_oldest + stats.spool.dropped_newest
-                                  + stats.spool.dropped_expired)
-        metrics.published.set(stats.acked)
+        metrics.record_spool(backlog=stats.spool.backlog, size_bytes=stats.spool.bytes, acked=stats.acked,
+                             dropped={"oldest": stats.spool.dropped_oldest, "newest": stats.spool.dropped_newest,
+                                      "expired": stats.spool.dropped_expired})
     if scheduler is not None:
         metrics.inflight.set(scheduler.inflight)
         for slot in scheduler.cameras():

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 from appliance.health.server import HealthServer
-from appliance.commands.status import format_status
+from appliance.commands.status import format_bytes, format_duration, format_status
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,15 +27,83 @@ def test_status_prints_a_readable_summary_and_exit_code_follows_health() -> None
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == [
             "OK: 1/1 cameras streaming, 2.0 inferences/s, mqtt connected",
-            "triton: ready",
-            "cameras:",
-            "  line1  streaming  inferred 40  skipped 2  errors 0",
+            "  triton  ready",
+            "",
+            "CAMERA  STATE      FPS  INFERRED  SKIPPED  DROPPED  ERRORS  RECONNECTS",
+            "line1   streaming    -        40        2        -       0           -",
         ]
         summary["ok"] = False
         result = _status(f"http://127.0.0.1:{server.port}")
         assert result.returncode == 1 and result.stdout.startswith("NOT HEALTHY")
+        result = subprocess.run([sys.executable, "-m", "appliance", "status", "--url",
+                                 f"http://127.0.0.1:{server.port}", "--json"], capture_output=True, text=True,
+                                timeout=60, cwd=REPO)
+        assert json.loads(result.stdout) == summary  # --json: the raw summary, untouched
     finally:
         server.close()
+
+
+# A summary as the appliance sends it (appliance.supervisor.reporting: health_summary + service_readings), with
+# every part present; the expected lines below are written by hand.
+FULL = {
+    "ok": False, "triton_ready": True, "status": "1/2 cameras streaming, 7.9 inferences/s, mqtt connecting",
+    "model": "yolov3-tiny@1.4.0", "served": {"model": "yolov3-tiny", "version": "1.4.0"},
+    "cameras": {
+        "line1": {"state": "streaming", "inferred": 9120, "skipped": 12, "dropped": 0, "errors": 0, "fps": 8.02,
+                  "frames": 9200, "reconnects": 0},
+        "dock-door-2": {"state": "stalled", "inferred": 310, "skipped": 0, "dropped": 4, "errors": 1, "fps": 0.0,
+                        "frames": 320, "reconnects": 3},
+    },
+    "pipeline": {"state": "serving", "route": "yolov3-tiny@1.4.0", "models": [], "failures": 0, "reloads": 1},
+    "version": "0.1.0", "uptime_s": 7925.4,
+    "inference": {"inferred": 9430, "per_s_since_start": 1.19,
+                  "latency_ms": {"p50": 41.4, "p99": 187.6, "frames": 9430}},
+    "spool": {"mqtt": "connecting", "backlog": 1532, "bytes": 3 * 1024 * 1024 + 300 * 1024, "acked": 7890,
+              "dropped": 7},
+    "engine": {"model": "yolov3-tiny", "state": "built", "builder": "tensorrt", "triton_kind": "tensorrt_plan",
+               "precision": "fp16", "key": "0123456789abcdef", "build_s": 412.3},
+    "ota": {"active": "1.4.0", "version_floor": "1.3.0", "state": "active", "version": "1.4.0",
+            "message": "serving 1.4.0", "code": None},
+}
+
+
+def test_format_status_reads_at_a_glance() -> None:
+    assert format_status(FULL).splitlines() == [
+        "NOT HEALTHY: 1/2 cameras streaming, 7.9 inferences/s, mqtt connecting",
+        "  appliance  0.1.0, up 2h 12m",
+        "  model      yolov3-tiny, version 1.4.0; engine tensorrt fp16 (tensorrt_plan), built in 412 s",
+        "  triton     ready",
+        "  pipeline   serving (yolov3-tiny@1.4.0), 1 model reload(s), 0 recent failure(s)",
+        "  inference  1.2/s average since start, 9430 frames",
+        "  latency    p50 41 ms, p99 188 ms, capture to result (newest 9430 frames)",
+        "  spool      1532 message(s) waiting (3.3 MiB), 7 dropped, 7890 acknowledged; mqtt CONNECTING",
+        "  ota        active 1.4.0; last update 1.4.0: active: serving 1.4.0",
+        "",
+        "CAMERA       STATE      FPS  INFERRED  SKIPPED  DROPPED  ERRORS  RECONNECTS",
+        "dock-door-2  STALLED    0.0       310        0        4       1           3",
+        "line1        streaming  8.0      9120       12        0       0           0",
+    ]
+
+
+def test_format_status_while_the_engine_builds_and_after_a_rejected_update() -> None:
+    health = {**FULL, "engine": {"model": "yolov3-tiny", "state": "building", "phase": "build", "percent": 42.4},
+              "served": None, "model": None, "cameras": {},
+              "ota": {"active": None, "version_floor": None, "state": "rejected", "version": "0.9.0",
+                      "message": "0.9.0 is older than the floor 1.0.0", "code": "downgrade"}}
+    lines = format_status(health).splitlines()
+    assert "  model      engine for yolov3-tiny building: build 42 %" in lines
+    assert "  ota        active base; last update 0.9.0: rejected (downgrade): 0.9.0 is older than the floor 1.0.0" \
+        in lines
+    assert lines[-1].startswith("  ota")  # no camera table without cameras
+    health["ota"] = {"active": None, "state": None}
+    assert "  ota        active base; no update since start" in format_status(health).splitlines()
+
+
+def test_format_helpers() -> None:
+    assert [format_duration(s) for s in (0, 59.9, 61, 3 * 3600 + 12 * 60 + 5, 2 * 86400 + 3 * 3600 + 7)] == \
+        ["0s", "59s", "1m 1s", "3h 12m", "2d 3h"]
+    assert [format_bytes(n) for n in (0, 1023, 1024, 1536 * 1024, 5 * 1024 ** 3)] == \
+        ["0 B", "1023 B", "1.0 KiB", "1.5 MiB", "5.0 GiB"]
 
 
 def test_status_when_nothing_listens_says_what_to_check() -> None:
@@ -45,7 +114,7 @@ def test_status_when_nothing_listens_says_what_to_check() -> None:
 
 def test_format_status_without_cameras() -> None:
     assert format_status({"ok": False, "triton_ready": False, "status": "starting"}) == \
-        "NOT HEALTHY: starting\ntriton: NOT READY"
+        "NOT HEALTHY: starting\n  triton  NOT READY"
 
 
 def test_format_status_shows_the_pipeline_and_dropped_frames() -> None:
@@ -56,12 +125,13 @@ def test_format_status_shows_the_pipeline_and_dropped_frames() -> None:
               "cameras": {"line1": {"state": "streaming", "inferred": 40, "skipped": 2, "dropped": 12, "errors": 3}}}
     assert format_status(health).splitlines() == [
         "NOT HEALTHY: 1/1 cameras streaming",
-        "triton: ready",
-        "pipeline: CRASH LOOP (yolov3-tiny@2): ota-2-detector: reload failed: bad model; 5 failure(s), attempt 4, "
+        "  triton    ready",
+        "  pipeline  CRASH LOOP (yolov3-tiny@2): ota-2-detector: reload failed: bad model; 5 failure(s), attempt 4, "
         "next reload in 60 s",
-        "cameras:",
-        "  line1  streaming  inferred 40  skipped 2  dropped 12  errors 3",
+        "",
+        "CAMERA  STATE      FPS  INFERRED  SKIPPED  DROPPED  ERRORS  RECONNECTS",
+        "line1   streaming    -        40        2       12       3           -",
     ]
     health["pipeline"] = {"state": "serving", "route": "yolov3-tiny@2", "models": [], "failures": 1, "reloads": 1}
     assert format_status(health).splitlines()[2] == \
-        "pipeline: serving (yolov3-tiny@2), 1 model reload(s), 1 recent failure(s)"
+        "  pipeline  serving (yolov3-tiny@2), 1 model reload(s), 1 recent failure(s)"

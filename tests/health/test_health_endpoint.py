@@ -80,7 +80,7 @@ def test_endpoint_serves_our_metrics_and_triton_text_and_health_status(jetson_ro
         assert code == 200
         samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                    for family in text_string_to_metric_families(body) for s in family.samples}
-        assert samples[("appliance_camera_fps", (("camera", "line1"),))] == 9.5
+        assert samples[("appliance_camera_frames_per_second", (("camera", "line1"),))] == 9.5
         assert samples[("appliance_temperature_celsius", (("zone", "gpu-thermal"),))] == 51.25
         assert samples[("appliance_stage_latency_seconds_count", (("stage", "detector"),))] == 1
         # Triton's counter comes through untouched (the parser names counter samples *_total)

@@ -128,11 +128,12 @@ def test_metrics_from_a_reading() -> None:
     metrics.record_tegrastats(parse_line(TX2NX_JP46), restarts=2)  # cores 1 and 2 go off: their samples go
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(metrics.render().decode()) for s in family.samples}
-    assert samples[("appliance_tegrastats_up", ())] == 1 and samples[("appliance_tegrastats_restarts", ())] == 2
+    assert samples[("appliance_tegrastats_up", ())] == 1 and samples[("appliance_tegrastats_restarts_total", ())] == 2
     assert samples[("appliance_gpu_load_percent", ())] == 0.0
     assert samples[("appliance_cpu_core_load_percent", (("core", "0"),))] == 3.0
     assert ("appliance_cpu_core_load_percent", (("core", "1"),)) not in samples
-    assert ("appliance_cpu_core_freq_mhz", (("core", "2"),)) not in samples
+    assert ("appliance_cpu_core_freq_hertz", (("core", "2"),)) not in samples
+    assert samples[("appliance_cpu_core_freq_hertz", (("core", "0"),))] == 345e6  # "3%@345" (MHz) in the line
     assert samples[("appliance_tegrastats_power_watts", (("rail", "POM_5V_IN"),))] == pytest.approx(4.531)
     assert samples[("appliance_tegrastats_temperature_celsius", (("sensor", "mcpu"),))] == 50.5
     assert samples[("appliance_tegrastats_ram_used_bytes", ())] == 1689 * 1024 * 1024

@@ -48,10 +48,10 @@ def test_decode_errors_reconnects_and_frames_are_exported(tmp_path: Path, shm_ro
         assert readings["decode_errors"] >= 2
         samples = {s.name: s.value for family in text_string_to_metric_families(app.metrics.render().decode())
                    for s in family.samples if s.labels.get("camera") == "c1"}
-        assert samples["appliance_camera_decode_errors"] >= 2
-        assert samples["appliance_camera_reconnects"] >= 1
-        assert samples["appliance_camera_frames"] >= 1
-        assert "appliance_camera_stalls" in samples and "appliance_camera_ring_full" in samples
+        assert samples["appliance_camera_decode_errors_total"] >= 2
+        assert samples["appliance_camera_reconnects_total"] >= 1
+        assert samples["appliance_camera_frames_total"] >= 1
+        assert "appliance_camera_stalls_total" in samples and "appliance_camera_ring_full_total" in samples
         # The MQTT health message carries the same readings: each is valid against its schema's camera readings.
         schema = load_schema("health")
         jsonschema.validate({"c1": readings}, {**schema["properties"]["cameras"], "$defs": schema["$defs"]})
