@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from appliance.capture.layout import RingGeometry
-from appliance.capture.ring import RingReader, RingWriter, create_ring, ring_path
+from appliance.capture.ring import RingReader, RingWriter
+from appliance.capture.ringfile import create_ring, ring_path
 
 
 def _frame(width: int, height: int) -> np.ndarray:

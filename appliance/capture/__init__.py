@@ -14,19 +14,10 @@ from appliance.capture.process import (
     CaptureProcess,
     CaptureStartError,
 )
-from appliance.capture.ring import (
-    CaptureHealth,
-    FrameLease,
-    FrameMeta,
-    RingBusyError,
-    RingError,
-    RingFormatError,
-    RingNotFoundError,
-    RingReader,
-    ShmSpaceError,
-    reclaim_stale_rings,
-    ring_path,
-)
+from appliance.capture.errors import RingBusyError, RingError, RingFormatError, RingNotFoundError, ShmSpaceError
+from appliance.capture.health import CaptureHealth
+from appliance.capture.ring import FrameLease, FrameMeta, RingReader
+from appliance.capture.ringfile import reclaim_stale_rings, ring_path
 
 __all__ = [
     "EXIT_CONFIG",

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 from appliance.capture.config import CameraConfig
 from appliance.capture.layout import RingGeometry
-from appliance.capture.ring import ring_path, shm_free_bytes
+from appliance.capture.ringfile import ring_path, shm_free_bytes
 
 
 def ring_bytes(camera: CameraConfig) -> int:

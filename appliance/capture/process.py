@@ -26,7 +26,10 @@ from pathlib import Path
 
 from appliance.capture.config import CameraConfig
 from appliance.capture.layout import CaptureState, RingGeometry
-from appliance.capture.ring import CaptureHealth, RingBusyError, RingOwner, RingReader, create_ring, ring_path
+from appliance.capture.errors import RingBusyError
+from appliance.capture.health import CaptureHealth
+from appliance.capture.ring import RingReader
+from appliance.capture.ringfile import RingOwner, create_ring, ring_path
 from appliance.logs import JOURNAL_SOCKET
 from appliance.logs import configure as configure_logging
 from appliance.procs import stop_process

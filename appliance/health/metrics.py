@@ -21,7 +21,7 @@ from appliance.health.system import SystemReading
 from appliance.health.tegrastats import TegraReading
 
 if TYPE_CHECKING:
-    from appliance.capture.ring import CaptureHealth
+    from appliance.capture.health import CaptureHealth
 
 # Stage latencies on a Jetson range from ~1 ms (pre) to ~100 ms (a large detector); buckets cover both.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)

@@ -9,12 +9,12 @@ Guarantees (see docs/mqtt.md):
 - Ids only grow (AUTOINCREMENT), so reading "after id N" replays in insertion order, across restarts too.
 
 One connection, serialized by a lock: the producers' inserts, the sender's reads and the ack deletes are all
-short, and SQLite would serialize the writers anyway.
+short, and SQLite would serialize the writers anyway. The file (schema, WAL, lock file, quarantine) is
+:mod:`appliance.mqtt.spooldb`; the ``set_aside`` table's SQL is :mod:`appliance.mqtt.setaside`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import sqlite3
@@ -25,32 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+from appliance.mqtt import setaside, spooldb
 from appliance.mqtt.config import SpoolConfig
 from appliance.mqtt.errors import SpoolError
+from appliance.mqtt.setaside import SetAsideMessage
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 _DELETE_CHUNK = 500  # stays under SQLite's bound-parameter limit on old builds (999)
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS spool (
-    id      INTEGER PRIMARY KEY AUTOINCREMENT,
-    topic   TEXT    NOT NULL,
-    payload BLOB    NOT NULL,
-    qos     INTEGER NOT NULL,
-    created REAL    NOT NULL,
-    size    INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS set_aside (
-    id       INTEGER PRIMARY KEY,
-    topic    TEXT    NOT NULL,
-    payload  BLOB    NOT NULL,
-    qos      INTEGER NOT NULL,
-    created  REAL    NOT NULL,
-    size     INTEGER NOT NULL,
-    set_at   REAL    NOT NULL,
-    reason   TEXT    NOT NULL
-)"""
 
 
 @dataclass(frozen=True)
@@ -71,17 +53,6 @@ class SpooledMessage:
     payload: bytes
     qos: int
     created: float
-
-
-@dataclass(frozen=True)
-class SetAsideMessage:
-    id: int
-    topic: str
-    payload: bytes
-    qos: int
-    created: float  # when it was first spooled
-    set_at: float   # when it was set aside
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -129,12 +100,13 @@ class Spool:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise SpoolError(f"cannot create the spool directory: {exc}", str(self.path)) from exc
-            self._take_process_lock()
+            self._lock_fd = spooldb.take_process_lock(self.path)
             try:
                 try:
                     self._db = self._connect()
                 except sqlite3.DatabaseError as exc:
-                    self._quarantine(exc)
+                    spooldb.quarantine(self.path, self._clock(), exc)
+                    self._quarantined += 1
                     self._db = self._connect()
             except (sqlite3.Error, OSError) as exc:
                 self._release_process_lock()
@@ -153,63 +125,14 @@ class Spool:
                     self._release_process_lock()
             self._cond.notify_all()
 
-    def _take_process_lock(self) -> None:
-        # Two publishers on one spool would both replay it; refuse the second one clearly.
-        lock_path = str(self.path) + ".lock"
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise SpoolError(f"cannot create the spool lock file {lock_path}: {exc}", str(self.path)) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise SpoolError(f"the spool is in use by another process (pid {holder})", str(self.path)) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._lock_fd = fd
-
     def _release_process_lock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the flock
             self._lock_fd = None
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > FORMAT_VERSION:
-                raise SpoolError(f"the spool has format {version}, newer than this software's {FORMAT_VERSION}; "
-                                 "upgrade, or move the file aside", str(self.path))
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                raise SpoolError(f"SQLite refused WAL mode (got {mode!r}); is the file system read-only?",
-                                 str(self.path))
-            db.execute(f"PRAGMA synchronous={self._config.synchronous.upper()}")
-            db.execute("PRAGMA journal_size_limit=67108864")
-            db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA user_version={FORMAT_VERSION}")
-            count, size, last = db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(MAX(id), 0) FROM spool").fetchone()
-        except BaseException:
-            db.close()
-            raise
-        self._count, self._bytes, self._last_id = int(count), int(size), int(last)
+        db, self._count, self._bytes, self._last_id = spooldb.connect(self.path, self._config.synchronous)
         return db
-
-    def _quarantine(self, exc: Exception) -> None:
-        # A corrupt spool must not stop the appliance from publishing new detections: keep the file for a
-        # post-mortem and start an empty one. Loud, because its messages are lost.
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock()))
-        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        for suffix in ("", "-wal", "-shm"):
-            src = Path(str(self.path) + suffix)
-            if src.exists():
-                os.replace(src, Path(str(target) + suffix))
-        self._quarantined += 1
-        log.error("MQTT spool %s is unreadable (%s); moved it to %s and started an empty spool. Messages in it "
-                  "were not published.", self.path, exc, target)
 
     def _require_open(self) -> sqlite3.Connection:
         if self._db is None:
@@ -236,8 +159,7 @@ class Spool:
                 # The common case: one autocommit INSERT is one transaction, a third of BEGIN/INSERT/COMMIT.
                 record = records[0]
                 try:
-                    cur = db.execute("INSERT INTO spool (topic, payload, qos, created, size) VALUES (?, ?, ?, ?, ?)",
-                                     (record.topic, record.payload, record.qos, now, sizes[0]))
+                    cur = db.execute(spooldb.INSERT, (record.topic, record.payload, record.qos, now, sizes[0]))
                     self._last_id = cur.lastrowid or self._last_id
                 except sqlite3.Error as exc:
                     raise SpoolError(f"cannot write to the spool: {exc}", str(self.path)) from exc
@@ -253,8 +175,7 @@ class Spool:
                         else:
                             refused += 1
                             continue
-                    cur = db.execute("INSERT INTO spool (topic, payload, qos, created, size) VALUES (?, ?, ?, ?, ?)",
-                                     (record.topic, record.payload, record.qos, now, size))
+                    cur = db.execute(spooldb.INSERT, (record.topic, record.payload, record.qos, now, size))
                     self._last_id = cur.lastrowid or self._last_id
                     self._bytes += size
                     self._count += 1
@@ -371,13 +292,11 @@ class Spool:
         with self._cond:
             db = self._require_open()
             with self._transaction(db, f"set aside message {row_id}"):
-                moved = db.execute("INSERT INTO set_aside SELECT id, topic, payload, qos, created, size, ?, ? "
-                                   "FROM spool WHERE id = ?", (self._clock(), reason, row_id)).rowcount
-                size = db.execute("DELETE FROM spool WHERE id = ? RETURNING size", (row_id,)).fetchall()
-            if not moved:
+                size = setaside.move_out(db, row_id, self._clock(), reason)
+            if size is None:
                 return False
             self._count -= 1
-            self._bytes -= size[0][0] if size else 0
+            self._bytes -= size
             self._set_aside += 1
             self._cond.notify_all()
             return True
@@ -385,10 +304,7 @@ class Spool:
     def set_aside_messages(self) -> list[SetAsideMessage]:
         """Every message in the ``set_aside`` table, oldest first."""
         with self._cond:
-            db = self._require_open()
-            rows = db.execute("SELECT id, topic, payload, qos, created, set_at, reason FROM set_aside "
-                              "ORDER BY id").fetchall()
-        return [SetAsideMessage(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6]) for r in rows]
+            return setaside.read_all(self._require_open())
 
     def requeue_set_aside(self, ids: Sequence[int] | None = None) -> int:
         """Move set-aside messages (all of them, or ``ids``) back to the end of the queue, in their original
@@ -397,26 +313,16 @@ class Spool:
         nothing: refused when they would not fit in max_bytes. Returns how many moved."""
         with self._cond:
             db = self._require_open()
-            query = "SELECT id, topic, payload, qos, size FROM set_aside"
-            params: tuple = ()
-            if ids is not None:
-                if not ids:
-                    return 0
-                query += f" WHERE id IN ({','.join('?' * len(ids))})"
-                params = tuple(int(i) for i in ids)
+            if ids is not None and not ids:
+                return 0
             with self._transaction(db, "requeue set-aside messages"):
-                rows = db.execute(query + " ORDER BY id", params).fetchall()
+                rows = setaside.select(db, ids)
                 total = sum(r[4] for r in rows)
                 if self._bytes + total > self._config.max_bytes:
                     raise SpoolError(f"requeueing {len(rows)} set-aside message(s) ({total} bytes) would exceed "
                                      f"spool.max_bytes ({self._bytes} of {self._config.max_bytes} used)",
                                      str(self.path))
-                now = self._clock()
-                for row_id, topic, payload, qos, size in rows:
-                    cur = db.execute("INSERT INTO spool (topic, payload, qos, created, size) VALUES (?, ?, ?, ?, ?)",
-                                     (topic, payload, qos, now, size))
-                    self._last_id = cur.lastrowid or self._last_id
-                    db.execute("DELETE FROM set_aside WHERE id = ?", (row_id,))
+                self._last_id = setaside.move_back(db, rows, self._clock()) or self._last_id
             self._count += len(rows)
             self._bytes += total
             self._cond.notify_all()

@@ -7,23 +7,23 @@ through ``status_cb``; a refusal is ``OtaRejected`` with a code, and leaves what
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import appliance
-from appliance.ota import compat, golden
+from appliance.engines.manager import InstalledEngine
+from appliance.ota import compat, floor, steps
 from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaRejected, RollbackError, rejection_for
-from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, version_order
+from appliance.ota.health import breach
+from appliance.ota.manifest import Manifest
+from appliance.ota.reporter import StatusReporter
 from appliance.ota.signing import TrustedKeys
-from appliance.ota.status import FINAL_STATES, OtaStatus, StatusCallback
-from appliance.durable import fsync_path
+from appliance.ota.status import OtaStatus, StatusCallback
 from appliance.ota.store import OtaStore, Pointer
-from appliance.ota.unpack import FreeSpace, disk_free, extract_verified, verify_bundle
+from appliance.ota.unpack import FreeSpace, disk_free, verify_bundle
 from appliance.serving.errors import ServingError
 from appliance.serving.router import Route
 from appliance.serving.switcher import ModelSpec, ModelSwitcher
@@ -42,73 +42,23 @@ class OtaManager:
         self.trusted = trusted_keys
         self.switcher = switcher
         self.config = config or OtaConfig()
-        self._status_cb = status_cb
+        self._reporter = StatusReporter(self.store, status_cb, clock)
+        self._report = self._reporter.report
         self._base_spec = base_spec
         self._clock, self._monotonic, self._sleep = clock, monotonic, sleep
         self._free_space = free_space
         self._appliance_version = appliance_version
         self._builder = builder
         self._lock = threading.Lock()
-        self._journal_owner: int | None = None  # the thread whose install holds the store lock
-        self._journaled: str | None = None
-        self.last_status: OtaStatus | None = None
 
-    # -- reporting -----------------------------------------------------------------------------------------
-    def _report(self, state: str, message: str, manifest: Manifest | None = None, **kw: Any) -> None:
-        status = OtaStatus(state, message, manifest.version if manifest else kw.pop("version", None),
-                           manifest.model if manifest else kw.pop("model", None), time=self._clock(), **kw)
-        self.last_status = status
-        (log.warning if state in ("rejected", "rolled_back") else log.info)("OTA %s: %s", state, message)
-        # A step is journaled before it is published and an outcome after: a kill in between makes the restart
-        # report the outcome (again), never leaves it unsaid.
-        journal = threading.get_ident() == self._journal_owner  # not a delivery refusal from another thread
-        if journal and state not in FINAL_STATES:
-            self._journal(status)
-        if self._status_cb is not None:
-            try:
-                self._status_cb(status)
-            except Exception:
-                log.exception("OTA status callback failed")
-        if journal and state in FINAL_STATES:
-            self._journal(status)
-
-    def _journal(self, status: OtaStatus) -> None:
-        """Keep the store's journal at the install's latest step (only state changes, not build percent)."""
-        try:
-            if status.state in FINAL_STATES:
-                self.store.clear_journal()
-                self._journaled = None
-            elif status.state != self._journaled:
-                self.store.write_journal(status.to_dict())
-                self._journaled = status.state
-        except OSError as exc:  # the journal only serves the report after a restart: never fail an update on it
-            log.warning("OTA: could not update the journal in %s: %s", self.store.root, exc)
-
-    def _report_interrupted(self, entry: dict[str, Any], served: Route) -> None:
-        """At start, after an install that never ended: say how it ended on ota/status, whose retained message
-        still shows the step the appliance stopped in."""
-        version, step = entry.get("version"), entry.get("state", "unknown")
-        rid, model = entry.get("request_id"), entry.get("model")
-        if version is not None and served.version == version:  # stopped after the pointer moved
-            self._report("active", f"{served.label} is serving; the appliance restarted during the update's "
-                         f"{step} step, after it had switched", version=version, model=model, request_id=rid)
-            return
-        rejected = OtaRejected("interrupted", f"the appliance stopped during the {step} step of the update to "
-                               f"{version or 'a bundle not yet verified'}; {served.label} serves; send the bundle "
-                               "again")
-        rejected.version = version  # type: ignore[attr-defined]
-        self.report_rejected(rejected, rid)
-        pointer = self.store.read_pointer()
-        if version is not None and self.store.is_verified(version) and version != pointer.version \
-                and version not in pointer.history:  # verified, stopped while watching: never served for good
-            log.warning("OTA: removing version %s, verified but never made active", version)
-            self.store.remove_version(version)
+    @property
+    def last_status(self) -> OtaStatus | None:
+        """The latest status reported (the last outcome, or the step an update is in)."""
+        return self._reporter.last_status
 
     # -- start-up --------------------------------------------------------------------------------------------
     def spec(self, version: str | None) -> ModelSpec:
         """The servable spec of an installed version (None = the base model)."""
-        from appliance.engines.manager import InstalledEngine
-
         if version is None:
             if self._base_spec is None:
                 raise RollbackError("no base model is configured")
@@ -140,12 +90,22 @@ class OtaManager:
             route = self._load(self.spec(None))
         self.switcher.route(route)
         if interrupted is not None:
-            self._report_interrupted(interrupted, route)
+            if not self._reporter.interrupted(interrupted, route):
+                self._remove_unfinished(interrupted.get("version"))
             try:
                 self.store.clear_journal()
             except OSError as exc:  # the next start reports it again: better than not starting
                 log.warning("OTA: could not clear the update journal in %s: %s", self.store.root, exc)
         return route
+
+    def _remove_unfinished(self, version: str | None) -> None:
+        """After an interrupted install: a version verified, then stopped while watching, was never served for
+        good; it goes."""
+        pointer = self.store.read_pointer()
+        if version is not None and self.store.is_verified(version) and version != pointer.version \
+                and version not in pointer.history:
+            log.warning("OTA: removing version %s, verified but never made active", version)
+            self.store.remove_version(version)
 
     # -- install ---------------------------------------------------------------------------------------------
     def install(self, bundle: Path, request_id: str | None = None, wait: bool = True) -> dict[str, Any]:
@@ -158,7 +118,7 @@ class OtaManager:
             self._report("received", f"bundle {bundle.name}", request_id=request_id)
             try:
                 with self.store.lock(blocking=wait):
-                    self._journal_owner, self._journaled = threading.get_ident(), None
+                    self._reporter.journal_this_thread()
                     return self._install(bundle, request_id)
             except OtaRejected as exc:
                 self.report_rejected(exc, request_id)
@@ -169,13 +129,12 @@ class OtaManager:
                 self.report_rejected(rejected, request_id)
                 raise rejected from exc
         finally:
-            self._journal_owner = None
+            self._reporter.stop_journaling()
             self._lock.release()
 
     def report_rejected(self, exc: OtaRejected, request_id: str | None = None) -> None:
         """Report a refusal as the final ``rejected`` status (also for refusals before install(), at delivery)."""
-        self._report("rejected", exc.reason, code=exc.code, request_id=request_id,
-                     version=getattr(exc, "version", None))
+        self._reporter.rejected(exc, request_id)
 
     def _install(self, bundle: Path, rid: str | None) -> dict[str, Any]:
         self.store.ensure()
@@ -186,11 +145,12 @@ class OtaManager:
             compat.check_appliance_version(m, self._appliance_version)
             if self.store.read_pointer().version == m.version:
                 raise OtaRejected("duplicate", f"version {m.version} is already active")
-            self._check_floor(m)
-            vdir = self._stage(bundle, opened, rid)
+            floor.check_floor(self.store, m)
+            vdir = steps.stage(self.store, bundle, opened, self._free_space, self.config.reserve_bytes, self._report,
+                               rid)
             try:
                 compat.check_onnx(m, vdir / m.onnx)
-                engine = self._build(m, vdir, rid)
+                engine = steps.build(m, vdir, self._builder, self.config.builder, self._clock, self._report, rid)
                 spec = ModelSpec(m.version, m.model_profile, engine)
                 return self._switch(spec, m, engine, opened.key_id, rid)
             except BaseException:
@@ -207,115 +167,16 @@ class OtaManager:
             raise rejected from exc
 
     def version_floor(self) -> str | None:
-        """The anti-rollback floor: the newest version ever made active (also the active one, should a power cut
-        have come between moving the pointer and raising the floor)."""
-        floor, active = self.store.read_floor(), self.store.read_pointer().version
-        candidates = [v for v in (floor, active) if v is not None and version_order(v) is not None]
-        return max(candidates, key=lambda v: version_order(v) or ()) if candidates else None
+        """The anti-rollback floor (see :mod:`appliance.ota.floor`)."""
+        return floor.version_floor(self.store)
 
-    def _check_floor(self, m: Manifest) -> None:
-        """Only a newer version installs: a captured old bundle, validly signed, must not be replayed onto the
-        device. Going back to a kept version is ``rollback()``, which this does not limit."""
-        order = version_order(m.version)
-        if order is None:
-            raise OtaRejected("invalid_manifest", f"version {m.version!r} cannot be ordered: bundle versions are "
-                                                  "dotted numbers (7, 2.1, 2024.05.1), each newer than the last")
-        try:
-            floor = self.version_floor()
-        except ValueError as exc:  # a damaged floor file: refuse rather than let an old bundle in
-            raise OtaRejected("downgrade", f"{exc}; no update installs until it is fixed") from None
-        if floor is not None and order <= (version_order(floor) or ()):
-            raise OtaRejected("downgrade", f"version {m.version} is not newer than {floor}, the newest version this "
-                                           "device has served (a replayed old bundle?); go back to a kept version with "
-                                           "the rollback action, or ship the fix with a higher version")
-
-    def _stage(self, bundle: Path, opened: Any, rid: str | None) -> Path:
-        m = opened.manifest
-        self._report("staging", f"{len(m.files)} file(s), {sum(f.size for f in m.files.values())} bytes", m,
-                     request_id=rid)
-        self.store.remove_version(m.version)  # an earlier, interrupted attempt
-        tmp = self.store.staging_dir / f"{m.version}.{os.getpid()}.{threading.get_ident()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
-            extract_verified(bundle, opened, tmp, self._free_space, self.config.reserve_bytes)
-            (tmp / MANIFEST_NAME).write_bytes(opened.manifest_bytes)
-            (tmp / SIGNATURE_NAME).write_bytes(opened.signature)
-            fsync_path(tmp)
-            final = self.store.version_dir(m.version)
-            os.replace(tmp, final)
-            fsync_path(self.store.versions_dir)
-            return final
-        except OSError as exc:
-            raise OtaRejected("disk_full" if exc.errno == 28 else "delivery", f"staging failed: {exc}") from None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-    def _build(self, m: Manifest, vdir: Path, rid: str | None) -> Any:
-        from appliance.engines.builders import select_builder
-        from appliance.engines.manager import EngineBuildError, EngineManager
-        from appliance.engines.progress import ProgressReporter
-
-        def progress(event: Any) -> None:
-            self._report("building", f"{event.phase}: {event.message}", m, percent=round(event.percent, 1),
-                         request_id=rid)
-
-        self._report("building", "engine for this device", m, percent=0.0, request_id=rid)
-        # Files the profile names (the ONNX, verify.golden) are the staged bundle's: resolve them in vdir.
-        profile = m.engine_profile.model_copy(update={"onnx": m.onnx}).located_in(vdir)
-        try:
-            builder = self._builder or select_builder(self.config.builder)  # type: ignore[arg-type]
-            manager = EngineManager(vdir / "engine-state", vdir, builder, reporter=ProgressReporter(callback=progress),
-                                    clock=self._clock)
-            return manager.ensure(profile)
-        except EngineBuildError as exc:
-            raise OtaRejected("build_failed", f"{exc.phase}: {exc.reason}") from None
-        except Exception as exc:  # builder unavailable, unexpected toolchain errors
-            raise OtaRejected("build_failed", f"{type(exc).__name__}: {exc}") from None
-
-    def _check_golden(self, route: Route, m: Manifest, vdir: Path, rid: str | None) -> str:
-        # (label for messages, root of the frame files, frames, tolerance)
-        sets: list[tuple[str, Path, list[Any], Any]] = []
-        if m.golden:
-            sets.append(("", vdir, m.golden, m.golden_tolerance))
-        if self.config.device_golden_dir is not None:
-            try:
-                device = golden.load_device_set(self.config.device_golden_dir)
-            except golden.GoldenSetError as exc:
-                raise OtaRejected("golden_mismatch", f"device golden set: {exc}") from None
-            sets.append((f"device golden set {self.config.device_golden_dir}: ", self.config.device_golden_dir,
-                         device.frames, device.tolerance))
-        total = sum(len(frames) for _, _, frames, _ in sets)
-        self._report("checking", f"{total} golden frame(s)", m, request_id=rid)
-        failures = []
-        for label, root, frames, tol in sets:
-            for frame in frames:
-                # A frame that cannot be read or run fails the check like a wrong detection does.
-                try:
-                    image = golden.read_image(root / frame.file)
-                except golden.GoldenSetError as exc:
-                    raise OtaRejected("golden_mismatch", f"{label}golden frame {frame.file}: {exc}") from None
-                try:
-                    det = self.switcher.detect(route, image)
-                except OtaRejected:
-                    raise
-                except Exception as exc:  # Triton refused or failed the request
-                    raise OtaRejected("golden_mismatch", f"{label}golden frame {frame.file}: {route.label} failed "
-                                                         f"to run it: {type(exc).__name__}: {exc}") from None
-                result = golden.compare(frame.file, frame.expected, det.boxes, det.scores, det.class_ids,
-                                        m.model_profile.classes, tol)
-                if not result.passed:
-                    failures.append(label + result.summary())
-        if failures:
-            raise OtaRejected("golden_mismatch", "; ".join(failures))
-        return f"{total} golden frame(s) passed"
-
-    def _switch(self, spec: ModelSpec, m: Manifest, engine: Any, key_id: str, rid: str | None) -> dict[str, Any]:
+    def _switch(self, spec: ModelSpec, m: Manifest, engine: InstalledEngine, key_id: str, rid: str | None) -> dict[str, Any]:
         self._report("switching", f"loading {m.label} beside the current model", m, request_id=rid)
         old = self.switcher.current()
         new = self._load(spec)
         try:
-            summary = self._check_golden(new, m, self.store.version_dir(m.version), rid) \
+            summary = steps.check_golden(self.switcher, new, m, self.store.version_dir(m.version),
+                                         self.config.device_golden_dir, self._report, rid) \
                 if self.config.check_golden else "golden frames skipped"
             installed = self.store.installed()
             self.store.mark_verified(m.version, {
@@ -338,7 +199,7 @@ class OtaManager:
             if problem is None:
                 history = self._history(self.store.read_pointer())
                 self.store.write_pointer(Pointer(m.version, history))
-                self._raise_floor(m.version)
+                floor.raise_floor(self.store, m.version)
         except BaseException:
             # Nothing is committed before the pointer moves: whatever failed, the old version serves on.
             self._undo(new, old, routed)
@@ -376,14 +237,6 @@ class OtaManager:
             log.exception("OTA: restoring %s after a failed switch to %s failed", old.label if old else "base",
                           new.label)
 
-    def _raise_floor(self, version: str) -> None:
-        """After the pointer moved: the floor follows (version_floor() also counts the active version, so a floor
-        that cannot be written is logged, not a failed update)."""
-        try:
-            self.store.raise_floor(version)
-        except (OSError, ValueError) as exc:
-            log.error("OTA: could not raise the version floor to %s in %s: %s", version, self.store.root, exc)
-
     def _history(self, previous: Pointer) -> tuple[str | None, ...]:
         """The new pointer's history: the base model (None, always servable) and the newest verified versions
         served before, so that with the new active one ``keep_versions`` versions are kept."""
@@ -393,8 +246,6 @@ class OtaManager:
         return (*((None,) if None in served else ()), *keep)
 
     def _watch(self, route: Route, baseline: Any, since: float) -> str | None:
-        from appliance.ota.health import breach
-
         policy = self.config.health
         while True:
             elapsed = self._monotonic() - since
@@ -416,7 +267,7 @@ class OtaManager:
                 raise RollbackError(f"nothing to roll back to from {pointer.version or 'the base model'}")
             target = history.pop()
             if pointer.version is not None:  # in case a power cut came between pointer and floor at install
-                self._raise_floor(pointer.version)
+                floor.raise_floor(self.store, pointer.version)
             old = self.switcher.current()
             new = self._load(self.spec(target))
             self.switcher.route(new)
@@ -432,11 +283,11 @@ class OtaManager:
         pointer = self.store.read_pointer()
         current = self.switcher.current()
         try:
-            floor: str | None = self.version_floor()
+            version_floor: str | None = self.version_floor()
         except ValueError as exc:
-            floor = f"unreadable: {exc}"
+            version_floor = f"unreadable: {exc}"
         return {"active": pointer.version, "history": list(pointer.history), "installed": self.store.installed(),
-                "version_floor": floor,
+                "version_floor": version_floor,
                 "serving": current.label if current else None,
                 "last": self.last_status.to_dict() if self.last_status else None}
 

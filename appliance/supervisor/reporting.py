@@ -32,7 +32,7 @@ from appliance.supervisor.scheduler import Scheduler
 from appliance.triton.errors import ServerStateError
 
 if TYPE_CHECKING:  # annotations only: importing them here would load paho and the Triton wrapper for nothing
-    from appliance.capture.ring import CaptureHealth
+    from appliance.capture.health import CaptureHealth
     from appliance.engines.manager import InstalledEngine
     from appliance.mqtt.publisher import MqttPublisher
     from appliance.serving.router import Router

@@ -1,10 +1,11 @@
 """In-process Triton Inference Server: the only package that touches Triton's C API.
 
 Layers: ``_capi`` (ctypes declarations over ``tritonserver.h``), ``errors`` (TRITONSERVER_Error ->
-typed exceptions), ``server`` / ``infer`` (the Pythonic API; ``infer`` is the façade over ``tensors``,
-``allocator``, ``requests``, ``deadlines`` and ``counters``), ``stubs`` (finding Python-backend stub
-processes and their shared-memory regions), ``locate`` (where Triton is) and ``pymodels`` (making the
-appliance's packages importable inside Python-backend models).
+typed exceptions), ``server`` / ``infer`` (the Pythonic API; ``server`` takes its ``options`` and calls
+``modelcontrol``; ``infer`` is the façade over ``tensors``, ``allocator``, ``requests``, ``deadlines`` and
+``counters``), ``stubs`` (finding Python-backend stub processes and their shared-memory regions),
+``locate`` (where Triton is) and ``pymodels`` (making the appliance's packages importable inside
+Python-backend models).
 
 Importing this package loads nothing: the library is opened when a ``Server`` starts.
 """
@@ -34,7 +35,7 @@ _EXPORTS = {
     "UnknownError": "errors",
     "ServerStateError": "errors",
     "Server": "server",
-    "ServerOptions": "server",
+    "ServerOptions": "options",
     "ServerState": "server",
     "InputBuffer": "tensors",
     "InferFuture": "requests",

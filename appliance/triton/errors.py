@@ -110,3 +110,10 @@ def check(api: CApi, err: int | None) -> None:
     """Raise the typed exception for a non-null error (deleting it); do nothing for success."""
     if err:
         raise take(api, err)
+
+
+def non_null(pointer: int | None, what: str) -> int:
+    """The handle a successful call filled in; NULL despite success is Triton's fault, raised as ``InternalError``."""
+    if not pointer:
+        raise InternalError(f"{what} succeeded but returned no handle")
+    return pointer

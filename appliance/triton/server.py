@@ -1,4 +1,6 @@
-"""The in-process Triton server: lifecycle, model control, metrics and inference.
+"""The in-process Triton server: its lifecycle (start, stop, abandoning a server that cannot stop) and the
+entry points for inference and model control. Options are :mod:`appliance.triton.options`; the C calls behind
+model control and metrics are :mod:`appliance.triton.modelcontrol`; requests are :mod:`appliance.triton.infer`.
 
 ::
 
@@ -14,33 +16,22 @@ import atexit
 import contextlib
 import ctypes
 import enum
-import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from appliance.triton import _capi, infer, pymodels, stubs
-from appliance.triton.errors import (
-    InvalidArgumentError,
-    ServerStateError,
-    StartupError,
-    TritonError,
-    UnavailableError,
-    check,
-    take,
-)
+from appliance.triton import _capi, infer, modelcontrol, pymodels, stubs
+from appliance.triton.errors import ServerStateError, StartupError, TritonError, UnavailableError, check, non_null, take
 from appliance.triton.locate import TritonDistribution, locate
+from appliance.triton.options import ServerOptions, apply_options
+
+__all__ = ["Server", "ServerOptions", "ServerState"]
 
 log = logging.getLogger(__name__)
 
-# Triton's own exit timeout is exit_timeout_s plus this, so that it outlasts stop()'s wait and stub kill (stop()
-# enforces exit_timeout_s itself), and a model stuck UNLOADING for ever still ends ServerDelete's wait at some point.
-_TRITON_EXIT_MARGIN_S = 60
 # After busy stubs were killed and Triton failed their requests, how long the other models get to unload.
 _UNLOAD_GRACE_S = 3.0
 
@@ -52,55 +43,6 @@ class ServerState(enum.Enum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """What the server serves and how it logs. Python-backend settings go in ``backend_config["python"]``
-    (e.g. ``{"shm-default-byte-size": "16777216"}``)."""
-
-    repositories: Sequence[Path]
-    model_control: Literal["none", "poll", "explicit"] = "explicit"
-    startup_models: Sequence[str] = ()
-    log_verbose: int = 0
-    log_info: bool = False
-    log_warn: bool = True
-    log_error: bool = True
-    log_format: Literal["default", "iso8601"] = "default"
-    log_file: Path | None = None
-    metrics: bool = True
-    backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    strict_model_config: bool = False
-    strict_readiness: bool = True
-    exit_timeout_s: int = 10
-    model_load_retries: int = 0
-    server_id: str = "appliance"
-    prepare_python_models: bool = True
-
-    def __post_init__(self) -> None:
-        if isinstance(self.repositories, str | Path) or not self.repositories:
-            raise InvalidArgumentError("repositories must be a non-empty list of directories")
-        object.__setattr__(self, "repositories", tuple(Path(r) for r in self.repositories))
-        object.__setattr__(self, "startup_models", tuple(self.startup_models))
-        if self.model_control not in _capi.MODEL_CONTROL:
-            raise InvalidArgumentError(f"model_control must be one of {sorted(_capi.MODEL_CONTROL)}, "
-                                       f"got {self.model_control!r}")  # fmt: skip
-        if self.log_format not in _capi.LOG_FORMAT:
-            raise InvalidArgumentError(f"log_format must be one of {sorted(_capi.LOG_FORMAT)}, "
-                                       f"got {self.log_format!r}")  # fmt: skip
-        if self.startup_models and self.model_control != "explicit":
-            raise InvalidArgumentError("startup_models needs model_control='explicit'")
-        if not 0 <= self.log_verbose:
-            raise InvalidArgumentError(f"log_verbose must be >= 0, got {self.log_verbose}")
-        if not 0 <= self.model_load_retries <= 100:
-            raise InvalidArgumentError(f"model_load_retries must be within 0..100, got {self.model_load_retries}")
-        if not 0 <= self.exit_timeout_s <= 3600:
-            raise InvalidArgumentError(f"exit_timeout_s must be within 0..3600, got {self.exit_timeout_s}")
-        for backend, settings in self.backend_config.items():
-            for key, value in settings.items():
-                if not isinstance(value, str):
-                    raise InvalidArgumentError(f"backend_config[{backend!r}][{key!r}] must be a string, "
-                                               f"got {value!r}")  # fmt: skip
 
 
 class Server:
@@ -162,52 +104,13 @@ class Server:
         self._runtime = infer.Runtime(api, self.counters)
         opts = ctypes.c_void_p()
         check(api, api.TRITONSERVER_ServerOptionsNew(ctypes.byref(opts)))
+        opts_ptr = non_null(opts.value, "ServerOptionsNew")
         try:
-            self._apply_options(api, opts.value, dist)
-            self._ptr = self._create(api, opts.value, timeout)
+            apply_options(api, opts_ptr, self.options, dist)
+            self._ptr = self._create(api, opts_ptr, timeout)
         finally:
-            check(api, api.TRITONSERVER_ServerOptionsDelete(opts.value))
+            check(api, api.TRITONSERVER_ServerOptionsDelete(opts_ptr))
         self._deadlines = infer.Deadlines(self._clock)
-
-    def _apply_options(self, api: _capi.CApi, opts: int, dist: TritonDistribution) -> None:
-        o = self.options
-        check(api, api.TRITONSERVER_ServerOptionsSetServerId(opts, o.server_id.encode()))
-        for repo in o.repositories:
-            check(api, api.TRITONSERVER_ServerOptionsSetModelRepositoryPath(opts, os.fsencode(repo.resolve())))
-        check(api, api.TRITONSERVER_ServerOptionsSetModelControlMode(opts, _capi.MODEL_CONTROL[o.model_control]))
-        for name in o.startup_models:
-            check(api, api.TRITONSERVER_ServerOptionsSetStartupModel(opts, name.encode()))
-        check(api, api.TRITONSERVER_ServerOptionsSetStrictModelConfig(opts, o.strict_model_config))
-        check(api, api.TRITONSERVER_ServerOptionsSetStrictReadiness(opts, o.strict_readiness))
-        check(api, api.TRITONSERVER_ServerOptionsSetExitOnError(opts, True))
-        # Longer than exit_timeout_s: when Triton's own timeout expires, ServerDelete fails and leaves the server half
-        # stopped, its models still running, with no safe way to finish deleting it (see stop()).
-        check(api, api.TRITONSERVER_ServerOptionsSetExitTimeout(opts, o.exit_timeout_s + _TRITON_EXIT_MARGIN_S))
-        # Set explicitly: through the C API the default is not 0 and a broken model is retried endlessly.
-        check(api, api.TRITONSERVER_ServerOptionsSetModelLoadRetryCount(opts, o.model_load_retries))
-        if o.log_file is not None:
-            check(api, api.TRITONSERVER_ServerOptionsSetLogFile(opts, os.fsencode(o.log_file)))
-        check(api, api.TRITONSERVER_ServerOptionsSetLogInfo(opts, o.log_info))
-        check(api, api.TRITONSERVER_ServerOptionsSetLogWarn(opts, o.log_warn))
-        check(api, api.TRITONSERVER_ServerOptionsSetLogError(opts, o.log_error))
-        check(api, api.TRITONSERVER_ServerOptionsSetLogVerbose(opts, o.log_verbose))
-        check(api, api.TRITONSERVER_ServerOptionsSetLogFormat(opts, _capi.LOG_FORMAT[o.log_format]))
-        check(api, api.TRITONSERVER_ServerOptionsSetMetrics(opts, o.metrics))
-        check(api, api.TRITONSERVER_ServerOptionsSetGpuMetrics(opts, False))  # DCGM: the GPU collector is separate
-        check(api, api.TRITONSERVER_ServerOptionsSetCpuMetrics(opts, o.metrics))
-        check(api, api.TRITONSERVER_ServerOptionsSetBackendDirectory(opts, os.fsencode(dist.backend_dir)))
-        for backend, settings in self._backend_config().items():
-            for key, value in settings.items():
-                check(api, api.TRITONSERVER_ServerOptionsSetBackendConfig(
-                    opts, backend.encode(), key.encode(), value.encode()))  # fmt: skip
-
-    def _backend_config(self) -> dict[str, dict[str, str]]:
-        config = {name: dict(settings) for name, settings in self.options.backend_config.items()}
-        python = config.setdefault("python", {})
-        # Stub shared-memory regions are named system-wide: keep processes (tests, benches, users) apart.
-        # Triton initializes each backend once per process, so only the first server's python settings count.
-        python.setdefault("shm-region-prefix-name", stubs.region_prefix(os.getpid()))
-        return config
 
     def _stub_roots(self) -> list[str]:
         return [os.path.realpath(r) for r in self.options.repositories]
@@ -314,10 +217,10 @@ class Server:
                               release_inputs=finished)  # fmt: skip
         if left:
             log.warning("%d request(s) still pending when the server stopped", left)
-        left = stubs.wait_gone(max(0.5, deadline - self._clock()), roots, kill=not shared, scanner=self._stubs)
-        if left:
+        outlived = stubs.wait_gone(max(0.5, deadline - self._clock()), roots, kill=not shared, scanner=self._stubs)
+        if outlived:
             log.error("%s %d Python-backend stub process(es) that outlived the server: %s",
-                      "left" if shared else "killed", len(left), left)  # fmt: skip
+                      "left" if shared else "killed", len(outlived), outlived)  # fmt: skip
         self._ptr = None
         self._state = ServerState.STOPPED
         _live_servers.discard(self)
@@ -356,46 +259,28 @@ class Server:
                 self._users -= 1
                 self._users_changed.notify_all()
 
-    # -- health -------------------------------------------------------------------------------------
+    # -- health and model control (appliance.triton.modelcontrol) ----------------------------------------
     @property
     def live(self) -> bool:
         with self._running() as (api, ptr):
-            flag = ctypes.c_bool()
-            check(api, api.TRITONSERVER_ServerIsLive(ptr, ctypes.byref(flag)))
-            return flag.value
+            return modelcontrol.is_live(api, ptr)
 
     @property
     def ready(self) -> bool:
         with self._running() as (api, ptr):
-            flag = ctypes.c_bool()
-            check(api, api.TRITONSERVER_ServerIsReady(ptr, ctypes.byref(flag)))
-            return flag.value
+            return modelcontrol.is_ready(api, ptr)
 
     def metrics(self) -> str:
         """The server's metrics in Prometheus text format."""
         with self._running() as (api, ptr):
-            metrics = ctypes.c_void_p()
-            check(api, api.TRITONSERVER_ServerMetrics(ptr, ctypes.byref(metrics)))
-            try:
-                base, size = ctypes.c_void_p(), ctypes.c_size_t()
-                check(api, api.TRITONSERVER_MetricsFormatted(metrics, _capi.METRIC_PROMETHEUS,
-                                                             ctypes.byref(base), ctypes.byref(size)))  # fmt: skip
-                return _capi.read_bytes(base.value, size.value).decode("utf-8")
-            finally:
-                check(api, api.TRITONSERVER_MetricsDelete(metrics))
+            return modelcontrol.metrics_text(api, ptr)
 
-    # -- model control ------------------------------------------------------------------------------
     def load_model(self, name: str) -> None:
         """Load (or reload, picking up changed files) a model; blocks until it is ready or failed."""
         with self._running() as (api, ptr):
-            _check_name(name)
-            if self.options.prepare_python_models:
-                assert self._distribution is not None  # set by start()
-                for repo in self.options.repositories:
-                    model_dir = repo / name
-                    if model_dir.is_dir() and pymodels.is_python_model(model_dir):
-                        pymodels.write_path_hook(model_dir, stub=self._distribution.python_stub)
-            check(api, api.TRITONSERVER_ServerLoadModel(ptr, name.encode()))
+            assert self._distribution is not None  # set by start()
+            stub = self._distribution.python_stub if self.options.prepare_python_models else None
+            modelcontrol.load_model(api, ptr, name, self.options.repositories, stub)
 
     def reload_model(self, name: str) -> None:
         """Load ``name`` again even when none of its files changed, replacing every instance.
@@ -404,7 +289,7 @@ class Server:
         still reads READY with unchanged files: ``load_model`` alone would leave it broken. Touching its
         version directories makes Triton see a change.
         """
-        _check_name(name)
+        modelcontrol.check_name(name)
         for repo in self.options.repositories:
             model_dir = repo / name
             if model_dir.is_dir():
@@ -416,8 +301,7 @@ class Server:
     def unload_model(self, name: str, wait: bool = True, timeout: float = 30.0) -> None:
         """Unload a model; with ``wait``, until no version is READY or UNLOADING (its stub has exited)."""
         with self._running() as (api, ptr):
-            _check_name(name)
-            check(api, api.TRITONSERVER_ServerUnloadModel(ptr, name.encode()))
+            modelcontrol.unload_model(api, ptr, name)
         if not wait:
             return
         deadline = self._clock() + timeout
@@ -428,32 +312,21 @@ class Server:
 
     def model_ready(self, name: str, version: int = -1) -> bool:
         with self._running() as (api, ptr):
-            _check_name(name)
-            flag = ctypes.c_bool()
-            check(api, api.TRITONSERVER_ServerModelIsReady(ptr, name.encode(), version, ctypes.byref(flag)))
-            return flag.value
+            return modelcontrol.model_ready(api, ptr, name, version)
 
     def model_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Every model in the repositories: ``[{"name", "version", "state", "reason"}, ...]``."""
         with self._running() as (api, ptr):
-            msg = ctypes.c_void_p()
-            flags = _capi.INDEX_FLAG_READY if ready_only else 0
-            check(api, api.TRITONSERVER_ServerModelIndex(ptr, flags, ctypes.byref(msg)))
-            return _message_json(api, msg.value)
+            return modelcontrol.model_index(api, ptr, ready_only)
 
     def model_config(self, name: str, version: int = -1) -> dict[str, Any]:
         with self._running() as (api, ptr):
-            _check_name(name)
-            msg = ctypes.c_void_p()
-            check(api, api.TRITONSERVER_ServerModelConfig(ptr, name.encode(), version, 1, ctypes.byref(msg)))
-            return _message_json(api, msg.value)
+            return modelcontrol.model_config(api, ptr, name, version)
 
     def model_statistics(self, name: str = "", version: int = -1) -> dict[str, Any]:
         """Triton's statistics message; ``name=""`` means every model."""
         with self._running() as (api, ptr):
-            msg = ctypes.c_void_p()
-            check(api, api.TRITONSERVER_ServerModelStatistics(ptr, name.encode(), version, ctypes.byref(msg)))
-            return _message_json(api, msg.value)
+            return modelcontrol.model_statistics(api, ptr, name, version)
 
     # -- inference ----------------------------------------------------------------------------------
     def infer_async(
@@ -493,20 +366,6 @@ class Server:
     ) -> infer.InferResult:
         """Blocking ``infer_async``: returns the result or raises the ``TritonError``."""
         return self.infer_async(model, inputs, outputs, **kwargs).result()
-
-
-def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not name or "/" in name:
-        raise InvalidArgumentError(f"model name must be a non-empty string without '/', got {name!r}")
-
-
-def _message_json(api: _capi.CApi, msg: int) -> Any:
-    try:
-        base, size = ctypes.c_void_p(), ctypes.c_size_t()
-        check(api, api.TRITONSERVER_MessageSerializeToJson(msg, ctypes.byref(base), ctypes.byref(size)))
-        return json.loads(_capi.read_bytes(base.value, size.value))
-    finally:
-        check(api, api.TRITONSERVER_MessageDelete(msg))
 
 
 # Servers still running at interpreter exit are stopped, so exit never hangs on Triton's threads and no stub

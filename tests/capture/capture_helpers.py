@@ -10,7 +10,8 @@ import zlib
 import numpy as np
 
 from appliance.capture.layout import RingGeometry
-from appliance.capture.ring import RingWriter, create_ring
+from appliance.capture.ring import RingWriter
+from appliance.capture.ringfile import create_ring
 
 HEADER = struct.Struct("<QI")  # frame seq, crc32 of everything after the first row
 

@@ -14,7 +14,8 @@ from appliance.backoff import Backoff
 from appliance.capture.layout import CaptureState
 from appliance.capture.loop import CaptureLoop
 from appliance.capture.process import ring_geometry
-from appliance.capture.ring import RingReader, RingWriter, create_ring, ring_path
+from appliance.capture.ring import RingReader, RingWriter
+from appliance.capture.ringfile import create_ring, ring_path
 from appliance.capture.sources import make_source
 from appliance.capture.sources.gstreamer import GStreamerPipe
 

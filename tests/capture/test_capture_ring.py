@@ -12,18 +12,9 @@ import pytest
 from support.wait import wait_until
 
 from appliance.capture.layout import CaptureState, RingGeometry
-from appliance.capture.ring import (
-    RingBusyError,
-    RingError,
-    RingFormatError,
-    RingNotFoundError,
-    RingReader,
-    RingWriter,
-    ShmSpaceError,
-    create_ring,
-    reclaim_stale_rings,
-    ring_path,
-)
+from appliance.capture.errors import RingBusyError, RingError, RingFormatError, RingNotFoundError, ShmSpaceError
+from appliance.capture.ring import RingReader, RingWriter
+from appliance.capture.ringfile import create_ring, reclaim_stale_rings, ring_path
 
 import capture_helpers
 

@@ -20,7 +20,8 @@ from appliance.serving.errors import SERVING_CODES, LoadFailed, RouteChanged, Se
 from appliance.serving.router import Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
 
-from ota_helpers import REPO, requires_detector  # noqa: E402
+from ota_helpers import REPO  # noqa: E402
+from support.provisioned import require_detector  # noqa: E402
 
 
 def test_a_load_failure_is_rejected_as_load_failed_with_its_message() -> None:
@@ -57,7 +58,7 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    requires_detector()
+    require_detector()
     from support.triton import started_server
 
     from appliance.engines import ensure_engines

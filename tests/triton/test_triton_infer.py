@@ -16,7 +16,8 @@ import pytest
 from support.shm import private_shm_dir
 
 from appliance.capture.layout import RingGeometry
-from appliance.capture.ring import FrameLease, RingReader, RingWriter, create_ring, ring_path
+from appliance.capture.ring import FrameLease, RingReader, RingWriter
+from appliance.capture.ringfile import create_ring, ring_path
 from appliance.supervisor.scheduler import Scheduler
 from appliance.triton import errors
 from appliance.triton.infer import InputBuffer, prepare_input
