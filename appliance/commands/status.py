@@ -88,8 +88,8 @@ def _model_line(health: dict[str, Any]) -> str | None:
 def _inference_line(inference: dict[str, Any] | None) -> str | None:
     if not inference:
         return None
-    # TODO(issue 15, item 5): show the recent (10 s) rate once the summary carries it; until then the average.
-    return f"{inference.get('per_s_since_start', 0):.1f}/s average since start, {inference.get('inferred', 0)} frames"
+    return (f"{inference.get('per_s', 0):.1f}/s over the last 10 s ({inference.get('per_s_since_start', 0):.1f}/s "
+            f"since start), {inference.get('inferred', 0)} frames")
 
 
 def _latency_line(inference: dict[str, Any] | None) -> str | None:

@@ -354,6 +354,7 @@ class Appliance:
                                            progressing=self._pipeline_progressing(), status=self.status_line())
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=self.scheduler,
+            recent_per_s=self.frames.rate.per_second() if self.frames else 0.0,
             # deque.copy() is one C call: the completion thread's appends cannot interleave with it
             latencies_ms=self.frames.latencies_ms.copy() if self.frames else (), publisher=self.publisher,
             engine=self.engine, engine_progress=self._engine_progress,

@@ -99,15 +99,17 @@ def health_summary(cameras: Mapping[str, SupervisedCamera], scheduler: Scheduler
             "cameras": per_camera, "pipeline": pipeline.to_dict() if pipeline is not None else None}
 
 
-def service_readings(*, uptime_s: float, scheduler: Scheduler | None, latencies_ms: Iterable[float],
-                     publisher: MqttPublisher | None, engine: InstalledEngine | None,
+def service_readings(*, uptime_s: float, scheduler: Scheduler | None, recent_per_s: float,
+                     latencies_ms: Iterable[float], publisher: MqttPublisher | None, engine: InstalledEngine | None,
                      engine_progress: ProgressEvent | None, ota: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The rest of the health summary. ``uptime_s``: since the appliance was made; ``latencies_ms``: the frame
-    path's newest capture-to-result times; ``engine_progress``: the build's latest event (while ``engine`` is
-    None); ``ota``: ``OtaManager.status()``."""
+    """The rest of the health summary. ``uptime_s``: since the appliance was made; ``recent_per_s``: the frame
+    path's rate over its window (FramePath.rate, last 10 s); ``latencies_ms``: its newest capture-to-result
+    times; ``engine_progress``: the build's latest event (while ``engine`` is None); ``ota``:
+    ``OtaManager.status()``."""
     inferred = sum(s.submitted for s in scheduler.cameras()) if scheduler else 0
     return {"version": appliance.__version__, "uptime_s": round(uptime_s, 1),
-            "inference": {"inferred": inferred, "per_s_since_start": round(inferred / max(1e-6, uptime_s), 2),
+            "inference": {"inferred": inferred, "per_s": round(recent_per_s, 2),
+                          "per_s_since_start": round(inferred / max(1e-6, uptime_s), 2),
                           "latency_ms": latency_percentiles(latencies_ms)},
             "spool": spool_readings(publisher), "engine": engine_readings(engine, engine_progress),
             "ota": ota_readings(ota)}

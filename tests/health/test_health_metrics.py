@@ -11,7 +11,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 import appliance
-from appliance.capture.ring import CaptureHealth, CaptureState
+from appliance.capture.health import CaptureHealth
+from appliance.capture.layout import CaptureState
 from appliance.health.metrics import ApplianceMetrics
 
 
