@@ -81,7 +81,11 @@ class PipelineConfig(StrictModel):
         "keeps the detector busy (instances + 1 on ONNX Runtime, instances x max batch + 1 on TensorRT), logged at "
         "start")
     per_camera_inflight: int = Field(2, ge=1, le=32, description="inference requests in flight per camera")
-    request_timeout_s: float = Field(10.0, gt=0, le=600, description="an inference slower than this fails")
+    request_timeout_s: float = Field(10.0, gt=0, le=600, description="an inference slower than this fails "
+                                     "(and is cancelled in Triton: the stages after skip it)")
+    warmup_frames: int = Field(2, ge=0, le=100, description="warm-up rounds through a freshly loaded model before "
+                               "frames are routed to it (at start, after an OTA switch or rollback, after a model "
+                               "reload): each camera frame size alone and max_inflight at once; 0: none")
     drain_timeout_s: float = Field(10.0, ge=0, le=300, description="on stop, wait this long for in-flight frames")
     watchdog_stall_s: float = Field(20.0, gt=0, le=3600,
                                     description="no finished inference for this long stops feeding systemd's watchdog")

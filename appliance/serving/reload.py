@@ -16,14 +16,17 @@ class TritonReloader:
 
     ``model_control`` is the switcher's lock (``TritonSwitcher.model_control``): held for the whole reload, so an
     OTA switch cannot retire the route between the check that it is still routed and the reload (which would
-    load a retired model back)."""
+    load a retired model back). ``warm`` (the switcher's ``TritonSwitcher.warm``) runs warm-up inferences through
+    the reloaded route before frames flow again; a failed warm-up fails the reload."""
 
     def __init__(self, server: Any, probe: ModelProbe, current: Callable[[], Route | None],
-                 model_control: AbstractContextManager | None = None) -> None:
+                 model_control: AbstractContextManager | None = None,
+                 warm: Callable[[Route], object] | None = None) -> None:
         self._server = server  # appliance.triton.Server
         self._probe = probe
         self._current = current
         self._model_control = model_control if model_control is not None else nullcontext()
+        self._warm = warm
 
     def __call__(self, route: Route, models: Sequence[str]) -> None:
         with self._model_control:
@@ -41,6 +44,8 @@ class TritonReloader:
         left = self._probe.faults(route)
         if left:
             raise RuntimeError("still broken after the reload: " + "; ".join(f"{f.model}: {f.detail}" for f in left))
+        if self._warm is not None:
+            self._warm(route)
 
     def _check_current(self, route: Route) -> None:
         current = self._current()

@@ -2,8 +2,9 @@
 
 ``TritonSwitcher`` implements it over the embedded server (explicit model control): each version is
 materialized under its own prefix into the live repository, loaded while the old one serves, routed to
-atomically, and the old one is unloaded once its in-flight requests drained. A version that cannot be loaded
-raises ``LoadFailed``. Model recovery (``appliance.serving.reload``) shares its ``model_control`` lock.
+atomically, and the old one is unloaded once its in-flight requests drained. Each loaded version is warmed up
+(``warmup``: real inferences of the configured frame sizes) before ``load`` returns it, so no frame is routed to
+a cold model. A version that cannot be loaded, or whose warm-up fails, raises ``LoadFailed``. Model recovery (``appliance.serving.reload``) shares its ``model_control`` lock.
 (``appliance.ota.offline.OfflineSwitcher`` is the other implementation, for OTA while the daemon is stopped.)
 """
 
@@ -21,6 +22,7 @@ import numpy as np
 from appliance.durable import sha256_file
 from appliance.serving.errors import LoadFailed
 from appliance.serving.router import HealthSample, Route, Router
+from appliance.serving.warmup import FrameShape, WarmupPlan, WarmupResult, warm_up
 
 log = logging.getLogger("appliance.ota")  # kept from when this was OTA's: log lines read as before
 
@@ -58,13 +60,16 @@ def prefix_for(version: str | None) -> str:
 
 class TritonSwitcher:
     def __init__(self, server: Any, repository_dir: Path, router: Router, *, options: Any = None,
-                 drain_timeout_s: float = 30.0, unload_timeout_s: float = 60.0) -> None:
+                 drain_timeout_s: float = 30.0, unload_timeout_s: float = 60.0,
+                 warmup: WarmupPlan | None = None) -> None:
         self.server = server
         self.repository_dir = Path(repository_dir)
         self.router = router
         self.options = options  # appliance.modelrepo.materialize.RepositoryOptions (prefix is set per version)
         self.drain_timeout_s = drain_timeout_s
         self.unload_timeout_s = unload_timeout_s
+        self.warmup = warmup if warmup is not None else WarmupPlan()
+        self._inputs: dict[str, FrameShape] = {}  # ensemble -> its profile's input size (the default warm-up frame)
         # Held while the routed model changes or a route's models are unloaded. The supervisor's model recovery
         # (serving.reload) takes it too, so a reload never brings back a route being retired.
         self.model_control = threading.RLock()
@@ -89,7 +94,19 @@ class TritonSwitcher:
         except Exception as exc:
             self._unload(route, list(repo.models))
             raise LoadFailed(f"Triton could not load {route.label}: {exc}") from exc
+        self._inputs[route.ensemble] = FrameShape(spec.profile.input.height, spec.profile.input.width)
+        try:
+            self.warm(route)
+        except Exception as exc:
+            self._unload(route, list(repo.models))
+            raise LoadFailed(f"{route.label} loaded but does not serve: {exc}") from exc
         return route
+
+    def warm(self, route: Route) -> WarmupResult:
+        """Warm-up inferences through ``route`` (after ``load``, and after model recovery reloaded its models);
+        raises ``WarmupFailed`` when one fails."""
+        default = self._inputs.get(route.ensemble, FrameShape(416, 416))
+        return warm_up(self.server, route.ensemble, self.warmup, default, route.label)
 
     def detect(self, route: Route, frame: np.ndarray) -> Detected:
         out = self.server.infer(route.ensemble, {"IMAGE": np.ascontiguousarray(frame)},
@@ -117,6 +134,7 @@ class TritonSwitcher:
                     log.warning("unloading %s (%s) failed: %s", name, route.label, exc)
             for name in route.models:
                 shutil.rmtree(self.repository_dir / name, ignore_errors=True)
+            self._inputs.pop(route.ensemble, None)
 
     def health(self, route: Route, since: float, until: float | None = None) -> HealthSample:
         return self.router.stats(route.ensemble, since, until)

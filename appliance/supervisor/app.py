@@ -3,7 +3,8 @@
 Start order (each step logs what it does; a failure says which step and why):
   MQTT publisher (spools until the broker answers) -> engines (build or cache hit, progress to systemd/MQTT)
   -> model repository for this device -> embedded Triton + the served model (the active OTA version, else the
-  base model; docs/ota.md) -> capture processes -> scheduler -> health endpoint -> READY=1.
+  base model; docs/ota.md), warmed up with frames of the cameras' sizes -> capture processes -> scheduler
+  -> health endpoint -> READY=1.
 Each frame goes to the ensemble the OTA router names at submit time (an update moves traffic atomically).
 Each tick checks the served models; one that Triton lost is reloaded with backoff while frames are dropped
 (counted), and a crash loop is reported (docs/supervisor.md, "Model failures").
@@ -48,6 +49,7 @@ from appliance.serving.recovery import PipelineRecovery, PipelineState
 from appliance.serving.reload import TritonReloader
 from appliance.serving.router import Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.serving.warmup import FrameShape, WarmupPlan
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
 from appliance.supervisor.children import ChildState, ChildSupervisor
@@ -63,6 +65,7 @@ log = logging.getLogger("appliance.supervisor")
 # The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
 # often anyway, in case a capture process could not ring (a missed ring costs at most this much latency).
 IDLE_POLL_S = 0.05
+WARMUP_MAX_CONCURRENCY = 32  # a larger max_inflight only queues in Triton: no new batch size or instance to warm
 
 
 class StartupError(RuntimeError):
@@ -210,7 +213,8 @@ class Appliance:
         self.router = Router()
         switcher = self._switcher = TritonSwitcher(self.server, self.repository_dir, self.router,
                                                    options=self._repo_options,
-                                                   drain_timeout_s=self.config.pipeline.drain_timeout_s)
+                                                   drain_timeout_s=self.config.pipeline.drain_timeout_s,
+                                                   warmup=self._warmup_plan())
         self.ota = OtaManager(state_dir, TrustedKeys.from_paths(ota.trusted_keys), switcher, config=ota,
                               status_cb=self._on_ota_status, base_spec=self._base_model)
         self._step("loading the served model (the active OTA version, else the base model)")
@@ -226,6 +230,13 @@ class Appliance:
         if ota.inbox is not None:
             self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
 
+    def _warmup_plan(self) -> WarmupPlan:
+        """Warm-up frames as the cameras deliver them (each size and channel order once), as many at once as the
+        scheduler keeps in flight (the detector's batches and instances)."""
+        shapes = dict.fromkeys(FrameShape(c.height, c.width, c.pixel_format.upper()) for c in self.config.cameras)
+        return WarmupPlan(frames=self.config.pipeline.warmup_frames, shapes=tuple(shapes),
+                          concurrency=min(self._max_inflight or 1, WARMUP_MAX_CONCURRENCY))
+
     def _base_model(self) -> ModelSpec:
         assert self._base_spec is not None, "the repository step sets it before the OTA manager starts"
         return self._base_spec
@@ -237,7 +248,8 @@ class Appliance:
         policy = self.config.pipeline.recovery
         self._probe = ModelProbe(self.server)
         self.recovery = PipelineRecovery(
-            TritonReloader(self.server, self._probe, self.router.current, self._switcher.model_control),
+            TritonReloader(self.server, self._probe, self.router.current, self._switcher.model_control,
+                           warm=self._switcher.warm),
             RestartPolicy(initial_backoff_s=policy.initial_backoff_s, max_backoff_s=policy.max_backoff_s,
                           max_restarts=policy.max_failures, window_s=policy.window_s),
             clock=self._clock, metrics=self.metrics)

@@ -2,7 +2,8 @@
 
 Triton's dynamic batcher hands ``execute`` several requests (frames of several cameras); they are concatenated
 into one batch, run once, and split back: one stub round trip for all of them. (ONNX Runtime itself is no
-faster per frame on a batch on a CPU; on a GPU engine it is.)
+faster per frame on a batch on a CPU; on a GPU engine it is.) Requests Triton has cancelled are answered
+CANCELLED and left out of the batch; when all are, the session does not run (``common``: cancellation).
 Parameters (config.pbtxt): ``onnx_path`` (default ``<version dir>/model.onnx``), ``intra_op_threads`` (0 = ORT's
 default), ``ort_spinning`` ("0"/"1").
 """
@@ -17,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from appliance.modelrepo.stages.common import StageMetrics, error_response, model_parameters
+from appliance.modelrepo.stages.common import (
+    StageMetrics,
+    cancelled_response,
+    error_response,
+    is_cancelled,
+    model_parameters,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +48,30 @@ class OrtDetectorStage:
 
     def execute(self, requests: list[Any]) -> list[Any]:
         started = time.perf_counter_ns()
-        batches = [self.pb.get_input_tensor_by_name(r, "INPUT").as_numpy() for r in requests]
-        responses: list[Any] = []
+        responses: list[Any] = [None] * len(requests)
+        live = []
+        for i, request in enumerate(requests):
+            if is_cancelled(request):
+                responses[i] = cancelled_response(self.pb, "detector")
+                self.metrics.cancelled()
+            else:
+                live.append(i)
+        if not live:  # every frame timed out: the session does not run
+            return responses
+        batches = [self.pb.get_input_tensor_by_name(requests[i], "INPUT").as_numpy() for i in live]
         try:
             x = batches[0] if len(batches) == 1 else np.concatenate(batches, axis=0)
             y = self.session.run([self.out_name], {self.in_name: x})[0]
             offset = 0
-            for b in batches:
-                responses.append(self.pb.InferenceResponse(
-                    output_tensors=[self.pb.Tensor("OUTPUT", y[offset:offset + len(b)])]))
+            for i, b in zip(live, batches):
+                out = self.pb.Tensor("OUTPUT", y[offset:offset + len(b)])
+                responses[i] = self.pb.InferenceResponse(output_tensors=[out])
                 offset += len(b)
         except Exception as exc:  # Triton already checked shapes and types: this is a model/runtime failure
             log.exception("detector failed")
-            responses = [error_response(self.pb, f"detector: {exc}", invalid_arg=False) for _ in requests]
-        for _ in requests:
+            for i in live:
+                responses[i] = error_response(self.pb, f"detector: {exc}", invalid_arg=False)
+        for _ in live:
             self.metrics.observe(started)
         return responses
 
