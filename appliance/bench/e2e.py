@@ -206,7 +206,7 @@ STAGES = ("preprocess", "detector", "postprocess")
 def _stage_totals(server: Server) -> dict[str, tuple[float, int]]:
     """Per stage: (ms, requests) so far. Triton's view of each stage model (queue + input + infer + output,
     i.e. with the stub round trip) under its name, and the stage's own timer inside its stub
-    (``appliance_stage_latency_us``: for the detector, ONNX Runtime's run) under ``<stage>:inside``."""
+    (``appliance_stage_busy_seconds_total``: for the detector, ONNX Runtime's run) under ``<stage>:inside``."""
     totals: dict[str, tuple[float, int]] = {}
     for model in server.model_statistics("")["model_stats"]:
         stage = next((s for s in STAGES if model["name"].startswith(s)), None)
@@ -216,15 +216,14 @@ def _stage_totals(server: Server) -> dict[str, tuple[float, int]]:
         ns = sum(int(stats[k]["ns"]) for k in ("queue", "compute_input", "compute_infer", "compute_output"))
         ms, n = totals.get(stage, (0.0, 0))
         totals[stage] = (ms + ns / 1e6, n + int(stats["success"]["count"]))
-    inside: dict[str, list[float]] = {}
+    inside: dict[str, list[float]] = {}  # stage -> [busy seconds, requests]
     for line in server.metrics().splitlines():
-        m = re.match(r'(appliance_stage_latency_us|appliance_stage_requests)\{.*stage="(\w+)".*\} ([\d.e+]+)$',
-                     line)
+        m = re.match(r'appliance_stage_(busy_seconds|requests)_total\{.*stage="(\w+)".*\} ([\d.e+-]+)$', line)
         if m:
             pair = inside.setdefault(m.group(2), [0.0, 0.0])
-            pair[0 if m.group(1) == "appliance_stage_latency_us" else 1] += float(m.group(3))
-    for stage, (us, requests) in inside.items():
-        totals[f"{stage}:inside"] = (us / 1000, int(requests))
+            pair[0 if m.group(1) == "busy_seconds" else 1] += float(m.group(3))
+    for stage, (seconds, requests) in inside.items():
+        totals[f"{stage}:inside"] = (seconds * 1000, int(requests))
     return totals
 
 

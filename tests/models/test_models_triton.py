@@ -161,9 +161,9 @@ def test_stage_survives_bad_input_and_reports_metrics(served, images) -> None:
     # One series per stub (model_instance, pid): series shared between stubs crash Triton 2.51 on reload.
     stub = r'model_instance="[^"]+",pid="\d+"'
     for stage in ("preprocess", "detector", "postprocess"):
-        assert re.search(rf'appliance_stage_latency_us{{model="yolov3-tiny",{stub},stage="{stage}"}}', text)
-        assert re.search(rf'appliance_stage_requests{{model="yolov3-tiny",{stub},stage="{stage}"}}', text)
-    assert re.search(rf'appliance_stage_rejected_inputs{{model="yolov3-tiny",{stub},reason="undecodable",'
+        assert re.search(rf'appliance_stage_busy_seconds_total{{model="yolov3-tiny",{stub},stage="{stage}"}}', text)
+        assert re.search(rf'appliance_stage_requests_total{{model="yolov3-tiny",{stub},stage="{stage}"}}', text)
+    assert re.search(rf'appliance_stage_rejected_inputs_total{{model="yolov3-tiny",{stub},reason="undecodable",'
                      rf'stage="preprocess"}}', text)
 
 

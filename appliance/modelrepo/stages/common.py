@@ -22,9 +22,9 @@ from typing import Any, Callable
 from appliance.models.profile import ModelProfile
 from appliance.processing.errors import InputRejected
 
-LATENCY_METRIC = "appliance_stage_latency_us"
-REQUESTS_METRIC = "appliance_stage_requests"
-REJECTED_METRIC = "appliance_stage_rejected_inputs"
+LATENCY_METRIC = "appliance_stage_busy_seconds_total"
+REQUESTS_METRIC = "appliance_stage_requests_total"
+REJECTED_METRIC = "appliance_stage_rejected_inputs_total"
 CANCELLED_METRIC = "appliance_stage_cancelled_requests_total"
 PROFILE_FILE = "profile.json"
 FLUSH_NS = 1_000_000_000
@@ -63,7 +63,7 @@ class StageMetrics:
         # Triton invalidates a Metric whose family object is garbage-collected: keep the families alive
         # (until close() drops them, hence a tuple of any length).
         self._families: tuple[Any, ...] = (
-            fam(name=LATENCY_METRIC, description="cumulative time spent per stage, microseconds", kind=fam.COUNTER),
+            fam(name=LATENCY_METRIC, description="cumulative time spent per stage, seconds", kind=fam.COUNTER),
             fam(name=REQUESTS_METRIC, description="requests handled per stage", kind=fam.COUNTER),
             fam(name=REJECTED_METRIC, description="inputs rejected per stage, by reason", kind=fam.COUNTER),
             fam(name=CANCELLED_METRIC, description="cancelled requests answered without computing, per stage",
@@ -73,23 +73,23 @@ class StageMetrics:
         self._requests = self._families[1].Metric(labels=self._labels)
         self._rejected: dict[str, Any] = {}
         self._cancelled: Any = None  # made at the first cancelled request: no series while nothing times out
-        self._pending_us, self._pending_n = 0.0, 0
+        self._pending_s, self._pending_n = 0.0, 0
         self._flushed_ns: int | None = None  # None: push the first request at once, so the series appear early
 
     def observe(self, started_ns: int) -> None:
         """Count one request. Each Metric update is an IPC round trip to the Triton process, so updates are
         summed here and pushed at most once per ``FLUSH_NS`` (and on close)."""
         now = time.perf_counter_ns()
-        self._pending_us += (now - started_ns) / 1000.0
+        self._pending_s += (now - started_ns) / 1e9
         self._pending_n += 1
         if self._flushed_ns is None or now - self._flushed_ns >= FLUSH_NS:
             self.flush(now)
 
     def flush(self, now: int | None = None) -> None:
         if self._pending_n and self._latency is not None:
-            self._latency.increment(self._pending_us)
+            self._latency.increment(self._pending_s)
             self._requests.increment(self._pending_n)
-        self._pending_us, self._pending_n = 0.0, 0
+        self._pending_s, self._pending_n = 0.0, 0
         self._flushed_ns = time.perf_counter_ns() if now is None else now
 
     def reject(self, reason: str) -> None:
