@@ -8,8 +8,8 @@
 #
 # The root lives outside the checkout ($APPLIANCE_ARM64_ROOT, default ~/.cache/appliance/arm64-root) and is
 # kept between runs: what setup installs in it (apt packages, the virtualenv, Triton, the detector) is reused.
-# The host's /sys is never mounted: ONNX Runtime's cpuinfo would read the x86 topology there and crash; without
-# /sys it only warns. Needs root (debootstrap, mount, chroot).
+# The host's /sys is never mounted: ONNX Runtime's cpuinfo would read the x86 topology there and crash; two plain
+# files stand in for the CPU lists it needs (run_inside). Needs root (debootstrap, mount, chroot).
 set -euo pipefail
 
 ROOT=${APPLIANCE_ARM64_ROOT:-$HOME/.cache/appliance/arm64-root}
@@ -91,6 +91,10 @@ run_inside() {
   mount_once "$ROOT/dev" --bind /dev
   mount_once "$ROOT/dev/pts" --bind /dev/pts
   mount_once "$ROOT/dev/shm" -t tmpfs -o size=2g,mode=1777 tmpfs  # private: the host's rings stay the host's
+  # No /sys (see above), but ONNX Runtime's cpuinfo needs the CPU lists: without them ORT 1.23 aborts on aarch64
+  # ("Attempt to use DefaultLogger") instead of warning. Plain files in the root's /sys give it the host's count.
+  mkdir -p "$ROOT/sys/devices/system/cpu"
+  echo "0-$(($(nproc) - 1))" | tee "$ROOT/sys/devices/system/cpu/possible" > "$ROOT/sys/devices/system/cpu/present"
   cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
   # The host's CA bundle and pip settings: the registries are reached the same way from inside.
   [ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/"
