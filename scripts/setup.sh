@@ -30,18 +30,34 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The virtualenv is rebuilt only when pyproject.toml changes.
-stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+# Pinned versions for this architecture (scripts/lock.py writes them), so every install gets the same packages.
+CONSTRAINTS="constraints/linux-$(uname -m).txt"
+[ -f "$CONSTRAINTS" ] || { echo "setup: error: no $CONSTRAINTS: this architecture is not supported (x86_64, aarch64)" >&2; exit 1; }
+
+# The virtualenv is rebuilt only when pyproject.toml or the constraints change. Where the system Python has
+# TensorRT (JetPack's python3-libnvinfer; pip's tensorrt is not for Jetson), the venv sees system packages.
+stamp=".venv/.installed-$(cat pyproject.toml "$CONSTRAINTS" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  echo "setup: installing the project into .venv"
-  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  echo "setup: installing the project into .venv (pinned by $CONSTRAINTS)"
+  venv_args=()
+  "$PYTHON" -c 'import tensorrt' 2>/dev/null && venv_args+=(--system-site-packages)
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv "${venv_args[@]}" .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -c "$CONSTRAINTS" -e '.[test]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
 
-.venv/bin/python scripts/provision_triton.py --dest .triton
+# Triton: a distribution that is already there (the igpu image's or JetPack's /opt/tritonserver, or
+# APPLIANCE_TRITON_HOME) is used as it is; otherwise the CPU build for this architecture (x86_64 or aarch64)
+# is laid out in .triton from PyPI.
+if [ -n "${APPLIANCE_TRITON_HOME:-}" ]; then
+  echo "setup: Triton from APPLIANCE_TRITON_HOME=$APPLIANCE_TRITON_HOME (not provisioning .triton)"
+elif [ -e /opt/tritonserver/lib/libtritonserver.so ]; then
+  echo "setup: Triton from /opt/tritonserver (not provisioning .triton)"
+else
+  .venv/bin/python scripts/provision_triton.py --dest .triton
+fi
 # numpy<2 for the Python-backend stub's embedded interpreter (its pybind11 predates NumPy 2; docs/triton.md).
 .venv/bin/python -m appliance.triton.stubsite
 

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The aarch64 smoke set, run INSIDE the arm64 root by scripts/check-aarch64.sh (from the checkout's copy there):
+#   1. the README's setup (scripts/setup.sh), timed;
+#   2. Triton's aarch64 build starts (appliance triton-info, and the ensemble below);
+#   3. the real detector's ensemble gives the x86_64 host's detections on real images (scripts/detect_images.py);
+#   4. the appliance runs the sample camera to a local broker until N detections messages arrive, then stops
+#      cleanly on SIGTERM;
+#   5. the tests marked `aarch64` (pytest -m aarch64).
+# Emulated ONNX Runtime is slow, so the engine build uses a smoke profile (one golden sample instead of two).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FRAMES=${APPLIANCE_SMOKE_FRAMES:-3}
+X86_DETECTIONS=${1:?usage: aarch64-smoke.sh X86_DETECTIONS_JSON IMAGE...}
+shift
+phase() { printf '\naarch64: == %s (%s)\n' "$1" "$(uname -m)"; }
+elapsed() { echo "aarch64: $1 took $(($(date +%s) - $2)) s"; }
+
+phase "setup: scripts/setup.sh"
+t=$(date +%s)
+scripts/setup.sh
+elapsed "setup" "$t"
+
+phase "Triton"
+.venv/bin/appliance triton-info
+
+phase "detections on real images vs the x86_64 host"
+t=$(date +%s)
+.venv/bin/python scripts/detect_images.py --compare "$X86_DETECTIONS" "$@" 2>/dev/null
+elapsed "detections" "$t"
+
+phase "the appliance: sample camera -> embedded Triton -> MQTT, $FRAMES detections messages"
+t=$(date +%s)
+state=$(mktemp -d)
+engines=$(mktemp -d)
+# The shipped profile, verified on one golden sample (batch 1) instead of two: emulation is ~50x slower.
+sed 's/^  samples: [0-9]*/  samples: 1/' engines/yolov3-tiny.yaml > "$engines/yolov3-tiny.yaml"
+grep -q '^  samples: 1' "$engines/yolov3-tiny.yaml" || { echo "aarch64: the smoke profile edit did not apply" >&2; exit 1; }
+port=18830
+printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n' "$port" > "$state/mosquitto.conf"
+mosquitto -c "$state/mosquitto.conf" > "$state/mosquitto.log" 2>&1 &
+broker=$!
+app=""
+cleanup() { [ -z "$app" ] || kill "$app" 2>/dev/null || true; kill "$broker" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+APPLIANCE_STATE_DIR=$state APPLIANCE_ENGINES_DIR=$engines APPLIANCE_MQTT_PORT=$port APPLIANCE_HEALTH_PORT=19108 \
+  .venv/bin/appliance run > "$state/appliance.log" 2>&1 &
+app=$!
+# Engine build (verify + timing, emulated) and Triton start come first: allow up to 15 minutes.
+if ! timeout 900 mosquitto_sub -h 127.0.0.1 -p "$port" -C "$FRAMES" -t 'appliance/+/+/detections' > "$state/messages"; then
+  tail -n 40 "$state/appliance.log" >&2
+  echo "aarch64: no $FRAMES detections messages from the appliance" >&2
+  exit 1
+fi
+cut -c1-200 "$state/messages"
+kill -TERM "$app"
+rc=0; wait "$app" || rc=$?
+app=""
+grep -E "ready:|engine|stopped" "$state/appliance.log" | cut -c1-200 | tail -n 8
+[ "$rc" -eq 0 ] || { tail -n 40 "$state/appliance.log" >&2; echo "aarch64: appliance exited $rc on SIGTERM" >&2; exit 1; }
+elapsed "appliance" "$t"
+
+phase "tests marked aarch64"
+t=$(date +%s)
+.venv/bin/python -m pytest -m aarch64 -q -p no:cacheprovider
+elapsed "tests" "$t"
+echo "aarch64: all passed"

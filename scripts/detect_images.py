@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Run the real detector ensemble (preprocess -> detector -> postprocess) in embedded Triton on image files and
+print the detections as JSON; with ``--compare FILE``, check them against detections another machine wrote.
+
+The aarch64 check (scripts/check-aarch64.sh) writes the x86_64 detections on the host, runs this inside the
+arm64 root with ``--compare``, and so proves the same boxes, classes and scores on both architectures:
+
+    .venv/bin/python scripts/detect_images.py /usr/share/darknet/data/dog.jpg ... > x86.json
+    .venv/bin/python scripts/detect_images.py --compare x86.json /usr/share/darknet/data/dog.jpg ...
+
+Tolerances are the golden tests' (tests/models/models_reference.py): boxes within 1 px, scores within 1e-3,
+classes equal, in the same order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from appliance.engines.paths import models_dir
+from appliance.engines.repository import PROFILES
+from appliance.modelrepo.materialize import DetectorSource, RepositoryOptions, materialize
+from appliance.models.profile import load_profile
+from appliance.triton import Server, ServerOptions
+
+BOX_PX, SCORE = 1.0, 1e-3
+
+
+def detect(images: list[Path], models_dir: Path, profiles_dir: Path) -> dict[str, list[dict]]:
+    profile = load_profile(profiles_dir / "yolov3-tiny.yaml")
+    out: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = materialize(profile, DetectorSource(kind="onnxruntime", path=models_dir / "yolov3-tiny" / "model.onnx"),
+                           Path(tmp), RepositoryOptions())
+        server = Server(ServerOptions(repositories=[Path(tmp)], startup_models=repo.models))
+        server.start(timeout=600)
+        try:
+            for path in images:
+                frame = cv2.imread(str(path))
+                if frame is None:
+                    raise SystemExit(f"error: cannot read {path}")
+                result = server.infer(repo.ensemble, {"IMAGE": frame}, timeout_s=600)
+                out[path.name] = [
+                    {"class_id": int(c), "score": round(float(s), 6), "box": [round(float(v), 3) for v in b]}
+                    for b, s, c in zip(result["BOXES"], result["SCORES"], result["CLASSES"])]
+        finally:
+            server.stop(timeout=120)
+    return out
+
+
+def differences(expected: dict[str, list[dict]], got: dict[str, list[dict]]) -> list[str]:
+    """Every way ``got`` differs from ``expected`` beyond the tolerances; empty when they agree."""
+    problems = []
+    for image, want in expected.items():
+        have = got.get(image)
+        if have is None:
+            problems.append(f"{image}: no detections reported")
+            continue
+        if not want:
+            problems.append(f"{image}: the reference found nothing, so it proves nothing")
+        if [d["class_id"] for d in have] != [d["class_id"] for d in want]:
+            problems.append(f"{image}: classes {[d['class_id'] for d in have]} != {[d['class_id'] for d in want]}")
+            continue
+        for i, (a, b) in enumerate(zip(have, want)):
+            box = float(np.max(np.abs(np.subtract(a["box"], b["box"]))))
+            if box > BOX_PX or abs(a["score"] - b["score"]) > SCORE:
+                problems.append(f"{image} #{i}: box off by {box:.3f} px, score {a['score']} vs {b['score']}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("images", nargs="+", type=Path)
+    parser.add_argument("--compare", type=Path, help="detections JSON from another machine to check against")
+    args = parser.parse_args(argv)
+    got = detect(args.images, models_dir(), PROFILES)
+    if args.compare is None:
+        json.dump(got, sys.stdout, indent=1)
+        print()
+        return 0
+    problems = differences(json.loads(args.compare.read_text()), got)
+    for image, found in got.items():
+        print(f"{image}: {len(found)} detection(s): " + ", ".join(
+            f"class {d['class_id']} {d['score']:.3f}" for d in found))
+    if problems:
+        print("\n".join(["detections differ:", *problems]), file=sys.stderr)
+        return 1
+    print(f"same detections as {args.compare.name} on {len(got)} image(s) (boxes within {BOX_PX} px, scores "
+          f"within {SCORE})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
