@@ -245,7 +245,7 @@ def report(soak: Soak, shm: list[str], procs: list[int]) -> bool:
     checks = check_messages(soak.recorder.seen)
     print(f"\nsoak of {soak.args.minutes:g} min, 4 cameras at {soak.args.fps:g} fps, load average "
           f"{os.getloadavg()[0]:.1f}; subscriber connected {soak.recorder.connects} time(s); "
-          f"model versions seen {soak.recorder.versions}")
+          f"model versions seen {soak.recorder.versions}; {soak.recorder.malformed} malformed message(s)")
     for line in soak.events:
         print(f"event {line}")
     if any(c.counter == "seq" for cs in checks.values() for c in cs):
@@ -279,7 +279,7 @@ def report(soak: Soak, shm: list[str], procs: list[int]) -> bool:
     print(f"soak_redeliveries={redelivered}")
     print(f"soak_lost_messages={lost}\nsoak_duplicates={dups}\nsoak_leaked_shm={len(shm)}\n"
           f"soak_leaked_stubs={len(procs)}\nsoak_rss_growth_mib={rss_growth:.1f}\nsoak_fd_growth={fd_growth}")
-    return lost == 0 and not shm and not procs and soak.stop_rc == 0
+    return lost == 0 and soak.recorder.malformed == 0 and not shm and not procs and soak.stop_rc == 0
 
 
 def main(argv: list[str] | None = None) -> int:

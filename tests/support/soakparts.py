@@ -34,6 +34,7 @@ class Recorder:
         self.versions: dict[str, int] = {}
         self.ota: list[dict[str, Any]] = []
         self.connects = 0
+        self.malformed = 0  # messages that were not JSON or lacked a detections field
         self.last_at = time.monotonic()
         self._topics = [(f"appliance/{device}/+/detections", 1), (f"appliance/{device}/ota/status", 1)]
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"soak-{device}",
@@ -54,14 +55,22 @@ class Recorder:
         client.subscribe(self._topics)
 
     def _on_message(self, _c: paho.Client, _u: Any, msg: paho.MQTTMessage) -> None:
-        payload = json.loads(msg.payload)
         self.last_at = time.monotonic()
-        if payload.get("type") == "detections":
-            self.seen.append(Seen.from_payload(payload))
-            version = payload["model"]["version"]
-            self.versions[version] = self.versions.get(version, 0) + 1
-        elif msg.topic.endswith("/ota/status"):
-            self.ota.append(payload)
+        try:  # an exception here would end paho's network thread, and with it the recording
+            payload = json.loads(msg.payload)
+            if payload.get("type") == "detections":
+                seen = Seen.from_payload(payload)
+                version = str(payload["model"]["version"])
+            elif msg.topic.endswith("/ota/status"):
+                self.ota.append(payload)
+                return
+            else:
+                return
+        except (ValueError, KeyError, TypeError, AttributeError):
+            self.malformed += 1
+            return
+        self.seen.append(seen)
+        self.versions[version] = self.versions.get(version, 0) + 1
 
     def count(self, camera: str | None = None) -> int:
         return sum(1 for s in list(self.seen) if camera is None or s.camera_id == camera)
