@@ -3,18 +3,19 @@
 
     .venv/bin/python scripts/soak.py --minutes 30
 
-Runs its own mosquitto (persistence on, so a restart keeps queued messages), 4 cameras (3 playing the sample
-video, cam4 an RTSP camera served by gst-rtsp-server) and `appliance run --config <generated>` as a real process
-under a NOTIFY_SOCKET. A paho subscriber with a persistent session (MQTT 5, clean_start False) records every
-detections message. On a schedule spread over the run (fractions of --minutes) it kills the RTSP camera and
-brings it back, restarts the broker (stop, --broker-down-s, start on the same port), SIGKILLs the daemon and
-starts it again, pushes one signed OTA bundle (the same detector as version 2, by `appliance ota push`), and kills
-the camera once more. It samples the daemon's RSS and open fds every --sample-s. At the end it stops the daemon
-with SIGTERM and reports, key=value lines last: per camera messages received, lost and duplicated (checks in
-tests/support/soakcheck.py), leftover /dev/shm entries and processes, RSS/fd growth per daemon incarnation, and
-the soak_* totals. Exit 0 when nothing was lost or leaked, 1 otherwise. Not part of CI (docs/supervisor.md,
-"Soak"). A script, not `appliance bench`: it runs on the test infrastructure in tests/support (the RTSP server
-needs the system python3-gi, mosquitto persistence), which the installed package must not depend on.
+Runs its own mosquitto (persistence on, so a restart keeps queued messages), 4 cameras (3 playing the sample video,
+cam4 an RTSP camera served by gst-rtsp-server) and `appliance run --config <generated>` as a real process under a
+NOTIFY_SOCKET. A paho subscriber with a persistent session (MQTT 5, clean_start False) records every detections
+message. On a schedule spread over the run (fractions of --minutes) it kills the RTSP camera and brings it back,
+restarts the broker (stop, --broker-down-s, start on the same port), disconnects its own subscriber for --outage-s,
+SIGKILLs the daemon and starts it again, pushes one signed OTA bundle (the same detector as version 2, by
+`appliance ota push`), and kills the camera once more. It samples the daemon's RSS and open fds every --sample-s.
+At the end it stops the daemon with SIGTERM and reports, key=value lines last: per camera messages received, lost
+and duplicated (checks in tests/support/soakcheck.py), leftover /dev/shm entries and processes, RSS/fd growth per
+daemon incarnation, and the soak_* totals. Exit 0 when nothing was lost or leaked, 1 otherwise. Not part of CI
+(docs/supervisor.md, "Soak"). A script, not `appliance bench`: it runs on the test infrastructure in tests/support
+(the RTSP server needs the system python3-gi, mosquitto persistence), which the installed package must not
+depend on.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ RTSP_LAUNCH = ("( videotestsrc is-live=true pattern=ball ! video/x-raw,width=640
                "x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} ! "
                "rtph264pay name=pay0 pt=96 config-interval=1 )")
 # When each disruption happens, as a fraction of the run; each waits for the one before to finish.
-SCHEDULE = ((0.15, "camera"), (0.30, "broker"), (0.50, "daemon"), (0.70, "ota"), (0.85, "camera"))
+SCHEDULE = ((0.15, "camera"), (0.30, "broker"), (0.40, "subscriber"), (0.50, "daemon"), (0.70, "ota"),
+            (0.85, "camera"))
 OTA_END_STATES = ("active", "rolled_back", "rejected")
 
 
@@ -154,6 +156,12 @@ class Soak:
         self.broker.stop()
         time.sleep(self.args.broker_down_s)
         self.broker.start()
+        before = self.recorder.count()
+        return "back" if wait_for(lambda: self.recorder.count() > before, 120) else "no messages after 120 s"
+
+    def _subscriber(self) -> str:
+        """Take our own subscriber away for --outage-s: the broker must queue for its persistent session."""
+        self.recorder.away(self.args.outage_s)
         before = self.recorder.count()
         return "back" if wait_for(lambda: self.recorder.count() > before, 120) else "no messages after 120 s"
 
@@ -287,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=30.0, help="soak time after the first READY")
     parser.add_argument("--fps", type=float, default=2.0, help="frames per second each of the 4 cameras plays")
     parser.add_argument("--sample-s", type=float, default=60.0, help="daemon RSS/fd reading interval")
-    parser.add_argument("--outage-s", type=float, default=20.0, help="how long the RTSP camera stays dead")
+    parser.add_argument("--outage-s", type=float, default=20.0,
+                        help="how long the RTSP camera and the subscriber stay away")
     parser.add_argument("--broker-down-s", type=float, default=5.0, help="how long the broker stays stopped")
     parser.add_argument("--ready-timeout-s", type=float, default=600.0)
     parser.add_argument("--ota-timeout-s", type=float, default=600.0)

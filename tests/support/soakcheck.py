@@ -1,5 +1,6 @@
-"""The soak's checks as pure functions (scripts/soak.py runs the appliance; tests/supervisor/test_supervisor_soakcheck.py
-tests these): lost and duplicated detections messages per camera, and RSS / file-descriptor growth.
+"""The soak's checks as pure functions (scripts/soak.py runs the appliance;
+tests/supervisor/test_supervisor_soakcheck.py tests these): lost and duplicated detections messages per camera, and
+RSS / file-descriptor growth.
 
 Messages are checked against the per-camera counter contract (docs/mqtt.md, issue 15): per (camera_id, boot_id)
 the ``message_seq`` values received must be 1..N with no gap; a repeat is a duplicate, and a redelivery (QoS 1

@@ -72,6 +72,14 @@ class Recorder:
         self.seen.append(seen)
         self.versions[version] = self.versions.get(version, 0) + 1
 
+    def away(self, seconds: float) -> None:
+        """Disconnect for ``seconds``, then resume the same session (clean_start False, as connected)."""
+        self.client.disconnect()
+        self.client.loop_stop()
+        time.sleep(seconds)
+        self.client.reconnect()
+        self.client.loop_start()
+
     def count(self, camera: str | None = None) -> int:
         return sum(1 for s in list(self.seen) if camera is None or s.camera_id == camera)
 
