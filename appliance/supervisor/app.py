@@ -118,7 +118,7 @@ class Appliance:
     # -- start ---------------------------------------------------------------------------------------------
     def start(self, triton_timeout_s: float = 120.0) -> None:
         try:
-            reclaim_leftovers(shm_root=self.config.paths.shm_root)
+            reclaim_leftovers()  # the Python backend's regions are in /dev/shm, whatever paths.shm_root says
             self._start_tegrastats()
             self._start_publisher()
             self._build_engine()
