@@ -99,7 +99,7 @@ def _settings(unit_text: str) -> dict[str, list[str]]:
 
 
 def _yes(settings: dict[str, list[str]], key: str) -> bool:
-    values = settings.get(key)
+    values = settings.get(key, [])
     return bool(values) and values[-1].lower() in {"yes", "true", "1", "on", "read-only", "tmpfs"}
 
 
