@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test support helpers: real broker, RTSP server, notify socket
 
 import yaml  # noqa: E402
+from support.bundles import detector_bundle  # noqa: E402
 from support.mosquitto import Mosquitto  # noqa: E402
 from support.processes import running  # noqa: E402
 from support.rtsp import RtspServer  # noqa: E402
@@ -45,7 +46,6 @@ from support.soakparts import Daemon, Recorder, sampler  # noqa: E402
 from support.wait import wait_until  # noqa: E402
 
 from appliance.capture.sample import ensure_sample_video  # noqa: E402
-from appliance.ota.bundle import build_bundle  # noqa: E402
 from appliance.ota.signing import generate_keypair  # noqa: E402
 from appliance.paths import models_dir  # noqa: E402
 from appliance.triton.stubs import StubScanner, region_server_pid  # noqa: E402
@@ -83,23 +83,6 @@ def write_config(path: Path, device: str, video: Path, rtsp_url: str, broker_por
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def make_bundle(workdir: Path, private_key: Path, version: str) -> Path:
-    """The served detector again as ``version`` (a lower score threshold), signed with ``private_key``."""
-    src = workdir / f"bundle-{version}"
-    src.mkdir()
-    os.symlink(models_dir() / "yolov3-tiny" / "model.onnx", src / "model.onnx")
-    profile = yaml.safe_load((REPO / "repository/profiles/yolov3-tiny.yaml").read_text())
-    profile["thresholds"]["score"] = 0.3
-    engine = yaml.safe_load((REPO / "engines/yolov3-tiny.yaml").read_text())
-    engine["verify"]["samples"] = 1  # keeps the on-device build short
-    (src / "bundle.yaml").write_text(yaml.safe_dump({
-        "model": "yolov3-tiny", "version": version, "min_appliance_version": "0.1.0",
-        "model_profile": profile, "engine_profile": engine}, sort_keys=False))
-    out = workdir / f"model-{version}.bundle"
-    build_bundle(src, private_key, out)
-    return out
-
-
 def wait_for(predicate: Callable[[], object], timeout_s: float) -> bool:
     """Whether ``predicate`` came true within ``timeout_s`` (a soak reports a timeout; it does not stop)."""
     try:
@@ -129,7 +112,7 @@ class Soak:
         self.shm_root.mkdir()
         video = ensure_sample_video(models_dir() / "sample" / "sample.mp4")
         generate_keypair(workdir / "ota.key", workdir / "ota.pub")
-        self.bundle = make_bundle(workdir, workdir / "ota.key", "2")
+        self.bundle = detector_bundle(workdir, workdir / "ota.key", "2")
         self.broker.start()
         self.rtsp.start()
         write_config(self.daemon.config, self.device, video, self.rtsp.url, self.broker.port, args.fps,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -14,34 +14,18 @@ from appliance.serving.errors import LoadFailed, ServingError
 from appliance.serving.router import Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
 
-REPO = Path(__file__).resolve().parents[2]
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path, ModelSpec]]:
-    """A started server on an empty live repository, and a spec whose detector file is not a model."""
-    from support.triton import started_server
-
-    from appliance.engines import ensure_engines
-    from appliance.engines.repository import PROFILES
-    from appliance.models.profile import load_profile
-
-    tmp = tmp_path_factory.mktemp("switcher")
-    (engine,) = ensure_engines(REPO / "engines", state_dir=tmp / "state", models_root=REPO / ".models",
-                               builder="onnxruntime", models=["yolov3-tiny"])
-    garbage = tmp / "garbage.onnx"
+def served(live_server: tuple[Any, Path], base_spec: ModelSpec, tmp_path_factory: pytest.TempPathFactory,
+           ) -> tuple[Any, Path, ModelSpec]:
+    """The live server, and a spec whose detector file is not a model."""
+    garbage = tmp_path_factory.mktemp("switcher") / "garbage.onnx"
     garbage.write_bytes(b"this is not an ONNX model")
-    broken = ModelSpec("9", load_profile(PROFILES / "yolov3-tiny.yaml"),
-                       dataclasses.replace(engine, engine_path=garbage))
-    repo = tmp / "repository"
-    repo.mkdir()
-    with started_server(repo, model_control="explicit", model_load_retries=0) as server:
-        yield server, repo, broken
+    broken = dataclasses.replace(base_spec, version="9",
+                                 engine=dataclasses.replace(base_spec.engine, engine_path=garbage))
+    return (*live_server, broken)
 
 
 def test_a_version_triton_cannot_load_is_load_failed_and_leaves_nothing_behind(served: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,32 +25,16 @@ from appliance.serving.router import Route, Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
 from appliance.serving.warmup import FrameShape, WarmupPlan
 
-REPO = Path(__file__).resolve().parents[2]
 OPTIONS = RepositoryOptions(preprocess_instances=1, intra_op_threads=1)
 PLAN = WarmupPlan(frames=2, shapes=(FrameShape(480, 640, "BGR"), FrameShape(240, 320, "RGB")), concurrency=3)
 PLANNED = 2 * 2 * (1 + 3)  # rounds x shapes x (one alone + three at once)
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not (REPO / ".models/yolov3-tiny/model.onnx").exists(), reason="run scripts/setup.sh"),
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path, ModelSpec]]:
-    from support.triton import started_server
-
-    from appliance.engines import ensure_engines
-    from appliance.engines.repository import PROFILES
-    from appliance.models.profile import load_profile
-
-    tmp = tmp_path_factory.mktemp("warmup")
-    (engine,) = ensure_engines(REPO / "engines", state_dir=tmp / "state", models_root=REPO / ".models",
-                               builder="onnxruntime", models=["yolov3-tiny"])
-    repo = tmp / "repository"
-    repo.mkdir()
-    with started_server(repo, model_control="explicit", model_load_retries=0) as server:
-        yield server, repo, ModelSpec(None, load_profile(PROFILES / "yolov3-tiny.yaml"), engine)
+def served(live_server: tuple[Any, Path], base_spec: ModelSpec) -> tuple[Any, Path, ModelSpec]:
+    return (*live_server, base_spec)
 
 
 def _inferences(server: Any, model: str) -> int:

@@ -21,15 +21,14 @@ from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from support.bundles import detector_bundle
 from support.daemon import IMAGES, NotifySocket, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.processes import children_of, running
 from support.schemas import validate_message
 from support.wait import wait_until
 
-from appliance.ota.bundle import build_bundle
 from appliance.ota.push import chunk_payloads, push_mqtt
 from appliance.ota.signing import generate_keypair
 from appliance.ota.status import STATES, OtaStatus
@@ -74,18 +73,7 @@ class TimedSubscriber:
 
 
 def _bundle(tmp_path: Path, private_key: Path, version: str = "2") -> Path:
-    src = tmp_path / f"bundle-src-{version}"
-    src.mkdir()
-    os.symlink(REPO / ".models/yolov3-tiny/model.onnx", src / "model.onnx")
-    profile = yaml.safe_load((REPO / "repository/profiles/yolov3-tiny.yaml").read_text())
-    profile["thresholds"]["score"] = 0.3
-    engine = yaml.safe_load((REPO / "engines/yolov3-tiny.yaml").read_text())
-    engine["verify"]["samples"] = 1  # keeps the on-device build short
-    (src / "bundle.yaml").write_text(yaml.safe_dump({
-        "model": "yolov3-tiny", "version": version, "min_appliance_version": "0.1.0",
-        "model_profile": profile, "engine_profile": engine}, sort_keys=False))
-    build_bundle(src, private_key, tmp_path / f"model-{version}.bundle")
-    return tmp_path / f"model-{version}.bundle"
+    return detector_bundle(tmp_path, private_key, version)
 
 
 def _free_port() -> int:

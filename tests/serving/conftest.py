@@ -1,0 +1,40 @@
+"""Fixtures for the serving tests on real Triton: the base detector's engine (ONNX Runtime) and a started server
+on an empty live repository with explicit model control, shared by the switcher and warm-up modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from support.triton import started_server
+
+from appliance.engines import ensure_engines
+from appliance.engines.manager import InstalledEngine
+from appliance.engines.repository import PROFILES
+from appliance.models.profile import load_profile
+from appliance.serving.switcher import ModelSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def base_engine(tmp_path_factory: pytest.TempPathFactory, detector_onnx: Path) -> InstalledEngine:
+    """The shipped detector built (or taken from this module's cache) by the ONNX Runtime builder."""
+    (engine,) = ensure_engines(REPO / "engines", state_dir=tmp_path_factory.mktemp("engines") / "state",
+                               models_root=detector_onnx.parents[1], builder="onnxruntime", models=["yolov3-tiny"])
+    return engine
+
+
+@pytest.fixture(scope="module")
+def base_spec(base_engine: InstalledEngine) -> ModelSpec:
+    return ModelSpec(None, load_profile(PROFILES / "yolov3-tiny.yaml"), base_engine)
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+    """A started server on an empty live repository (explicit model control, no load retries)."""
+    repo = tmp_path_factory.mktemp("live") / "repository"
+    repo.mkdir()
+    with started_server(repo, model_control="explicit", model_load_retries=0) as server:
+        yield server, repo
