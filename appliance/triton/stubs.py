@@ -42,6 +42,21 @@ def region_server_pid(name: str, prefix: str = REGION_PREFIX) -> int | None:
     return int(head) if head.isascii() and head.isdigit() else None
 
 
+def stub_argv(cmdline: Sequence[bytes]) -> tuple[bytes, ...] | None:
+    """The stub's own argv from a process's ``/proc/<pid>/cmdline``, or None when it is not a stub.
+
+    A binary run through a binfmt_misc interpreter (qemu-user: an aarch64 stub on an x86 host in the arm64 check)
+    shows the interpreter first, then the binary's path, then (with binfmt's P flag) the original argv[0]; the
+    stub's arguments follow, so they are read from after the interpreter's part."""
+    stub = STUB_NAME.encode()
+    if cmdline and cmdline[0].endswith(stub):
+        return tuple(cmdline)
+    if len(cmdline) > 1 and b"qemu" in cmdline[0] and cmdline[1].endswith(stub):
+        rest = cmdline[2:] if len(cmdline) > 2 and cmdline[2].endswith(stub) else cmdline[1:]
+        return tuple(rest)
+    return None
+
+
 @dataclass(frozen=True)
 class StubProcess:
     """One stub process as ``/proc`` showed it; ``ppid`` and ``state`` are None when its stat was unreadable."""
@@ -97,15 +112,19 @@ class StubScanner:
         for entry in self.proc.iterdir():
             if not entry.name.isdigit():
                 continue
-            try:
-                argv = tuple((entry / "cmdline").read_bytes().split(b"\0"))
-            except OSError:  # the process ended while we looked, or is not ours to read
-                continue
-            if not argv[0].endswith(STUB_NAME.encode()):
+            argv = self._argv(entry.name)
+            if argv is None:  # not a stub, ended while we looked, or not ours to read
                 continue
             ppid, state = self._stat(entry)
             found.append(StubProcess(int(entry.name), argv, ppid, state))
         return found
+
+    def _argv(self, pid: str) -> tuple[bytes, ...] | None:
+        """Stub ``pid``'s argv (``stub_argv``); None when it is not a stub or has exited."""
+        try:
+            return stub_argv((self.proc / pid / "cmdline").read_bytes().split(b"\0"))
+        except OSError:
+            return None
 
     @staticmethod
     def _stat(entry: Path) -> tuple[int | None, str | None]:
@@ -142,11 +161,8 @@ class StubScanner:
         """The model each of these stubs serves; pids that exited meanwhile are left out."""
         found = {}
         for pid in pids:
-            try:
-                argv = tuple((self.proc / str(pid) / "cmdline").read_bytes().split(b"\0"))
-            except OSError:  # exited meanwhile
-                continue
-            model = StubProcess(pid, argv).model
+            argv = self._argv(str(pid))
+            model = StubProcess(pid, argv).model if argv is not None else None
             if model is not None:
                 found[pid] = model
         return found
@@ -156,11 +172,8 @@ class StubScanner:
 
     def region_of(self, pid: int) -> str | None:
         """The region of stub ``pid`` as its command line names it (None if it has exited)."""
-        try:
-            argv = tuple((self.proc / str(pid) / "cmdline").read_bytes().split(b"\0"))
-        except OSError:
-            return None
-        return StubProcess(pid, argv).region
+        argv = self._argv(str(pid))
+        return StubProcess(pid, argv).region if argv is not None else None
 
     def remove_region(self, name: str | None) -> None:
         """Remove a stub's region: a killed stub cannot remove it, and Triton does not either."""

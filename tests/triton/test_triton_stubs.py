@@ -35,6 +35,19 @@ def test_only_live_children_serving_the_servers_repository(tmp_path: Path) -> No
     assert sorted(scanner.children(parent=1)) == [10, 11, 15]
 
 
+def test_a_stub_run_through_qemu_user_is_found_with_its_own_arguments(tmp_path: Path) -> None:
+    """What /proc shows for the arm64 check's stubs (cmdline read off a real one under qemu-user's binfmt_misc
+    handler): the interpreter, the binary, then with the P flag the original argv[0], then the stub's arguments."""
+    qemu = "/usr/libexec/qemu-binfmt/aarch64-binfmt-P"
+    fake_proc(tmp_path, 50, 1, "S", [qemu, STUB, STUB, "/repo/a/detector/1/model.py", "appliance_1_abc"])  # P flag
+    fake_proc(tmp_path, 51, 1, "S", ["/usr/bin/qemu-aarch64-static", STUB, "/repo/a/pre/1/model.py", "appliance_1_d"])
+    fake_proc(tmp_path, 52, 1, "S", [qemu, "/usr/bin/bash", "bash", "run.sh"])  # emulated, not a stub
+    scanner = StubScanner(proc=tmp_path)
+    assert sorted(scanner.children(["/repo/a"], parent=1)) == [50, 51]
+    assert scanner.models([50, 51, 52]) == {50: "detector", 51: "pre"}
+    assert scanner.region_of(50) == "appliance_1_abc" and scanner.region_of(51) == "appliance_1_d"
+
+
 def test_comm_with_spaces_and_parens_is_parsed(tmp_path: Path) -> None:
     fake_proc(tmp_path, 20, 1, "S", [STUB, "/r/m/1/model.py"], comm="a) (b")
     assert StubScanner(proc=tmp_path).children(["/r"], parent=1) == [20]
