@@ -180,7 +180,8 @@ def main(argv: list[str]) -> int:
     layout_name = f"{layout.instances}x{layout.intra_op_threads or 'all'}"
     print(f"engines: {profile.model}, ONNX Runtime on {os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} "
           f"at the end); int8 built in {build_s:.1f} s from {details.get('calibration_frames')} calibration "
-          f"frames ({details.get('quantization')}; {len(report_float_nodes(details))} head nodes in float); "
+          f"frames ({details.get('quantization')}; {len(report_float_nodes(details))} nodes in float: the decode "
+          f"head and onnxruntime.float_nodes); "
           f"{rounds} alternating rounds of {count} held-out frames")
     print(report.summary())
     print(f"{'path':<56} {'ms/frame':>9} {'fps':>7}")

@@ -24,7 +24,8 @@ def test_short_run_prints_the_table_and_the_three_ratios_smoke(capsys: pytest.Ca
                     r"frames .*1 alternating rounds of 4 held-out frames", lines[0]), lines[0]
     gate = re.match(r"detection gate (passed|REFUSED): recall ([\d.]+) \(floor 0.95\), precision [\d.]+", lines[1])
     assert gate, lines[1]
-    rows = [re.match(r"(detector alone (fp32|int8)|appliance ensemble (int8|fp32) \(\S+, 1 camera, 2 in flight\))"
+    rows = [re.match(r"(detector alone (fp32|int8) \(every core\)|"
+                     r"appliance ensemble (int8|fp32) \(\S+, 1 camera, 2 in flight\))"
                      r"\s+([\d.]+)\s+([\d.]+)$", line) for line in lines[3:7]]
     assert all(rows) and all(float(m.group(4)) > 0 and float(m.group(5)) > 0 for m in rows if m), lines[2:7]
     assert re.fullmatch(r"appliance_fp32_vs_fp32_detector_alone=\d+\.\d{3}", lines[-4])
