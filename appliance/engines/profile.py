@@ -109,6 +109,9 @@ class OnnxRuntimeProfile(StrictModel):
     quantize_head: bool = Field(
         False, description="quantize the YOLO decode head too (collapses objectness on YOLOv3-tiny: tests only)"
     )
+    float_nodes: list[str] = Field(
+        default_factory=list, description="int8: nodes kept in float besides the decode head (by node name; the "
+                                          "layers a per-layer sensitivity scan finds worst, docs/engines.md)")
     optimization_level: Literal["basic", "extended", "all"] = Field(
         "all", description="'all' adds layout transforms specific to this CPU's instruction set"
     )

@@ -65,8 +65,10 @@ def head_nodes(model: Any) -> list[str]:
 
 
 def quantize_int8(onnx_path: Path, out_path: Path, input_name: str, tensors: Sequence[np.ndarray],
-                  quantize_head: bool = False, method: str = "percentile") -> dict[str, object]:
-    """Write the QDQ-quantized model to ``out_path``; return what was done for the manifest."""
+                  quantize_head: bool = False, method: str = "percentile",
+                  float_nodes: Sequence[str] = ()) -> dict[str, object]:
+    """Write the QDQ-quantized model to ``out_path``; return what was done for the manifest. ``float_nodes``:
+    more nodes kept in float (a name the graph lacks is a ValueError: a typo would silently quantize it)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -77,7 +79,11 @@ def quantize_int8(onnx_path: Path, out_path: Path, input_name: str, tensors: Seq
         # ORT's basic optimizations suffice for a CNN with static spatial dims.
         quant_pre_process(str(onnx_path), str(prepared), skip_symbolic_shape=True)
         model = onnx.load(str(prepared))
-        excluded = [] if quantize_head else head_nodes(model)
+        known = {n.name for n in model.graph.node}
+        unknown = [name for name in float_nodes if name not in known]
+        if unknown:
+            raise ValueError(f"onnxruntime.float_nodes names nodes the graph does not have: {unknown}")
+        excluded = ([] if quantize_head else head_nodes(model)) + [n for n in float_nodes]
         quantize_static(
             str(prepared),
             str(out_path),

@@ -12,6 +12,9 @@ The source directory holds ``bundle.yaml`` and the files it names::
       - file: golden/dog.jpg
         expected: [{class_name: dog, score: 0.8, box: [120, 220, 320, 540]}]
     golden_tolerance: {min_iou: 0.5, score_abs: 0.1}
+    calibration: calibration              # optional: a folder of real frames for an int8 build; every file
+                                          # under it is listed, hashed and signed (engine_profile's
+                                          # calibration/gate sources name paths inside the bundle)
 
 The bundle is an uncompressed tar (ONNX weights do not compress): ``manifest.json``, ``manifest.sig``, then
 the files, each listed in the manifest with SHA-256 and size.
@@ -60,6 +63,18 @@ def _section(src: Path, spec: dict[str, Any], key: str) -> Any:
     return value
 
 
+def _folder_files(src: Path, folder: Any) -> list[str]:
+    """Every file under the bundle's ``calibration`` folder, as bundle-relative names (sorted)."""
+    if folder is None:
+        return []
+    if not isinstance(folder, str) or not (src / folder).is_dir():
+        raise BundleSourceError(f"{src / SOURCE_FILE}: 'calibration' must name a folder in {src}, got {folder!r}")
+    names = sorted(p.relative_to(src).as_posix() for p in (src / folder).rglob("*") if p.is_file())
+    if not names:
+        raise BundleSourceError(f"{src / folder}: the calibration folder is empty")
+    return names
+
+
 def manifest_from_source(src: Path) -> Manifest:
     """Read ``bundle.yaml``, hash the files it names and return the (unsigned) manifest."""
     src = Path(src)
@@ -74,6 +89,7 @@ def manifest_from_source(src: Path) -> Manifest:
     engine_golden = (data["engine_profile"].get("verify") or {}).get("golden")  # engine inputs (.npz), if any
     if isinstance(engine_golden, str):
         names.append(engine_golden)
+    names.extend(_folder_files(src, data.get("calibration")))
     files = {}
     for name in names:
         path = src / name

@@ -82,6 +82,9 @@ class Manifest(StrictModel):
                                                       "replaced by the staged file on the device")
     golden: list[GoldenFrame] = Field(default_factory=list, description="frames with expected detections")
     golden_tolerance: GoldenTolerance = Field(default_factory=GoldenTolerance)
+    calibration: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$",
+                                    description="a folder of real frames for int8 calibration (and held-out gate "
+                                                "frames); its files are in 'files'")
     files: dict[str, FileEntry] = Field(description="every other file in the bundle, with hash and size")
 
     @field_validator("files")
@@ -108,6 +111,11 @@ class Manifest(StrictModel):
         if engine_golden is not None and engine_golden not in self.files:
             raise ValueError(f"engine_profile.verify.golden {engine_golden!r} is not listed in files (golden engine "
                              "inputs travel in the bundle)")
+        if self.calibration is not None:
+            if ".." in self.calibration.split("/"):
+                raise ValueError(f"calibration {self.calibration!r} is not a safe relative path")
+            if not any(name.startswith(self.calibration.rstrip("/") + "/") for name in self.files):
+                raise ValueError(f"calibration folder {self.calibration!r} has no files listed in files")
         if self.engine_profile.model != self.model:
             raise ValueError(f"engine_profile.model {self.engine_profile.model!r} differs from model {self.model!r}")
         return self

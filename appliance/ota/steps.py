@@ -58,13 +58,14 @@ def build(m: Manifest, vdir: Path, builder: Any, builder_name: str, clock: Calla
         report("building", f"{event.phase}: {event.message}", m, percent=round(event.percent, 1), request_id=rid)
 
     report("building", "engine for this device", m, percent=0.0, request_id=rid)
-    # Files the profile names (the ONNX, verify.golden) are the staged bundle's: resolve them in vdir.
+    # Files the profile names (the ONNX, verify.golden, calibration and gate frames) are the staged bundle's:
+    # resolve them in vdir. The bundle's model profile is the pre/post an int8 build calibrates and gates with.
     profile = m.engine_profile.model_copy(update={"onnx": m.onnx}).located_in(vdir)
     try:
         chosen = builder or select_builder(builder_name)  # type: ignore[arg-type]
         manager = EngineManager(vdir / "engine-state", vdir, chosen, reporter=ProgressReporter(callback=progress),
                                 clock=clock)
-        return manager.ensure(profile)
+        return manager.ensure(profile, model_profile=m.model_profile)
     except EngineBuildError as exc:
         raise OtaRejected("build_failed", f"{exc.phase}: {exc.reason}") from None
     except Exception as exc:  # builder unavailable, unexpected toolchain errors

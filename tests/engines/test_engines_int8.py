@@ -15,7 +15,7 @@ import pytest
 from appliance.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.engines.calibration import CalibrationError, frame_set, model_profile_for
 from appliance.engines.fingerprint import DeviceProbe
-from appliance.engines.manager import EngineManager
+from appliance.engines.manager import EngineBuildError, EngineManager
 from appliance.engines.profile import EngineProfile, load_profile
 from appliance.engines.progress import ProgressEvent, ProgressReporter
 
@@ -111,6 +111,8 @@ def test_int8_with_the_head_in_float_passes_the_gate_it_is_given(frames_dir: Pat
     assert gate["passed"] and gate["recall"] >= 0.85 and gate["precision"] >= 0.85
     assert gate["reference_detections"] >= 20 and gate["frames"] == 9
     assert manifest["build"]["float_nodes"] and "calibration_sha256" in manifest["fingerprint"]
+    # the shipped profile's first two conv blocks stay in float beside the head
+    assert {"conv0_3", "leakyrelu_4", "conv2_8", "leakyrelu_9"} <= set(manifest["build"]["float_nodes"])
     assert any(e.phase == "verify" and "detection gate passed: recall" in e.message for e in events)
 
 
@@ -132,3 +134,12 @@ def test_a_harmful_quantization_is_refused_with_numbers_and_the_fallback_is_buil
     again = _manager(tmp_path, frames_dir, events).ensure(profile)
     assert again.cache_hit and again.precision == "fp32" and again.refused == engine.refused
     assert not any(e.phase == "build" and "calibrating" in e.message for e in events)
+
+
+def test_a_float_node_the_graph_lacks_is_a_build_error_naming_it(frames_dir: Path, tmp_path: Path,
+                                                                detector_onnx: Path) -> None:
+    """A typo in onnxruntime.float_nodes would otherwise quantize the layer it meant to keep in float."""
+    profile = _profile(tmp_path, float_nodes=["conv0_3", "conv_typo"])
+    with pytest.raises(EngineBuildError, match=r"float_nodes names nodes the graph does not have: \['conv_typo'\]"):
+        _manager(tmp_path, frames_dir, []).ensure(profile)
+    assert not list((tmp_path / "state" / "engines").glob("yolov3-tiny/*/manifest.json"))

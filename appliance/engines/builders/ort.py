@@ -150,7 +150,8 @@ class OnnxRuntimeBuilder:
         try:
             details = quantize_int8(onnx.path, out_path, onnx.inputs[0].name, calibration.tensors,
                                     quantize_head=profile.onnxruntime.quantize_head,
-                                    method=profile.onnxruntime.calibration_method)
+                                    method=profile.onnxruntime.calibration_method,
+                                    float_nodes=profile.onnxruntime.float_nodes)
         except Exception as exc:  # onnxruntime.quantization raises plain Exception/ValueError/onnx errors
             raise BuildError(f"ONNX Runtime could not quantize {onnx.path}: {exc}") from exc
         with open(out_path, "rb") as fh:
