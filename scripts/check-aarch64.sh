@@ -28,7 +28,8 @@ find "$ROOT$SRC" -mindepth 1 -maxdepth 1 ! -name .venv ! -name .triton ! -name .
 git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$ROOT$SRC"
 
 echo "aarch64: detections of the x86_64 host on ${#IMAGES[@]} real images"
-.venv/bin/python scripts/detect_images.py "${IMAGES[@]}" 2>/dev/null > "$ROOT/tmp/x86-detections.json"
+.venv/bin/python scripts/detect_images.py "${IMAGES[@]}" 2>"$ROOT/tmp/x86-detections.log" > "$ROOT/tmp/x86-detections.json" \
+  || { tail -n 20 "$ROOT/tmp/x86-detections.log" >&2; exit 1; }
 
 echo "aarch64: Dockerfile.igpu's RUN steps, in order, in the root (Docker's engine cannot run here)"
 .venv/bin/python scripts/dockerfile_steps.py Dockerfile.igpu --src "$SRC" > "$ROOT/tmp/dockerfile-steps.sh"

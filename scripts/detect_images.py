@@ -23,7 +23,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from appliance.engines.paths import models_dir
+from appliance.paths import models_dir
 from appliance.engines.repository import PROFILES
 from appliance.modelrepo.materialize import DetectorSource, RepositoryOptions, materialize
 from appliance.models.profile import load_profile
