@@ -33,22 +33,15 @@ def segments_touch(p1: Point, p2: Point, q1: Point, q2: Point) -> bool:
             or (d3 == 0 and _on_segment(p1, p2, q1)) or (d4 == 0 and _on_segment(p1, p2, q2)))
 
 
-def polygon_area(points: Sequence[Point]) -> float:
-    """Signed area (shoelace); 0 for a degenerate polygon."""
-    n = len(points)
-    return 0.5 * sum(points[i][0] * points[(i + 1) % n][1] - points[(i + 1) % n][0] * points[i][1] for i in range(n))
-
-
 def polygon_problem(points: Sequence[Point]) -> str | None:
-    """Why ``points`` (a closed ring, last joined to first) is not a simple polygon, or None when it is."""
+    """Why ``points`` (a closed ring, last joined to first) is not a simple polygon, or None when it is. (Points
+    all on one line always fold back somewhere, so a polygon without area is caught as self-intersecting.)"""
     n = len(points)
     if n < 3:
         return f"a zone needs at least 3 points, got {n}"
     for i in range(n):
         if points[i] == points[(i + 1) % n]:
             return f"points {i} and {(i + 1) % n} are the same point"
-    if polygon_area(points) == 0:
-        return "all points lie on one line (the zone has no area)"
     edges = [(points[i], points[(i + 1) % n]) for i in range(n)]
     for i in range(n):
         for j in range(i + 1, n):
@@ -66,27 +59,6 @@ def polygon_problem(points: Sequence[Point]) -> str | None:
             elif segments_touch(a1, a2, b1, b2):
                 return f"edges {i} and {j} cross or touch (the polygon intersects itself)"
     return None
-
-
-def points_in_polygon(points: np.ndarray, polygon: np.ndarray) -> np.ndarray:
-    """``[N, 2]`` points -> ``[N]`` bool, inside the ``[M, 2]`` polygon (even-odd ray casting, all edges at once)."""
-    if len(points) == 0:
-        return np.zeros(0, dtype=bool)
-    x = points[:, 0:1]  # [N, 1] against [1, M] edges
-    y = points[:, 1:2]
-    x1, y1 = polygon[:, 0], polygon[:, 1]
-    x2, y2 = np.roll(x1, -1), np.roll(y1, -1)
-    straddles = (y1 > y) != (y2 > y)
-    dy = np.where(y2 == y1, 1.0, y2 - y1)  # horizontal edges never straddle; avoid dividing by zero
-    x_at_y = x1 + (y - y1) * (x2 - x1) / dy
-    hits = straddles & (x < x_at_y)
-    return np.count_nonzero(hits, axis=1) % 2 == 1
-
-
-def sides(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``[N, 2]`` points -> ``[N]`` int8: +1 right of a->b (as displayed, y down), -1 left, 0 on the line."""
-    d = (b[0] - a[0]) * (points[:, 1] - a[1]) - (b[1] - a[1]) * (points[:, 0] - a[0])
-    return np.sign(d).astype(np.int8)
 
 
 def crosses_segment(p: np.ndarray, q: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
