@@ -102,6 +102,16 @@ class TrackerConfig(StrictModel):
     class_aware: bool = Field(True, description="a track only matches detections of its own class")
 
 
+class SnapshotConfig(StrictModel):
+    """A JPEG of the frame that triggered an event, its boxes drawn from that frame (docs/analytics.md)."""
+
+    enabled: bool = Field(True, description="encode a snapshot for each frame that raises events")
+    max_width: int = Field(640, ge=64, le=7680, description="frames wider than this are scaled down to it")
+    jpeg_quality: int = Field(80, ge=10, le=100, description="JPEG quality (OpenCV's IMWRITE_JPEG_QUALITY)")
+    keep: int = Field(200, ge=1, le=100_000, description="snapshots kept on disk per camera (<state>/snapshots), "
+                      "newest first; GET /events/<event_id>.jpg serves those")
+
+
 class AnalyticsConfig(StrictModel):
     """One camera's analytics. ``classes`` maps each class name that counts to its minimum score."""
 
@@ -114,6 +124,7 @@ class AnalyticsConfig(StrictModel):
     counts_interval_s: float = Field(60.0, gt=0, le=86_400, description="counts are published on change and at "
                                      "least this often")
     tracker: TrackerConfig = Field(default_factory=TrackerConfig)
+    snapshots: SnapshotConfig = Field(default_factory=SnapshotConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> "AnalyticsConfig":
