@@ -1,16 +1,11 @@
 """The appliance: one object that wires every part in order and holds their handles.
 
-Start order (each step logs what it does; a failure says which step and why):
-  MQTT publisher (spools until the broker answers) -> engines (build or cache hit, progress to systemd/MQTT)
-  -> model repository for this device -> embedded Triton + the served model (the active OTA version, else the
-  base model; docs/ota.md) -> capture processes -> scheduler -> health endpoint -> READY=1.
-Each frame goes to the ensemble the OTA router names at submit time (an update moves traffic atomically).
-Each tick checks the served models; one that Triton lost is reloaded with backoff while frames are dropped
-(counted), and a crash loop is reported (docs/supervisor.md, "Model failures").
-Stop order is the reverse, draining in-flight frames into the spool before the publisher closes.
-
-This module is the wiring and the lifecycle (start, tick, stop). A frame's way from the ring to the publisher is
-``framepath.FramePath``; the status line, health summary, MQTT health and metrics text are ``reporting``'s.
+Start order (each step logged; a failure says which step and why): MQTT publisher (spools until the broker
+answers) -> engines -> model repository -> embedded Triton + the served model (the active OTA version, else the
+base model; docs/ota.md) -> capture processes -> analytics + scheduler -> health endpoint -> READY=1. Each tick
+checks the served models (docs/supervisor.md, "Model failures"). Stop drains in-flight frames into the spool
+before the publisher closes. A frame's way from the ring to the publisher is ``framepath.FramePath`` (with the
+camera's ``eventstage.CameraAnalytics``); the status line, health summary and metrics text are ``reporting``'s.
 """
 
 from __future__ import annotations

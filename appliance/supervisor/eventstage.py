@@ -97,6 +97,7 @@ class CameraAnalytics:
         self._counts_sent = float("-inf")
         self.events_by_type: Counter[str] = Counter()
         self.snapshots_dropped = 0
+        self._pending: tuple[list[EventMessage], tuple[int, int, dict[str, Any]] | None] = ([], None)
 
     @property
     def wants_frames(self) -> bool:
@@ -104,7 +105,8 @@ class CameraAnalytics:
         return self._snapshots is not None and self.config.snapshots.enabled
 
     def step(self, meta: Any, message: DetectionsMessage, pixels: np.ndarray | None) -> DetectionsMessage:
-        """``message`` with every detection's ``track_id`` set; events, snapshot and counts handed on."""
+        """``message`` with every detection's ``track_id`` set; the snapshot handed to the worker; the events and
+        counts kept for :meth:`publish_pending`, which the frame path calls once the message is spooled."""
         started = time.perf_counter()
         arrays = _arrays(message.detections)
         with self._lock:
@@ -117,13 +119,19 @@ class CameraAnalytics:
                 self.events_by_type.update(e.type for e in events)
             snapshot_id = self._snapshot(meta, message, events, pixels) if events else None
             counts = self._counts_locked() if changed else None
+            self._pending = ([self._message(e, meta, snapshot_id) for e in events], counts)
         elapsed = time.perf_counter() - started
         self._metrics.record_analytics_step(self.camera_id, elapsed, [e.type for e in events])
+        return message
+
+    def publish_pending(self) -> None:
+        """After the frame's detections were spooled: its events (so they follow it in the spool), its counts."""
+        events, counts = self._pending
+        self._pending = ([], None)
         if events:
-            self._publisher.publish_events([self._message(e, meta, snapshot_id) for e in events])
+            self._publisher.publish_events(events)
         if counts is not None:
             self._send_counts(*counts)
-        return message
 
     def _snapshot(self, meta: Any, message: DetectionsMessage, events: list[Event],
                   pixels: np.ndarray | None) -> str | None:

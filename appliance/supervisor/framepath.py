@@ -150,6 +150,8 @@ class FramePath:
                 message = self._track(stage, meta, message, pixels)
             ok, found = True, len(message.detections)
             self._publisher.publish_detections(message)
+            if stage is not None:
+                stage.publish_pending()
             with self._lock:
                 self._completed += 1
             self.rate.note()
