@@ -24,8 +24,12 @@ if ! (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
   echo "demo: started a local MQTT broker on 127.0.0.1:$PORT"
 fi
 
-# What a subscriber on the line sees (one line per message, cut for the terminal).
-mosquitto_sub -h 127.0.0.1 -p "$PORT" -v -t 'appliance/demo/#' | cut -c1-220 &
+# What a subscriber on the line sees (one line per message, cut for the terminal): events and counts in full,
+# the camera's retained JPEG snapshot left out (binary; GET /cameras/hall/latest.jpg on the health port shows it).
+mosquitto_sub -h 127.0.0.1 -p "$PORT" -v -t 'appliance/demo/#' -T 'appliance/demo/+/snapshot' \
+  -T 'appliance/demo/+/events' -T 'appliance/demo/+/counts' | cut -c1-220 &
+pids+=($!)
+mosquitto_sub -h 127.0.0.1 -p "$PORT" -v -t 'appliance/demo/+/events' -t 'appliance/demo/+/counts' &
 pids+=($!)
 echo "demo: health on http://127.0.0.1:${APPLIANCE_HEALTH_PORT:-9108}/metrics; 'appliance status' summarizes it"
 .venv/bin/appliance run "$@"

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Mapping
 
 from appliance import paths
+from appliance.analytics.check import check_analytics
 from appliance.appconfig.app import AppConfig
 from appliance.capture.check import check_cameras
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
 from appliance.engines.profile import load_profile as load_engine_profile
+from appliance.models.profile import load_profile as load_model_profile
 from appliance.triton.locate import TritonNotFound, locate
 
 
@@ -85,16 +87,57 @@ def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
     return found
 
 
+def model_class_names(config: AppConfig) -> list[str] | None:
+    """The class names of the configured (base) model from its shipped profile; None when it cannot be read
+    (the machine checks report that)."""
+    try:
+        return list(load_model_profile(paths.profiles_dir() / f"{config.model.name}.yaml").classes)
+    except Exception:  # a missing or broken profile is reported elsewhere, not as "unknown class"
+        return None
+
+
+def _analytics_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
+    """check_analytics for each camera with a section: points outside its frame, classes the model lacks."""
+    found: list[ConfigIssue] = []
+    classes = model_class_names(config)
+    for index, camera in enumerate(config.cameras):
+        if camera.analytics is None:
+            continue
+        names = classes if classes is not None else list(camera.analytics.classes or {})
+        for problem in check_analytics(camera.width, camera.height, camera.analytics, names, camera=camera.id):
+            path = ("cameras", index, "analytics", *problem.path)
+            found.append(ConfigIssue(doc.source, doc.line_of(path), path, str(problem)))
+    return found
+
+
+def _name_analytics_issue(issue: ConfigIssue, data: object) -> ConfigIssue:
+    """A validation error inside ``cameras.<i>.analytics.(zones|lines).<j>`` also names the camera and the zone
+    or line, as check_analytics's problems do (the key path alone says ``zones.0``)."""
+    path = issue.path
+    if len(path) < 5 or path[0] != "cameras" or path[2] != "analytics" or path[3] not in ("zones", "lines"):
+        return issue
+    try:
+        camera = data["cameras"][path[1]]  # type: ignore[index]
+        name = camera["analytics"][path[3]][path[4]].get("name")
+        prefix = f"camera {camera.get('id')!r}: {name!r}: "
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return issue
+    return ConfigIssue(issue.source, issue.line, issue.path, prefix + issue.message)
+
+
 def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: bool = True) -> CheckReport:
     report = CheckReport(str(path))
     try:
         doc = read_yaml(path, environ)
         report.config = validate_document(doc, AppConfig)
     except ConfigError as exc:
-        report.issues = exc.issues
+        data = doc.data if "doc" in locals() else None
+        report.issues = [_name_analytics_issue(issue, data) for issue in exc.issues]
         return report
+    found = _analytics_issues(report.config, doc)
     if machine:
-        report.issues = sorted(_machine_issues(report.config, doc), key=lambda i: (i.line or 0, i.key))
+        found += _machine_issues(report.config, doc)
+    report.issues = sorted(found, key=lambda i: (i.line or 0, i.key))
     return report
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from appliance.analytics.config import AnalyticsConfig
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.base import StrictModel
 
@@ -119,6 +120,8 @@ class CameraConfig(StrictModel):
     stall_timeout_s: float = Field(10.0, ge=0.2, le=600, description="no frame for this long means stalled")
     max_decode_errors: int = Field(25, ge=1, le=10_000, description="consecutive bad reads before reconnecting")
     backoff: BackoffConfig = Field(default_factory=BackoffConfig)
+    analytics: AnalyticsConfig | None = Field(
+        None, description="tracking, zones, lines, events, counts and snapshots (docs/analytics.md); absent: off")
 
     @model_validator(mode="after")
     def _paced_images_need_fps(self) -> "CameraConfig":

@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
-from appliance.capture.sample import SampleVideoError
 from appliance.commands.configload import load_and_report
 from appliance.commands.exitcodes import ExitCode
 from appliance.supervisor.app import Appliance
@@ -26,10 +25,10 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.config) if args.config else DEMO_CONFIG
     if path.resolve() == DEMO_CONFIG:
         try:
-            log.info("demo: camera 'sample' plays %s", prepare_demo_video())
-        except (SampleVideoError, OSError) as exc:
+            log.info("demo: camera 'hall' plays %s", prepare_demo_video())
+        except OSError as exc:
             # Not a config problem (exit 2 would tell systemd not to retry): setup is incomplete.
-            log.error("demo: cannot build the sample camera's video: %s; run scripts/setup.sh, or set %s to a "
+            log.error("demo: cannot find the demo camera's video: %s; run scripts/setup.sh, or set %s to a "
                       "video file", exc, DEMO_VIDEO_ENV)
             return ExitCode.FAILED
     config = load_and_report(path, log=log)

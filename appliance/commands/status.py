@@ -56,7 +56,26 @@ def format_status(health: dict[str, Any]) -> str:
                         [[camera_id, _camera_state(cam.get("state")), _number(cam.get("fps"), "{:.1f}"),
                           *(_number(cam.get(k)) for k in ("inferred", "skipped", "dropped", "errors", "reconnects"))]
                          for camera_id, cam in sorted(cameras.items())])
+    counts = _count_rows(health.get("analytics") or {})
+    if counts:
+        lines.append("")
+        lines += _table(["CAMERA", "ZONE/LINE", "NOW", "ENTERED", "EXITED", "IN", "OUT"], counts)
     return "\n".join(lines)
+
+
+def _count_rows(analytics: dict[str, Any]) -> list[list[str]]:
+    """One row per zone and line of each camera with analytics, then its tracks and events."""
+    rows = []
+    for camera_id, cam in sorted(analytics.items()):
+        for zone, c in cam.get("zones", {}).items():
+            rows.append([camera_id, f"zone {zone}", *(_number(c.get(k)) for k in ("current", "entered", "exited")),
+                         "", ""])
+        for line, c in cam.get("lines", {}).items():
+            rows.append([camera_id, f"line {line}", "", "", "", _number(c.get("in")), _number(c.get("out"))])
+        by_type = ", ".join(f"{k} {v}" for k, v in sorted(cam.get("events_by_type", {}).items())) or "none"
+        rows.append([camera_id, f"({_number(cam.get('active_tracks'))} tracks; events: {by_type})", "", "", "", "",
+                     ""])
+    return rows
 
 
 def _camera_state(state: str | None) -> str:

@@ -10,8 +10,8 @@ elsewhere as absolute numbers (a ring header, the publisher's stats) advance the
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -84,6 +84,21 @@ class ApplianceMetrics:
                                     "recovering, crash_loop), else 0", ["state"], registry=r)
         self.frames_dropped = Counter("appliance_frames_dropped", "Frames dropped because the pipeline could not "
                                       "take them (reason: the pipeline's state)", ["camera", "reason"], registry=r)
+        # Analytics (docs/analytics.md): per camera, zone and line.
+        self.active_tracks = Gauge("appliance_analytics_active_tracks", "Confirmed tracks (lost ones within "
+                                   "lost_frames included)", ["camera"], registry=r)
+        self.analytics_events = Counter("appliance_analytics_events", "Analytics events (type: enter, exit, cross, "
+                                        "dwell)", ["camera", "type"], registry=r)
+        self.zone_objects = Gauge("appliance_zone_objects", "Tracked objects inside the zone now", ["camera", "zone"],
+                                  registry=r)
+        self.zone_entered = _CountFrom(Counter("appliance_zone_entered", "Objects that entered the zone",
+                                               ["camera", "zone"], registry=r))
+        self.zone_exited = _CountFrom(Counter("appliance_zone_exited", "Objects that left the zone",
+                                              ["camera", "zone"], registry=r))
+        self.line_crossings = _CountFrom(Counter("appliance_line_crossings", "Objects that crossed the line "
+                                                 "(direction: in, out)", ["camera", "line", "direction"], registry=r))
+        self.snapshots_dropped = _CountFrom(Counter("appliance_snapshots_dropped", "Event snapshots not encoded "
+                                                    "because the encoder's queue was full", ["camera"], registry=r))
         self.cpu_percent = Gauge("appliance_cpu_percent", "System CPU busy, in percent (0-100)", registry=r)
         self.mem_available = Gauge("appliance_memory_available_bytes", "System memory available", registry=r)
         self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
@@ -127,6 +142,24 @@ class ApplianceMetrics:
         self.stage_latency.labels(stage="inference").observe(inference_s)
         self.stage_latency.labels(stage="capture_to_result").observe(capture_to_result_s)
         self.frames_inferred.labels(camera=camera_id).inc()
+
+    def record_analytics_step(self, camera_id: str, seconds: float, event_types: Sequence[str]) -> None:
+        """One frame through a camera's analytics (completion thread): its time and the events it raised."""
+        self.stage_latency.labels(stage="analytics").observe(seconds)
+        for event_type in event_types:
+            self.analytics_events.labels(camera=camera_id, type=event_type).inc()
+
+    def record_analytics(self, camera_id: str, summary: Mapping[str, Any]) -> None:
+        """A camera's analytics summary (``CameraAnalytics.summary()``): tracks, zone and line counters."""
+        self.active_tracks.labels(camera=camera_id).set(summary["active_tracks"])
+        for zone, counts in summary["zones"].items():
+            self.zone_objects.labels(camera=camera_id, zone=zone).set(counts["current"])
+            self.zone_entered.count(counts["entered"], camera=camera_id, zone=zone)
+            self.zone_exited.count(counts["exited"], camera=camera_id, zone=zone)
+        for line, counts in summary["lines"].items():
+            for direction in ("in", "out"):
+                self.line_crossings.count(counts[direction], camera=camera_id, line=line, direction=direction)
+        self.snapshots_dropped.count(summary["snapshots_dropped"], camera=camera_id)
 
     def record_inference_error(self, camera_id: str, reason: str) -> None:
         self.inference_errors.labels(camera=camera_id, reason=reason).inc()

@@ -16,7 +16,9 @@ CONTENT_TYPE_PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 class HealthServer:
     """Serves health on ``host:port`` (port 0 picks a free one) from a background thread; ``close()`` stops it."""
 
-    def __init__(self, host: str, port: int, metrics: Callable[[], bytes], health: Callable[[], dict]) -> None:
+    def __init__(self, host: str, port: int, metrics: Callable[[], bytes], health: Callable[[], dict],
+                 files: Callable[[str], tuple[str, bytes] | None] | None = None) -> None:
+        """``files(path)``: (content type, body) for any other path it serves (the snapshots), else None."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -28,6 +30,8 @@ class HealthServer:
                         summary = server._health()
                         code = 200 if summary.get("ok") else 503
                         self._send(code, "application/json", json.dumps(summary, default=str).encode())
+                    elif server._files is not None and (found := server._files(self.path)) is not None:
+                        self._send(200, found[0], found[1])
                     else:
                         self._send(404, "text/plain", b"not found: try /metrics or /healthz\n")
                 except Exception as exc:  # a broken collector must not take the endpoint down
@@ -46,6 +50,7 @@ class HealthServer:
 
         self._metrics = metrics
         self._health = health
+        self._files = files
         self._httpd = ThreadingHTTPServer((host, port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="health-http", daemon=True)

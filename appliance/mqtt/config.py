@@ -40,7 +40,8 @@ class QosConfig(StrictModel):
     """QoS per message class. Detections default to 1: the spool deletes a message only on PUBACK."""
 
     detections: QoS = Field(1, description="per-camera detections (spooled; 0 means best effort once sent)")
-    status: QoS = Field(1, description="retained device and camera status")
+    status: QoS = Field(1, description="retained device and camera status, and a camera's retained counts and snapshot")
+    events: QoS = Field(1, description="analytics events (spooled like detections; docs/analytics.md)")
     health: QoS = Field(0, description="periodic health (the next one supersedes a lost one)")
     commands: QoS = Field(1, description="subscription QoS for command topics")
     replies: QoS = Field(1, description="command replies")

@@ -80,8 +80,12 @@ class Detection:
     class_name: str
     score: float
     box: tuple[float, float, float, float]
+    track_id: Optional[int] = None  # the camera's analytics tracker's id; None: no analytics or not confirmed
 
     def __post_init__(self) -> None:
+        if self.track_id is not None and (isinstance(self.track_id, bool) or not isinstance(self.track_id, int)
+                                          or self.track_id < 1):
+            raise ValueError(f"track_id must be an int >= 1 or None, got {self.track_id!r}")
         if isinstance(self.class_id, bool) or not isinstance(self.class_id, int) or self.class_id < 0:
             raise ValueError(f"class_id must be an int >= 0, got {self.class_id!r}")
         score = _finite("score", self.score)
@@ -151,7 +155,7 @@ def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str,
     for d in msg.detections:
         pixels, norm = _box_dicts(d.box, msg.image_width, msg.image_height)
         dets.append({"class_id": d.class_id, "class_name": d.class_name, "score": round(float(d.score), 6),
-                     "box": pixels, "box_norm": norm})
+                     "box": pixels, "box_norm": norm, "track_id": d.track_id})
     payload: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "type": "detections",
@@ -168,6 +172,77 @@ def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str,
     payload["image"] = {"width": msg.image_width, "height": msg.image_height}
     payload["latency_ms"] = {k: round(float(msg.latency_ms[k]), 3) for k in LATENCY_STAGES}
     payload["detections"] = dets
+    return payload
+
+
+EventType = Literal["enter", "exit", "cross", "dwell"]
+
+
+@dataclass(frozen=True)
+class EventMessage:
+    """One analytics event (appliance.analytics.events.Event, as the supervisor hands it on); ``box`` is the
+    object's xyxy box in the triggering frame (None for the exit of a lost track), ``seq`` the camera's event
+    number within the publisher's boot_id."""
+
+    event_id: str
+    camera_id: str
+    seq: int
+    event: EventType
+    track_id: int
+    class_id: int
+    class_name: str
+    score: float
+    capture_time: float
+    frame_seq: int
+    image_width: int
+    image_height: int
+    zone: Optional[str] = None
+    line: Optional[str] = None
+    direction: Optional[Literal["in", "out"]] = None
+    box: Optional[tuple[float, float, float, float]] = None
+    dwell_s: Optional[float] = None
+    track_lost: bool = False
+    snapshot_id: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[0-9a-f]{32}", self.event_id):
+            raise ValueError(f"event_id must be 32 lowercase hex digits, got {self.event_id!r}")
+        if self.event not in ("enter", "exit", "cross", "dwell"):
+            raise ValueError(f"event must be enter, exit, cross or dwell, got {self.event!r}")
+        if self.seq < 1 or self.track_id < 1 or self.frame_seq < 0:
+            raise ValueError(f"seq and track_id must be >= 1 and frame_seq >= 0, got {self.seq}, {self.track_id}, "
+                             f"{self.frame_seq}")
+        _finite("capture_time", self.capture_time)
+
+
+def event_payload(msg: EventMessage, device_id: str, boot_id: str) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "type": "event", "event_id": msg.event_id, "device_id": device_id,
+        "camera_id": msg.camera_id, "boot_id": boot_id, "seq": msg.seq, "event": msg.event,
+        "track_id": msg.track_id, "class_id": msg.class_id, "class_name": msg.class_name,
+        "score": round(min(1.0, max(0.0, float(msg.score))), 6), "zone": msg.zone, "line": msg.line,
+        "direction": msg.direction,
+    }
+    if msg.dwell_s is not None:
+        payload["dwell_s"] = round(float(msg.dwell_s), 3)
+    if msg.event == "exit":
+        payload["track_lost"] = msg.track_lost
+    payload.update(time_fields(msg.capture_time, "capture_time"))
+    payload["frame_seq"] = msg.frame_seq
+    payload["box"] = None if msg.box is None else _box_dicts(msg.box, msg.image_width, msg.image_height)[0]
+    payload["snapshot_id"] = msg.snapshot_id
+    return payload
+
+
+def counts_payload(device_id: str, camera_id: str, boot_id: str, now: float, last_event_seq: int,
+                   active_tracks: int, counts: Mapping[str, Mapping[str, Mapping[str, int]]]) -> dict[str, Any]:
+    """``counts`` is ``appliance.analytics.events.Counts.as_dict()``: {"zones": {...}, "lines": {...}}."""
+    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "counts", "device_id": device_id,
+                               "camera_id": camera_id, "boot_id": boot_id}
+    payload.update(time_fields(now))
+    payload.update({"last_event_seq": last_event_seq, "active_tracks": active_tracks,
+                    "zones": {k: dict(v) for k, v in counts.get("zones", {}).items()},
+                    "lines": {k: dict(v) for k, v in counts.get("lines", {}).items()}})
     return payload
 
 

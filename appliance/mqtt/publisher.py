@@ -37,8 +37,9 @@ import appliance
 from appliance.mqtt.commands import CommandHandler, CommandRunner
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.errors import NotStartedError
-from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, DetectionsMessage, camera_status_payload,
-                                     detections_payload, encode, health_payload, new_message_id)
+from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, DetectionsMessage, EventMessage,
+                                     camera_status_payload, counts_payload, detections_payload, encode,
+                                     event_payload, health_payload, new_message_id)
 from appliance.mqtt.modes import PublishGate
 from appliance.mqtt.numbering import MessageCounter
 from appliance.mqtt.sender import Sender
@@ -221,6 +222,37 @@ class MqttPublisher:
                         results[i] = PublishResult.DROPPED
                         refused -= 1
         return results
+
+    def publish_events(self, events: Sequence[EventMessage]) -> int:
+        """Spool one frame's analytics events in one transaction, behind that frame's detections (the spool is
+        sent in id order, so a camera's events reach the broker in seq order). Returns how many were kept."""
+        self._require_running()
+        if not events:
+            return 0
+        qos, device, boot = self.config.qos.events, self.config.device_id, self._numbers.boot_id
+        records = [SpoolRecord(self.topics.camera_topic(e.camera_id, "events"),
+                               encode(event_payload(e, device, boot)), qos) for e in events]
+        kept = self._spool.append(records)
+        self._shared.nudge()
+        return kept
+
+    def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int,
+                       counts: Mapping[str, Mapping[str, Mapping[str, int]]]) -> None:
+        """Retained ``<camera>/counts``; remembered and republished after every reconnect (not spooled: the
+        latest counts supersede the earlier ones)."""
+        self._require_running()
+        payload = encode(counts_payload(self.config.device_id, camera_id, self._numbers.boot_id,
+                                        self._clock.time(), last_event_seq, active_tracks, counts))
+        self._publish_retained(self.topics.camera_topic(camera_id, "counts"), payload)
+
+    def publish_snapshot(self, camera_id: str, jpeg: bytes) -> None:
+        """Retained ``<camera>/snapshot``: the JPEG bytes themselves (docs/mqtt.md); remembered like counts."""
+        self._require_running()
+        self._publish_retained(self.topics.camera_topic(camera_id, "snapshot"), jpeg)
+
+    def _publish_retained(self, topic: str, payload: bytes) -> None:
+        self._session.remember_retained(topic, payload)
+        self._session.publish_if_connected(topic, payload, qos=self.config.qos.status, retain=True)
 
     def publish_camera_status(self, status: CameraStatus) -> None:
         """Retained camera status; remembered and republished after every reconnect."""

@@ -7,6 +7,9 @@
     <prefix>/<device>/ota/status              retained OTA update status (publish_device_event)
     <prefix>/<device>/<camera>/status         retained camera status
     <prefix>/<device>/<camera>/detections     detections
+    <prefix>/<device>/<camera>/events         analytics events (spooled)
+    <prefix>/<device>/<camera>/counts         retained zone and line counters
+    <prefix>/<device>/<camera>/snapshot       retained JPEG of the latest event's frame
 """
 
 from __future__ import annotations
@@ -87,3 +90,7 @@ class Topics:
 
     def detections(self, camera_id: str) -> str:
         return f"{self.base}/{check_camera_id(camera_id)}/detections"
+
+    def camera_topic(self, camera_id: str, leaf: str) -> str:
+        """``<base>/<camera>/<leaf>`` for a camera's ``events``, ``counts`` or ``snapshot``."""
+        return f"{self.base}/{check_camera_id(camera_id)}/{check_id('topic level', leaf)}"

@@ -1,17 +1,12 @@
 """The appliance: one object that wires every part in order and holds their handles.
 
-Start order (each step logs what it does; a failure says which step and why):
-  MQTT publisher (spools until the broker answers) -> engines (build or cache hit, progress to systemd/MQTT)
-  -> model repository for this device -> embedded Triton + the served model (the active OTA version, else the
-  base model; docs/ota.md), warmed up with frames of the cameras' sizes -> capture processes -> scheduler
-  -> health endpoint -> READY=1.
-Each frame goes to the ensemble the OTA router names at submit time (an update moves traffic atomically).
-Each tick checks the served models; one that Triton lost is reloaded with backoff while frames are dropped
-(counted), and a crash loop is reported (docs/supervisor.md, "Model failures").
-Stop order is the reverse, draining in-flight frames into the spool before the publisher closes.
-
-This module is the wiring and the lifecycle (start, tick, stop). A frame's way from the ring to the publisher is
-``framepath.FramePath``; the status line, health summary, MQTT health and metrics text are ``reporting``'s.
+Start order (each step logged; a failure says which step and why): MQTT publisher (spools until the broker
+answers) -> engines -> model repository -> embedded Triton + the served model (the active OTA version, else the
+base model; docs/ota.md), warmed up with frames of the cameras' sizes -> capture processes -> analytics +
+scheduler -> health endpoint -> READY=1. Each tick checks the served models (docs/supervisor.md, "Model
+failures"). Stop drains in-flight frames into the spool before the publisher closes. A frame's way from the ring
+to the publisher is ``framepath.FramePath`` (with the camera's ``eventstage.CameraAnalytics``); the status line,
+health summary and metrics text are ``reporting``'s.
 """
 
 from __future__ import annotations
@@ -55,9 +50,11 @@ from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
 from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorplan import plan_detector
 from appliance.supervisor.enginestatus import EngineStatusForwarder
+from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
 from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.leftovers import reclaim_leftovers
 from appliance.supervisor.scheduler import Lease, Scheduler
+from appliance.supervisor.snapshots import SnapshotWorker
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
 
@@ -98,6 +95,8 @@ class Appliance:
         self.scheduler: Scheduler | None = None
         self.frames: FramePath | None = None  # what the scheduler submits through and hands results to
         self.health_server: HealthServer | None = None
+        self.analytics: dict[str, CameraAnalytics] = {}  # per camera with analytics; kept across model switches
+        self.snapshots: SnapshotWorker | None = None
         self.repository_dir: Path | None = None
         self.engine: InstalledEngine | None = None
         self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
@@ -273,8 +272,13 @@ class Appliance:
     def _start_scheduler(self) -> None:
         pipeline = self.config.pipeline
         if self.server is not None and self.router is not None and self.publisher is not None:
+            route = self.router.current()
+            self.analytics, self.snapshots = start_analytics(
+                self.config.cameras, route.class_names if route else (), self.publisher, self.metrics,
+                self.paths["state_dir"] / "snapshots")
             self.frames = FramePath(self.server, self.router, self.publisher, self.recovery, self.metrics,
-                                    request_timeout_s=pipeline.request_timeout_s, on_error=self._note_error)
+                                    request_timeout_s=pipeline.request_timeout_s, on_error=self._note_error,
+                                    analytics=self.analytics)
         frames = self.frames
         assert self._max_inflight is not None, "the detector layout (or the config) sets it first"
         self.scheduler = Scheduler(frames.submit if frames else _not_serving,
@@ -301,7 +305,7 @@ class Appliance:
         self._step(f"health endpoint on {self.config.health.host}:{self.config.health.port}")
         self.health_server = HealthServer(self.config.health.host, self.config.health.port,
                                           lambda: reporting.render_metrics(self.metrics, self.server),
-                                          self.health_summary)
+                                          self.health_summary, self.snapshots.store.http if self.snapshots else None)
 
     # -- periodic work -------------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -314,6 +318,9 @@ class Appliance:
         if self._tegrastats is not None and self._tegrastats.active:
             self.metrics.record_tegrastats(self._tegrastats.latest(), self._tegrastats.exits)
         reporting.record_metrics(self.metrics, self.publisher, self.scheduler)
+        for camera_id, stage in self.analytics.items():
+            stage.publish_counts_if_due()
+            self.metrics.record_analytics(camera_id, stage.summary())
         if self._ota_commands is not None:
             self._ota_commands.chunks.expire()  # an upload whose sender gave up frees its disk space
         self._check_models()
@@ -364,6 +371,7 @@ class Appliance:
     def health_summary(self) -> dict[str, Any]:
         summary = reporting.health_summary(self._cameras, self.scheduler, self.server, self.router, self.recovery,
                                            progressing=self._pipeline_progressing(), status=self.status_line())
+        summary["analytics"] = {camera_id: stage.summary() for camera_id, stage in self.analytics.items()}
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=self.scheduler,
             recent_per_s=self.frames.rate.per_second() if self.frames else 0.0,
@@ -386,6 +394,8 @@ class Appliance:
             if not self.scheduler.stop(self.config.pipeline.drain_timeout_s):
                 log.warning("stop: gave up waiting for in-flight frames after %.1f s",
                             self.config.pipeline.drain_timeout_s)
+        if self.snapshots is not None:  # what the drained frames queued, before the publisher closes
+            self.snapshots.stop()
         self._children.stop_all(lambda child: cast(CaptureChild, child).process.stop())
         if self._tegrastats is not None:
             self._tegrastats.stop()

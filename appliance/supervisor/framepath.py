@@ -7,7 +7,10 @@ by the Appliance and typed by the small protocols below, so a test can drive it 
 Per frame: the route is acquired at submit time (an OTA switch moves traffic atomically per request) and
 released when the result or error arrives; a failure that means the served model is broken is noted to the
 recovery at once, so frames stop before the next tick's probe; latencies (capture to submit, inference,
-capture to result) go to the metrics and the message.
+capture to result) go to the metrics and the message. A camera with analytics
+(``appliance.supervisor.eventstage``) runs them on its result before the detections are published, so each
+detection carries its ``track_id``; with snapshots on, its frame's pixels are copied at submit (the lease is
+released before the result comes, ``appliance.supervisor.snapshots`` says why).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from appliance.health.rate import RecentRate
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.serving.probe import Fault, fault_from_error
 from appliance.serving.router import Route
+from appliance.supervisor.eventstage import CameraAnalytics
 from appliance.supervisor.results import build_message
 from appliance.supervisor.scheduler import Lease
 
@@ -76,7 +80,8 @@ class FramePath:
 
     def __init__(self, server: InferenceServer, router: RouteHolder, publisher: DetectionSink,
                  recovery: FaultSink | None, metrics: FrameMetrics, *, request_timeout_s: float | None,
-                 on_error: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+                 on_error: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
+                 analytics: Mapping[str, CameraAnalytics] | None = None) -> None:
         self._server = server
         self._router = router
         self._publisher = publisher
@@ -89,6 +94,8 @@ class FramePath:
         self._completed = 0
         self.rate = RecentRate(10.0, clock=clock)
         self._lock = threading.Lock()
+        self.analytics: dict[str, CameraAnalytics] = dict(analytics or {})
+        self._pixels: dict[tuple[str, int], np.ndarray] = {}  # frames copied for a snapshot, until their result
 
     @property
     def completed(self) -> int:
@@ -101,6 +108,9 @@ class FramePath:
 
     def submit(self, camera_id: str, lease: Lease) -> Future[Any]:
         meta = lease.meta
+        stage = self.analytics.get(camera_id)
+        if stage is not None and stage.wants_frames:
+            self._pixels[(camera_id, meta.seq)] = np.array(lease.array, copy=True)
         route = self._router.acquire()  # released in on_result, or here if the request never starts
         submitted = self._clock()
         try:
@@ -112,6 +122,7 @@ class FramePath:
             )
         except BaseException:
             self._router.release(route, False, 0.0)
+            self._pixels.pop((camera_id, meta.seq), None)
             raise
         future.submitted_mono = submitted  # type: ignore[attr-defined]
         future.route = route  # type: ignore[attr-defined]
@@ -122,6 +133,7 @@ class FramePath:
         route: Route = future.route  # type: ignore[attr-defined]
         submitted: float = getattr(future, "submitted_mono", done)
         ok, found = False, 0
+        pixels = self._pixels.pop((camera_id, meta.seq), None)
         try:
             error = future.exception() if not future.cancelled() else None
             if future.cancelled() or error is not None:
@@ -133,13 +145,29 @@ class FramePath:
             self.latencies_ms.append(latency["total"])
             model = ModelInfo(route.model, route.version or "base", route.model_hash)
             message = build_message(meta, future.result().outputs, model, route.class_names, latency)
+            stage = self.analytics.get(camera_id)
+            if stage is not None:
+                message = self._track(stage, meta, message, pixels)
             ok, found = True, len(message.detections)
             self._publisher.publish_detections(message)
+            if stage is not None:
+                stage.publish_pending()
             with self._lock:
                 self._completed += 1
             self.rate.note()
         finally:
             self._router.release(route, ok, done - submitted, found)
+
+    def _track(self, stage: CameraAnalytics, meta: FrameMeta, message: DetectionsMessage,
+               pixels: np.ndarray | None) -> DetectionsMessage:
+        """The message with track ids; a failing analytics stage costs the track ids, never the detections."""
+        try:
+            return stage.step(meta, message, pixels)
+        except Exception as exc:
+            text = f"camera {meta.camera_id} frame {meta.seq}: analytics failed: {exc}"
+            self._on_error(text)
+            log.exception("%s", text, extra={"camera": meta.camera_id, "stage": "analytics"})
+            return message
 
     def _failed(self, camera_id: str, meta: FrameMeta, route: Route, error: BaseException | None,
                 submitted: float) -> None:

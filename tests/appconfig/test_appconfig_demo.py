@@ -1,8 +1,9 @@
-"""The embedded demo config (what `appliance run` runs without --config): its camera is the sample video."""
+"""The embedded demo config (what `appliance run` runs without --config): its camera plays vtest.avi with a line and a zone."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,23 +11,25 @@ from pathlib import Path
 import pytest
 
 from appliance.capture.check import check_camera
-from appliance.capture.sample import DARKNET_IMAGES, SAMPLE_IMAGES, build_sample_video, video_info
 from appliance.appconfig.check import check_config
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
 
-pytestmark = pytest.mark.skipif(not all((DARKNET_IMAGES / f"{n}.jpg").is_file() for n in SAMPLE_IMAGES),
-                                reason="needs Debian's darknet test images (apt package darknet)")
+VTEST = Path(__file__).resolve().parents[2] / ".models" / "vtest" / "vtest.avi"  # scripts/setup.d/40-vtest.sh
 
 
-def test_demo_config_plays_the_sample_video(tmp_path: Path) -> None:
-    video = build_sample_video(tmp_path / "sample.mp4")
+def test_demo_config_plays_vtest_with_a_line_and_a_zone(tmp_path: Path) -> None:
+    video = tmp_path / "vtest.avi"
+    shutil.copy(VTEST, video)
     report = check_config(DEMO_CONFIG, environ={**os.environ, DEMO_VIDEO_ENV: str(video)}, machine=False)
     assert report.ok and report.config is not None, [str(i) for i in report.issues]
     (camera,) = report.config.cameras
-    assert camera.id == "sample"
+    assert camera.id == "hall"
     assert camera.source.type == "file" and camera.source.path == video
     assert camera.source.loop and camera.source.realtime
-    assert (camera.width, camera.height, camera.resize) == (640, 480, True)
+    assert (camera.width, camera.height) == (768, 576) and camera.fps is not None and 2 <= camera.fps <= 4
+    assert camera.analytics is not None
+    assert [z.name for z in camera.analytics.zones] == ["front"]
+    assert [ln.name for ln in camera.analytics.lines] == ["walkway"]
     assert check_camera(camera) == []
 
 
@@ -34,21 +37,21 @@ def test_demo_config_defaults_to_the_installed_models_dir() -> None:
     environ = {k: v for k, v in os.environ.items() if k != DEMO_VIDEO_ENV}
     report = check_config(DEMO_CONFIG, environ=environ, machine=False)
     assert report.ok, [str(i) for i in report.issues]
-    assert report.config.cameras[0].source.path == Path("/var/lib/appliance/models/sample/sample.mp4")
+    assert report.config.cameras[0].source.path == Path("/var/lib/appliance/models/vtest/vtest.avi")
 
 
-def test_run_without_config_builds_the_video_in_the_models_dir(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_without_config_finds_the_video_in_the_models_dir(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "models" / "vtest").mkdir(parents=True)
+    shutil.copy(VTEST, tmp_path / "models" / "vtest" / "vtest.avi")
     monkeypatch.setenv("APPLIANCE_MODELS_DIR", str(tmp_path / "models"))
     monkeypatch.setenv(DEMO_VIDEO_ENV, "")  # empty counts as unset; monkeypatch restores it afterwards
     video = prepare_demo_video()
-    assert video == tmp_path / "models" / "sample" / "sample.mp4"
+    assert video == tmp_path / "models" / "vtest" / "vtest.avi"
     assert os.environ[DEMO_VIDEO_ENV] == str(video)
-    assert video_info(video) == (120, 10.0)
-    # Set already (scripts, operators): used as is, nothing built.
+    # Set already (scripts, operators): used as is.
     monkeypatch.setenv(DEMO_VIDEO_ENV, str(tmp_path / "elsewhere.mp4"))
     assert prepare_demo_video() == tmp_path / "elsewhere.mp4"
-    assert not (tmp_path / "elsewhere.mp4").exists()
 
 
 def test_run_without_config_says_why_when_the_video_cannot_be_built(tmp_path: Path) -> None:
@@ -59,4 +62,4 @@ def test_run_without_config_says_why_when_the_video_cannot_be_built(tmp_path: Pa
     done = subprocess.run([sys.executable, "-m", "appliance", "run", "--once"], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "cannot build the sample camera's video" in done.stderr and "scripts/setup.sh" in done.stderr
+    assert "cannot find the demo camera's video" in done.stderr and "scripts/setup.sh" in done.stderr

@@ -135,3 +135,17 @@ def test_format_status_shows_the_pipeline_and_dropped_frames() -> None:
     health["pipeline"] = {"state": "serving", "route": "yolov3-tiny@2", "models": [], "failures": 1, "reloads": 1}
     assert format_status(health).splitlines()[2] == \
         "  pipeline  serving (yolov3-tiny@2), 1 model reload(s), 1 recent failure(s)"
+
+
+def test_format_status_shows_each_zone_and_line_count() -> None:
+    analytics = {"line1": {"active_tracks": 3, "events": 5, "events_by_type": {"cross": 2, "enter": 3},
+                           "last_event_seq": 5, "snapshots_dropped": 0,
+                           "zones": {"cell": {"current": 1, "entered": 3, "exited": 2}},
+                           "lines": {"door": {"in": 2, "out": 0}}}}
+    lines = format_status({**FULL, "analytics": analytics}).splitlines()
+    assert lines[-4:] == [
+        "CAMERA  ZONE/LINE                             NOW  ENTERED  EXITED  IN  OUT",
+        "line1   zone cell                               1        3       2",
+        "line1   line door                                                    2    0",
+        "line1   (3 tracks; events: cross 2, enter 3)",
+    ], "\n".join(lines)

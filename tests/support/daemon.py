@@ -69,13 +69,20 @@ class Subscriber:
         self.messages: list[tuple[str, dict, bool]] = []
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}",
                                   clean_session=not persistent)
-        self.client.on_message = lambda c, u, m: self.messages.append((m.topic, json.loads(m.payload), m.retain))
+        self.binary: list[tuple[str, bytes, bool]] = []  # payloads that are not JSON (a camera's JPEG snapshot)
+        self.client.on_message = self._on_message
         if persistent:
             self.client.reconnect_delay_set(0.05, 0.5)
             self.client.on_connect = lambda c, u, f, reason, p: None if reason.is_failure else c.subscribe(topic, 1)
         self.client.connect("127.0.0.1", port)
         self.client.subscribe(topic, qos=1)
         self.client.loop_start()
+
+    def _on_message(self, client: paho.Client, userdata: object, m: paho.MQTTMessage) -> None:
+        try:
+            self.messages.append((m.topic, json.loads(m.payload), m.retain))
+        except ValueError:
+            self.binary.append((m.topic, bytes(m.payload), m.retain))
 
     def of_type(self, kind: str) -> list[dict]:
         return [payload for _topic, payload, _retain in list(self.messages) if payload.get("type") == kind]

@@ -1,0 +1,140 @@
+"""The frame path with a camera's analytics, without Triton: the detections get track ids once a track is
+confirmed, events reach the publisher behind their frame's detections, and the snapshot shows the pixels of the
+frame that raised the event even though its ring slot was overwritten after the lease was released (the frame
+path copies at submit). A full encoder queue drops the snapshot and never blocks the completion thread."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import cv2
+import numpy as np
+
+from appliance.analytics.config import AnalyticsConfig, LineConfig, SnapshotConfig
+from appliance.capture.ring import FrameMeta
+from appliance.health.metrics import ApplianceMetrics
+from appliance.mqtt.messages import DetectionsMessage, EventMessage
+from appliance.serving.router import Route, Router
+from appliance.supervisor.eventstage import CameraAnalytics
+from appliance.supervisor.framepath import FramePath
+from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
+from appliance.triton.infer import InferResult
+
+ROUTE = Route("detect", ("detector", "detect"), "yolov3-tiny", None, ("person", "dog"),
+              engine_key="0123456789abcdef0123", model_hash="sha256:" + "5e" * 32)
+W, H = 320, 240
+
+
+class Server:
+    def __init__(self) -> None:
+        self.futures: list[Future[Any]] = []
+
+    def infer_async(self, model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None, *,
+                    request_id: str = "", timeout_s: float | None = None,
+                    on_inputs_released: Callable[[], None] | None = None) -> Future[Any]:
+        assert on_inputs_released is not None
+        on_inputs_released()  # Triton took the input: the slot may be overwritten from now on
+        future: Future[Any] = Future()
+        self.futures.append(future)
+        return future
+
+
+class Publisher:
+    def __init__(self) -> None:
+        self.order: list[tuple[str, Any]] = []
+        self.snapshots: list[tuple[str, bytes]] = []
+
+    def publish_detections(self, message: DetectionsMessage) -> object:
+        self.order.append(("detections", message))
+        return "spooled"
+
+    def publish_events(self, events: Sequence[EventMessage]) -> int:
+        self.order.extend(("event", e) for e in events)
+        return len(events)
+
+    def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int, counts: Any) -> None:
+        self.order.append(("counts", counts))
+
+    def publish_snapshot(self, camera_id: str, jpeg: bytes) -> None:
+        self.snapshots.append((camera_id, jpeg))
+
+
+class Lease:
+    def __init__(self, ring: np.ndarray, meta: FrameMeta) -> None:
+        self.meta, self.array, self.released = meta, ring, False  # a view on the one shared slot
+
+    def release(self) -> None:
+        self.released = True
+
+
+def _result(x: float) -> InferResult:
+    box = np.array([[x, 100, x + 30, 200]], np.float32)
+    return InferResult(ROUTE.ensemble, 1, "cam", {"BOXES": box, "SCORES": np.array([0.9], np.float32),
+                                                  "CLASSES": np.array([0], np.int32)})
+
+
+def _walk(tmp_path: Path, queue_size: int = 4) -> tuple[Publisher, SnapshotWorker, list[int]]:
+    config = AnalyticsConfig(classes={"person": 0.3},
+                             lines=[LineConfig(name="door", a=(160, 0), b=(160, 240), in_side="right")],
+                             tracker={"birth_frames": 2}, snapshots=SnapshotConfig(max_width=W, jpeg_quality=95))
+    publisher, metrics = Publisher(), ApplianceMetrics()
+    store = SnapshotStore(tmp_path / "snapshots", {"cam": 10})
+    worker = SnapshotWorker(store, {"cam": config.snapshots}, publisher.publish_snapshot, queue_size=queue_size)
+    stage = CameraAnalytics("cam", config, ["person", "dog"], W, H, publisher, metrics, worker)
+    router = Router(ROUTE)
+    server = Server()
+    path = FramePath(server, router, publisher, None, metrics, request_timeout_s=None, on_error=lambda _t: None,
+                     analytics={"cam": stage})
+    ring = np.zeros((H, W, 3), np.uint8)  # one slot, reused by every frame: what a busy ring does
+    brightness = []
+    for seq, x in enumerate(range(100, 220, 10)):
+        ring[:] = 10 + 15 * seq  # this frame's own grey level
+        brightness.append(10 + 15 * seq)
+        meta = FrameMeta("cam", seq, 0.0, 1000.0 + seq, W, H, "bgr")
+        lease = Lease(ring, meta)
+        future = path.submit("cam", lease)
+        assert lease.released
+        ring[:] = 255  # the capture process reuses the slot before the result comes back
+        future.set_result(_result(float(x)))
+        path.on_result("cam", meta, future)
+    worker.stop()
+    return publisher, worker, brightness
+
+
+def test_track_ids_events_in_order_and_the_snapshot_is_the_submitted_frame(tmp_path: Path) -> None:
+    publisher, worker, brightness = _walk(tmp_path)
+    messages = [m for kind, m in publisher.order if kind == "detections"]
+    ids = [d.track_id for m in messages for d in m.detections]
+    assert ids[0] is None and ids[-1] is not None and len(set(ids[1:]) - {None}) == 1  # one walker, one id
+    [(at, event)] = [(i, m) for i, (kind, m) in enumerate(publisher.order) if kind == "event"]
+    assert event.event == "cross" and event.line == "door" and event.direction == "out"  # left->right: out
+    kind, before = publisher.order[at - 1]  # the event follows its own frame's detections message
+    assert kind == "detections" and before.seq == event.frame_seq
+    sidecar = json.loads((tmp_path / "snapshots" / "cam" / f"{event.snapshot_id}.json").read_text())
+    assert sidecar["frame_seq"] == event.frame_seq
+    assert [b["box"] for b in sidecar["boxes"]] == [list(event.box)]
+    jpeg = (tmp_path / "snapshots" / "cam" / f"{event.snapshot_id}.jpg").read_bytes()
+    image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    # away from the drawn box, the picture is the event frame's grey, not the slot's later 255
+    assert abs(int(image[20, 20, 0]) - brightness[event.frame_seq]) <= 3
+    assert worker.store.event_jpeg(event.event_id) == jpeg
+    assert publisher.snapshots and publisher.snapshots[-1][1] == jpeg
+
+
+def test_a_full_encoder_queue_drops_the_snapshot_without_blocking(tmp_path: Path) -> None:
+    gate = threading.Event()
+    config = AnalyticsConfig(lines=[LineConfig(name="door", a=(160, 0), b=(160, 240), in_side="right")])
+    store = SnapshotStore(tmp_path / "s", {"cam": 5})
+    publisher = Publisher()
+    worker = SnapshotWorker(store, {"cam": config.snapshots}, lambda c, j: gate.wait(10), queue_size=1)
+    job = SnapshotJob("a" * 32, "cam", 1, 0.0, np.zeros((H, W, 3), np.uint8), "bgr", [], ["e" * 32], frozenset())
+    offered = [worker.offer(job) for _ in range(5)]  # the worker holds one, the queue one; the rest are dropped
+    assert offered[:1] == [True] and offered.count(False) >= 3
+    assert worker.counters()["dropped"]["cam"] == offered.count(False)
+    gate.set()
+    worker.stop()
+    assert publisher.snapshots == []
