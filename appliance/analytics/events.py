@@ -138,7 +138,7 @@ class Analytics:
         self._drop_removed(ts.removed_ids, events, ctx)
         order = np.argsort(ts.ids, kind="stable")
         ids, seen = ts.ids[order], ts.seen[order]
-        self._align(ids)
+        self._align(ids, ts.first_boxes[order])
         rows = np.nonzero(seen >= 0)[0]
         if len(rows):
             det_boxes = ts.boxes[order][rows]
@@ -167,8 +167,10 @@ class Analytics:
         self._dwelt, self._side, self._last = self._dwelt[keep], self._side[keep], self._last[keep]
         self._class, self._score = self._class[keep], self._score[keep]
 
-    def _align(self, ids: np.ndarray) -> None:
-        """Rows of the state for ``ids`` (ascending): existing tracks keep theirs, new ones start outside."""
+    def _align(self, ids: np.ndarray, first_boxes: np.ndarray) -> None:
+        """Rows of the state for ``ids`` (ascending): existing tracks keep theirs; new ones start outside every
+        zone, with the anchor and line sides of the detection that started them (their birth, not their
+        confirmation), so a line crossed during the birth buffer is still seen as crossed."""
         if np.array_equal(ids, self._ids):
             return
         pos = np.searchsorted(self._ids, ids)
@@ -191,6 +193,12 @@ class Analytics:
         self._class = take(self._class, np.zeros((), dtype=np.int32))
         self._score = take(self._score, np.zeros((), dtype=np.float32))
         self._ids = ids
+        if not existing.all() and len(ids):
+            new = np.nonzero(~existing)[0]
+            born_at = anchor_points(first_boxes[new], self.config.anchor)
+            self._last[new] = born_at
+            if nl:
+                self._side[new] = self.layout.sides(born_at)
 
     def _zones(self, rows: np.ndarray, points: np.ndarray, info: tuple, events: list[Event],
                ctx: tuple[int, float]) -> None:

@@ -138,3 +138,23 @@ def test_low_score_detections_keep_a_track_alive_but_start_none() -> None:
     for i in range(5):
         tracked, _, _ = b.step(i, i / FPS, frame(box_at(100 + 5 * i), scores=[0.2]))
         assert len(tracked.track_ids) == 0
+
+
+def test_a_narrow_fast_walker_keeps_one_track() -> None:
+    # yolov3-tiny's boxes on vtest's walkers: 12 px wide, 45 tall, moving 8 px a frame at 10 fps. Plain IoU of
+    # two such boxes 8 px apart is 4/20 = 0.2, below birth_iou 0.3, so no track would ever be born; grown by the
+    # 0.3 buffer on each side (19.2 px) they overlap 11.2/27.2 = 0.41.
+    for buffer, expected in ((0.3, {1}), (0.0, set())):
+        a = analytics(zones=[], tracker=TrackerConfig(buffer=buffer))
+        ids = set()
+        for i in range(20):
+            tracked, _, _ = a.step(i, i / FPS, frame(box_at(100 + 8 * i, 300, w=12, h=45)))
+            ids |= {int(t) for t in tracked.track_ids if t >= 0}
+        assert ids == expected, buffer
+
+
+def test_a_line_crossed_during_the_birth_buffer_counts_once_confirmed() -> None:
+    # First seen at x=295 (frame 0, left of the door at 300), confirmed at frame 2 (birth_frames=3) at x=315.
+    a = analytics(zones=[], lines=[LineConfig(name="door", a=(300, 0), b=(300, 480), in_side="left")])
+    events = run(a, [frame(box_at(295 + 10 * i)) for i in range(6)])
+    assert [(e.type, e.direction, e.frame_seq, e.track_id) for e in events] == [("cross", "in", 2, 1)]
