@@ -103,14 +103,14 @@ class Analytics:
         self.layout = Layout(config, width, height)
         self.tracker = ByteTracker(config.tracker)
         nz, nl = len(self.layout.zone_names), len(self.layout.line_names)
-        self._ids = np.zeros(0, dtype=np.int64)            # confirmed tracks, ascending
-        self._inside = np.zeros((0, nz), dtype=bool)
-        self._since = np.zeros((0, nz))                    # capture time of the frame it entered
-        self._dwelt = np.zeros((0, nz), dtype=bool)
-        self._side = np.zeros((0, nl), dtype=np.int8)      # last side seen off the line, 0 before any
-        self._last = np.zeros((0, 2))                      # anchor where last seen
-        self._class = np.zeros(0, dtype=np.int32)           # class and score when last seen, for a lost exit
-        self._score = np.zeros(0, dtype=np.float32)
+        self._ids: np.ndarray = np.zeros(0, dtype=np.int64)            # confirmed tracks, ascending
+        self._inside: np.ndarray = np.zeros((0, nz), dtype=bool)
+        self._since: np.ndarray = np.zeros((0, nz))                    # capture time of the frame it entered
+        self._dwelt: np.ndarray = np.zeros((0, nz), dtype=bool)
+        self._side: np.ndarray = np.zeros((0, nl), dtype=np.int8)      # last side seen off the line, 0 before any
+        self._last: np.ndarray = np.zeros((0, 2))                      # anchor where last seen
+        self._class: np.ndarray = np.zeros(0, dtype=np.int32)  # class and score when last seen, for a lost exit
+        self._score: np.ndarray = np.zeros(0, dtype=np.float32)
         self._seq = 0
         self.counts = Counts({n: {"current": 0, "entered": 0, "exited": 0} for n in self.layout.zone_names},
                              {n: {"in": 0, "out": 0} for n in self.layout.line_names})

@@ -104,12 +104,12 @@ class ByteTracker:
     def __init__(self, config: TrackerConfig) -> None:
         self.config = config
         self._kf = KalmanBoxes.empty()
-        self._track_id = np.zeros(0, dtype=np.int64)  # NO_TRACK while tentative
-        self._class = np.zeros(0, dtype=np.int32)
-        self._score = np.zeros(0, dtype=np.float32)
-        self._hits = np.zeros(0, dtype=np.int32)      # consecutive frames seen while tentative
-        self._missed = np.zeros(0, dtype=np.int32)    # frames since last seen
-        self._first = np.zeros((0, 4))                # xyxy of the detection that started the track
+        self._track_id: np.ndarray = np.zeros(0, dtype=np.int64)  # NO_TRACK while tentative
+        self._class: np.ndarray = np.zeros(0, dtype=np.int32)
+        self._score: np.ndarray = np.zeros(0, dtype=np.float32)
+        self._hits: np.ndarray = np.zeros(0, dtype=np.int32)      # consecutive frames seen while tentative
+        self._missed: np.ndarray = np.zeros(0, dtype=np.int32)    # frames since last seen
+        self._first: np.ndarray = np.zeros((0, 4))                # xyxy of the detection that started the track
         self._next_id = 1
 
     @property
@@ -148,7 +148,7 @@ class ByteTracker:
 
         rows = np.concatenate([r1, r2, r3])
         cols = np.concatenate([c1, c2, c3])
-        matched_det = np.full(n, -1, dtype=np.int64)
+        matched_det: np.ndarray = np.full(n, -1, dtype=np.int64)
         matched_det[rows] = cols
         self._kf.update(rows, xyxy_to_cxcywh(d_boxes[cols]))
         self._score[rows] = d_scores[cols]

@@ -90,7 +90,7 @@ class RingWriter(_Mapped):
             self._unmap()
             raise RingBusyError(f"camera {self.camera_id!r} already has a live capture process (pid {pid_now})")
         g = self.geometry
-        self._views = [
+        self._views: list[np.ndarray] = [
             np.ndarray((g.height, g.width, g.channels), np.uint8, buffer=self._mm, offset=self._frame_offset(k))
             for k in range(g.slots)
         ]
@@ -277,7 +277,8 @@ class RingReader(_Mapped):
 
     def _lease(self, slot: int, meta: np.ndarray, seq: int, after_seq: int | None) -> FrameLease:
         g = self.geometry
-        array = np.ndarray((g.height, g.width, g.channels), np.uint8, buffer=self._mm, offset=self._frame_offset(slot))
+        array: np.ndarray = np.ndarray((g.height, g.width, g.channels), np.uint8, buffer=self._mm,
+                                       offset=self._frame_offset(slot))
         array.flags.writeable = False
         if after_seq is not None and seq > after_seq + 1:
             self.frames_skipped += seq - after_seq - 1

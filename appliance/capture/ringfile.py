@@ -60,9 +60,9 @@ def check_shm_space(root: Path | str, needed: int, what: str, statvfs: Callable 
 def map_ring(fd: int, size: int) -> tuple[mmap.mmap, np.ndarray, np.ndarray]:
     """Map ``size`` bytes of the ring file: the mapping, and views of its header and slot table into it."""
     mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    header = np.ndarray((), RING_HEADER, buffer=mm, offset=0)
+    header: np.ndarray = np.ndarray((), RING_HEADER, buffer=mm, offset=0)
     count = int(header["slot_count"]) if bytes(header["magic"]) == MAGIC else 0
-    slots = np.ndarray((count,), SLOT_META, buffer=mm, offset=RING_HEADER.itemsize)
+    slots: np.ndarray = np.ndarray((count,), SLOT_META, buffer=mm, offset=RING_HEADER.itemsize)
     return mm, header, slots
 
 
