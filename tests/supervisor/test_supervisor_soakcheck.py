@@ -11,6 +11,7 @@ from support.soakcheck import (Sample, Seen, check_camera, check_contract, check
                                parse_status_rss_kib)
 
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo, detections_payload
+from appliance.mqtt.numbering import MessageNumber
 
 
 def _contract(camera: str, boot: str, numbers: list[int], ids: list[str] | None = None) -> list[Seen]:
@@ -58,10 +59,15 @@ def test_a_seq_gap_that_frames_skipped_does_not_explain_is_counted() -> None:
 
 
 def _payload(camera: str, seq: int, message_id: str) -> dict:
-    """A detections payload as today's appliance builds it (no boot_id / message_seq)."""
+    """A detections payload as an appliance from before the message counter sent it: today's payload without
+    boot_id, message_seq and frames_skipped (what the soak's fallback has to read)."""
     msg = DetectionsMessage(camera_id=camera, seq=seq, capture_time=1700000000.0 + seq,
-                            model=ModelInfo("yolov3-tiny", "base"), image_width=640, image_height=480)
-    return detections_payload(msg, "dev1", message_id)
+                            model=ModelInfo("yolov3-tiny", "base", "sha256:" + "0" * 64), image_width=640,
+                            image_height=480, latency_ms={"queue": 1.0, "inference": 2.0, "total": 3.0})
+    payload = detections_payload(msg, "dev1", message_id, MessageNumber("0" * 32, seq, 0))
+    for key in ("boot_id", "message_seq", "frames_skipped"):
+        del payload[key]
+    return payload
 
 
 def test_todays_payloads_fall_back_to_seq_gaps_and_message_id_redeliveries() -> None:
