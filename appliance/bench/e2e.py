@@ -19,6 +19,11 @@ detector's own p50 compute time in a plain loop *paced at the same rate* (a dete
 frames computes slower than one run back to back; both sides pay that). ``detector_alone_vs_naive`` is the
 ceiling ``e2e_vs_naive`` would reach at the detector alone's rate. Last line:
 ``e2e_vs_detector_alone=<ratio>``.
+
+``--analytics`` adds one more alternative, run right after the appliance: the same appliance, cameras and video
+with analytics on every camera (tracking, a zone with a dwell time, a line, snapshots on; ANALYTICS below). It
+adds ``e2e_analytics_vs_e2e=<ratio>`` and, last, ``e2e_analytics_vs_detector_alone=<ratio>`` after the lines
+above, which keep their order. An option, not always on, so the default run keeps its length and its last line.
 """
 
 from __future__ import annotations
@@ -43,6 +48,20 @@ from appliance.paths import models_dir, profiles_dir
 from appliance.triton.server import Server
 
 PROFILE = profiles_dir() / "yolov3-tiny.yaml"
+
+# Each camera's analytics in the --analytics run (normalized, so independent of the frame size): every class,
+# a zone over most of the frame (the sample video's objects, whose bottom centres sit at 0.6..0.9 of its height,
+# enter it at every change of image, sit in it past the dwell time, and exit when their tracks are lost), a line
+# at 0.8 of the height (some bottom edges jitter across it while the picture zooms), and a snapshot per frame
+# that raised events.
+ANALYTICS = """
+    analytics:
+      zones:
+        - {name: floor, units: normalized, points: [[0.1, 0.1], [0.9, 0.1], [0.9, 0.95], [0.1, 0.95]], dwell_s: 1.0}
+      lines:
+        - {name: sill, units: normalized, a: [0.0, 0.8], b: [1.0, 0.8], in_side: right}
+      snapshots: {enabled: true}
+"""
 
 
 @dataclass
@@ -80,6 +99,28 @@ def _subscriber(port: int, topic: str, into: Received):
     client.on_message = on_message
     client.connect("127.0.0.1", port)
     client.subscribe(topic, qos=1)
+    client.loop_start()
+    return client
+
+
+def _topic_counter(port: int, topics: tuple[str, ...], into: dict[str, int]):
+    """Counts messages per last topic level (``events``, ``snapshot``) into ``into``, from ``into``'s keys."""
+    import paho.mqtt.client as paho
+
+    lock = threading.Lock()
+
+    def on_message(_client, _userdata, msg) -> None:
+        if msg.retain:  # a retained snapshot from before this window is no new one
+            return
+        leaf = msg.topic.rsplit("/", 1)[-1]
+        with lock:
+            into[leaf] = into.get(leaf, 0) + 1
+
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"bench-count-{os.getpid()}")
+    client.on_message = on_message
+    client.connect("127.0.0.1", port)
+    for topic in topics:
+        client.subscribe(topic, qos=1)
     client.loop_start()
     return client
 
@@ -237,9 +278,12 @@ def _stage_means(before: dict[str, tuple[float, int]], after: dict[str, tuple[fl
 
 
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
-                    split: dict[str, float] | None = None) -> tuple[float, list[float]]:
+                    split: dict[str, float] | None = None, analytics: dict[str, int] | None = None
+                    ) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
-    gets the mean ms per stage over the same window (see ``_stage_totals``) and ``capture_to_submit``."""
+    gets the mean ms per stage over the same window (see ``_stage_totals``) and ``capture_to_submit``. Given
+    ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
+    over the measuring window (proof that the analytics did work, not only that they were configured)."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
@@ -252,8 +296,8 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     width: 640
     height: 480
     fps: {fps}
-""" for n in range(cameras))
-    config_path = workdir / f"bench-{cameras}.yaml"
+{ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
+    config_path = workdir / f"bench-{cameras}{'-analytics' if analytics is not None else ''}.yaml"
     config_path.write_text(f"""
 device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}}}
@@ -263,6 +307,9 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
 """)
     received = Received()
     sub = _subscriber(port, "appliance/bench/+/detections", received)
+    counted: dict[str, int] = {"events": 0, "snapshot": 0}
+    counter = (_topic_counter(port, ("appliance/bench/+/events", "appliance/bench/+/snapshot"), counted)
+               if analytics is not None else None)
     app = Appliance(load_config(config_path, AppConfig))
     try:
         app.start()
@@ -271,6 +318,7 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
             raise RuntimeError("the appliance started without its Triton server")
         time.sleep(3)  # warm-up: first batches, capture processes settling
         start_count = received.count()
+        counted_before = dict(counted)
         before = _stage_totals(server) if split is not None else {}
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
@@ -278,6 +326,8 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
             time.sleep(0.5)
         elapsed = time.perf_counter() - t0
         got = received.since(start_count)
+        if analytics is not None:
+            analytics.update({key: counted[key] - counted_before[key] for key in counted})
         if split is not None:
             time.sleep(1.1)  # the stages push their own timers at most once a second
             split.update(_stage_means(before, _stage_totals(server)))
@@ -289,6 +339,9 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
         app.stop()
         sub.loop_stop()
         sub.disconnect()
+        if counter is not None:
+            counter.loop_stop()
+            counter.disconnect()
         shutil.rmtree(shm_root, ignore_errors=True)
     return len(got) / elapsed, got
 
@@ -324,6 +377,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--latency-fps", type=float, default=4.0, help="the one camera's rate in the latency run")
     parser.add_argument("--quick", action="store_true", help="8 s per alternative")
     parser.add_argument("--triton-home", type=Path, default=None)
+    parser.add_argument("--analytics", action="store_true",
+                        help="also run the appliance with analytics on every camera (tracking, a zone, a line, "
+                             "snapshots); ends with e2e_analytics_vs_detector_alone=<ratio>")
     args = parser.parse_args(argv)
     seconds = 8.0 if args.quick else args.seconds
 
@@ -357,6 +413,11 @@ def main(argv: list[str]) -> int:
             det_fps_a, det_p50 = bench_detector(onnx, tensors, seconds / 2)
             naive_fps, naive_lat = bench_naive(repo, dist, video, port, seconds, workdir)
             app_fps, app_sat_lat = bench_appliance(workdir, video, port, args.cameras, args.fps, seconds)
+            analytics: dict[str, int] = {}
+            an_fps, an_lat = float("nan"), list[float]()
+            if args.analytics:  # right after the plain appliance: the two compare under the same load
+                an_fps, an_lat = bench_appliance(workdir, video, port, args.cameras, args.fps, seconds,
+                                                 analytics=analytics)
             split: dict[str, float] = {}
             _, app_lat = bench_appliance(workdir, video, port, 1, args.latency_fps, seconds, split)
             det_fps_b, _ = bench_detector(onnx, tensors, seconds / 2)
@@ -379,6 +440,10 @@ def main(argv: list[str]) -> int:
         (f"appliance (1 camera x {args.latency_fps:g} fps, below capacity)", None, _p(app_lat, 0.5),
          _p(app_lat, 0.99)),
     ]
+    if args.analytics:
+        rows.insert(4, (f"appliance + analytics ({args.cameras} cameras, {analytics['events']} events, "
+                        f"{analytics['snapshot']} snapshots)",
+                        an_fps, _p(an_lat, 0.5), _p(an_lat, 0.99)))
     for label, fps, p50, p99 in rows:
         cells = [f"{fps:>10.1f}" if fps is not None else f"{'':>10}", f"{p50:>9.1f}",
                  f"{p99:>9.1f}" if p99 is not None else f"{'':>9}"]
@@ -392,4 +457,7 @@ def main(argv: list[str]) -> int:
     print(f"detector_alone_vs_naive={det_fps / naive_fps:.2f}")
     print(f"e2e_vs_naive={app_fps / naive_fps:.2f}")
     print(f"e2e_vs_detector_alone={app_fps / det_fps:.2f}")
+    if args.analytics:
+        print(f"e2e_analytics_vs_e2e={an_fps / app_fps:.2f}")
+        print(f"e2e_analytics_vs_detector_alone={an_fps / det_fps:.2f}")
     return 0

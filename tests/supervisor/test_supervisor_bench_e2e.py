@@ -1,4 +1,5 @@
-"""`appliance bench e2e` runs all its alternatives for real (a short run) and ends with its headline ratio."""
+"""`appliance bench e2e` runs all its alternatives for real (a short run) and ends with its headline ratio; with
+``--analytics`` it adds the appliance with analytics on and ends with that ratio."""
 
 from __future__ import annotations
 
@@ -13,20 +14,27 @@ pytestmark = [
     pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
 ]
 
+# The key=value lines of a plain run, in their order; --analytics appends its two after them.
+KEYS = ["latency_beyond_detector_compute_same_run_p50_ms", "latency_overhead_p50_ms", "detector_alone_vs_naive",
+        "e2e_vs_naive", "e2e_vs_detector_alone"]
+ANALYTICS_KEYS = ["e2e_analytics_vs_e2e", "e2e_analytics_vs_detector_alone"]
 
-def test_short_run_measures_every_alternative_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+
+@pytest.mark.parametrize("analytics", [False, True], ids=["plain", "analytics"])
+def test_short_run_measures_every_alternative_smoke(capsys: pytest.CaptureFixture[str], analytics: bool) -> None:
     """Smoke test: every alternative runs and publishes, the table and latency split are complete and the key=value
-    last lines parse and agree with each other. No speed floor: on this 2-core CPU host the detector's compute
-    dominates every alternative, so e2e_vs_naive sits near 1 and moves with the machine's load."""
-    assert e2e.main(["--seconds", "3", "--cameras", "2", "--fps", "6", "--latency-fps", "3"]) == 0
+    last lines parse, come in their order and agree with each other. No speed floor: on this 2-core CPU host the
+    detector's compute dominates every alternative, so e2e_vs_naive sits near 1 and moves with the machine's load."""
+    argv = ["--seconds", "3", "--cameras", "2", "--fps", "6", "--latency-fps", "3"]
+    assert e2e.main(argv + (["--analytics"] if analytics else [])) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     table = "\n".join(lines)
     for row in ("detector alone", "naive (OpenCV client + tritonclient HTTP", "appliance (2 cameras",
                 "appliance (1 camera"):
         assert row in table
-    rates = {m.group(1): float(m.group(2)) for m in (re.match(r"(\w+)=(-?[\d.]+)$", line) for line in lines) if m}
-    assert set(rates) == {"latency_beyond_detector_compute_same_run_p50_ms", "latency_overhead_p50_ms",
-                          "detector_alone_vs_naive", "e2e_vs_naive", "e2e_vs_detector_alone"}
+    pairs = [(m.group(1), float(m.group(2))) for m in (re.match(r"(\w+)=(-?[\d.]+)$", line) for line in lines) if m]
+    assert [key for key, _ in pairs] == KEYS + (ANALYTICS_KEYS if analytics else [])
+    rates = dict(pairs)
     # the latency split names every stage with its work inside the stub, from the same run
     split = next(line for line in lines if line.startswith("1-camera latency split"))
     for stage in ("capture->submit", "preprocess", "detector", "postprocess", "rest to the subscriber"):
@@ -37,4 +45,16 @@ def test_short_run_measures_every_alternative_smoke(capsys: pytest.CaptureFixtur
     # the ceiling line is the product of the other two ratios' parts (same rates, same run)
     assert rates["detector_alone_vs_naive"] == pytest.approx(
         rates["e2e_vs_naive"] / rates["e2e_vs_detector_alone"], rel=0.05)  # each rounded to 0.01
-    assert re.fullmatch(r"e2e_vs_detector_alone=\d+\.\d\d", lines[-1])
+    if not analytics:
+        assert "analytics" not in table
+        assert re.fullmatch(r"e2e_vs_detector_alone=\d+\.\d\d", lines[-1])
+        return
+    row = re.search(r"appliance \+ analytics \(2 cameras, (\d+) events, (\d+) snapshots\)", table)
+    assert row is not None, table
+    # the analytics did work in the window: objects appear in the zone at every change of the sample's image
+    assert int(row.group(1)) > 0 and int(row.group(2)) > 0, row.group(0)
+    assert rates["e2e_analytics_vs_e2e"] > 0
+    # both analytics ratios share the analytics run's rate: their quotient is the plain appliance's ratio
+    assert rates["e2e_analytics_vs_detector_alone"] == pytest.approx(
+        rates["e2e_analytics_vs_e2e"] * rates["e2e_vs_detector_alone"], rel=0.05, abs=0.01)
+    assert re.fullmatch(r"e2e_analytics_vs_detector_alone=\d+\.\d\d", lines[-1])
