@@ -3,8 +3,8 @@
 #   1. the README's setup (scripts/setup.sh), timed;
 #   2. Triton's aarch64 build starts (appliance triton-info, and the ensemble below);
 #   3. the real detector's ensemble gives the x86_64 host's detections on real images (scripts/detect_images.py);
-#   4. the appliance runs the sample camera to a local broker until N detections messages arrive, then stops
-#      cleanly on SIGTERM;
+#   4. the appliance runs the sample camera (scripts/setup.d/30-sample-video.sh) to a local broker until N
+#      detections messages arrive, then stops cleanly on SIGTERM;
 #   5. the tests marked `aarch64` (pytest -m aarch64).
 # Emulated ONNX Runtime is slow, so the engine build uses a smoke profile (one golden sample instead of two).
 set -euo pipefail
@@ -43,8 +43,24 @@ app=""
 cleanup() { [ -z "$app" ] || kill "$app" 2>/dev/null || true; kill "$broker" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-APPLIANCE_STATE_DIR=$state APPLIANCE_ENGINES_DIR=$engines APPLIANCE_MQTT_PORT=$port APPLIANCE_HEALTH_PORT=19108 \
-  .venv/bin/appliance run > "$state/appliance.log" 2>&1 &
+# The sample camera at a rate emulation can serve: one inference through the emulated ensemble takes seconds
+# (about 50x native), so frames are slow, requests may take up to 2 minutes, and one warm-up round is enough.
+cat > "$state/smoke.yaml" <<YAML
+device: {id: arm64-smoke}
+cameras:
+  - id: sample
+    source: {type: file, path: $PWD/.models/sample/sample.mp4, loop: true, realtime: true}
+    width: 640
+    height: 480
+    resize: true
+    fps: 0.5
+pipeline: {request_timeout_s: 120, warmup_frames: 1}
+paths: {state_dir: $state}
+mqtt: {host: 127.0.0.1, port: $port}
+health: {port: 19108}
+YAML
+.venv/bin/appliance check-config --no-machine "$state/smoke.yaml"
+APPLIANCE_ENGINES_DIR=$engines .venv/bin/appliance run --config "$state/smoke.yaml" > "$state/appliance.log" 2>&1 &
 app=$!
 # Engine build (verify + timing, emulated) and Triton start come first: allow up to 15 minutes.
 if ! timeout 900 mosquitto_sub -h 127.0.0.1 -p "$port" -C "$FRAMES" -t 'appliance/+/+/detections' > "$state/messages"; then
