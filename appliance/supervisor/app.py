@@ -44,11 +44,10 @@ from appliance.serving.recovery import PipelineRecovery, PipelineState
 from appliance.serving.reload import TritonReloader
 from appliance.serving.router import Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
-from appliance.serving.warmup import FrameShape, WarmupPlan
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
 from appliance.supervisor.children import ChildState, ChildSupervisor
-from appliance.supervisor.detectorplan import plan_detector
+from appliance.supervisor.detectorplan import plan_detector, plan_warmup
 from appliance.supervisor.enginestatus import EngineStatusForwarder
 from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
 from appliance.supervisor.framepath import FramePath
@@ -62,7 +61,6 @@ log = logging.getLogger("appliance.supervisor")
 # The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
 # often anyway, in case a capture process could not ring (a missed ring costs at most this much latency).
 IDLE_POLL_S = 0.05
-WARMUP_MAX_CONCURRENCY = 32  # a larger max_inflight only queues in Triton: no new batch size or instance to warm
 
 
 class StartupError(RuntimeError):
@@ -213,7 +211,7 @@ class Appliance:
         switcher = self._switcher = TritonSwitcher(self.server, self.repository_dir, self.router,
                                                    options=self._repo_options,
                                                    drain_timeout_s=self.config.pipeline.drain_timeout_s,
-                                                   warmup=self._warmup_plan())
+                                                   warmup=plan_warmup(self.config, self._max_inflight))
         self.ota = OtaManager(state_dir, TrustedKeys.from_paths(ota.trusted_keys), switcher, config=ota,
                               status_cb=self._on_ota_status, base_spec=self._base_model)
         self._step("loading the served model (the active OTA version, else the base model)")
@@ -228,13 +226,6 @@ class Appliance:
         self.publisher.on_command("ota", self._ota_commands)
         if ota.inbox is not None:
             self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
-
-    def _warmup_plan(self) -> WarmupPlan:
-        """Warm-up frames as the cameras deliver them (each size and channel order once), as many at once as the
-        scheduler keeps in flight (the detector's batches and instances)."""
-        shapes = dict.fromkeys(FrameShape(c.height, c.width, c.pixel_format.upper()) for c in self.config.cameras)
-        return WarmupPlan(frames=self.config.pipeline.warmup_frames, shapes=tuple(shapes),
-                          concurrency=min(self._max_inflight or 1, WARMUP_MAX_CONCURRENCY))
 
     def _base_model(self) -> ModelSpec:
         assert self._base_spec is not None, "the repository step sets it before the OTA manager starts"

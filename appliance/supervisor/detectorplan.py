@@ -1,4 +1,5 @@
-"""How the detector is laid out for this device's cameras, and how many requests the scheduler keeps in flight.
+"""How the detector is laid out for this device's cameras, how many requests the scheduler keeps in flight, and
+how a freshly loaded model is warmed up for them.
 
 Chosen once at start from the config and the engine's build-time timing (appliance.modelrepo.layout), and logged
 with why, so the start log says what the appliance will do with the machine.
@@ -12,8 +13,10 @@ import math
 from appliance.appconfig.app import AppConfig
 from appliance.engines.manager import InstalledEngine
 from appliance.modelrepo.layout import DetectorLayout, detector_layout
+from appliance.serving.warmup import FrameShape, WarmupPlan
 
 log = logging.getLogger("appliance.supervisor")
+WARMUP_MAX_CONCURRENCY = 32  # a larger max_inflight only queues in Triton: no new batch size or instance to warm
 
 
 def plan_detector(config: AppConfig, engine: InstalledEngine) -> tuple[DetectorLayout, int]:
@@ -31,3 +34,11 @@ def plan_detector(config: AppConfig, engine: InstalledEngine) -> tuple[DetectorL
              else f"{engine.frame_ms:.1f} ms per frame on every core",
              max_inflight, "" if config.pipeline.max_inflight else " (enough to keep it busy)")
     return layout, max_inflight
+
+
+def plan_warmup(config: AppConfig, max_inflight: int | None) -> WarmupPlan:
+    """Warm-up frames as the cameras deliver them (each size and channel order once), as many at once as the
+    scheduler keeps in flight (the detector's batches and instances)."""
+    shapes = dict.fromkeys(FrameShape(c.height, c.width, c.pixel_format.upper()) for c in config.cameras)
+    return WarmupPlan(frames=config.pipeline.warmup_frames, shapes=tuple(shapes),
+                      concurrency=min(max_inflight or 1, WARMUP_MAX_CONCURRENCY))
