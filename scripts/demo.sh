@@ -27,7 +27,7 @@ fi
 # What a subscriber on the line sees (one line per message, cut for the terminal): events and counts in full,
 # the camera's retained JPEG snapshot left out (binary; GET /cameras/hall/latest.jpg on the health port shows it).
 mosquitto_sub -h 127.0.0.1 -p "$PORT" -v -t 'appliance/demo/#' -T 'appliance/demo/+/snapshot' \
-  -T 'appliance/demo/+/events' -T 'appliance/demo/+/counts' | cut -c1-220 &
+  -T 'appliance/demo/+/events' -T 'appliance/demo/+/counts' | stdbuf -oL cut -c1-220 &
 pids+=($!)
 mosquitto_sub -h 127.0.0.1 -p "$PORT" -v -t 'appliance/demo/+/events' -t 'appliance/demo/+/counts' &
 pids+=($!)
