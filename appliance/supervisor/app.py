@@ -390,13 +390,15 @@ class Appliance:
         self._children.stop_all(lambda child: cast(CaptureChild, child).process.stop())
         if self._tegrastats is not None:
             self._tegrastats.stop()
+        # Triton before the rings: a frame still in flight when the drain gave up holds a lease whose memory Triton
+        # reads in place; stopping the server fails such requests and hands their leases back.
+        if self.server is not None:
+            self.server.stop()
         for cam in self._cameras.values():
             cam.close()
         if self._doorbell is not None:
             self._doorbell.close()
             self._doorbell = None
-        if self.server is not None:
-            self.server.stop()
         if self.health_server is not None:
             self.health_server.close()
         if self.publisher is not None:

@@ -56,9 +56,15 @@ class SupervisedCamera:
             self.published_state = state
 
     def close(self) -> None:
-        """The scheduler's reader, then the capture's ring (its process was stopped first)."""
+        """The scheduler's reader, then the capture's ring (its process was stopped first). A lease that a request
+        Triton never finished still holds (a server abandoned at stop) keeps the reader mapped until the process
+        exits: unmapping memory Triton may still read is worse than a mapping the exit frees."""
         if self.reader is not None:
-            self.reader.close()
+            try:
+                self.reader.close()
+            except RingError as exc:
+                log.warning("camera %s: %s; left mapped until the appliance exits", self.id, exc,
+                            extra={"camera": self.id, "stage": "capture"})
         self.capture.close()
 
 
