@@ -44,7 +44,8 @@ cleanup() { [ -z "$app" ] || kill "$app" 2>/dev/null || true; kill "$broker" 2>/
 trap cleanup EXIT
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 # The sample camera at a rate emulation can serve: one inference through the emulated ensemble takes seconds
-# (about 50x native), so frames are slow, requests may take up to 2 minutes, and one warm-up round is enough.
+# (about 50x native), so frames are slow, requests and the drain at stop may take up to 2 minutes, and one
+# warm-up round is enough.
 cat > "$state/smoke.yaml" <<YAML
 device: {id: arm64-smoke}
 cameras:
@@ -54,7 +55,7 @@ cameras:
     height: 480
     resize: true
     fps: 0.5
-pipeline: {request_timeout_s: 120, warmup_frames: 1}
+pipeline: {request_timeout_s: 120, drain_timeout_s: 120, warmup_frames: 1}
 paths: {state_dir: $state}
 mqtt: {host: 127.0.0.1, port: $port}
 health: {port: 19108}
