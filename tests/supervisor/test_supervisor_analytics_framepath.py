@@ -26,6 +26,8 @@ from appliance.triton.infer import InferResult
 
 ROUTE = Route("detect", ("detector", "detect"), "yolov3-tiny", None, ("person", "dog"),
               engine_key="0123456789abcdef0123", model_hash="sha256:" + "5e" * 32)
+ROUTE_V2 = Route("ota-2-detect", ("ota-2-detector", "ota-2-detect"), "yolov3-tiny", "2", ("person", "dog"),
+                 engine_key="fedcba9876543210fedc", model_hash="sha256:" + "7a" * 32)
 W, H = 320, 240
 
 
@@ -77,7 +79,10 @@ def _result(x: float) -> InferResult:
                                                   "CLASSES": np.array([0], np.int32)})
 
 
-def _walk(tmp_path: Path, queue_size: int = 4) -> tuple[Publisher, SnapshotWorker, list[int]]:
+def _walk(tmp_path: Path, queue_size: int = 4, switch_at: int | None = None,
+          ) -> tuple[Publisher, SnapshotWorker, list[int]]:
+    """One person walking left to right across the door line; ``switch_at``: the frame at which an OTA switch
+    moves traffic to another model version (the router's route changes, as OtaManager does it)."""
     config = AnalyticsConfig(classes={"person": 0.3},
                              lines=[LineConfig(name="door", a=(160, 0), b=(160, 240), in_side="right")],
                              tracker={"birth_frames": 2}, snapshots=SnapshotConfig(max_width=W, jpeg_quality=95))
@@ -92,6 +97,8 @@ def _walk(tmp_path: Path, queue_size: int = 4) -> tuple[Publisher, SnapshotWorke
     ring = np.zeros((H, W, 3), np.uint8)  # one slot, reused by every frame: what a busy ring does
     brightness = []
     for seq, x in enumerate(range(100, 220, 10)):
+        if seq == switch_at:
+            router.set(ROUTE_V2)
         ring[:] = 10 + 15 * seq  # this frame's own grey level
         brightness.append(10 + 15 * seq)
         meta = FrameMeta("cam", seq, 0.0, 1000.0 + seq, W, H, "bgr")
@@ -138,3 +145,15 @@ def test_a_full_encoder_queue_drops_the_snapshot_without_blocking(tmp_path: Path
     gate.set()
     worker.stop()
     assert publisher.snapshots == []
+
+
+def test_track_ids_and_event_seq_survive_an_ota_switch_mid_walk(tmp_path: Path) -> None:
+    """The tracker lives in the supervisor, not in a model: traffic moving to another version mid-walk keeps the
+    walker's id and still raises the one crossing (the same as without a switch)."""
+    publisher, _, _ = _walk(tmp_path, switch_at=5)
+    messages = [m for kind, m in publisher.order if kind == "detections"]
+    assert {m.model.version for m in messages} == {"base", "2"}  # frames before and after the switch
+    ids = {d.track_id for m in messages for d in m.detections} - {None}
+    assert len(ids) == 1, f"one walker, one id across the switch, got {ids}"
+    events = [m for kind, m in publisher.order if kind == "event"]
+    assert [(e.event, e.direction, e.seq) for e in events] == [("cross", "out", 1)]
