@@ -14,11 +14,7 @@ OpenCV's vtest.avi (people walking), a real mosquitto that goes away for a while
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -28,7 +24,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from support.daemon import NotifySocket, Subscriber
+from support.daemon import RunningDaemon, Subscriber
 from support.mosquitto import Mosquitto
 from support.schemas import validate_message
 
@@ -92,23 +88,12 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
     port = _free_port()
     config = _config(tmp_path, broker, shm_root, device, port)
     subscriber = Subscriber(broker.port, f"appliance/{device}/#", persistent=True)
-    notify = NotifySocket(tmp_path / "notify.sock")
-    log_path = tmp_path / "daemon.log"
-    log = log_path.open("w")
-    daemon = subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)], stdout=log,
-                              stderr=subprocess.STDOUT, cwd=REPO,
-                              env={**os.environ, "NOTIFY_SOCKET": str(notify.path), "PYTHONFAULTHANDLER": "1"})
-
-    def wait(predicate, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert daemon.poll() is None, f"{what}: " + log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"{what}: " + log_path.read_text()[-3000:]
-            time.sleep(0.2)
+    daemon = RunningDaemon(tmp_path, config, REPO)
+    wait, notify = daemon.wait, daemon.notify
 
     snapshots: dict[str, bytes] = {}
     try:
-        assert notify.wait_for("READY=1", 240), log_path.read_text()[-3000:]
+        assert notify.wait_for("READY=1", 240), daemon.tail()
         wait(lambda: len(subscriber.of_type("event")) >= 3, 180, "the first events")
         broker.stop()
         outage_start_ms = time.time() * 1000
@@ -122,15 +107,10 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
                 snapshots[event["event_id"]] = _get(f"http://127.0.0.1:{port}/events/{event['event_id']}.jpg")
         latest = _get(f"http://127.0.0.1:{port}/cameras/hall/latest.jpg")
         metrics = _get(f"http://127.0.0.1:{port}/metrics").decode()
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=90) == 0, log_path.read_text()[-3000:]
+        assert daemon.terminate() == 0, daemon.tail()
     finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
-        log.close()
+        daemon.close()
         subscriber.close()
-        notify.close()
         broker.stop()
 
     events = list({e["event_id"]: e for e in subscriber.of_type("event")}.values())  # QoS 1 may redeliver

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from support.daemon import IMAGES, NotifySocket, Subscriber, make_camera_dir
+from support.daemon import IMAGES, RunningDaemon, Subscriber, make_camera_dir
 from support.mosquitto import Mosquitto
 from support.mqttdocs import documented_commands, subscriber_check
 from support.schemas import validate_message
@@ -75,22 +71,11 @@ def test_message_seq_is_contiguous_across_a_broker_outage_and_seq_gaps_are_the_s
     device = f"seq{uuid.uuid4().hex[:6]}"
     config = _config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), device)
     subscriber = Subscriber(broker.port, f"appliance/{device}/#", persistent=True)
-    notify = NotifySocket(tmp_path / "notify.sock")
-    log_path = tmp_path / "daemon.log"
-    log = log_path.open("w")
-    daemon = subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)], stdout=log,
-                              stderr=subprocess.STDOUT, cwd=REPO,
-                              env={**os.environ, "NOTIFY_SOCKET": str(notify.path), "PYTHONFAULTHANDLER": "1"})
-
-    def wait(predicate, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert daemon.poll() is None, f"{what}: " + log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"{what}: " + log_path.read_text()[-3000:]
-            time.sleep(0.2)
+    daemon = RunningDaemon(tmp_path, config, REPO)
+    wait, notify = daemon.wait, daemon.notify
 
     try:
-        assert notify.wait_for("READY=1", 240), log_path.read_text()[-3000:]
+        assert notify.wait_for("READY=1", 240), daemon.tail()
         wait(lambda: min(map(len, _detections(subscriber).values())) >= 4, 120, "first detections")
         # The running appliance's command registry, as any client sees it: the reply to an unknown command.
         subscriber.client.publish(f"appliance/{device}/command/no-such-command", json.dumps({"request_id": "q1"}),
@@ -105,15 +90,10 @@ def test_message_seq_is_contiguous_across_a_broker_outage_and_seq_gaps_are_the_s
         # The spool sends in order, so a frame captured 3 s after the outage arriving means the backlog came first.
         wait(lambda: all(any(m["capture_time_ms"] > outage_end_ms + 3000 for m in messages)
                          for messages in _detections(subscriber).values()), 120, "detections after the outage")
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=90) == 0, log_path.read_text()[-3000:]
+        assert daemon.terminate() == 0, daemon.tail()
     finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
-        log.close()
+        daemon.close()
         subscriber.close()
-        notify.close()
         broker.stop()
 
     by_camera = _detections(subscriber)

@@ -5,12 +5,17 @@ them together (a real broker and a private /dev/shm root)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import paho.mqtt.client as paho
 
@@ -138,3 +143,39 @@ health:
   port: 0
 """)
     return path
+
+
+class RunningDaemon:
+    """`appliance run --config CONFIG` as a real process reporting to a notify socket, its output in a log file."""
+
+    def __init__(self, tmp_path: Path, config: Path, cwd: Path) -> None:
+        self.notify = NotifySocket(tmp_path / "notify.sock")
+        self.log_path = tmp_path / "daemon.log"
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "appliance", "run", "--config", str(config)], stdout=self._log,
+            stderr=subprocess.STDOUT, cwd=cwd,
+            env={**os.environ, "NOTIFY_SOCKET": str(self.notify.path), "PYTHONFAULTHANDLER": "1"})
+
+    def tail(self) -> str:
+        return self.log_path.read_text()[-3000:]
+
+    def wait(self, predicate: Callable[[], object], timeout: float, what: str) -> None:
+        """Poll ``predicate`` until it holds; fail with the log's tail if the daemon exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert self.process.poll() is None, f"{what}: " + self.tail()
+            assert time.monotonic() < deadline, f"{what}: " + self.tail()
+            time.sleep(0.2)
+
+    def terminate(self, timeout: float = 90) -> int:
+        """SIGTERM, as systemd stops it; the exit code."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+        self.notify.close()
