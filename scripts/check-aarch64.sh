@@ -6,8 +6,8 @@
 #                                       into it, run the Dockerfile.igpu steps and scripts/aarch64-smoke.sh there
 #
 # The host (x86_64) first writes its own detections on real images; the root must reproduce them. What setup
-# installs in the root is kept between runs (~/.cache/appliance/arm64-root): a first run takes about 20 minutes,
-# later ones a few. Needs root. APPLIANCE_SKIP_AARCH64=1 skips it (say so wherever that is used).
+# installs in the root is kept between runs (~/.cache/appliance/arm64-root): a first run takes 25-40 minutes
+# (docs/jetson.md has the measured parts), later ones about 7. Needs root. APPLIANCE_SKIP_AARCH64=1 skips it (say so wherever that is used).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${APPLIANCE_SKIP_AARCH64:-}" = 1 ]; then
