@@ -86,6 +86,9 @@ def running(tmp_path_factory: pytest.TempPathFactory, detector_onnx: Path) -> It
             wait_until(lambda: len(subscriber.of_type("detections")) >= 8 or daemon.poll() is not None, 120, 0.2,
                        "eight detections")
             assert daemon.poll() is None, run.log_tail()
+            # A camera's fps is measured over one-second windows and read by the once-a-second tick: under load the
+            # first reading can still be the 0 it starts at when eight frames are already through.
+            wait_until(lambda: _summary(run)["cameras"]["line1"]["fps"] > 0, 30, 0.2, "a first fps reading")
             yield run
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(timeout=90) == 0, run.log_tail()
