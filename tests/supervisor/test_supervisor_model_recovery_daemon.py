@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from support.daemon import IMAGES, IMAGES_IN_ORDER, NotifySocket, Subscriber, make_camera_dir
+from support.daemon import IMAGES, IMAGES_IN_ORDER, RunningDaemon, Subscriber, make_camera_dir
 from support.mosquitto import Mosquitto
 from support.processes import stubs_serving
 
@@ -41,8 +41,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class Daemon:
-    """`appliance run` with a notify socket, its health endpoint and its log."""
+class Daemon(RunningDaemon):
+    """`appliance run` with a notify socket, its health endpoint and its log (tests/support/daemon.py), and a
+    subscriber on its topics."""
 
     def __init__(self, tmp_path: Path, broker: Mosquitto, shm_root: Path, recovery: str, stall_s: int = 20) -> None:
         camera_dir = make_camera_dir(tmp_path)
@@ -71,13 +72,8 @@ mqtt:
 health:
   port: {self.port}
 """)
-        self.notify = NotifySocket(tmp_path / "notify.sock")
         self.subscriber = Subscriber(broker.port, f"appliance/{self.device}/#")
-        self.log_path = tmp_path / "daemon.log"
-        self._log = self.log_path.open("w")
-        env = {**os.environ, "NOTIFY_SOCKET": str(self.notify.path), "PYTHONFAULTHANDLER": "1"}
-        self.process = subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],
-                                        stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        super().__init__(tmp_path, config, REPO)
 
     @property
     def url(self) -> str:
@@ -126,12 +122,8 @@ health:
             self.close()
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self._log.close()
+        super().close()
         self.subscriber.close()
-        self.notify.close()
 
 
 def _check_detection(message: dict) -> None:
