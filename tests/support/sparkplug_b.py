@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional
 
 import paho.mqtt.client as paho
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 from paho.mqtt.enums import CallbackAPIVersion
 
 from support.wait import wait_until
@@ -136,11 +137,16 @@ class Received:
         return metrics_of(self.payload)
 
 
+NODE_KINDS = frozenset({"NBIRTH", "NDATA", "NDEATH", "DBIRTH", "DDATA", "DDEATH"})
+
+
 class SparkplugSubscriber:
-    """A real paho client recording ``spBv1.0/#`` (or ``topic``), decoded with the schema above."""
+    """A real paho client recording what edge nodes publish on ``spBv1.0/#`` (or ``topic``), decoded with the
+    schema above; what it cannot decode goes to ``undecodable`` (the fixtures check that it stays empty)."""
 
     def __init__(self, host: str, port: int, topic: str = "spBv1.0/#") -> None:
         self.messages: list[Received] = []
+        self.undecodable: list[str] = []
         self._lock = threading.Lock()
         self.client = paho.Client(callback_api_version=CallbackAPIVersion.VERSION2,
                                   client_id=f"test-spb-{uuid.uuid4().hex[:8]}")
@@ -154,9 +160,16 @@ class SparkplugSubscriber:
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         parts = msg.topic.split("/")
-        received = Received(msg.topic, parts[2], parts[4] if len(parts) > 4 else None, parse(msg.payload))
+        if parts[2] not in NODE_KINDS:  # commands (ours included, malformed ones too) and host STATE
+            return
+        try:
+            payload = parse(msg.payload)
+        except DecodeError as exc:
+            with self._lock:
+                self.undecodable.append(f"{msg.topic}: {exc}")
+            return
         with self._lock:
-            self.messages.append(received)
+            self.messages.append(Received(msg.topic, parts[2], parts[4] if len(parts) > 4 else None, payload))
 
     def snapshot(self) -> list[Received]:
         with self._lock:
