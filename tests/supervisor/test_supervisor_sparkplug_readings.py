@@ -4,6 +4,7 @@ per-zone and per-line metrics. Inputs come from the reporting functions that mak
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from appliance.engines.manager import InstalledEngine
@@ -74,3 +75,18 @@ def test_analytics_counts_per_zone_and_line() -> None:
         "Analytics/Zones/dock/Current": (T.Int64, 1), "Analytics/Zones/dock/Entered": (T.Int64, 5),
         "Analytics/Zones/dock/Exited": (T.Int64, 4), "Analytics/Lines/gate/In": (T.Int64, 3),
         "Analytics/Lines/gate/Out": (T.Int64, 1)}
+
+
+def test_docs_table_lists_every_metric_with_its_datatype() -> None:
+    """docs/sparkplug.md's metrics tables say what the code sends: names (zones and lines as <zone>, <line>) and
+    datatypes."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "sparkplug.md").read_text()
+    rows = dict(re.findall(r"^\| `([^`]+)` \| (\w+) \|", doc, re.M))
+    cams = {"door": {"state": "streaming", "inferred": 1, "skipped": 0, "dropped": 0, "errors": 0}}
+    analytics = {"door": {"active_tracks": 0, "events": 0, "zones": {"<zone>": {"current": 0, "entered": 0,
+                                                                              "exited": 0}},
+                          "lines": {"<line>": {"in": 0, "out": 0}}}}
+    readings = readings_from_summary(summary(cams, analytics))
+    sent = {**readings.node, **readings.devices["door"], "bdSeq": (T.Int64, 0),
+            "Node Control/Rebirth": (T.Boolean, False)}
+    assert {name: datatype.name for name, (datatype, _) in sent.items()} == rows
