@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.base import StrictModel
+from appliance.mqtt.sparkplugconfig import SparkplugConfig
 
 QoS = Literal[0, 1, 2]
 
@@ -131,6 +132,8 @@ class MqttConfig(StrictModel):
     health_interval_s: float = Field(30.0, ge=1, le=3600, description="period of the health message")
     publish: PublishConfig = Field(default_factory=PublishConfig, description="default publish mode per camera")
     cameras: dict[str, PublishConfig] = Field(default_factory=dict, description="publish mode per camera id")
+    sparkplug: Optional[SparkplugConfig] = Field(None, description="a Sparkplug B edge node beside the JSON topics "
+                                                 "(docs/sparkplug.md); None: off")
 
     @model_validator(mode="after")
     def _auth(self) -> "MqttConfig":

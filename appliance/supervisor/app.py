@@ -44,6 +44,7 @@ from appliance.serving.recovery import PipelineRecovery, PipelineState
 from appliance.serving.reload import TritonReloader
 from appliance.serving.router import Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.sparkplug.node import EdgeNode
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
 from appliance.supervisor.children import ChildState, ChildSupervisor
@@ -54,6 +55,7 @@ from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.leftovers import reclaim_leftovers
 from appliance.supervisor.scheduler import Lease, Scheduler
 from appliance.supervisor.snapshots import SnapshotWorker
+from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
 
@@ -90,6 +92,7 @@ class Appliance:
         self._doorbell: Doorbell | None = None  # capture processes ring it to wake the scheduler
         self.server: Server | None = None
         self.publisher: MqttPublisher | None = None
+        self.sparkplug: EdgeNode | None = None  # when mqtt.sparkplug is set (docs/sparkplug.md)
         self.scheduler: Scheduler | None = None
         self.frames: FramePath | None = None  # what the scheduler submits through and hands results to
         self.health_server: HealthServer | None = None
@@ -118,6 +121,7 @@ class Appliance:
             reclaim_leftovers()  # the Python backend's regions are in /dev/shm, whatever paths.shm_root says
             self._start_tegrastats()
             self._start_publisher()
+            self._start_sparkplug()
             self._build_engine()
             self._materialize_repository()
             self._start_triton(triton_timeout_s)
@@ -153,6 +157,14 @@ class Appliance:
         publisher.set_health_provider(self._health_for_mqtt)
         publisher.on_command("status", lambda _command: self.health_summary())
         publisher.start()
+
+    def _start_sparkplug(self) -> None:
+        """The Sparkplug B edge node on its own connection; its readings are the health summary's."""
+        if self.config.mqtt.sparkplug is None:
+            return
+        self._step("Sparkplug B edge node")
+        self.sparkplug = EdgeNode(self.config.mqtt, lambda: readings_from_summary(self.health_summary()),
+                                  self.paths["state_dir"]).start()
 
     def _build_engine(self) -> None:
         model = self.config.model.name
@@ -379,6 +391,8 @@ class Appliance:
     def stop(self) -> None:
         """Stop capture, drain in-flight frames, close Triton, flush the publisher to its spool."""
         self.notifier.stopping("stopping: draining in-flight frames")
+        if self.sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one
+            self.sparkplug.stop()
         if self._inbox is not None:
             self._inbox.stop()
         if self.scheduler is not None:
