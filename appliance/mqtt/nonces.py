@@ -13,15 +13,14 @@ Threading: one instance per publisher, used by the commands thread only.
 
 from __future__ import annotations
 
-import logging
 import os
+import re
 from pathlib import Path
 from typing import IO, Optional
 
 from appliance.durable import write_file_durably
 
-log = logging.getLogger(__name__)
-
+_NONCE = re.compile(r"^[0-9a-f]{32,64}$")  # as authz.py accepts them
 _COMPACT_AT = 1024  # lines in the file before dead ones are worth a rewrite
 
 
@@ -39,9 +38,10 @@ class NonceStore:
             text = self.path.read_text("utf-8", errors="replace")
         except FileNotFoundError:
             text = ""
-        for line in text.splitlines():
+        lines = text.split("\n")[:-1]  # what follows the last newline is a torn write (or nothing)
+        for line in lines:
             expires, _, nonce = line.partition(" ")
-            if expires.isdigit() and nonce and int(expires) > now_ms:
+            if expires.isdigit() and _NONCE.match(nonce) and int(expires) > now_ms:
                 self._expiry[nonce] = max(int(expires), self._expiry.get(nonce, 0))
         self._rewrite()
 

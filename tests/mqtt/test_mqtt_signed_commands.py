@@ -5,6 +5,7 @@ are refused with their own reply codes, counted in health and logged once; `stat
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import time
@@ -15,6 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from appliance.mqtt.messages import Command
+from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.commandsig import sign_command, signature_check
 from appliance.ota.delivery import is_read_only
@@ -198,3 +200,35 @@ def test_push_signs_with_a_key_and_without_one_fails_with_the_devices_reason(bro
         push_mqtt(broker.host, broker.port, "dev1", "plant", [ROLLBACK], reply_timeout_s=20)
     assert info.value.code == "unsigned" and "--sign-key" in str(info.value)
     assert len(device.ran) == 1
+
+
+def test_the_documented_signed_command_is_signed_as_documented(repo_root: Path) -> None:
+    text = (repo_root / "docs" / "mqtt.md").read_text()
+    body = text.split("### Signed commands", 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
+    doc = json.loads(body)
+    validate("command", doc)
+    key = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))  # the test key the doc names
+    auth = {k: v for k, v in doc["auth"].items() if k != "signature"}
+    message = b"appliance-command-v1\n" + json.dumps({"args": doc["args"], "auth": auth,
+                                                     "request_id": doc["request_id"]},
+                                                    sort_keys=True, separators=(",", ":")).encode()
+    key.public_key().verify(base64.b64decode(doc["auth"]["signature"]), message)
+    raw = key.public_key().public_bytes_raw()
+    assert doc["auth"]["key_id"] == hashlib.sha256(raw).hexdigest()[:16]
+
+
+def test_the_nonce_store_forgets_expired_nonces_and_skips_a_torn_line(tmp_path: Path) -> None:
+    a, b, c, d = ("a" * 32, "b" * 32, "c" * 32, "d" * 32)
+    path = tmp_path / "nonces.log"
+    path.write_text(f"2000 {a}\n500 {b}\n3000 {c[:7]}")  # b expired at 500; the last line torn by a power cut
+    store = NonceStore(path)
+    store.open(now_ms=1000)
+    assert store.seen(a, 1000) and not store.seen(b, 1000)
+    assert path.read_text() == f"2000 {a}\n"      # compacted on open
+    store.add(d, expires_ms=5000, now_ms=1000)
+    store.close()
+    again = NonceStore(path)
+    again.open(now_ms=2500)                       # a has expired since
+    assert again.seen(d, 2500) and not again.seen(a, 2500)
+    assert path.read_text() == f"5000 {d}\n"
+    again.close()
