@@ -8,6 +8,8 @@ import base64
 import hashlib
 import json
 import logging
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,7 +22,7 @@ from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.commandsig import sign_command, signature_check
 from appliance.ota.delivery import is_read_only
-from appliance.ota.push import PushRefused, push_mqtt
+from appliance.ota.push import PushError, PushRefused, push_mqtt
 from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
 from mqtt_helpers import Subscriber, make_config, validate
 from support.mosquitto import Mosquitto
@@ -232,3 +234,16 @@ def test_the_nonce_store_forgets_expired_nonces_and_skips_a_torn_line(tmp_path: 
     assert again.seen(d, 2500) and not again.seen(a, 2500)
     assert path.read_text() == f"5000 {d}\n"
     again.close()
+
+
+def test_push_says_so_when_no_device_answers(broker: Mosquitto, keys: Any) -> None:
+    with pytest.raises(PushError) as info:
+        push_mqtt(broker.host, broker.port, "nobody", "plant", [ROLLBACK], sign_key=keys[0], reply_timeout_s=1)
+    assert not isinstance(info.value, PushRefused) and "no reply from nobody within 1 s" in str(info.value)
+
+
+def test_the_cli_refuses_an_unreadable_sign_key_as_bad_input(repo_root: Path, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "appliance", "ota", "push", "--mqtt", "127.0.0.1:1", "--device",
+                           "dev1", "--action", "rollback", "--sign-key", str(tmp_path / "missing.key")],
+                          capture_output=True, text=True, timeout=60, cwd=repo_root)
+    assert done.returncode == 2 and "missing.key: cannot read private key" in done.stderr, done.stderr
