@@ -119,6 +119,12 @@ class CommandRunner:
                 self._send_reply(self._reply(name, request_id, None, (exc.code, exc.message)), response_topic,
                                  correlation)
                 return
+            except Exception as exc:  # e.g. the nonce file cannot be written: fail closed, and say why
+                log.exception("MQTT command %s request_id=%s: could not check its signature", name, request_id)
+                self._send_reply(self._reply(name, request_id, None, (
+                    "internal", f"could not check the signature ({type(exc).__name__}: {exc}); it did not run")),
+                    response_topic, correlation)
+                return
         if error is None and handler is not None:
             try:
                 result = handler(Command(name, request_id, args, self._topics.command(name))) or {}

@@ -34,11 +34,12 @@ class Device:
     """A publisher with an ``ota`` command (read-only only for {"action": "status"}, as the supervisor registers
     it) and a read-only ``status`` command, recording what ran."""
 
-    def __init__(self, broker: Mosquitto, tmp_path: Path, trusted: TrustedKeys, **commands: Any) -> None:
+    def __init__(self, broker: Mosquitto, tmp_path: Path, trusted: TrustedKeys, nonce_path: Path | None = None,
+                 **commands: Any) -> None:
         self.ran: list[Command] = []
         self.publisher = MqttPublisher(make_config(broker, commands=commands), tmp_path / "spool.sqlite3",
                                        signature_check=signature_check(trusted),
-                                       nonce_path=tmp_path / "state" / "nonces.log")
+                                       nonce_path=nonce_path or tmp_path / "state" / "nonces.log")
         self.publisher.on_command("ota", lambda cmd: self.ran.append(cmd) or {"done": True}, read_only=is_read_only)
         self.publisher.on_command("status", lambda cmd: self.ran.append(cmd) or {"ok": True}, read_only=True)
 
@@ -247,3 +248,15 @@ def test_the_cli_refuses_an_unreadable_sign_key_as_bad_input(repo_root: Path, tm
                            "dev1", "--action", "rollback", "--sign-key", str(tmp_path / "missing.key")],
                           capture_output=True, text=True, timeout=60, cwd=repo_root)
     assert done.returncode == 2 and "missing.key: cannot read private key" in done.stderr, done.stderr
+
+
+def test_a_nonce_that_cannot_be_recorded_fails_closed(broker: Mosquitto, tmp_path: Path, keys: Any,
+                                                      sub: Subscriber) -> None:
+    (tmp_path / "not-a-dir").write_text("")
+    dev = Device(broker, tmp_path, keys[1], nonce_path=tmp_path / "not-a-dir" / "nonces.log").start(sub)
+    try:
+        reply = ask(sub, signed(keys[0]))
+        assert reply["error"]["code"] == "internal" and "it did not run" in reply["error"]["message"], reply
+        assert dev.ran == []
+    finally:
+        dev.publisher.stop()
