@@ -19,7 +19,7 @@ from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
-from appliance.ota.signing import TrustedKeys, generate_keypair
+from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
 from appliance.serving.switcher import ModelSpec
 
 
@@ -28,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
         return _ACTIONS[args.ota_command](args)
     except OtaRejected as exc:
         print(f"rejected: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    except push.PushRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
         return ExitCode.FAILED
     except OtaError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -68,8 +71,10 @@ def _push(args: argparse.Namespace) -> int:
     else:
         print("error: give a BUNDLE, --device-path, --url or --action", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    sign_key = load_private_key(args.sign_key) if args.sign_key else None
     n = push.push_mqtt(host, int(port or 1883), args.device, args.prefix, messages,
-                       username=args.username, password=args.password)
+                       username=args.username, password=args.password, sign_key=sign_key,
+                       reply_timeout_s=args.reply_timeout)
     print(f"sent {n} message(s) to {args.prefix}/{args.device}/command/ota; follow {args.prefix}/{args.device}/reply")
     return ExitCode.OK
 

@@ -33,7 +33,8 @@ from appliance.health.tegrastats import TegrastatsMonitor
 from appliance.modelrepo.materialize import RepositoryOptions
 from appliance.models.profile import load_profile
 from appliance.mqtt.publisher import MqttPublisher
-from appliance.ota.delivery import InboxWatcher, OtaCommandHandler
+from appliance.ota.commandsig import signature_check
+from appliance.ota.delivery import InboxWatcher, OtaCommandHandler, is_read_only
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
@@ -153,9 +154,15 @@ class Appliance:
         self._step(f"MQTT publisher for {self.config.mqtt.host}:{self.config.mqtt.port}")
         spool = self.config.mqtt.spool_path(self.paths["state_dir"])
         spool.parent.mkdir(parents=True, exist_ok=True)
-        publisher = self.publisher = MqttPublisher(self.config.mqtt, spool)
+        commands = self.config.mqtt.commands  # operator keys for signed commands: docs/mqtt.md, "Signed commands"
+        operators = TrustedKeys.from_paths(commands.operator_keys or self.config.ota.trusted_keys)
+        publisher = self.publisher = MqttPublisher(self.config.mqtt, spool, signature_check=signature_check(operators),
+                                                   nonce_path=self.paths["state_dir"] / "mqtt-command-nonces.log")
+        if not commands.require_signature:
+            log.warning("mqtt.commands.require_signature is false: anyone who can publish to %s may roll back or "
+                        "replace the model", publisher.topics.command_filter)
         publisher.set_health_provider(self._health_for_mqtt)
-        publisher.on_command("status", lambda _command: self.health_summary())
+        publisher.on_command("status", lambda _command: self.health_summary(), read_only=True)
         publisher.start()
 
     def _start_sparkplug(self) -> None:
@@ -235,7 +242,7 @@ class Appliance:
         if not ota.trusted_keys:
             log.info("OTA updates are off: ota.trusted_keys is empty, every bundle will be refused")
         self._ota_commands = OtaCommandHandler(self.ota, ota, state_dir / "ota" / "incoming")
-        self.publisher.on_command("ota", self._ota_commands)
+        self.publisher.on_command("ota", self._ota_commands, read_only=is_read_only)
         if ota.inbox is not None:
             self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
 
