@@ -167,7 +167,8 @@ class MqttPublisher:
         s = self._shared
         with s.lock:
             return PublisherStats(s.state, s.connects, s.connect_failures, s.published, s.acked, s.rejected,
-                                  len(self._window.inflight), s.suppressed, s.last_error, tuple(s.backoff_delays),
+                                  len(self._window.inflight), s.suppressed, s.last_error, s.broker,
+                                  tuple(s.backoff_delays),
                                   self._spool.stats())
 
     def _require_running(self) -> None:
