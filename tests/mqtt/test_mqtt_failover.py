@@ -19,7 +19,7 @@ from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 from appliance.mqtt.localbroker import free_port
 from mqtt_helpers import Subscriber, frame, validate
-from support.mosquitto import Mosquitto
+from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca
 
 CAMERAS = ("cam0", "cam1", "cam2")
 TOPICS = ["plant/dev1/+/detections"]
@@ -167,3 +167,34 @@ def test_with_one_broker_the_backoff_is_between_attempts_as_before(tmp_path: Pat
         publisher.stop()
     stats = publisher.stats()
     assert len(stats.backoff_delays) == stats.connect_failures
+
+
+def test_tls_settings_apply_to_every_broker_and_each_certificate_is_checked_against_its_own_host(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="appliance.mqtt.session")
+    ca = make_ca(tmp_path / "pki")
+    client = issue_cert(ca, tmp_path / "pki", "client", server=False)
+    # The first broker's certificate names only "localhost", and it is reached as 127.0.0.1: refused. The second
+    # names 127.0.0.1: accepted, with the same TLS settings.
+    names_localhost = TlsMaterial(ca, issue_cert(ca, tmp_path / "pki", "server-a", server=True, ips=()), client)
+    names_ip = TlsMaterial(ca, issue_cert(ca, tmp_path / "pki", "server-b", server=True, hostnames=()), client)
+    with Mosquitto(tmp_path / "a", tls=names_localhost, require_certificate=True) as first, \
+            Mosquitto(tmp_path / "b", tls=names_ip, require_certificate=True) as second:
+        tls = {"ca": str(ca.cert), "cert": str(client.cert), "key": str(client.key)}
+        publisher = MqttPublisher(_config([f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"], tls=tls),
+                                  tmp_path / "spool.sqlite3")
+        publisher.start()
+        try:
+            assert publisher.wait_connected(20)
+            stats = publisher.stats()
+            assert stats.broker == f"127.0.0.1:{second.port}" and stats.connect_failures >= 1
+            assert f"the broker certificate at 127.0.0.1:{first.port} failed verification" in caplog.text
+        finally:
+            publisher.stop()
+        # Reached by the name its certificate holds, the first broker is accepted (a list of one).
+        publisher = MqttPublisher(_config([f"localhost:{first.port}"], tls=tls), tmp_path / "spool2.sqlite3")
+        publisher.start()
+        try:
+            assert publisher.wait_connected(20), publisher.stats().last_error
+        finally:
+            publisher.stop()
