@@ -40,7 +40,7 @@ class CheckReport:
         cameras = ", ".join(f"{cam.id} ({cam.source.type})" for cam in c.cameras)
         state = "OK" if self.ok else f"{len(self.issues)} problem(s)"
         return (f"{self.source}: {state}: device {c.device.id}; cameras {cameras}; model {c.model.name}; "
-                f"broker {c.mqtt.host}:{c.mqtt.port}")
+                f"{'brokers' if len(c.mqtt.brokers) > 1 else 'broker'} {', '.join(str(b) for b in c.mqtt.brokers)}")
 
 
 def resolved_paths(config: AppConfig) -> dict[str, Path]:

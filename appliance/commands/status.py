@@ -123,9 +123,11 @@ def _spool_line(spool: dict[str, Any] | None) -> str | None:
     if not spool:
         return None
     mqtt = spool.get("mqtt", "unknown")
+    broker = spool.get("broker")
+    where = f" ({'to' if mqtt == 'connected' else 'trying'} {broker})" if broker else ""
     return (f"{spool.get('backlog', 0)} message(s) waiting ({format_bytes(spool.get('bytes', 0))}), "
             f"{spool.get('dropped', 0)} dropped, {spool.get('acked', 0)} acknowledged; mqtt "
-            + (mqtt if mqtt == "connected" else mqtt.upper()))
+            + (mqtt if mqtt == "connected" else mqtt.upper()) + where)
 
 
 def _ota_line(ota: dict[str, Any] | None) -> str | None:

@@ -6,13 +6,14 @@ file (``password_file``, e.g. a systemd credential) so it never sits in the conf
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
-from appliance.config.base import StrictModel
+from appliance.config.base import ConfigFieldError, StrictModel
 from appliance.mqtt.sparkplugconfig import SparkplugConfig
 
 QoS = Literal[0, 1, 2]
@@ -22,13 +23,73 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 PREFIX_PATTERN = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"
 
 
+@dataclass(frozen=True)
+class Broker:
+    """One broker to connect to: where the session is (or tries to be) now."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+class BrokerAddress(StrictModel):
+    """One entry of ``mqtt.hosts``: ``host``, ``host:port``, ``[ipv6]:port``, or a mapping {host, port}."""
+
+    host: str = Field(..., min_length=1, max_length=253, description="broker host name or address")
+    port: Optional[int] = Field(None, ge=1, le=65535, description="broker port; None: mqtt.port")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return parse_host_port(data)
+        return data
+
+    @field_validator("host")
+    @classmethod
+    def _plain_host(cls, host: str) -> str:
+        if "://" in host:
+            raise ValueError(f"{host!r}: write the broker as host or host:port, without a scheme")
+        if any(c.isspace() or c in "/[]@" for c in host):
+            raise ValueError(f"{host!r} is not a host name or address")
+        return host
+
+
+def parse_host_port(text: str) -> dict[str, Any]:
+    """``host``, ``host:port``, ``[ipv6]`` or ``[ipv6]:port`` as {host, port}; ValueError says what is wrong."""
+    text = text.strip()
+    if not text:
+        raise ValueError("an empty broker address; write host or host:port")
+    if "://" in text:
+        raise ValueError(f"{text!r}: write the broker as host or host:port, without a scheme")
+    port_text: Optional[str] = None
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"{text!r}: an IPv6 address is written [address] or [address]:port")
+        port_text = rest[1:] if rest else None
+    elif text.count(":") > 1:
+        raise ValueError(f"{text!r}: an IPv6 address is written in brackets, [address] or [address]:port")
+    else:
+        host, colon, port_text_or_empty = text.partition(":")
+        port_text = port_text_or_empty if colon else None
+    if port_text is None:
+        return {"host": host}
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r}: the port must be a number from 1 to 65535, not {port_text!r}")
+    return {"host": host, "port": int(port_text)}
+
+
 class TlsConfig(StrictModel):
     """TLS towards the broker. The server certificate is always verified (against ``ca`` or the system store)."""
 
     ca: Optional[Path] = Field(None, description="CA bundle (PEM) that signed the broker certificate; None: system store")
     cert: Optional[Path] = Field(None, description="client certificate (PEM) for mutual TLS; needs `key`")
     key: Optional[Path] = Field(None, description="private key (PEM, unencrypted) of the client certificate")
-    check_hostname: bool = Field(True, description="verify that the broker certificate names `host`")
+    check_hostname: bool = Field(True, description="verify that the broker certificate names the host connected "
+                                 "to (each entry of `hosts` in turn)")
 
     @model_validator(mode="after")
     def _cert_and_key_together(self) -> "TlsConfig":
@@ -117,8 +178,14 @@ class CommandsConfig(StrictModel):
 class MqttConfig(StrictModel):
     """The MQTT publisher: where, how securely, how reliably."""
 
-    host: str = Field("localhost", min_length=1, max_length=253, description="broker host name or address")
-    port: int = Field(1883, ge=1, le=65535, description="broker port (8883 is the usual TLS port)")
+    host: str = Field("localhost", min_length=1, max_length=253, description="broker host name or address (one "
+                      "broker; `hosts` for a failover list)")
+    port: int = Field(1883, ge=1, le=65535, description="broker port (8883 is the usual TLS port); with `hosts`, the "
+                      "port of an entry that names none")
+    hosts: Optional[list[BrokerAddress]] = Field(
+        None, min_length=1, max_length=16, description="brokers in order of preference, each host, host:port or "
+        "{host, port}: on a failed connect or a lost connection the session moves to the next (docs/fleet.md); "
+        "instead of `host`")
     protocol: Literal["3.1.1", "5"] = Field("3.1.1", description="MQTT protocol version")
     transport: Literal["tcp", "websockets"] = Field("tcp", description="MQTT over TCP or over WebSockets")
     websocket_path: str = Field("/mqtt", pattern=r"^/", description="websockets only: the HTTP path")
@@ -156,9 +223,23 @@ class MqttConfig(StrictModel):
             raise ValueError("give either password or password_file, not both")
         if (self.password is not None or self.password_file is not None) and self.username is None:
             raise ValueError("a password needs a username")
-        if self.transport == "websockets" and self.port == 1883:
+        if self.transport == "websockets" and any(b.port == 1883 for b in self.brokers):
             raise ValueError("transport 'websockets' on port 1883 (the plain MQTT port) is almost certainly wrong; "
                              "set the broker's websockets listener port")
+        return self
+
+    @model_validator(mode="after")
+    def _one_spelling_of_brokers(self) -> "MqttConfig":
+        if self.hosts is None:
+            return self
+        if "host" in self.model_fields_set:
+            raise ConfigFieldError(("host",), "give either host (one broker) or hosts (a failover list), not both")
+        seen: dict[Broker, int] = {}
+        for index, broker in enumerate(self.brokers):
+            if broker in seen:
+                raise ConfigFieldError(("hosts", index), f"broker {broker} is listed twice (entries {seen[broker]} "
+                                       f"and {index}); each broker once, in order of preference")
+            seen[broker] = index
         return self
 
     @model_validator(mode="after")
@@ -172,6 +253,13 @@ class MqttConfig(StrictModel):
             except MqttConfigError as exc:
                 raise ValueError(str(exc)) from None  # a ValidationError, so check-config shows the line
         return self
+
+    @property
+    def brokers(self) -> tuple[Broker, ...]:
+        """The brokers in order of preference: ``hosts``, or the one ``host:port``."""
+        if self.hosts is None:
+            return (Broker(self.host, self.port),)
+        return tuple(Broker(h.host, h.port if h.port is not None else self.port) for h in self.hosts)
 
     @property
     def effective_client_id(self) -> str:

@@ -1,4 +1,5 @@
-"""Builds a paho client from MqttConfig and turns connection failures into sentences an operator can act on."""
+"""Builds a paho client from MqttConfig, points it at one of the configured brokers, and turns connection failures
+into sentences an operator can act on (each names the broker it is about)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
 
-from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.config import Broker, MqttConfig
 from appliance.mqtt.errors import MqttConfigError
 
 
@@ -27,8 +28,10 @@ def resolve_password(config: MqttConfig) -> Optional[str]:
     return None
 
 
-def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_qos: int) -> paho.Client:
-    """A configured, unconnected client. Raises MqttConfigError for unusable TLS material or password file."""
+def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_qos: int,
+                 broker: Optional[Broker] = None) -> paho.Client:
+    """A configured, unconnected client aimed at ``broker`` (default: the first of ``config.brokers``). Raises
+    MqttConfigError for unusable TLS material or password file."""
     v5 = config.protocol == "5"
     client = paho.Client(
         callback_api_version=CallbackAPIVersion.VERSION2,
@@ -66,22 +69,31 @@ def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_
     # paho's socket pair; loop() writes.
     client.on_socket_register_write = _network_thread_writes
     client.connect_timeout = config.connect_timeout_s
-    if v5:
+    aim(client, config, broker or config.brokers[0])
+    return client
+
+
+def aim(client: paho.Client, config: MqttConfig, broker: Broker) -> None:
+    """Point a client that is not connected at ``broker``; its next reconnect() goes there. paho keeps its
+    queue of unacknowledged messages; TLS settings are the client's, and the certificate is checked against
+    this broker's host (paho's server_hostname)."""
+    if config.protocol == "5":
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = 0 if config.clean_session else config.session_expiry_s
-        client.connect_async(config.host, config.port, config.keepalive_s, clean_start=config.clean_session,
+        client.connect_async(broker.host, broker.port, config.keepalive_s, clean_start=config.clean_session,
                              properties=props)
     else:
-        client.connect_async(config.host, config.port, config.keepalive_s)
-    return client
+        client.connect_async(broker.host, broker.port, config.keepalive_s)
 
 
 def _network_thread_writes(client: paho.Client, userdata: object, sock: object) -> None:
     """Deliberately empty: its presence makes paho defer socket writes to loop() (see build_client)."""
 
 
-def describe_connect_error(exc: BaseException, config: MqttConfig) -> str:
-    where = f"{config.host}:{config.port}"
+def describe_connect_error(exc: BaseException, config: MqttConfig, broker: Optional[Broker] = None) -> str:
+    """``broker``: the one tried (default: the first of ``config.brokers``)."""
+    broker = broker or config.brokers[0]
+    where = str(broker)
     if isinstance(exc, ssl.SSLCertVerificationError):
         return (f"TLS: the broker certificate at {where} failed verification ({exc.verify_message}); "
                 "check mqtt.tls.ca and that the certificate names the host")
@@ -90,7 +102,7 @@ def describe_connect_error(exc: BaseException, config: MqttConfig) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return f"nothing accepts connections at {where} (connection refused); is the broker running?"
     if isinstance(exc, socket.gaierror):
-        return f"cannot resolve broker host {config.host!r}: {exc.strerror}"
+        return f"cannot resolve broker host {broker.host!r}: {exc.strerror}"
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return f"connecting to {where} timed out after {config.connect_timeout_s} s"
     if isinstance(exc, OSError):
@@ -98,7 +110,7 @@ def describe_connect_error(exc: BaseException, config: MqttConfig) -> str:
     return f"cannot connect to {where}: {type(exc).__name__}: {exc}"
 
 
-def describe_refusal(reason: object, config: MqttConfig) -> str:
+def describe_refusal(reason: object, config: MqttConfig, broker: Optional[Broker] = None) -> str:
     text = str(reason)
     hint = ""
     lowered = text.lower()
@@ -106,13 +118,13 @@ def describe_refusal(reason: object, config: MqttConfig) -> str:
         hint = "; check mqtt.username and the password"
     elif "identifier" in lowered:
         hint = "; check mqtt.client_id"
-    return f"broker {config.host}:{config.port} refused the connection: {text}{hint}"
+    return f"broker {broker or config.brokers[0]} refused the connection: {text}{hint}"
 
 
-def describe_early_close(detail: str, config: MqttConfig) -> str:
+def describe_early_close(detail: str, config: MqttConfig, broker: Optional[Broker] = None) -> str:
     """The broker closed the connection before answering CONNECT: usually TLS on one side only, or a client
     certificate the broker does not accept (TLS 1.3 reports that only on the first read)."""
-    where = f"{config.host}:{config.port}"
+    where = str(broker or config.brokers[0])
     lowered = detail.lower()
     if "ssl" in lowered or "tls" in lowered or "certificate" in lowered:
         hint = "the broker rejected our TLS client certificate or TLS settings; check mqtt.tls.cert and mqtt.tls.key"

@@ -314,6 +314,8 @@ def health_payload(device_id: str, now: float, uptime_s: float, stats: Publisher
                             "connect_failures": stats.connect_failures, "published": stats.published,
                             "acked": stats.acked, "rejected": stats.rejected, "inflight": stats.inflight,
                             "suppressed": stats.suppressed, "commands_refused": dict(stats.commands_refused)}
+    if stats.broker:
+        mqtt["broker"] = stats.broker
     if stats.last_error:
         mqtt["last_error"] = stats.last_error
     payload["mqtt"] = mqtt

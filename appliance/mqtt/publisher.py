@@ -175,8 +175,8 @@ class MqttPublisher:
         s = self._shared
         with s.lock:
             return PublisherStats(s.state, s.connects, s.connect_failures, s.published, s.acked, s.rejected,
-                                  len(self._window.inflight), s.suppressed, s.last_error, tuple(s.backoff_delays),
-                                  self._spool.stats(), self._authorizer.refusals())
+                                  len(self._window.inflight), s.suppressed, s.last_error, s.broker,
+                                  tuple(s.backoff_delays), self._spool.stats(), self._authorizer.refusals())
 
     def _require_running(self) -> None:
         if not self._started:

@@ -7,6 +7,19 @@ retained device events); when a session ends, record why, let the in-flight wind
 stop, so the broker discards the will) and disconnect. A refused connection is never "connected"; only a
 session that held ``_STABLE_SESSION_S`` resets the backoff.
 
+Brokers (``mqtt.hosts``, in order of preference; ``mqtt.host`` is a list of one), rules in order:
+1. The first attempt goes to the first broker.
+2. A failed connect, or the end of a session, moves to the next broker in the list (after the last: the first).
+   So the session stays on a broker while it holds, and returns to the preferred one only when the one it is
+   on fails.
+3. The backoff delay comes after each full round of failures (as many failed attempts in a row as there are
+   brokers), not between the brokers of a round: a failed broker costs its connect timeout, and the next may be
+   up. A session that held ``_STABLE_SESSION_S`` ends the round (and resets the backoff); one that ends sooner
+   counts as a failure. With one broker this is the plain backoff between attempts.
+4. Moving to another broker, the window's unacknowledged detections go back to the spool and are sent again,
+   in spool order, to the new broker (it has no session state of ours; see ``InflightWindow.after_session``).
+The broker the session is on or trying is ``shared.broker`` (health, status) and in every log line.
+
 Threading contract:
 - network thread (``run``): the only caller of client.reconnect() and client.loop(), so paho's callbacks
   (``_on_connect``, ``_on_disconnect``, ``_on_publish``, ``_on_log``, ``_on_message``) run on it too; the
@@ -29,14 +42,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 import paho.mqtt.client as paho
 
 from appliance.backoff import Backoff
-from appliance.mqtt.connection import (build_client, describe_connect_error, describe_early_close,
+from appliance.mqtt.connection import (aim, build_client, describe_connect_error, describe_early_close,
                                         describe_refusal)
 from appliance.mqtt.messages import device_status_payload, encode
 from appliance.mqtt.shared import State
 
 if TYPE_CHECKING:
     from appliance.mqtt.commands import CommandRunner
-    from appliance.mqtt.config import MqttConfig
+    from appliance.mqtt.config import Broker, MqttConfig
     from appliance.mqtt.shared import Clock, Shared
     from appliance.mqtt.spool import Spool
     from appliance.mqtt.topics import Topics
@@ -65,6 +78,9 @@ class Session:
         self._connack: Optional[tuple[Any, Any]] = None
         self._disconnect_reason: Optional[str] = None
         self._socket_error: Optional[str] = None  # paho reports socket/TLS read errors only through on_log
+        self._brokers = config.brokers
+        self._index = 0                        # network thread: the broker of the current or next attempt
+        shared.broker = str(self._brokers[0])
 
     def create_client(self) -> paho.Client:
         """A configured, unconnected client wired to this session. Raises MqttConfigError (TLS, password)."""
@@ -129,43 +145,63 @@ class Session:
 
     def run(self) -> None:
         backoff = Backoff(self._config.backoff, self._rng)
-        cfg, shared = self._config, self._shared
+        shared, brokers = self._shared, self._brokers
+        failed_in_round = 0
         while not self._halt.is_set():
+            broker = brokers[self._index]
             began = time.monotonic()
-            was_connected, reason = self._run_session()
+            was_connected, reason = self._run_session(broker)
             if self._halt.is_set():
                 break
             shared.set_state(State.CONNECTING)
             short = time.monotonic() - began < _STABLE_SESSION_S
+            self._index = (self._index + 1) % len(brokers)
+            following = brokers[self._index]
             if was_connected:
                 client = shared.client
                 assert client is not None
-                self._window.after_session(client, short, reason)
+                self._window.after_session(client, short, reason, new_broker=following != broker)
                 if not short:
                     backoff.reset()  # only a session that held; a broker that drops us at once gets backoff
+                    failed_in_round = 0
             else:
                 with shared.lock:
                     shared.connect_failures += 1
+            failed_in_round += 1
+            delay = 0.0
+            if failed_in_round >= len(brokers):  # a full round failed: back off before the next
+                failed_in_round = 0
+                delay = backoff.next_delay()
+                shared.backoff_delays.append(delay)
             with shared.lock:
                 shared.last_error = reason
-            delay = backoff.next_delay()
-            shared.backoff_delays.append(delay)
-            backlog = self._spool.stats().backlog
-            if was_connected:
-                hint = ""
-                if short:
-                    hint = (f" (dropped soon after connecting: if it repeats, check the broker log and its ACL "
-                            f"for {self._topics.base}/#)")
-                log.warning("MQTT connection to %s:%d lost (%s)%s; detections spool on disk (%d queued); "
-                            "reconnecting in %.1f s", cfg.host, cfg.port, reason, hint, backlog, delay)
-            else:
-                log.warning("MQTT connect failed: %s; retry %d in %.1f s; %d detections spooled", reason,
-                            backoff.failures, delay, backlog)
+                shared.broker = str(following)
+            self._log_end(broker, following, was_connected, short, reason, delay, backoff.failures)
             self._halt.wait(delay)
         shared.set_state(State.STOPPED if shared.closing else shared.state)
 
-    def _run_session(self) -> tuple[bool, str]:
-        """One connection attempt and, if it succeeds, the session until it ends. (was_connected, reason)."""
+    def _log_end(self, broker: Broker, following: Broker, was_connected: bool, short: bool, reason: str,
+                 delay: float, failures: int) -> None:
+        backlog = self._spool.stats().backlog
+        if following == broker:
+            then = f"reconnecting in {delay:.1f} s" if was_connected else f"retry {failures} in {delay:.1f} s"
+        elif delay:
+            then = f"trying the next broker, {following}, in {delay:.1f} s (every broker failed; retry {failures})"
+        else:
+            then = f"trying the next broker, {following}, now"
+        if was_connected:
+            hint = ""
+            if short:
+                hint = (f" (dropped soon after connecting: if it repeats, check the broker log and its ACL "
+                        f"for {self._topics.base}/#)")
+            log.warning("MQTT connection to %s lost (%s)%s; detections spool on disk (%d queued); %s", broker,
+                        reason, hint, backlog, then)
+        else:
+            log.warning("MQTT connect failed: %s; %s; %d detections spooled", reason, then, backlog)
+
+    def _run_session(self, broker: Broker) -> tuple[bool, str]:
+        """One connection attempt to ``broker`` and, if it succeeds, the session until it ends.
+        (was_connected, reason)."""
         client = self._shared.client
         assert client is not None
         with self._shared.gate:
@@ -174,9 +210,11 @@ class Session:
             self._disconnect_reason = None
             self._socket_error = None
             try:
+                if len(self._brokers) > 1:
+                    aim(client, self._config, broker)
                 client.reconnect()
             except Exception as exc:  # socket, TLS and DNS errors all mean "not connected; retry"
-                return False, describe_connect_error(exc, self._config)
+                return False, describe_connect_error(exc, self._config, broker)
         deadline = time.monotonic() + self._config.connect_timeout_s
         connected = False
         while True:
@@ -187,19 +225,18 @@ class Session:
             if not connected and self._connack is not None:
                 reason, properties = self._connack
                 if reason.is_failure:
-                    return False, describe_refusal(reason, self._config)
+                    return False, describe_refusal(reason, self._config, broker)
                 connected = True
-                self._session_up(client, properties)
+                self._session_up(client, properties, broker)
             if rc != paho.MQTT_ERR_SUCCESS:
                 detail = self._socket_error or self._disconnect_reason or paho.error_string(rc)
                 if connected:
                     return True, detail
-                return False, describe_early_close(detail, self._config)
+                return False, describe_early_close(detail, self._config, broker)
             if not connected and time.monotonic() > deadline:
-                return False, f"no CONNACK from {self._config.host}:{self._config.port} within " \
-                              f"{self._config.connect_timeout_s} s"
+                return False, f"no CONNACK from {broker} within {self._config.connect_timeout_s} s"
 
-    def _session_up(self, client: paho.Client, properties: Any) -> None:
+    def _session_up(self, client: paho.Client, properties: Any, broker: Broker) -> None:
         # Runs after paho has re-queued the previous session's unacknowledged messages, so everything the
         # sender publishes from here on goes out after them.
         cfg, shared = self._config, self._shared
@@ -218,8 +255,9 @@ class Session:
         for topic, payload in retained:
             client.publish(topic, payload, qos=qos.status, retain=True)
         backlog = self._spool.stats().backlog
-        log.info("MQTT connected to %s:%d as %s (MQTT %s, window %d); %d spooled detections to send",
-                 cfg.host, cfg.port, cfg.effective_client_id, cfg.protocol, window, backlog)
+        place = f" (broker {self._brokers.index(broker) + 1} of {len(self._brokers)})" if len(self._brokers) > 1 else ""
+        log.info("MQTT connected to %s%s as %s (MQTT %s, window %d); %d spooled detections to send",
+                 broker, place, cfg.effective_client_id, cfg.protocol, window, backlog)
         with shared.gate:
             shared.set_state(State.CONNECTED)
         shared.wake.set()

@@ -6,7 +6,7 @@ Clock it reads time from.
 
 Threading contract (who touches what):
 - ``lock`` guards ``state`` and the counters (connects, connect_failures, published, acked, rejected,
-  suppressed, last_error), and also the window's in-flight map and probe row and the session's retained map, so
+  suppressed, last_error, broker), and also the window's in-flight map and probe row and the session's retained map, so
   that ``MqttPublisher.stats()`` reads all of them in one consistent snapshot. Hold it briefly; never do I/O
   under it.
 - ``gate`` is held by the network thread while it reconnects and while the window is taken back from paho, and
@@ -71,6 +71,7 @@ class PublisherStats:
     inflight: int
     suppressed: int      # skipped by a publish mode
     last_error: Optional[str]
+    broker: str          # host:port of the broker connected to, or being tried (mqtt.hosts: it moves on failure)
     backoff_delays: tuple[float, ...]  # the most recent reconnect delays, newest last
     spool: SpoolStats
     commands_refused: Mapping[str, int] = field(default_factory=dict)  # signed-command refusals by code
@@ -96,6 +97,7 @@ class Shared:
         self.connects = self.connect_failures = self.published = self.acked = 0
         self.rejected = self.suppressed = 0
         self.last_error: Optional[str] = None
+        self.broker = ""                      # host:port the session is on or trying (network thread writes)
         self.backoff_delays: collections.deque[float] = collections.deque(maxlen=16)
 
     def set_state(self, state: State) -> None:

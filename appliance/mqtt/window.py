@@ -15,8 +15,9 @@ Threading contract:
   ``cursor`` and ``probing`` are written by the sender and, under ``shared.gate``, by the network thread;
   ``strikes`` is the network thread's alone.
 
-Ordering: paho keeps unacknowledged messages in send order and resends them first after a reconnect, so the
-window never reorders a camera's detections.
+Ordering: paho keeps unacknowledged messages in send order and resends them first after a reconnect to the same
+broker; a take-back (another broker, or probing) resends them from the spool, in id order, before anything newer.
+Either way the window never reorders a camera's detections.
 """
 
 from __future__ import annotations
@@ -122,8 +123,14 @@ class InflightWindow:
         if qos == 0:
             self._status_acked.set()
 
-    def after_session(self, client: paho.Client, short: bool, reason: str) -> None:
-        """Between sessions (network thread): find a detection that kills sessions and set it aside.
+    def after_session(self, client: paho.Client, short: bool, reason: str, new_broker: bool = False) -> None:
+        """Between sessions (network thread): take the window back when the next session is with another broker
+        (``new_broker``), and find a detection that kills sessions and set it aside.
+
+        Another broker (mqtt.hosts) has no session state of ours: paho would resend its queue there, but the
+        spool is what we answer for, so the unacknowledged detections go back to it and the sender sends them
+        again, in spool order, ahead of the newer ones. A detection the old broker acknowledged but whose PUBACK
+        was lost with the connection (or not yet drained) is sent again too: at least once.
 
         Some brokers close the connection instead of (or right after) refusing a publish: mosquitto 2.0 does so
         for an MQTT 5 publish its ACL denies, or for any packet over its max_packet_size, and the failure PUBACK
@@ -138,8 +145,13 @@ class InflightWindow:
             with self._lock:
                 inflight = dict(self.inflight)
                 probe_row = self.probe_row
-            if not short or not inflight:
+            if not inflight:
                 self.probing, self._strikes = False, (None, 0)
+                return
+            if not short:
+                self.probing, self._strikes = False, (None, 0)
+                if new_broker:
+                    self._take_back(client, inflight)
                 return
             if self.probing and probe_row is not None and probe_row in inflight.values():
                 row, count = self._strikes
@@ -149,16 +161,21 @@ class InflightWindow:
                     self._strikes = (None, 0)
                     self._set_aside(probe_row, f"{count} sessions in a row ended while it was the only "
                                                f"detection in flight (last: {reason})")
-            # Take the window back from paho (it has no public API for that; tests/mqtt/test_mqtt_publisher.py
-            # catches a paho release that changes these attributes) and let the sender resend from the spool.
-            with self._lock:
-                self.inflight.clear()
-                self.probe_row = None
-            with client._out_message_mutex:
-                for mid in inflight:
-                    client._out_messages.pop(mid, None)
-            self.cursor = min(inflight.values()) - 1
+            self._take_back(client, inflight)
             self.probing = True
+
+    def _take_back(self, client: paho.Client, inflight: dict[int, int]) -> None:
+        """Drop ``inflight`` (paho mid -> spool id) from paho's resend queue and move the sender's cursor back
+        so that it sends those spool rows again. The caller holds ``shared.gate``."""
+        # paho has no public API for that; tests/mqtt/test_mqtt_publisher.py catches a paho release that changes
+        # these attributes.
+        with self._lock:
+            self.inflight.clear()
+            self.probe_row = None
+        with client._out_message_mutex:
+            for mid in inflight:
+                client._out_messages.pop(mid, None)
+        self.cursor = min(inflight.values()) - 1
 
     def _set_aside(self, row_id: int, why: str) -> None:
         topic = next((m.topic for m in self._spool.read_after(row_id - 1, 1) if m.id == row_id), "?")

@@ -151,7 +151,7 @@ class Appliance:
             log.info("no tegrastats on PATH: GPU load and EMC are not reported (sysfs readings still are)")
 
     def _start_publisher(self) -> None:
-        self._step(f"MQTT publisher for {self.config.mqtt.host}:{self.config.mqtt.port}")
+        self._step(f"MQTT publisher for {', '.join(str(b) for b in self.config.mqtt.brokers)}")
         spool = self.config.mqtt.spool_path(self.paths["state_dir"])
         spool.parent.mkdir(parents=True, exist_ok=True)
         commands = self.config.mqtt.commands  # operator keys for signed commands: docs/mqtt.md, "Signed commands"

@@ -129,7 +129,7 @@ def spool_readings(publisher: MqttPublisher | None) -> dict[str, Any] | None:
         return None
     stats = publisher.stats()
     spool = stats.spool
-    return {"mqtt": stats.state.value, "backlog": spool.backlog, "bytes": spool.bytes, "acked": stats.acked,
+    return {"mqtt": stats.state.value, "broker": stats.broker, "backlog": spool.backlog, "bytes": spool.bytes, "acked": stats.acked,
             "dropped": spool.dropped_oldest + spool.dropped_newest + spool.dropped_expired}
 
 

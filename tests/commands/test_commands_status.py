@@ -58,7 +58,7 @@ FULL = {
     "version": "0.1.0", "uptime_s": 7925.4,
     "inference": {"inferred": 9430, "per_s": 2.05, "per_s_since_start": 1.19,
                   "latency_ms": {"p50": 41.4, "p99": 187.6, "frames": 9430}},
-    "spool": {"mqtt": "connecting", "backlog": 1532, "bytes": 3 * 1024 * 1024 + 300 * 1024, "acked": 7890,
+    "spool": {"mqtt": "connecting", "broker": "[fd00::7]:8883", "backlog": 1532, "bytes": 3 * 1024 * 1024 + 300 * 1024, "acked": 7890,
               "dropped": 7},
     "engine": {"model": "yolov3-tiny", "state": "built", "builder": "tensorrt", "triton_kind": "tensorrt_plan",
                "precision": "fp16", "key": "0123456789abcdef", "build_s": 412.3},
@@ -76,7 +76,8 @@ def test_format_status_reads_at_a_glance() -> None:
         "  pipeline   serving (yolov3-tiny@1.4.0), 1 model reload(s), 0 recent failure(s)",
         "  inference  2.0/s over the last 10 s (1.2/s since start), 9430 frames",
         "  latency    p50 41 ms, p99 188 ms, capture to result (newest 9430 frames)",
-        "  spool      1532 message(s) waiting (3.3 MiB), 7 dropped, 7890 acknowledged; mqtt CONNECTING",
+        "  spool      1532 message(s) waiting (3.3 MiB), 7 dropped, 7890 acknowledged; mqtt CONNECTING "
+        "(trying [fd00::7]:8883)",
         "  ota        active 1.4.0; last update 1.4.0: active: serving 1.4.0",
         "",
         "CAMERA       STATE      FPS  INFERRED  SKIPPED  DROPPED  ERRORS  RECONNECTS",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -151,3 +152,14 @@ class Mosquitto(LocalBroker):
 
     def __enter__(self) -> "Mosquitto":
         return self.start()
+
+
+class MosquittoFromFile(LocalBroker):
+    """mosquitto run with a given config file's text (a shipped example), not a generated one. The text must
+    open its own listener on 127.0.0.1:``port``; run as root, ``user root`` is added (as LocalBroker does), and
+    the log goes to ``workdir``."""
+
+    def __init__(self, workdir: Path, text: str, port: int) -> None:
+        super().__init__(workdir, port=port, log_path=Path(workdir) / f"mosquitto-{port}.log")
+        extra = ["log_dest stderr", "log_type all"] + (["user root"] if os.geteuid() == 0 else [])
+        self.conf_path.write_text(text.rstrip("\n") + "\n" + "\n".join(extra) + "\n")
