@@ -27,7 +27,7 @@ import paho.mqtt.client as paho
 
 from appliance.backoff import Backoff
 from appliance.mqtt.config import MqttConfig
-from appliance.mqtt.connection import (build_client, describe_connect_error, describe_early_close,
+from appliance.mqtt.connection import (aim, build_client, describe_connect_error, describe_early_close,
                                         describe_refusal)
 from appliance.sparkplug.payload import DataType, PayloadError, decode_payload
 from appliance.sparkplug.reports import (REBIRTH, NodeReports, Outgoing, Readings, SparkplugTopics,
@@ -133,6 +133,8 @@ class EdgeNode:
 
     def _run(self) -> None:
         backoff = Backoff(self._config.backoff, self._rng)
+        brokers = self._config.brokers
+        at, failed_in_round = 0, 0
         while not self._halt.is_set():
             began = time.monotonic()
             was_up, reason = self._session()
@@ -141,7 +143,19 @@ class EdgeNode:
                 break
             if was_up and time.monotonic() - began >= _STABLE_SESSION_S:
                 backoff.reset()
+                failed_in_round = 0
             self.last_error = reason
+            # The same rule as the JSON session (mqtt.hosts): move to the next broker at once, and back off only
+            # after every broker of the list failed in a row.
+            failed_in_round += 1
+            if len(brokers) > 1:
+                at = (at + 1) % len(brokers)
+                aim(self._client, self._config, brokers[at])  # type: ignore[arg-type]
+                if failed_in_round < len(brokers):
+                    log.warning("sparkplug: %s: %s; trying the next broker, %s, now",
+                                "connection lost" if was_up else "connect failed", reason, brokers[at])
+                    continue
+            failed_in_round = 0
             delay = backoff.next_delay()
             log.warning("sparkplug: %s: %s; connecting again in %.1f s",
                         "connection lost" if was_up else "connect failed", reason, delay)

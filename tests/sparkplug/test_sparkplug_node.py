@@ -212,3 +212,25 @@ def test_sigkill_sends_ndeath_by_the_will_and_a_restart_takes_the_next_bdseq(
         proc.kill()
         proc.wait()
     assert second == first + 1 == reborn.metrics["bdSeq"] and reborn.seq == 0
+
+
+def test_with_mqtt_hosts_the_node_moves_to_the_next_broker_and_is_born_there(
+        broker: Mosquitto, node_factory: Any, tmp_path: Path) -> None:
+    second = Mosquitto(tmp_path / "second").start()
+    there = SparkplugSubscriber(second.host, second.port)
+    try:
+        doc = config_doc(broker, interval_s=0.05)
+        del doc["host"], doc["port"]
+        doc["hosts"] = [f"{broker.host}:{broker.port}", f"{second.host}:{second.port}"]
+        node = node_factory(doc, Cameras())
+        first_bd_seq = node.bd_seq
+        assert there.messages == []  # born on the first broker of the list, not on both
+        broker.kill()
+        born = there.wait_for(lambda m: [x for x in m if x.kind == "NBIRTH"], timeout_s=30,
+                              message="an NBIRTH on the second broker")
+        assert born[0].seq == 0 and born[0].metrics["bdSeq"] == node.bd_seq != first_bd_seq
+        check_session_order(there.wait_for(lambda m: len(m) >= 4 and m, message="the session on the second broker"))
+    finally:
+        there.stop()
+        second.stop()
+    assert there.undecodable == []
