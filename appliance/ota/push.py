@@ -7,11 +7,13 @@ import base64
 import json
 import os
 import shutil
-import threading
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+from appliance.mqtt.cliclient import CliClient
+from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.errors import MqttError
 from appliance.ota.errors import OtaError
 
 
@@ -45,38 +47,25 @@ def chunk_payloads(bundle: Path, chunk_bytes: int, upload_id: str | None = None)
                    "data": base64.b64encode(f.read(chunk_bytes)).decode()}
 
 
-def push_mqtt(host: str, port: int, device: str, prefix: str, args_list: list[dict[str, Any]], *,
-              username: str | None = None, password: str | None = None, timeout_s: float = 30.0) -> int:
-    """Publish each args dict as a command (QoS 1) to <prefix>/<device>/command/ota, waiting for each PUBACK."""
-    import paho.mqtt.client as mqtt
+def push_mqtt(broker: MqttConfig, device: str, prefix: str, args_list: list[dict[str, Any]], *,
+              timeout_s: float = 30.0) -> int:
+    """Publish each args dict as a command (QoS 1) to <prefix>/<device>/command/ota, waiting for each PUBACK.
 
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"ota-push-{uuid.uuid4().hex[:8]}")
-    if username:
-        client.username_pw_set(username, password)
-    connected = threading.Event()
-    result: dict[str, Any] = {}
-
-    def on_connect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any = None) -> None:
-        result["reason"] = reason
-        connected.set()
-
-    client.on_connect = on_connect
+    ``broker``: where and how to connect (TLS, credentials), as for the appliance itself; see
+    appliance.commands.mqttoptions for how the CLI builds it."""
     try:
-        client.connect(host, port)
-    except OSError as exc:
-        raise PushError(f"cannot reach the broker at {host}:{port}: {exc}") from None
-    client.loop_start()
-    try:
-        if not connected.wait(timeout_s) or getattr(result.get("reason"), "is_failure", False):
-            raise PushError(f"broker {host}:{port} did not accept the connection: {result.get('reason')}")
-        topic = f"{prefix}/{device}/command/ota"
-        run_id = uuid.uuid4().hex[:8]
-        for i, args in enumerate(args_list):
-            info = client.publish(topic, json.dumps({"request_id": f"push-{run_id}-{i}", "args": args}), qos=1)
-            info.wait_for_publish(timeout_s)
-            if not info.is_published():
-                raise PushError(f"message {i} to {topic} was not acknowledged within {timeout_s} s")
-        return len(args_list)
-    finally:
-        client.loop_stop()
-        client.disconnect()
+        with CliClient(broker, "ota-push", timeout_s) as client:
+            topic = f"{prefix}/{device}/command/ota"
+            run_id = uuid.uuid4().hex[:8]
+            for i, args in enumerate(args_list):
+                payload = json.dumps({"request_id": f"push-{run_id}-{i}", "args": args})
+                info = client.publish(topic, payload, qos=1)
+                try:
+                    info.wait_for_publish(timeout_s)
+                except RuntimeError as exc:  # not queued: the broker closed the connection
+                    raise PushError(f"message {i} to {topic} was not sent: {exc}") from None
+                if not info.is_published():
+                    raise PushError(f"message {i} to {topic} was not acknowledged within {timeout_s} s")
+            return len(args_list)
+    except MqttError as exc:
+        raise PushError(str(exc)) from None
