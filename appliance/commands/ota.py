@@ -54,10 +54,13 @@ def _push(args: argparse.Namespace) -> int:
             return ExitCode.BAD_INPUT
         print(push.push_to_inbox(args.bundle, args.inbox))
         return ExitCode.OK
+    if args.mqtt is None and args.mqtt_config_file is None:
+        print("error: give --inbox DIR, or the broker: --mqtt HOST[:PORT] or --config APPLIANCE_YAML", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     try:
         broker = mqtt_config_from_args(args)
     except MqttOptionsError as exc:
-        print(f"error: {exc} (or --inbox DIR)", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     from_file = args.mqtt_config_file is not None
     device = args.device or (broker.device_id if from_file else None)
