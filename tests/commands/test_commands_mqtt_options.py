@@ -143,7 +143,8 @@ def test_failures_name_their_fix(tmp_path: Path, broker: Mosquitto, pki: TlsMate
          ["broker certificate", "failed verification", "check mqtt.tls.ca"]),
         (_tls_args(broker, pki.ca.cert, rogue.cert, rogue.key), {"APPLIANCE_MQTT_PASSWORD": PASSWORD},
          ["closed the connection before CONNACK", "rejected our TLS client certificate"]),
-        (good, {"APPLIANCE_MQTT_PASSWORD": "wrong"}, ["refused the connection", "check mqtt.username and the password"]),
+        (good, {"APPLIANCE_MQTT_PASSWORD": "wrong"},
+         ["refused the connection", "check mqtt.username and the password"]),
         (good, {}, ["refused the connection"]),  # no password at all
         (good + ["--password-file", str(tmp_path / "missing")], {}, ["cannot read mqtt.password_file", "missing"]),
         (["--mqtt", f"127.0.0.1:{broker.port}", "--device", "dev1"], {}, ["configure mqtt.tls"]),  # plain on TLS

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -23,7 +22,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher, PublishResult
 from mqtt_helpers import Subscriber, frame, make_config, validate
-from support.mosquitto import Mosquitto
+from support.mosquitto import Mosquitto, publish_as
 
 REPO = Path(__file__).resolve().parents[2]
 ACL = REPO / "docs/examples/mosquitto/acl"
@@ -36,29 +35,8 @@ def acl_broker(tmp_path: Path) -> Iterator[Mosquitto]:
         yield b
 
 
-def _client(broker: Mosquitto, user: str) -> paho.Client:
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"acl-{uuid.uuid4().hex[:8]}")
-    client.username_pw_set(user, PASSWORDS[user])
-    connected = threading.Event()
-    client.on_connect = lambda c, u, f, reason, p: connected.set() if not reason.is_failure else None
-    client.connect(broker.host, broker.port)
-    client.loop_start()
-    assert connected.wait(10), f"{user} could not connect"
-    return client
-
-
-def _attempt(broker: Mosquitto, user: str, topic: str, payload: str) -> None:
-    """Publish as ``user`` (QoS 1) and wait for the broker's answer or for it to drop us: the broker has seen it."""
-    client = _client(broker, user)
-    try:
-        info = client.publish(topic, payload, qos=1)
-        try:
-            info.wait_for_publish(5)
-        except RuntimeError:
-            pass  # mosquitto may close the connection of a client that publishes where it may not
-    finally:
-        client.loop_stop()
-        client.disconnect()
+def _as(broker: Mosquitto, user: str, topic: str, payload: str) -> None:
+    publish_as(broker, user, PASSWORDS[user], topic, payload)
 
 
 def _payloads(sub: Subscriber) -> list[str]:
@@ -120,8 +98,8 @@ def test_a_subscriber_cannot_command_a_device(acl_broker: Mosquitto, device: Any
     operator = Subscriber(acl_broker.host, acl_broker.port, ["appliance/dev1/reply"], username="operator@ops",
                           password="pw-op")
     try:
-        _attempt(acl_broker, "dashboard@ops", "appliance/dev1/command/status", json.dumps({"request_id": "dash-1"}))
-        _attempt(acl_broker, "operator@ops", "appliance/dev1/command/status", json.dumps({"request_id": "op-2"}))
+        _as(acl_broker, "dashboard@ops", "appliance/dev1/command/status", json.dumps({"request_id": "dash-1"}))
+        _as(acl_broker, "operator@ops", "appliance/dev1/command/status", json.dumps({"request_id": "op-2"}))
         assert operator.wait_for(lambda ms: any(json.loads(m.payload)["request_id"] == "op-2" for m in ms))
         time.sleep(0.5)  # a reply to a command that arrived first would already be here; let stragglers come
         assert [c.request_id for c in calls] == ["op-2"]
@@ -139,8 +117,8 @@ def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto
                   "appliance/dev1/health": "forged-health", "appliance/dev1/command/status": "forged-command",
                   "appliance/other/status": "forged-elsewhere"}
         for topic, marker in forged.items():
-            _attempt(acl_broker, "dev2", topic, json.dumps({"request_id": marker, "marker": marker}))
-        _attempt(acl_broker, "dev2", "appliance/dev2/status", json.dumps({"marker": "dev2-own"}))  # the barrier
+            _as(acl_broker, "dev2", topic, json.dumps({"request_id": marker, "marker": marker}))
+        _as(acl_broker, "dev2", "appliance/dev2/status", json.dumps({"marker": "dev2-own"}))  # the barrier
         assert operator.wait_for(lambda ms: any("dev2-own" in p for p in _payloads(operator)))
         time.sleep(0.5)
         leaked = [p for p in _payloads(operator) if "forged" in p]
