@@ -35,6 +35,10 @@ def acl_broker(tmp_path: Path) -> Iterator[Mosquitto]:
         yield b
 
 
+def _reader(broker: Mosquitto, user: str, topics: list[str]) -> Subscriber:
+    return Subscriber(broker.host, broker.port, topics, username=user, password=PASSWORDS[user])
+
+
 def _as(broker: Mosquitto, user: str, topic: str, payload: str) -> None:
     publish_as(broker, user, PASSWORDS[user], topic, payload)
 
@@ -66,10 +70,8 @@ def device(tmp_path: Path, acl_broker: Mosquitto) -> Iterator[tuple[MqttPublishe
 
 def test_a_device_works_fully_under_the_acl(acl_broker: Mosquitto, device: Any) -> None:
     publisher, calls = device
-    operator = Subscriber(acl_broker.host, acl_broker.port, ["appliance/#"], username="operator@ops",
-                          password="pw-op")
-    dashboard = Subscriber(acl_broker.host, acl_broker.port, ["appliance/#"], username="dashboard@ops",
-                           password="pw-dash")
+    operator = _reader(acl_broker, "operator@ops", ["appliance/#"])
+    dashboard = _reader(acl_broker, "dashboard@ops", ["appliance/#"])
     try:
         for seq in range(3):
             assert publisher.publish_detections(frame("cam0", seq)) is PublishResult.SPOOLED
@@ -95,8 +97,7 @@ def test_a_device_works_fully_under_the_acl(acl_broker: Mosquitto, device: Any) 
 
 def test_a_subscriber_cannot_command_a_device(acl_broker: Mosquitto, device: Any) -> None:
     publisher, calls = device
-    operator = Subscriber(acl_broker.host, acl_broker.port, ["appliance/dev1/reply"], username="operator@ops",
-                          password="pw-op")
+    operator = _reader(acl_broker, "operator@ops", ["appliance/dev1/reply"])
     try:
         _as(acl_broker, "dashboard@ops", "appliance/dev1/command/status", json.dumps({"request_id": "dash-1"}))
         _as(acl_broker, "operator@ops", "appliance/dev1/command/status", json.dumps({"request_id": "op-2"}))
@@ -110,8 +111,7 @@ def test_a_subscriber_cannot_command_a_device(acl_broker: Mosquitto, device: Any
 
 def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto, device: Any) -> None:
     publisher, calls = device
-    operator = Subscriber(acl_broker.host, acl_broker.port, ["appliance/#"], username="operator@ops",
-                          password="pw-op")
+    operator = _reader(acl_broker, "operator@ops", ["appliance/#"])
     try:
         forged = {"appliance/dev1/status": "forged-status", "appliance/dev1/cam0/detections": "forged-detections",
                   "appliance/dev1/health": "forged-health", "appliance/dev1/command/status": "forged-command",
