@@ -15,7 +15,7 @@ FLOORS: list[set[str]] = [
     {"config", "logs", "procs", "sdnotify", "durable", "paths", "__init__"},   # the toolkit
     {"backoff", "analytics", "models", "triton"},                                # pure libraries, the C API
     {"processing", "capture", "mqtt"},                                           # frames in, messages out
-    {"health", "modelrepo"},
+    {"health", "modelrepo", "sparkplug"},                                      # sparkplug: a second MQTT face
     {"engines"},
     {"serving"},                                                                 # which model serves a frame
     {"ota"},

@@ -55,6 +55,10 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
     how.add_argument("--url", help="tell the device to download this URL")
     how.add_argument("--action", choices=["rollback", "status"], help="send an action instead of a bundle")
     u.add_argument("--chunk-bytes", type=int, default=256 << 10, help="chunk size when sending the bundle itself")
+    u.add_argument("--sign-key", type=Path, metavar="KEYFILE", help="operator private key (PEM) that signs each "
+                   "command (with --mqtt; a device refuses unsigned ones but --action status)")
+    u.add_argument("--reply-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="wait this long for the device's reply and fail on a refusal (with --mqtt; 0: do not wait)")
 
     for name, text in (("install", "install a bundle while the appliance is stopped (no health watch)"),
                        ("rollback", "point back at the previous version (the appliance serves it at next start)"),

@@ -20,7 +20,7 @@ from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
-from appliance.ota.signing import TrustedKeys, generate_keypair
+from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
 from appliance.serving.switcher import ModelSpec
 
 
@@ -29,6 +29,9 @@ def run(args: argparse.Namespace) -> int:
         return _ACTIONS[args.ota_command](args)
     except OtaRejected as exc:
         print(f"rejected: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    except push.PushRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
         return ExitCode.FAILED
     except OtaError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -79,7 +82,8 @@ def _push(args: argparse.Namespace) -> int:
     else:
         print("error: give a BUNDLE, --device-path, --url or --action", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    n = push.push_mqtt(broker, device, prefix, messages)
+    sign_key = load_private_key(args.sign_key) if args.sign_key else None
+    n = push.push_mqtt(broker, device, prefix, messages, sign_key=sign_key, reply_timeout_s=args.reply_timeout)
     print(f"sent {n} message(s) to {prefix}/{device}/command/ota; follow {prefix}/{device}/reply")
     return ExitCode.OK
 

@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.base import StrictModel
+from appliance.mqtt.sparkplugconfig import SparkplugConfig
 
 QoS = Literal[0, 1, 2]
 
@@ -99,6 +100,20 @@ class PublishConfig(StrictModel):
         return self
 
 
+class CommandsConfig(StrictModel):
+    """Who may send state-changing commands (``ota`` deliveries and rollback): an operator's Ed25519 signature,
+    fresh and never seen before (docs/mqtt.md, "Signed commands"). Read-only commands (``status``) need none."""
+
+    require_signature: bool = Field(True, description="refuse unsigned state-changing commands; false only on a "
+                                    "broker that nobody but operators can publish to (a signed one is still checked)")
+    max_age_s: float = Field(300.0, ge=1, le=86400, description="a signed command older than this is refused "
+                             "(expired); its nonce is remembered this long (plus clock_skew_s)")
+    clock_skew_s: float = Field(30.0, ge=0, le=3600, description="how far the operator's clock may be ahead of "
+                                "the device's (issued in the future) or behind it (added to max_age_s)")
+    operator_keys: list[Path] = Field(default_factory=list, description="public keys (PEM files or directories of "
+                                      "*.pub/*.pem) whose signatures authorize commands; empty: ota.trusted_keys")
+
+
 class MqttConfig(StrictModel):
     """The MQTT publisher: where, how securely, how reliably."""
 
@@ -131,6 +146,9 @@ class MqttConfig(StrictModel):
     health_interval_s: float = Field(30.0, ge=1, le=3600, description="period of the health message")
     publish: PublishConfig = Field(default_factory=PublishConfig, description="default publish mode per camera")
     cameras: dict[str, PublishConfig] = Field(default_factory=dict, description="publish mode per camera id")
+    sparkplug: Optional[SparkplugConfig] = Field(None, description="a Sparkplug B edge node beside the JSON topics "
+                                                 "(docs/sparkplug.md); None: off")
+    commands: CommandsConfig = Field(default_factory=CommandsConfig, description="signed state-changing commands")
 
     @model_validator(mode="after")
     def _auth(self) -> "MqttConfig":

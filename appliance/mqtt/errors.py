@@ -40,3 +40,19 @@ class CommandError(MqttError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+# Why a command's signature was not accepted (docs/mqtt.md, "Signed commands"); each is its own reply code.
+REFUSAL_CODES = ("unsigned", "bad_signature", "unknown_key", "wrong_target", "expired", "not_yet_valid", "replayed")
+
+
+class CommandRefused(MqttError):
+    """A state-changing command was refused before its handler ran: unsigned, not verifiable, not for this
+    device and command, out of its time window, or seen before. ``code`` is one of REFUSAL_CODES."""
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in REFUSAL_CODES:
+            raise ValueError(f"CommandRefused code must be one of {REFUSAL_CODES}, got {code!r}")
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message

@@ -313,7 +313,7 @@ def health_payload(device_id: str, now: float, uptime_s: float, stats: Publisher
     mqtt: dict[str, Any] = {"state": stats.state.value, "connects": stats.connects,
                             "connect_failures": stats.connect_failures, "published": stats.published,
                             "acked": stats.acked, "rejected": stats.rejected, "inflight": stats.inflight,
-                            "suppressed": stats.suppressed}
+                            "suppressed": stats.suppressed, "commands_refused": dict(stats.commands_refused)}
     if stats.last_error:
         mqtt["last_error"] = stats.last_error
     payload["mqtt"] = mqtt

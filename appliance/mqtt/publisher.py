@@ -34,13 +34,15 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import appliance
-from appliance.mqtt.commands import CommandHandler, CommandRunner
+from appliance.mqtt.authz import CommandAuthorizer, SignatureCheck
+from appliance.mqtt.commands import CommandHandler, CommandRunner, ReadOnly
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.errors import NotStartedError
 from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, DetectionsMessage, EventMessage,
                                      camera_status_payload, counts_payload, detections_payload, encode,
                                      event_payload, health_payload, new_message_id)
 from appliance.mqtt.modes import PublishGate
+from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.numbering import MessageCounter
 from appliance.mqtt.sender import Sender
 from appliance.mqtt.session import Session
@@ -62,8 +64,11 @@ class MqttPublisher:
 
     def __init__(self, config: MqttConfig, spool_path: Path, *, clock: Optional[Clock] = None,
                  versions: Optional[Mapping[str, str]] = None, rng: Optional[random.Random] = None,
-                 boot_id: Optional[str] = None) -> None:
-        """``boot_id`` (32 hex digits) names this publisher's numbering of detections; a new one by default."""
+                 boot_id: Optional[str] = None, signature_check: Optional[SignatureCheck] = None,
+                 nonce_path: Optional[Path] = None) -> None:
+        """``boot_id`` (32 hex digits) names this publisher's numbering of detections; a new one by default.
+        ``signature_check`` verifies signed commands (appliance.ota.commandsig.signature_check; None: a signed
+        command is refused as unknown_key); ``nonce_path`` keeps their nonces (default: beside the spool)."""
         self.config = config
         self.topics = Topics(config.topic_prefix, config.device_id)
         self._clock = clock or SystemClock()
@@ -71,7 +76,9 @@ class MqttPublisher:
         self._spool = Spool(spool_path, config.spool, clock=self._clock.time)
         self._shared = Shared()
         self._window = InflightWindow(config.inflight_window, self._shared, self._spool, self.topics.base)
-        self._commands = CommandRunner(config, self.topics, self._clock, self._shared)
+        nonces = NonceStore(nonce_path or Path(spool_path).with_name("command-nonces.log"))
+        self._authorizer = CommandAuthorizer(config.commands, self.topics, self._clock, signature_check, nonces)
+        self._commands = CommandRunner(config, self.topics, self._clock, self._shared, self._authorizer)
         self._session = Session(config, self.topics, self._clock, rng or random.Random(), self._versions,
                                 self._shared, self._spool, self._window, self._commands)
         self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health)
@@ -130,6 +137,7 @@ class MqttPublisher:
                 log.error("MQTT %s thread did not stop in time", thread.name)
         self._sender.process_acks(flush=True)
         self._spool.close()
+        self._authorizer.close()
         shared.connected_evt.clear()
         shared.set_state(State.STOPPED)
         log.info("MQTT publisher stopped; %d detections stay spooled for the next start", self._spool.stats().backlog)
@@ -168,7 +176,7 @@ class MqttPublisher:
         with s.lock:
             return PublisherStats(s.state, s.connects, s.connect_failures, s.published, s.acked, s.rejected,
                                   len(self._window.inflight), s.suppressed, s.last_error, tuple(s.backoff_delays),
-                                  self._spool.stats())
+                                  self._spool.stats(), self._authorizer.refusals())
 
     def _require_running(self) -> None:
         if not self._started:
@@ -280,10 +288,12 @@ class MqttPublisher:
         message (values: numbers, strings, booleans or null); the publisher adds its own MQTT and spool state."""
         self._health_provider = provider
 
-    def on_command(self, name: str, handler: CommandHandler) -> None:
+    def on_command(self, name: str, handler: CommandHandler, *, read_only: bool | ReadOnly = False) -> None:
         """Run ``handler(command)`` for <prefix>/<device>/command/<name>; its returned mapping is the reply's
-        result. Raise CommandError for a clean failure reply. Handlers run on one worker thread, in order."""
-        self._commands.register(name, handler)
+        result. Raise CommandError for a clean failure reply. Handlers run on one worker thread, in order.
+        Unless ``read_only`` (True, or true of the command's args), a command runs only with a good signature
+        (mqtt.commands; docs/mqtt.md, "Signed commands")."""
+        self._commands.register(name, handler, read_only)
 
     def commands(self) -> list[str]:
         """The names of the registered commands, sorted (docs/mqtt.md lists them)."""

@@ -24,8 +24,8 @@ import collections
 import enum
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping, Optional, Protocol
 
 if TYPE_CHECKING:
     import paho.mqtt.client as paho
@@ -73,6 +73,7 @@ class PublisherStats:
     last_error: Optional[str]
     backoff_delays: tuple[float, ...]  # the most recent reconnect delays, newest last
     spool: SpoolStats
+    commands_refused: Mapping[str, int] = field(default_factory=dict)  # signed-command refusals by code
 
     @property
     def spooling(self) -> bool:

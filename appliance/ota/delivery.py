@@ -7,6 +7,11 @@ MQTT command ``<prefix>/<device>/command/ota`` (register with ``publisher.on_com
 * ``{"upload_id": "u1", "index": 0, "count": 140, "data": "<base64>"}``   one chunk; the last one installs
 * ``{"action": "rollback"}`` / ``{"action": "status"}``
 
+Everything but ``{"action": "status"}`` changes what is served, so it must be signed by an operator (register
+with ``read_only=is_read_only``; docs/mqtt.md, "Signed commands"): chunks too, one signature each, since a bundle
+captured off the broker is validly signed and above the version floor, and would otherwise install on any device
+that anyone could push it to.
+
 Installs run on background threads, one at a time (bundles that arrive during an install wait for it, in no
 guaranteed order); the reply says the bundle was accepted, and progress and the outcome follow on the status
 callback (``ota/status``).
@@ -37,6 +42,11 @@ _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 class DeliveryError(OtaError):
     """A command's arguments are wrong (reply code bad_request)."""
+
+
+def is_read_only(args: Mapping[str, Any]) -> bool:
+    """True for the one ``ota`` use that changes nothing and needs no signature: ``{"action": "status"}``."""
+    return dict(args) == {"action": "status"}
 
 
 def download(url: str, dest: Path, max_bytes: int, timeout_s: float, allow_http: bool = False) -> Path:

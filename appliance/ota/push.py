@@ -1,5 +1,6 @@
 """``appliance ota push``: deliver a bundle into a watched inbox (atomically) or over MQTT (chunks, a device-local
-path, or a URL for the device to download)."""
+path, or a URL for the device to download), each command signed by an operator key when one is given
+(appliance/ota/commandsig.py), and read the device's replies so that a refusal fails the push."""
 
 from __future__ import annotations
 
@@ -7,18 +8,30 @@ import base64
 import json
 import os
 import shutil
+import threading
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from appliance.mqtt.cliclient import CliClient
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.errors import MqttError
+from appliance.ota.commandsig import sign_command
 from appliance.ota.errors import OtaError
 
 
 class PushError(OtaError):
     """The bundle could not be delivered (broker refused, not acknowledged, inbox unwritable)."""
+
+
+class PushRefused(PushError):
+    """The device answered a command with an error reply (``code``: its error code, e.g. ``unsigned``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"the device refused it ({code}): {message}")
+        self.code = code
 
 
 def push_to_inbox(bundle: Path, inbox: Path) -> Path:
@@ -48,24 +61,72 @@ def chunk_payloads(bundle: Path, chunk_bytes: int, upload_id: str | None = None)
 
 
 def push_mqtt(broker: MqttConfig, device: str, prefix: str, args_list: list[dict[str, Any]], *,
-              timeout_s: float = 30.0) -> int:
-    """Publish each args dict as a command (QoS 1) to <prefix>/<device>/command/ota, waiting for each PUBACK.
+              timeout_s: float = 30.0, sign_key: Optional[Ed25519PrivateKey] = None,
+              reply_timeout_s: float = 0.0) -> int:
+    """Publish each args dict as a command (QoS 1) to <prefix>/<device>/command/ota, waiting for each PUBACK;
+    signed by ``sign_key`` if given. With ``reply_timeout_s`` > 0, also wait that long for the device's reply to
+    the last one; an error reply to any (read as they come) raises PushRefused, no reply PushError.
 
     ``broker``: where and how to connect (TLS, credentials), as for the appliance itself; see
     appliance.commands.mqttoptions for how the CLI builds it."""
+    run_id = uuid.uuid4().hex[:8]
+    replies: dict[str, dict[str, Any]] = {}
+    replied = threading.Condition()
+
+    def on_message(_c: Any, _u: Any, msg: Any) -> None:
+        try:
+            doc = json.loads(msg.payload)
+        except ValueError:
+            return
+        if isinstance(doc, dict) and str(doc.get("request_id", "")).startswith(f"push-{run_id}-"):
+            with replied:
+                replies[doc["request_id"]] = doc
+                replied.notify_all()
+
     try:
         with CliClient(broker, "ota-push", timeout_s) as client:
+            client.on_message = on_message
             topic = f"{prefix}/{device}/command/ota"
-            run_id = uuid.uuid4().hex[:8]
+            if reply_timeout_s > 0:
+                _subscribe(client, f"{prefix}/{device}/reply", timeout_s)
             for i, args in enumerate(args_list):
-                payload = json.dumps({"request_id": f"push-{run_id}-{i}", "args": args})
-                info = client.publish(topic, payload, qos=1)
+                request_id = f"push-{run_id}-{i}"
+                payload = ({"request_id": request_id, "args": args} if sign_key is None else
+                           sign_command(sign_key, topic_prefix=prefix, device_id=device, command="ota", args=args,
+                                        request_id=request_id))
+                info = client.publish(topic, json.dumps(payload), qos=1)
                 try:
                     info.wait_for_publish(timeout_s)
                 except RuntimeError as exc:  # not queued: the broker closed the connection
                     raise PushError(f"message {i} to {topic} was not sent: {exc}") from None
                 if not info.is_published():
                     raise PushError(f"message {i} to {topic} was not acknowledged within {timeout_s} s")
+                _raise_refusal(replies, replied)
+            if reply_timeout_s > 0:
+                last = f"push-{run_id}-{len(args_list) - 1}"
+                with replied:
+                    replied.wait_for(lambda: last in replies, reply_timeout_s)
+                _raise_refusal(replies, replied)
+                if last not in replies:
+                    raise PushError(f"no reply from {device} within {reply_timeout_s:g} s on "
+                                    f"{prefix}/{device}/reply (is it online? a signed command expires after "
+                                    "mqtt.commands.max_age_s)")
             return len(args_list)
     except MqttError as exc:
         raise PushError(str(exc)) from None
+
+
+def _subscribe(client: Any, topic: str, timeout_s: float) -> None:
+    """Subscribe and wait for the SUBACK, so no reply is missed."""
+    done = threading.Event()
+    client.on_subscribe = lambda *_a: done.set()
+    client.subscribe(topic, qos=1)
+    if not done.wait(timeout_s):
+        raise PushError(f"the broker did not acknowledge the subscription to {topic} within {timeout_s} s")
+
+
+def _raise_refusal(replies: dict[str, dict[str, Any]], lock: threading.Condition) -> None:
+    with lock:
+        errors = [r["error"] for r in replies.values() if not r.get("ok") and isinstance(r.get("error"), dict)]
+    if errors:
+        raise PushRefused(str(errors[0].get("code")), str(errors[0].get("message")))

@@ -33,7 +33,8 @@ from appliance.health.tegrastats import TegrastatsMonitor
 from appliance.modelrepo.materialize import RepositoryOptions
 from appliance.models.profile import load_profile
 from appliance.mqtt.publisher import MqttPublisher
-from appliance.ota.delivery import InboxWatcher, OtaCommandHandler
+from appliance.ota.commandsig import signature_check
+from appliance.ota.delivery import InboxWatcher, OtaCommandHandler, is_read_only
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
@@ -44,6 +45,7 @@ from appliance.serving.recovery import PipelineRecovery, PipelineState
 from appliance.serving.reload import TritonReloader
 from appliance.serving.router import Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.sparkplug.node import EdgeNode
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
 from appliance.supervisor.children import ChildState, ChildSupervisor
@@ -54,6 +56,7 @@ from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.leftovers import reclaim_leftovers
 from appliance.supervisor.scheduler import Lease, Scheduler
 from appliance.supervisor.snapshots import SnapshotWorker
+from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
 
@@ -90,6 +93,7 @@ class Appliance:
         self._doorbell: Doorbell | None = None  # capture processes ring it to wake the scheduler
         self.server: Server | None = None
         self.publisher: MqttPublisher | None = None
+        self.sparkplug: EdgeNode | None = None  # when mqtt.sparkplug is set (docs/sparkplug.md)
         self.scheduler: Scheduler | None = None
         self.frames: FramePath | None = None  # what the scheduler submits through and hands results to
         self.health_server: HealthServer | None = None
@@ -118,6 +122,7 @@ class Appliance:
             reclaim_leftovers()  # the Python backend's regions are in /dev/shm, whatever paths.shm_root says
             self._start_tegrastats()
             self._start_publisher()
+            self._start_sparkplug()
             self._build_engine()
             self._materialize_repository()
             self._start_triton(triton_timeout_s)
@@ -149,10 +154,24 @@ class Appliance:
         self._step(f"MQTT publisher for {self.config.mqtt.host}:{self.config.mqtt.port}")
         spool = self.config.mqtt.spool_path(self.paths["state_dir"])
         spool.parent.mkdir(parents=True, exist_ok=True)
-        publisher = self.publisher = MqttPublisher(self.config.mqtt, spool)
+        commands = self.config.mqtt.commands  # operator keys for signed commands: docs/mqtt.md, "Signed commands"
+        operators = TrustedKeys.from_paths(commands.operator_keys or self.config.ota.trusted_keys)
+        publisher = self.publisher = MqttPublisher(self.config.mqtt, spool, signature_check=signature_check(operators),
+                                                   nonce_path=self.paths["state_dir"] / "mqtt-command-nonces.log")
+        if not commands.require_signature:
+            log.warning("mqtt.commands.require_signature is false: anyone who can publish to %s may roll back or "
+                        "replace the model", publisher.topics.command_filter)
         publisher.set_health_provider(self._health_for_mqtt)
-        publisher.on_command("status", lambda _command: self.health_summary())
+        publisher.on_command("status", lambda _command: self.health_summary(), read_only=True)
         publisher.start()
+
+    def _start_sparkplug(self) -> None:
+        """The Sparkplug B edge node on its own connection; its readings are the health summary's."""
+        if self.config.mqtt.sparkplug is None:
+            return
+        self._step("Sparkplug B edge node")
+        self.sparkplug = EdgeNode(self.config.mqtt, lambda: readings_from_summary(self.health_summary()),
+                                  self.paths["state_dir"]).start()
 
     def _build_engine(self) -> None:
         model = self.config.model.name
@@ -223,7 +242,7 @@ class Appliance:
         if not ota.trusted_keys:
             log.info("OTA updates are off: ota.trusted_keys is empty, every bundle will be refused")
         self._ota_commands = OtaCommandHandler(self.ota, ota, state_dir / "ota" / "incoming")
-        self.publisher.on_command("ota", self._ota_commands)
+        self.publisher.on_command("ota", self._ota_commands, read_only=is_read_only)
         if ota.inbox is not None:
             self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
 
@@ -379,6 +398,8 @@ class Appliance:
     def stop(self) -> None:
         """Stop capture, drain in-flight frames, close Triton, flush the publisher to its spool."""
         self.notifier.stopping("stopping: draining in-flight frames")
+        if self.sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one
+            self.sparkplug.stop()
         if self._inbox is not None:
             self._inbox.stop()
         if self.scheduler is not None:

@@ -66,7 +66,8 @@ def received(broker: Mosquitto, pki: TlsMaterial) -> Iterator[Received]:
 
 def _push(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "APPLIANCE_MQTT_PASSWORD"}
-    return subprocess.run([sys.executable, "-m", "appliance", "ota", "push", "--action", "status", *args],
+    return subprocess.run([sys.executable, "-m", "appliance", "ota", "push", "--action", "status",
+                           "--reply-timeout", "0", *args],
                           capture_output=True, text=True, timeout=120, cwd=REPO, env={**environ, **(env or {})})
 
 

@@ -59,7 +59,7 @@ def device(tmp_path: Path, acl_broker: Mosquitto) -> Iterator[tuple[MqttPublishe
         calls.append(cmd)
         return {"ok": True}
 
-    publisher.on_command("status", status)
+    publisher.on_command("status", status, read_only=True)  # changes nothing: no signature needed
     publisher.start()
     try:
         assert publisher.wait_connected(20), publisher.stats().last_error

@@ -1,4 +1,7 @@
-"""Commands on <prefix>/<device>/command/<name>, answered on the reply topic; each bad input gets an error reply."""
+"""Commands on <prefix>/<device>/command/<name>, answered on the reply topic; each bad input gets an error reply.
+
+The commands here are registered read-only: this file is about dispatch and replies; signatures, which every other
+command needs, are tested in test_mqtt_signed_commands.py."""
 
 from __future__ import annotations
 
@@ -39,8 +42,8 @@ def publisher(tmp_path: Path, broker: Mosquitto, calls: list[Command]) -> Iterat
     def crash(cmd: Command) -> dict[str, Any]:
         raise RuntimeError("disk on fire")
 
-    pub.on_command("reload", reload)
-    pub.on_command("crash", crash)
+    pub.on_command("reload", reload, read_only=True)
+    pub.on_command("crash", crash, read_only=True)
     pub.start()
     assert pub.wait_connected(20)
     yield pub
@@ -74,6 +77,7 @@ def test_command_runs_handler_and_replies(sub: Any, calls: list[Command]) -> Non
     (b"[1, 2]", "must be a JSON object"),
     (b'{"request_id": 7}', "request_id must be a string"),
     (b'{"request_id": "b1", "argz": {}}', "unknown keys ['argz']"),
+    (b'{"request_id": "b3", "args": {}, "signature": "x"}', "unknown keys ['signature']"),
     (b'{"request_id": "b2", "args": [1]}', "args must be a JSON object"),
 ])
 def test_malformed_command_gets_a_bad_request_reply(sub: Any, calls: list[Command], payload: bytes,
@@ -112,7 +116,7 @@ def test_retained_command_delivered_on_subscribe_is_not_executed(tmp_path: Path,
                        qos=1, retain=True).wait_for_publish(10)
     ran: list[Command] = []
     pub = MqttPublisher(make_config(broker, client_id="fresh-session"), tmp_path / "spool.sqlite3")
-    pub.on_command("reload", lambda cmd: ran.append(cmd) or {})
+    pub.on_command("reload", lambda cmd: ran.append(cmd) or {}, read_only=True)
     pub.start()
     try:
         assert pub.wait_connected(20)

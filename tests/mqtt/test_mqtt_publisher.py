@@ -35,7 +35,7 @@ def test_every_message_type_on_the_wire_validates(tmp_path: Path, broker: Mosqui
                                                   subscriber_factory: Any) -> None:
     sub = subscriber_factory(broker, ["plant/#"])
     publisher = MqttPublisher(make_config(broker), tmp_path / "spool.sqlite3", versions={"model": "yolov3-tiny@1"})
-    publisher.on_command("ping", lambda cmd: {"pong": cmd.args.get("n", 0)})
+    publisher.on_command("ping", lambda cmd: {"pong": cmd.args.get("n", 0)}, read_only=True)  # changes nothing
     publisher.set_health_provider(lambda: {"cameras": {"cam0": {"fps": 9.5, "stalled": False}},
                                            "system": {"cpu_percent": 42.0, "gpu": None}})
     publisher.start()

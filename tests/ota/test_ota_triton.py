@@ -21,7 +21,8 @@ from support.schemas import validate_ota_status
 from support.wait import wait_until
 
 from appliance.ota.config import HealthPolicy, OtaConfig
-from appliance.ota.delivery import OtaCommandHandler
+from appliance.ota.commandsig import signature_check
+from appliance.ota.delivery import OtaCommandHandler, is_read_only
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.serving.router import Router
@@ -164,7 +165,8 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any) -> Iterator[Live]:
         sub.loop_start()
         publisher = MqttPublisher(MqttConfig.model_validate(
             {"host": broker.host, "port": broker.port, "device_id": "dev1", "topic_prefix": "plant",
-             "backoff": {"initial_s": 0.1, "max_s": 0.5, "jitter": 0.0}}), tmp / "spool.sqlite3")
+             "backoff": {"initial_s": 0.1, "max_s": 0.5, "jitter": 0.0}}), tmp / "spool.sqlite3",
+            signature_check=signature_check(keys.trusted()), nonce_path=state / "mqtt-command-nonces.log")
         router = Router()
         switcher = TritonSwitcher(server, repo, router, options=RepositoryOptions(preprocess_instances=1))
         config = OtaConfig(trusted_keys=[keys.public], health=HealthPolicy(
@@ -172,7 +174,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any) -> Iterator[Live]:
         lv.manager = OtaManager(state, keys.trusted(), switcher, config=config, status_cb=lv.events.append,
                                 base_spec=lambda: base)
         lv.handler = OtaCommandHandler(lv.manager, config, state / "ota" / "incoming")
-        publisher.on_command("ota", lv.handler)
+        publisher.on_command("ota", lv.handler, read_only=is_read_only)  # as the supervisor registers it
         publisher.start()
         assert publisher.wait_connected(20)
         lv.server, lv.router, lv.repo, lv.broker = server, router, repo, broker
@@ -191,6 +193,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any) -> Iterator[Live]:
 def test_update_over_mqtt_chunks_switches_with_frames_flowing(live: Live) -> None:
     from appliance.mqtt.config import MqttConfig
     from appliance.ota.push import chunk_payloads, push_mqtt
+    from appliance.ota.signing import load_private_key
 
     assert live.router.current().version is None  # the base model serves
     profile = yolo_model_profile()
@@ -201,7 +204,8 @@ def test_update_over_mqtt_chunks_switches_with_frames_flowing(live: Live) -> Non
                          golden_files={"golden/dog.jpg": DOG})
     t_push = time.monotonic()
     push_mqtt(MqttConfig(host=live.broker.host, port=live.broker.port, device_id="cli"), "dev1", "plant",
-              list(chunk_payloads(bundle, 1 << 20)))
+              list(chunk_payloads(bundle, 1 << 20)), sign_key=load_private_key(live.keys.private),
+              reply_timeout_s=60)  # every chunk signed
     outcome = live.wait_outcome("2")
     t_done = time.monotonic()
     assert outcome.state == "active", outcome

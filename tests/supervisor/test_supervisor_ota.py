@@ -31,7 +31,7 @@ from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
 from appliance.ota.push import chunk_payloads, push_mqtt
-from appliance.ota.signing import generate_keypair
+from appliance.ota.signing import generate_keypair, load_private_key
 from appliance.ota.status import STATES, OtaStatus
 from appliance.ota.store import OtaStore
 
@@ -83,11 +83,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ota_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The real `appliance ota` command line, as an operator runs it."""
+def _ota_cli(*args: str, refused: bool = False) -> subprocess.CompletedProcess[str]:
+    """The real `appliance ota` command line, as an operator runs it; ``refused``: the device's reply refuses it."""
     done = subprocess.run([sys.executable, "-m", "appliance", "ota", *args], capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
-    assert done.returncode == 0 and "sent " in done.stdout, (done.stdout, done.stderr)
+                          timeout=150, cwd=REPO)
+    if refused:
+        assert done.returncode == 1 and done.stderr.startswith("refused: "), (done.stdout, done.stderr)
+    else:
+        assert done.returncode == 0 and "sent " in done.stdout, (done.stdout, done.stderr)
     return done
 
 
@@ -146,7 +149,8 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
     rogue = _bundle(tmp_path, tmp_path / "rogue.key", version="3")
     config = write_config(tmp_path, broker, shm_root, camera_dir)
     health_port = _free_port()
-    config.write_text(config.read_text().replace("health:\n  port: 0\n", f"health:\n  port: {health_port}\n"))
+    config.write_text(config.read_text().replace("health:\n  port: 0\n", f"health:\n  port: {health_port}\n")
+                      .replace("mqtt:\n", "mqtt:\n  health_interval_s: 2\n"))  # the refusal count, soon
     with config.open("a") as f:
         f.write(f"ota:\n  trusted_keys: [{tmp_path / 'ota.pub'}]\n"
                 "  health: {period_s: 4, check_interval_s: 0.2, min_requests: 3, max_latency_ratio: 50}\n")
@@ -171,7 +175,8 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
 
         t_push = time.monotonic()
         push_mqtt(MqttConfig(host="127.0.0.1", port=broker.port, device_id="cli"), device, "appliance",
-                  list(chunk_payloads(bundle, 1 << 20)))
+                  list(chunk_payloads(bundle, 1 << 20)),
+                  sign_key=load_private_key(tmp_path / "ota.key"))  # the bundle key signs commands too (default)
 
         def outcome() -> list[dict[str, Any]]:
             return [p for _t, p in sub.of_type("ota_status")
@@ -207,10 +212,11 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
         sub.wait(lambda: len(sub.of_type("detections", t_restart)) >= 2, 120, restarted, log)
         assert {p["model"]["version"] for _t, p in sub.of_type("detections", t_restart)} == {"2"}
 
-        # a bundle signed with an untrusted key, pushed by the CLI: rejected, version 2 serves on without a gap
+        # a bundle signed with an untrusted key, pushed by the CLI (the commands signed by the operator's key):
+        # rejected, version 2 serves on without a gap
         t_rogue = time.monotonic()
         _ota_cli("push", str(rogue), "--mqtt", f"127.0.0.1:{broker.port}", "--device", device,
-                 "--chunk-bytes", str(1 << 20))
+                 "--chunk-bytes", str(1 << 20), "--sign-key", str(tmp_path / "ota.key"))
 
         def ended(since: float) -> list[dict[str, Any]]:
             return [p for _t, p in sub.of_type("ota_status", since) if p["state"] in ("active", "rolled_back",
@@ -232,9 +238,21 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
         assert {p["model"]["version"] for _t, p in across} == {"2"}
         assert max(_gaps([t for t, _p in across])) < MAX_GAP_S, log.read_text()[-3000:]
 
-        # the `rollback` action (the CLI sends {"action": "rollback"}): back to the base model, no long gap
+        # an unsigned `rollback` is refused: the CLI fails with the device's reason, and nothing rolls back
+        t_unsigned = time.monotonic()
+        unsigned = _ota_cli("push", "--mqtt", f"127.0.0.1:{broker.port}", "--device", device, "--action",
+                            "rollback", refused=True)
+        assert "(unsigned)" in unsigned.stderr and "--sign-key" in unsigned.stderr, unsigned.stderr
+        assert ended(t_unsigned) == [] and "Traceback" not in unsigned.stderr
+        sub.wait(lambda: [p for _t, p in sub.of_type("health", t_unsigned)
+                          if p["mqtt"]["commands_refused"]["unsigned"] == 1], 30, restarted, log)
+        validate_message("health", sub.of_type("health", t_unsigned)[-1][1])
+
+        # the signed `rollback` action (the CLI sends {"action": "rollback"} with `auth`): back to the base model,
+        # no long gap
         t_rollback = time.monotonic()
-        _ota_cli("push", "--mqtt", f"127.0.0.1:{broker.port}", "--device", device, "--action", "rollback")
+        _ota_cli("push", "--mqtt", f"127.0.0.1:{broker.port}", "--device", device, "--action", "rollback",
+                 "--sign-key", str(tmp_path / "ota.key"), "--reply-timeout", "120")
         sub.wait(lambda: ended(t_rollback), 120, restarted, log)
         rolled = ended(t_rollback)
         assert [(p["state"], p.get("code")) for p in rolled] == [("rolled_back", "manual")], rolled

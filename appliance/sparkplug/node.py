@@ -1,0 +1,246 @@
+"""The Sparkplug B edge node: its own MQTT connection, births, data by exception, death by last will.
+
+Lifecycle (one thread, ``sparkplug-node``, owns the paho client: it connects, loops, samples and publishes, so
+paho's callbacks run on it too and nothing here needs a lock):
+
+    start() -> [connect: bdSeq = store.next(); will = NDEATH(bdSeq), QoS 1, not retained; clean session]
+            -> CONNACK: subscribe NCMD and DCMD (QoS 1), publish NBIRTH + DBIRTHs (QoS 0)
+            -> every interval_s: sample the readings, publish what changed (reports.NodeReports.changes)
+            -> NCMD ``Node Control/Rebirth`` = true: NBIRTH + every DBIRTH again (same bdSeq; seq from 0)
+            -> connection lost: backoff (mqtt.backoff), connect again with the next bdSeq
+    stop()  -> publish NDEATH (a clean DISCONNECT makes the broker drop the will), disconnect, join.
+
+The client is ``appliance.mqtt.connection.build_client`` on a copy of the MQTT config with its own client id
+(``<client id>-sparkplug``) and a clean session, so host, port, TLS and credentials are the publisher's.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import paho.mqtt.client as paho
+
+from appliance.backoff import Backoff
+from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.connection import (build_client, describe_connect_error, describe_early_close,
+                                        describe_refusal)
+from appliance.sparkplug.payload import DataType, PayloadError, decode_payload
+from appliance.sparkplug.reports import (REBIRTH, NodeReports, Outgoing, Readings, SparkplugTopics,
+                                         death_payload)
+from appliance.sparkplug.sequence import BdSeqStore
+
+log = logging.getLogger(__name__)
+
+BDSEQ_FILE = "sparkplug-bdseq"
+_STABLE_SESSION_S = 10.0  # a session that held this long resets the backoff
+_DEATH_QOS = 1            # the spec's QoS for NDEATH (the will); births and data are QoS 0
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class EdgeNode:
+    """``readings`` is called on the node's thread once per ``mqtt.sparkplug.interval_s`` and at each birth;
+    an exception from it skips that sample (logged)."""
+
+    def __init__(self, mqtt: MqttConfig, readings: Callable[[], Readings], state_dir: Path, *,
+                 clock_ms: Callable[[], int] = wall_ms, rng: Optional[random.Random] = None) -> None:
+        if mqtt.sparkplug is None:
+            raise ValueError("mqtt.sparkplug is not configured")
+        self._sparkplug = mqtt.sparkplug
+        self._config = mqtt.model_copy(update={"client_id": f"{mqtt.effective_client_id}-sparkplug",
+                                               "clean_session": True})
+        self.topics = SparkplugTopics(self._sparkplug.group_id, self._sparkplug.node_id(mqtt.device_id))
+        self._readings = readings
+        self._store = BdSeqStore(state_dir / BDSEQ_FILE)
+        self._clock_ms = clock_ms
+        self._rng = rng or random.Random()
+        self._client: Optional[paho.Client] = None
+        self._thread: Optional[threading.Thread] = None
+        self._halt = threading.Event()
+        self._up = threading.Event()           # set while a session is up (births sent)
+        self.bd_seq: Optional[int] = None      # the current connection's
+        self.connects = 0
+        self.last_error: Optional[str] = None
+        # network thread only
+        self._reports: Optional[NodeReports] = None
+        self._connack: Optional[tuple[Any, Any]] = None
+        self._disconnect_reason: Optional[str] = None
+        self._rebirth = False
+
+    @property
+    def connected(self) -> bool:
+        return self._up.is_set()
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        return self._up.wait(timeout_s)
+
+    def start(self) -> EdgeNode:
+        """Build the client (raises MqttConfigError for unusable TLS material or password file) and start the
+        node's thread; it connects in the background."""
+        client = build_client(self._config, self.topics.node("NDEATH"), b"", _DEATH_QOS)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        self._client = client
+        self._thread = threading.Thread(target=self._run, name="sparkplug-node", daemon=True)
+        self._thread.start()
+        log.info("sparkplug: edge node %s/%s on %s:%d", self.topics.group_id, self.topics.edge_node_id,
+                 self._config.host, self._config.port)
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Publish NDEATH if connected, disconnect, join the thread."""
+        if self._thread is None:
+            return
+        self._halt.set()
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.warning("sparkplug: the node's thread did not stop within %.1f s", timeout_s)
+        self._thread = None
+
+    # -- paho callbacks (the node's thread, inside client.loop()) ------------------------------------------
+
+    def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
+        self._connack = (reason, properties)
+
+    def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
+        self._disconnect_reason = str(reason)
+
+    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+        if msg.topic != self.topics.node("NCMD"):
+            log.info("sparkplug: ignoring %s: device metrics are read-only", msg.topic)
+            return
+        try:
+            payload = decode_payload(msg.payload)
+        except PayloadError as exc:
+            log.warning("sparkplug: ignoring a malformed NCMD (%d bytes): %s", len(msg.payload), exc)
+            return
+        for metric in payload.metrics:
+            if metric.name == REBIRTH and metric.datatype is DataType.Boolean and metric.value is True:
+                log.info("sparkplug: rebirth requested")
+                self._rebirth = True
+            elif metric.name != REBIRTH:
+                log.info("sparkplug: ignoring NCMD metric %r: only %r is writable", metric.name, REBIRTH)
+
+    # -- the node's thread ---------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = Backoff(self._config.backoff, self._rng)
+        while not self._halt.is_set():
+            began = time.monotonic()
+            was_up, reason = self._session()
+            self._up.clear()
+            if self._halt.is_set():
+                break
+            if was_up and time.monotonic() - began >= _STABLE_SESSION_S:
+                backoff.reset()
+            self.last_error = reason
+            delay = backoff.next_delay()
+            log.warning("sparkplug: %s: %s; connecting again in %.1f s",
+                        "connection lost" if was_up else "connect failed", reason, delay)
+            self._halt.wait(delay)
+
+    def _session(self) -> tuple[bool, str]:
+        """One CONNECT with a new bdSeq and, if accepted, the session until it ends. (was_up, reason)."""
+        client = self._client
+        assert client is not None
+        bd_seq = self.bd_seq = self._store.next()
+        client.will_set(self.topics.node("NDEATH"), death_payload(bd_seq, self._clock_ms()), qos=_DEATH_QOS,
+                        retain=False)
+        self._connack, self._disconnect_reason, self._rebirth = None, None, False
+        try:
+            client.reconnect()
+        except Exception as exc:  # socket, TLS and DNS errors all mean "not connected; retry"
+            return False, describe_connect_error(exc, self._config)
+        deadline = time.monotonic() + self._config.connect_timeout_s
+        up = False
+        next_sample = 0.0
+        while True:
+            if self._halt.is_set():
+                if up:
+                    self._die(client, bd_seq)
+                else:
+                    client.disconnect()
+                return up, "stopping"
+            rc = client.loop(timeout=0.02 if up else 0.05)
+            if not up and self._connack is not None:
+                reason, _properties = self._connack
+                if reason.is_failure:
+                    return False, describe_refusal(reason, self._config)
+                up = True
+                self._session_up(client, bd_seq)
+                next_sample = time.monotonic() + self._sparkplug.interval_s
+            if rc != paho.MQTT_ERR_SUCCESS:
+                detail = self._disconnect_reason or paho.error_string(rc)
+                return (True, detail) if up else (False, describe_early_close(detail, self._config))
+            if not up:
+                if time.monotonic() > deadline:
+                    client.disconnect()
+                    return False, (f"no CONNACK from {self._config.host}:{self._config.port} within "
+                                   f"{self._config.connect_timeout_s} s")
+                continue
+            if self._rebirth:
+                self._rebirth = False
+                self._publish(client, self._births())
+            elif time.monotonic() >= next_sample:
+                next_sample += self._sparkplug.interval_s
+                next_sample = max(next_sample, time.monotonic())  # after a slow sample, do not burst to catch up
+                self._publish_changes(client)
+
+    def _session_up(self, client: paho.Client, bd_seq: int) -> None:
+        client.subscribe([(self.topics.node("NCMD"), 1), (self.topics.device("DCMD", "+"), 1)])
+        self._reports = NodeReports(self.topics, bd_seq, self._clock_ms)
+        self._publish(client, self._births())
+        self.connects += 1
+        self.last_error = None
+        self._up.set()
+        log.info("sparkplug: online as %s (bdSeq %d)", self.topics.node("NBIRTH"), bd_seq)
+
+    def _births(self) -> list[Outgoing]:
+        assert self._reports is not None
+        return self._reports.births(self._sample() or Readings())
+
+    def _publish_changes(self, client: paho.Client) -> None:
+        readings = self._sample()
+        if readings is None:
+            return
+        assert self._reports is not None
+        try:
+            out = self._reports.changes(readings)
+        except ValueError as exc:  # a reading its datatype cannot hold: a bug in the readings, not fatal
+            log.error("sparkplug: readings not published: %s", exc)
+            return
+        self._publish(client, out)
+
+    def _sample(self) -> Optional[Readings]:
+        try:
+            return self._readings()
+        except Exception as exc:  # the appliance is starting or stopping: the next sample will do
+            log.warning("sparkplug: no readings this time: %s", exc)
+            return None
+
+    @staticmethod
+    def _publish(client: paho.Client, messages: list[Outgoing]) -> None:
+        for message in messages:
+            client.publish(message.topic, message.payload, qos=0, retain=False)
+
+    def _die(self, client: paho.Client, bd_seq: int) -> None:
+        """A clean stop: NDEATH ourselves (the broker drops the will on DISCONNECT), then disconnect."""
+        info = client.publish(self.topics.node("NDEATH"), death_payload(bd_seq, self._clock_ms()),
+                              qos=_DEATH_QOS, retain=False)
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end and not info.is_published():
+            if client.loop(timeout=0.05) != paho.MQTT_ERR_SUCCESS:
+                return
+        client.disconnect()
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end and client.want_write():
+            if client.loop(timeout=0.05) != paho.MQTT_ERR_SUCCESS:
+                break
