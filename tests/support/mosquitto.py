@@ -159,7 +159,7 @@ class Mosquitto(LocalBroker):
         return self.start()
 
 
-def publish_as(broker: LocalBroker, username: str, password: str, topic: str, payload: str,
+def publish_as(broker: LocalBroker, username: str, password: str, topic: str, payload: str | bytes,
                tls: Optional[TlsMaterial] = None) -> None:
     """Connect as ``username`` (a fresh client, mutual TLS with ``tls``'s client certificate when given), publish
     once with QoS 1 and wait for the broker's PUBACK or for it to drop the connection: either way the broker has
