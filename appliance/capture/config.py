@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
+from appliance.config.redact import redact_credentials
 from appliance.config.base import StrictModel
 
 PixelFormat = Literal["bgr", "rgb"]
@@ -48,7 +49,8 @@ class RtspSource(StrictModel):
     @classmethod
     def _known_scheme(cls, value: str) -> str:
         if not value.split("://", 1)[0].lower() in {"rtsp", "rtsps", "http", "https"} or "://" not in value:
-            raise ValueError(f"url must start with rtsp://, rtsps://, http:// or https://, got {value!r}")
+            raise ValueError(f"url must start with rtsp://, rtsps://, http:// or https://, got "
+                             f"{redact_credentials(value)!r}")
         return value
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import appliance
 from appliance.commands.bench import bench_names
+from appliance.commands.mqttoptions import add_mqtt_client_arguments
 from appliance.logs import configure
 
 
@@ -44,13 +45,11 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
 
     u = ota.add_parser("push", help="deliver a bundle: into an inbox directory, or over MQTT")
     u.add_argument("bundle", type=Path, nargs="?")
-    dest = u.add_mutually_exclusive_group(required=True)
+    dest = u.add_mutually_exclusive_group()
     dest.add_argument("--inbox", type=Path, help="copy atomically into this watched directory")
-    dest.add_argument("--mqtt", metavar="HOST[:PORT]", help="send as the 'ota' command through this broker")
-    u.add_argument("--device", help="device id (with --mqtt)")
-    u.add_argument("--prefix", default="appliance", help="topic prefix (with --mqtt)")
-    u.add_argument("--username")
-    u.add_argument("--password")
+    add_mqtt_client_arguments(u, broker_group=dest)  # or send it as the 'ota' command through a broker
+    u.add_argument("--device", help="device id (with --mqtt; default with --config: that config's device)")
+    u.add_argument("--prefix", help="topic prefix (with --mqtt; default: the --config's, else 'appliance')")
     how = u.add_mutually_exclusive_group()
     how.add_argument("--device-path", help="tell the device to install this path on the device")
     how.add_argument("--url", help="tell the device to download this URL")

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from appliance.commands.exitcodes import ExitCode
+from appliance.commands.mqttoptions import MqttOptionsError, mqtt_config_from_args
 from appliance.paths import state_dir
 from appliance.ota import push
 from appliance.ota.bundle import build_bundle
@@ -56,10 +57,20 @@ def _push(args: argparse.Namespace) -> int:
             return ExitCode.BAD_INPUT
         print(push.push_to_inbox(args.bundle, args.inbox))
         return ExitCode.OK
-    if not args.device:
+    if args.mqtt is None and args.mqtt_config_file is None:
+        print("error: give --inbox DIR, or the broker: --mqtt HOST[:PORT] or --config APPLIANCE_YAML", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        broker = mqtt_config_from_args(args)
+    except MqttOptionsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    from_file = args.mqtt_config_file is not None
+    device = args.device or (broker.device_id if from_file else None)
+    prefix = args.prefix or (broker.topic_prefix if from_file else "appliance")
+    if not device:
         print("error: --mqtt needs --device", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    host, _, port = args.mqtt.partition(":")
     if args.action:
         messages: list[dict[str, Any]] = [{"action": args.action}]
     elif args.device_path:
@@ -72,10 +83,8 @@ def _push(args: argparse.Namespace) -> int:
         print("error: give a BUNDLE, --device-path, --url or --action", file=sys.stderr)
         return ExitCode.BAD_INPUT
     sign_key = load_private_key(args.sign_key) if args.sign_key else None
-    n = push.push_mqtt(host, int(port or 1883), args.device, args.prefix, messages,
-                       username=args.username, password=args.password, sign_key=sign_key,
-                       reply_timeout_s=args.reply_timeout)
-    print(f"sent {n} message(s) to {args.prefix}/{args.device}/command/ota; follow {args.prefix}/{args.device}/reply")
+    n = push.push_mqtt(broker, device, prefix, messages, sign_key=sign_key, reply_timeout_s=args.reply_timeout)
+    print(f"sent {n} message(s) to {prefix}/{device}/command/ota; follow {prefix}/{device}/reply")
     return ExitCode.OK
 
 

@@ -8,6 +8,7 @@ from typing import Mapping, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from appliance.config.base import ConfigFieldError
+from appliance.config.redact import is_secret_key, redact_credentials
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
 
 M = TypeVar("M", bound=BaseModel)
@@ -35,7 +36,8 @@ def _describe(error: Mapping) -> str:
         return f"must be a mapping of keys (key: value), not {_yaml_kind(error.get('input'))}"
     message = str(error.get("msg", "invalid value"))
     if kind not in ("value_error", "assertion_error") and "input" in error and not isinstance(error["input"], (dict, list)):
-        message += f" (got {error['input']!r})"
+        if not is_secret_key(tuple(error.get("loc", ()))):  # a mistyped password must not reach the journal
+            message += f" (got {redact_credentials(repr(error['input']))})"
     return message.removeprefix("Value error, ")
 
 

@@ -28,21 +28,10 @@ def resolve_password(config: MqttConfig) -> Optional[str]:
     return None
 
 
-def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_qos: int,
-                 broker: Optional[Broker] = None) -> paho.Client:
-    """A configured, unconnected client aimed at ``broker`` (default: the first of ``config.brokers``). Raises
-    MqttConfigError for unusable TLS material or password file."""
-    v5 = config.protocol == "5"
-    client = paho.Client(
-        callback_api_version=CallbackAPIVersion.VERSION2,
-        client_id=config.effective_client_id,
-        clean_session=None if v5 else config.clean_session,
-        protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
-        transport=config.transport,
-        reconnect_on_failure=False,  # we own the retry loop, its backoff and its error reporting
-    )
-    if config.transport == "websockets":
-        client.ws_set_options(path=config.websocket_path)
+def configure_security(client: paho.Client, config: MqttConfig) -> None:
+    """TLS (server certificate always verified; client certificate for mutual TLS) and username/password, from
+    ``config``: the appliance and every CLI that talks MQTT configure a client the same way, here.
+    Raises MqttConfigError for unusable TLS material or an unreadable password file."""
     if config.tls is not None:
         tls = config.tls
         for label, path in (("tls.ca", tls.ca), ("tls.cert", tls.cert), ("tls.key", tls.key)):
@@ -59,6 +48,24 @@ def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_
     password = resolve_password(config)
     if config.username is not None:
         client.username_pw_set(config.username, password)
+
+
+def build_client(config: MqttConfig, will_topic: str, will_payload: bytes, will_qos: int,
+                 broker: Optional[Broker] = None) -> paho.Client:
+    """A configured, unconnected client aimed at ``broker`` (default: the first of ``config.brokers``). Raises
+    MqttConfigError for unusable TLS material or password file."""
+    v5 = config.protocol == "5"
+    client = paho.Client(
+        callback_api_version=CallbackAPIVersion.VERSION2,
+        client_id=config.effective_client_id,
+        clean_session=None if v5 else config.clean_session,
+        protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
+        transport=config.transport,
+        reconnect_on_failure=False,  # we own the retry loop, its backoff and its error reporting
+    )
+    if config.transport == "websockets":
+        client.ws_set_options(path=config.websocket_path)
+    configure_security(client, config)
     client.will_set(will_topic, will_payload, qos=will_qos, retain=True)
     client.max_inflight_messages_set(0)  # the publisher bounds in-flight messages itself (see window.py)
     client.max_queued_messages_set(0)

@@ -11,6 +11,11 @@ class MqttConfigError(MqttError):
     """The configuration cannot be used (unreadable password file, bad TLS material, bad id)."""
 
 
+class MqttConnectError(MqttError):
+    """A command-line client could not connect (broker unreachable, TLS refused, credentials refused); the
+    message says which and what to check."""
+
+
 class NotStartedError(MqttError):
     """A publisher method that needs start() was called before start() or after stop()."""
 

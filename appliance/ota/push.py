@@ -15,6 +15,9 @@ from typing import Any, Iterator, Optional
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from appliance.mqtt.cliclient import CliClient
+from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.errors import MqttError
 from appliance.ota.commandsig import sign_command
 from appliance.ota.errors import OtaError
 
@@ -57,24 +60,15 @@ def chunk_payloads(bundle: Path, chunk_bytes: int, upload_id: str | None = None)
                    "data": base64.b64encode(f.read(chunk_bytes)).decode()}
 
 
-def push_mqtt(host: str, port: int, device: str, prefix: str, args_list: list[dict[str, Any]], *,
-              username: str | None = None, password: str | None = None, timeout_s: float = 30.0,
-              sign_key: Optional[Ed25519PrivateKey] = None, reply_timeout_s: float = 0.0) -> int:
+def push_mqtt(broker: MqttConfig, device: str, prefix: str, args_list: list[dict[str, Any]], *,
+              timeout_s: float = 30.0, sign_key: Optional[Ed25519PrivateKey] = None,
+              reply_timeout_s: float = 0.0) -> int:
     """Publish each args dict as a command (QoS 1) to <prefix>/<device>/command/ota, waiting for each PUBACK;
     signed by ``sign_key`` if given. With ``reply_timeout_s`` > 0, also wait that long for the device's reply to
-    the last one; an error reply to any (read as they come) raises PushRefused, no reply PushError."""
-    import paho.mqtt.client as mqtt
+    the last one; an error reply to any (read as they come) raises PushRefused, no reply PushError.
 
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"ota-push-{uuid.uuid4().hex[:8]}")
-    if username:
-        client.username_pw_set(username, password)
-    connected = threading.Event()
-    result: dict[str, Any] = {}
-
-    def on_connect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any = None) -> None:
-        result["reason"] = reason
-        connected.set()
-
+    ``broker``: where and how to connect (TLS, credentials), as for the appliance itself; see
+    appliance.commands.mqttoptions for how the CLI builds it."""
     run_id = uuid.uuid4().hex[:8]
     replies: dict[str, dict[str, Any]] = {}
     replied = threading.Condition()
@@ -89,41 +83,37 @@ def push_mqtt(host: str, port: int, device: str, prefix: str, args_list: list[di
                 replies[doc["request_id"]] = doc
                 replied.notify_all()
 
-    client.on_connect = on_connect
-    client.on_message = on_message
     try:
-        client.connect(host, port)
-    except OSError as exc:
-        raise PushError(f"cannot reach the broker at {host}:{port}: {exc}") from None
-    client.loop_start()
-    try:
-        if not connected.wait(timeout_s) or getattr(result.get("reason"), "is_failure", False):
-            raise PushError(f"broker {host}:{port} did not accept the connection: {result.get('reason')}")
-        topic = f"{prefix}/{device}/command/ota"
-        if reply_timeout_s > 0:
-            _subscribe(client, f"{prefix}/{device}/reply", timeout_s)
-        for i, args in enumerate(args_list):
-            request_id = f"push-{run_id}-{i}"
-            payload = ({"request_id": request_id, "args": args} if sign_key is None else
-                       sign_command(sign_key, topic_prefix=prefix, device_id=device, command="ota", args=args,
-                                    request_id=request_id))
-            info = client.publish(topic, json.dumps(payload), qos=1)
-            info.wait_for_publish(timeout_s)
-            if not info.is_published():
-                raise PushError(f"message {i} to {topic} was not acknowledged within {timeout_s} s")
-            _raise_refusal(replies, replied)
-        if reply_timeout_s > 0:
-            last = f"push-{run_id}-{len(args_list) - 1}"
-            with replied:
-                replied.wait_for(lambda: last in replies, reply_timeout_s)
-            _raise_refusal(replies, replied)
-            if last not in replies:
-                raise PushError(f"no reply from {device} within {reply_timeout_s:g} s on {prefix}/{device}/reply "
-                                "(is it online? a signed command expires after mqtt.commands.max_age_s)")
-        return len(args_list)
-    finally:
-        client.loop_stop()
-        client.disconnect()
+        with CliClient(broker, "ota-push", timeout_s) as client:
+            client.on_message = on_message
+            topic = f"{prefix}/{device}/command/ota"
+            if reply_timeout_s > 0:
+                _subscribe(client, f"{prefix}/{device}/reply", timeout_s)
+            for i, args in enumerate(args_list):
+                request_id = f"push-{run_id}-{i}"
+                payload = ({"request_id": request_id, "args": args} if sign_key is None else
+                           sign_command(sign_key, topic_prefix=prefix, device_id=device, command="ota", args=args,
+                                        request_id=request_id))
+                info = client.publish(topic, json.dumps(payload), qos=1)
+                try:
+                    info.wait_for_publish(timeout_s)
+                except RuntimeError as exc:  # not queued: the broker closed the connection
+                    raise PushError(f"message {i} to {topic} was not sent: {exc}") from None
+                if not info.is_published():
+                    raise PushError(f"message {i} to {topic} was not acknowledged within {timeout_s} s")
+                _raise_refusal(replies, replied)
+            if reply_timeout_s > 0:
+                last = f"push-{run_id}-{len(args_list) - 1}"
+                with replied:
+                    replied.wait_for(lambda: last in replies, reply_timeout_s)
+                _raise_refusal(replies, replied)
+                if last not in replies:
+                    raise PushError(f"no reply from {device} within {reply_timeout_s:g} s on "
+                                    f"{prefix}/{device}/reply (is it online? a signed command expires after "
+                                    "mqtt.commands.max_age_s)")
+            return len(args_list)
+    except MqttError as exc:
+        raise PushError(str(exc)) from None
 
 
 def _subscribe(client: Any, topic: str, timeout_s: float) -> None:

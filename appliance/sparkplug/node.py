@@ -72,6 +72,7 @@ class EdgeNode:
         self._reports: Optional[NodeReports] = None
         self._connack: Optional[tuple[Any, Any]] = None
         self._disconnect_reason: Optional[str] = None
+        self._broker = self._config.brokers[0]  # the one connected to or being tried (mqtt.hosts: it moves)
         self._rebirth = False
 
     @property
@@ -91,8 +92,8 @@ class EdgeNode:
         self._client = client
         self._thread = threading.Thread(target=self._run, name="sparkplug-node", daemon=True)
         self._thread.start()
-        log.info("sparkplug: edge node %s/%s on %s:%d", self.topics.group_id, self.topics.edge_node_id,
-                 self._config.host, self._config.port)
+        log.info("sparkplug: edge node %s/%s on %s", self.topics.group_id, self.topics.edge_node_id,
+                 ", ".join(str(b) for b in self._config.brokers))
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -150,7 +151,8 @@ class EdgeNode:
             failed_in_round += 1
             if len(brokers) > 1:
                 at = (at + 1) % len(brokers)
-                aim(self._client, self._config, brokers[at])  # type: ignore[arg-type]
+                self._broker = brokers[at]
+                aim(self._client, self._config, self._broker)  # type: ignore[arg-type]
                 if failed_in_round < len(brokers):
                     log.warning("sparkplug: %s: %s; trying the next broker, %s, now",
                                 "connection lost" if was_up else "connect failed", reason, brokers[at])
@@ -172,7 +174,7 @@ class EdgeNode:
         try:
             client.reconnect()
         except Exception as exc:  # socket, TLS and DNS errors all mean "not connected; retry"
-            return False, describe_connect_error(exc, self._config)
+            return False, describe_connect_error(exc, self._config, self._broker)
         deadline = time.monotonic() + self._config.connect_timeout_s
         up = False
         next_sample = 0.0
@@ -187,17 +189,17 @@ class EdgeNode:
             if not up and self._connack is not None:
                 reason, _properties = self._connack
                 if reason.is_failure:
-                    return False, describe_refusal(reason, self._config)
+                    return False, describe_refusal(reason, self._config, self._broker)
                 up = True
                 self._session_up(client, bd_seq)
                 next_sample = time.monotonic() + self._sparkplug.interval_s
             if rc != paho.MQTT_ERR_SUCCESS:
                 detail = self._disconnect_reason or paho.error_string(rc)
-                return (True, detail) if up else (False, describe_early_close(detail, self._config))
+                return (True, detail) if up else (False, describe_early_close(detail, self._config, self._broker))
             if not up:
                 if time.monotonic() > deadline:
                     client.disconnect()
-                    return False, (f"no CONNACK from {self._config.host}:{self._config.port} within "
+                    return False, (f"no CONNACK from {self._broker} within "
                                    f"{self._config.connect_timeout_s} s")
                 continue
             if self._rebirth:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from appliance.capture.sources import DecodeError, EndOfStream, SourceConfigError, SourceError, make_source
-from appliance.capture.sources.opencv import _redact
+from appliance.config.redact import redact_credentials
 from support.rtsp import free_port
 
 
@@ -267,5 +267,24 @@ def test_v4l2_mode_the_camera_accepted_opens_cleanly(camera, monkeypatch, chosen
 
 
 def test_passwords_are_redacted_in_messages():
-    assert _redact("rtsp://admin:s3cret@10.0.0.5/h264") == "rtsp://admin:***@10.0.0.5/h264"
-    assert _redact("rtsp://10.0.0.5/h264") == "rtsp://10.0.0.5/h264"
+    assert redact_credentials("rtsp://admin:s3cret@10.0.0.5/h264") == "rtsp://admin:***@10.0.0.5/h264"
+    assert redact_credentials("rtsp://10.0.0.5/h264") == "rtsp://10.0.0.5/h264"
+    assert redact_credentials("rtsp://admin:p@ss:w0rd@10.0.0.5:554/h264") == "rtsp://admin:***@10.0.0.5:554/h264"
+    assert redact_credentials("rtsp://admin@10.0.0.5/h264") == "rtsp://admin@10.0.0.5/h264"  # no password
+
+
+def test_camera_passwords_stay_out_of_source_descriptions_and_config_errors(camera):
+    """A GStreamer pipeline embeds its RTSP URL; the description goes to the log and the camera status."""
+    from pydantic import ValidationError
+
+    from appliance.capture.config import RtspSource
+
+    pipeline = "rtspsrc location=rtsp://cam:s3cret@10.0.0.5:554/h264 latency=0 ! rtph264depay ! avdec_h264"
+    source = make_source(camera({"type": "gstreamer", "pipeline": pipeline}))
+    assert "s3cret" not in source.describe()
+    assert "rtsp://cam:***@10.0.0.5:554/h264 latency=0" in source.describe()
+    assert "s3cret" not in make_source(camera({"type": "rtsp", "url": "rtsp://cam:s3cret@10.0.0.5/h264"})).describe()
+    with pytest.raises(ValidationError) as error:
+        RtspSource.model_validate({"type": "rtsp", "url": "rtps://cam:s3cret@10.0.0.5/h264"})  # a typo
+    message = error.value.errors()[0]["msg"]  # what check-config prints (pydantic's own str adds the input)
+    assert "s3cret" not in message and "rtps://cam:***@10.0.0.5/h264" in message

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.messages import Command
 from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.publisher import MqttPublisher
@@ -195,12 +196,16 @@ def test_unsigned_commands_run_only_when_signatures_are_not_required(broker, tmp
         dev.publisher.stop()
 
 
+def _broker(broker: Mosquitto) -> MqttConfig:
+    return MqttConfig(host=broker.host, port=broker.port, device_id="cli")
+
+
 def test_push_signs_with_a_key_and_without_one_fails_with_the_devices_reason(broker, device, keys) -> None:
-    assert push_mqtt(broker.host, broker.port, "dev1", "plant", [ROLLBACK], sign_key=keys[0],
+    assert push_mqtt(_broker(broker), "dev1", "plant", [ROLLBACK], sign_key=keys[0],
                      reply_timeout_s=20) == 1
     assert [dict(c.args) for c in device.ran] == [ROLLBACK]
     with pytest.raises(PushRefused) as info:
-        push_mqtt(broker.host, broker.port, "dev1", "plant", [ROLLBACK], reply_timeout_s=20)
+        push_mqtt(_broker(broker), "dev1", "plant", [ROLLBACK], reply_timeout_s=20)
     assert info.value.code == "unsigned" and "--sign-key" in str(info.value)
     assert len(device.ran) == 1
 
@@ -239,7 +244,7 @@ def test_the_nonce_store_forgets_expired_nonces_and_skips_a_torn_line(tmp_path: 
 
 def test_push_says_so_when_no_device_answers(broker: Mosquitto, keys: Any) -> None:
     with pytest.raises(PushError) as info:
-        push_mqtt(broker.host, broker.port, "nobody", "plant", [ROLLBACK], sign_key=keys[0], reply_timeout_s=1)
+        push_mqtt(_broker(broker), "nobody", "plant", [ROLLBACK], sign_key=keys[0], reply_timeout_s=1)
     assert not isinstance(info.value, PushRefused) and "no reply from nobody within 1 s" in str(info.value)
 
 

@@ -191,6 +191,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any) -> Iterator[Live]:
 
 
 def test_update_over_mqtt_chunks_switches_with_frames_flowing(live: Live) -> None:
+    from appliance.mqtt.config import MqttConfig
     from appliance.ota.push import chunk_payloads, push_mqtt
     from appliance.ota.signing import load_private_key
 
@@ -202,8 +203,9 @@ def test_update_over_mqtt_chunks_switches_with_frames_flowing(live: Live) -> Non
     bundle = live.bundle("2", profile, golden=[{"file": "golden/dog.jpg", "expected": expected}],
                          golden_files={"golden/dog.jpg": DOG})
     t_push = time.monotonic()
-    push_mqtt(live.broker.host, live.broker.port, "dev1", "plant", list(chunk_payloads(bundle, 1 << 20)),
-              sign_key=load_private_key(live.keys.private), reply_timeout_s=60)  # every chunk signed
+    push_mqtt(MqttConfig(host=live.broker.host, port=live.broker.port, device_id="cli"), "dev1", "plant",
+              list(chunk_payloads(bundle, 1 << 20)), sign_key=load_private_key(live.keys.private),
+              reply_timeout_s=60)  # every chunk signed
     outcome = live.wait_outcome("2")
     t_done = time.monotonic()
     assert outcome.state == "active", outcome

@@ -1,8 +1,11 @@
 """The edge node connects with the MQTT section's TLS and credentials (the publisher's build_client), MQTT 3.1.1
-and 5; a refused connection is never "connected", is retried with backoff, and each CONNECT takes a new bdSeq."""
+and 5; a refused connection is never "connected", is retried with backoff, and each CONNECT takes a new bdSeq.
+Under the shipped least-privilege ACL (docs/examples/mosquitto/acl) it births and answers an operator's rebirth
+request, while a subscriber's or another device's request, and another device's forged birth, never arrive."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -11,8 +14,10 @@ import pytest
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.errors import MqttConfigError
 from appliance.sparkplug.node import EdgeNode
+from appliance.sparkplug.payload import DataType
 from appliance.sparkplug.reports import Readings
-from support.mosquitto import Mosquitto, make_tls_material
+from support.mosquitto import Mosquitto, make_tls_material, publish_as
+from support.sparkplug_b import SparkplugSubscriber, rebirth_command
 from support.wait import wait_until
 
 
@@ -61,3 +66,35 @@ def test_missing_tls_material_fails_at_start_naming_the_setting(tmp_path: Path, 
                                         "tls": {"ca": str(tmp_path / "nope.crt")}, "sparkplug": {"group_id": "g"}})
     with pytest.raises(MqttConfigError, match=r"mqtt\.tls\.ca: no such file"):
         EdgeNode(config, Readings, tmp_path / "state").start()
+
+
+ACL = Path(__file__).resolve().parents[2] / "docs/examples/mosquitto/acl"
+USERS = {"dev1": "pw-dev1", "dev2": "pw-dev2", "operator@ops": "pw-op", "dashboard@ops": "pw-dash"}
+
+
+def test_under_the_shipped_acl_only_an_operator_can_ask_for_a_rebirth_and_no_device_can_forge_a_birth(
+        tmp_path: Path) -> None:
+    with Mosquitto(tmp_path / "broker", passwords=USERS, extra_config=[f"acl_file {ACL}"]) as broker:
+        host = SparkplugSubscriber(broker.host, broker.port, username="operator@ops", password=USERS["operator@ops"])
+        config = MqttConfig.model_validate({
+            "host": broker.host, "port": broker.port, "device_id": "dev1", "username": "dev1",
+            "password": USERS["dev1"], "backoff": {"initial_s": 0.05, "max_s": 0.2, "jitter": 0.0},
+            "sparkplug": {"group_id": "plant1", "interval_s": 0.05}})
+        readings = Readings(node={"Model/Version": (DataType.String, "base")},
+                            devices={"cam1": {"State": (DataType.String, "streaming")}})
+        node = EdgeNode(config, lambda: readings, tmp_path / "state").start()
+        try:
+            assert node.wait_connected(20), node.last_error
+            host.wait_for(lambda m: [x for x in m if x.kind == "DBIRTH" and x.device == "cam1"], message="births")
+            ncmd = "spBv1.0/plant1/NCMD/dev1"
+            publish_as(broker, "dashboard@ops", USERS["dashboard@ops"], ncmd, rebirth_command(True))
+            publish_as(broker, "dev2", USERS["dev2"], ncmd, rebirth_command(True))
+            publish_as(broker, "dev2", USERS["dev2"], "spBv1.0/plant1/NBIRTH/dev1", rebirth_command(True))
+            publish_as(broker, "operator@ops", USERS["operator@ops"], ncmd, rebirth_command(True))
+            host.wait_for(lambda m: len([x for x in m if x.kind == "NBIRTH"]) >= 2, message="the operator's rebirth")
+            time.sleep(1.0)  # a rebirth asked for earlier, or a forged birth, would have arrived by now
+            assert len(host.of("NBIRTH")) == 2 and len(host.of("DBIRTH", "cam1")) == 2
+            assert node.connects == 1  # never dropped for a publish the ACL denies
+        finally:
+            node.stop()
+            host.stop()

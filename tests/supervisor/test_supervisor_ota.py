@@ -29,6 +29,7 @@ from support.processes import children_of, running
 from support.schemas import validate_message
 from support.wait import wait_until
 
+from appliance.mqtt.config import MqttConfig
 from appliance.ota.push import chunk_payloads, push_mqtt
 from appliance.ota.signing import generate_keypair, load_private_key
 from appliance.ota.status import STATES, OtaStatus
@@ -173,7 +174,8 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
         assert {p["model"]["version"] for _t, p in sub.of_type("detections")} == {"base"}
 
         t_push = time.monotonic()
-        push_mqtt("127.0.0.1", broker.port, device, "appliance", list(chunk_payloads(bundle, 1 << 20)),
+        push_mqtt(MqttConfig(host="127.0.0.1", port=broker.port, device_id="cli"), device, "appliance",
+                  list(chunk_payloads(bundle, 1 << 20)),
                   sign_key=load_private_key(tmp_path / "ota.key"))  # the bundle key signs commands too (default)
 
         def outcome() -> list[dict[str, Any]]:

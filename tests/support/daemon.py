@@ -15,11 +15,11 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import paho.mqtt.client as paho
 
-from support.mosquitto import Mosquitto
+from support.mosquitto import Mosquitto, TlsMaterial
 
 IMAGES = Path("/usr/share/darknet/data")
 # Played in name order, so frame seq k shows IMAGES_IN_ORDER[(k - 1) % 3].
@@ -70,10 +70,15 @@ class Subscriber:
     persistence (``Mosquitto(persistence=True)``) nothing published while it reconnects after an outage is lost
     to it."""
 
-    def __init__(self, port: int, topic: str, *, persistent: bool = False) -> None:
+    def __init__(self, port: int, topic: str, *, persistent: bool = False, tls: TlsMaterial | None = None,
+                 username: str | None = None, password: str | None = None) -> None:
         self.messages: list[tuple[str, dict, bool]] = []
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}",
                                   clean_session=not persistent)
+        if tls is not None:  # mutual TLS with the material's client certificate
+            self.client.tls_set(ca_certs=str(tls.ca.cert), certfile=str(tls.client.cert), keyfile=str(tls.client.key))
+        if username is not None:
+            self.client.username_pw_set(username, password)
         self.binary: list[tuple[str, bytes, bool]] = []  # payloads that are not JSON (a camera's JPEG snapshot)
         self.client.on_message = self._on_message
         if persistent:
@@ -148,12 +153,13 @@ health:
 class RunningDaemon:
     """`appliance run --config CONFIG` as a real process reporting to a notify socket, its output in a log file."""
 
-    def __init__(self, tmp_path: Path, config: Path, cwd: Path) -> None:
+    def __init__(self, tmp_path: Path, config: Path, cwd: Path, global_args: Sequence[str] = ()) -> None:
+        """``global_args``: options before ``run``, e.g. ``["--log-level", "DEBUG"]``."""
         self.notify = NotifySocket(tmp_path / "notify.sock")
         self.log_path = tmp_path / "daemon.log"
         self._log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "appliance", "run", "--config", str(config)], stdout=self._log,
+            [sys.executable, "-m", "appliance", *global_args, "run", "--config", str(config)], stdout=self._log,
             stderr=subprocess.STDOUT, cwd=cwd,
             env={**os.environ, "NOTIFY_SOCKET": str(self.notify.path), "PYTHONFAULTHANDLER": "1"})
 

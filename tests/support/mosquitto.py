@@ -7,6 +7,7 @@ need: a log file, TLS material (CA, server and client certificates), password fi
 
     tls = make_tls_material(tmp_path / "pki")     # CA, server and client certificates (cryptography)
     broker = Mosquitto(tmp_path, tls=tls, require_certificate=True, passwords={"cam": "secret"})
+    publish_as(broker, "cam", "secret", "t/x", "{}", tls=tls)   # one QoS 1 publish by that user, then disconnect
 
 Always stopped: the context manager and ``stop()`` terminate the process (SIGKILL after a grace period).
 ``pause()``/``resume()`` simulate a hung broker; ``kill()`` a crashed one.
@@ -19,9 +20,14 @@ import ipaddress
 import os
 import shutil
 import subprocess
+import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.mqtt.localbroker import LocalBroker, free_port
 
@@ -163,3 +169,29 @@ class MosquittoFromFile(LocalBroker):
         super().__init__(workdir, port=port, log_path=Path(workdir) / f"mosquitto-{port}.log")
         extra = ["log_dest stderr", "log_type all"] + (["user root"] if os.geteuid() == 0 else [])
         self.conf_path.write_text(text.rstrip("\n") + "\n" + "\n".join(extra) + "\n")
+
+
+def publish_as(broker: LocalBroker, username: str, password: str, topic: str, payload: str | bytes,
+               tls: Optional[TlsMaterial] = None) -> None:
+    """Connect as ``username`` (a fresh client, mutual TLS with ``tls``'s client certificate when given), publish
+    once with QoS 1 and wait for the broker's PUBACK or for it to drop the connection: either way the broker has
+    handled the message. Under an ACL that denies it, MQTT 3.1.1 gives the sender no error (mosquitto drops the
+    message, and may close the connection), so callers assert on what an allowed reader receives."""
+    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"as-{uuid.uuid4().hex[:8]}")
+    if tls is not None:
+        client.tls_set(ca_certs=str(tls.ca.cert), certfile=str(tls.client.cert), keyfile=str(tls.client.key))
+    client.username_pw_set(username, password)
+    connected = threading.Event()
+    client.on_connect = lambda c, u, f, reason, p: connected.set() if not reason.is_failure else None
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        assert connected.wait(10), f"{username} could not connect"
+        info = client.publish(topic, payload, qos=1)
+        try:
+            info.wait_for_publish(5)
+        except RuntimeError:
+            pass  # the broker closed the connection: it has seen the message
+    finally:
+        client.loop_stop()
+        client.disconnect()

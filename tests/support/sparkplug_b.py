@@ -144,12 +144,15 @@ class SparkplugSubscriber:
     """A real paho client recording what edge nodes publish on ``spBv1.0/#`` (or ``topic``), decoded with the
     schema above; what it cannot decode goes to ``undecodable`` (the fixtures check that it stays empty)."""
 
-    def __init__(self, host: str, port: int, topic: str = "spBv1.0/#") -> None:
+    def __init__(self, host: str, port: int, topic: str = "spBv1.0/#", *, username: Optional[str] = None,
+                 password: Optional[str] = None) -> None:
         self.messages: list[Received] = []
         self.undecodable: list[str] = []
         self._lock = threading.Lock()
         self.client = paho.Client(callback_api_version=CallbackAPIVersion.VERSION2,
                                   client_id=f"test-spb-{uuid.uuid4().hex[:8]}")
+        if username is not None:
+            self.client.username_pw_set(username, password)
         subscribed = threading.Event()
         self.client.on_connect = lambda c, *a: c.subscribe(topic, qos=1)
         self.client.on_subscribe = lambda *a: subscribed.set()

@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, NoReturn, cast
 
 import numpy as np
 
+from appliance.config.redact import redact_credentials
 from appliance.capture.sources.base import EndOfStream, FrameShape, FrameSource, SourceConfigError
 from appliance.procs import stop_process
 
@@ -49,7 +50,7 @@ class GStreamerPipe(FrameSource):
         self._stderr: IO[bytes] | None = None
 
     def describe(self) -> str:
-        return f"GStreamer pipeline {self.pipeline!r}"
+        return f"GStreamer pipeline {redact_credentials(self.pipeline)!r}"
 
     def open(self) -> None:
         binary = shutil.which(GST_LAUNCH)
@@ -62,7 +63,7 @@ class GStreamerPipe(FrameSource):
         )
         # bufsize=0 makes stdout the raw pipe, a FileIO (typeshed knows only IO[bytes] | None, without readinto).
         self._stdout = cast(io.FileIO, proc.stdout)
-        log.debug("started %s (pid %d)", " ".join(argv), proc.pid)
+        log.debug("started %s (pid %d)", redact_credentials(" ".join(argv)), proc.pid)
 
     def read_into(self, out: np.ndarray) -> None:
         pipe = self._stdout

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
+from appliance.config.redact import redact_credentials
 from appliance.capture.sources.base import (
     DecodeError,
     EndOfStream,
@@ -63,7 +64,7 @@ class RtspCapture(_OpenCvSource):
         self.open_timeout_s, self.read_timeout_s = open_timeout_s, read_timeout_s
 
     def describe(self) -> str:
-        return f"stream {_redact(self.url)}"
+        return f"stream {redact_credentials(self.url)}"
 
     def open(self) -> None:
         # One camera per process, so this process-wide FFmpeg option is ours alone.
@@ -187,11 +188,3 @@ class V4l2Capture(_OpenCvSource):
         if not self._read(out):
             raise SourceError(f"{self.describe()} stopped delivering frames (unplugged or reset?)")
 
-
-def _redact(url: str) -> str:
-    """Hide the password of rtsp://user:pass@host in logs."""
-    scheme, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not at or ":" not in creds:
-        return url
-    return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{host}"
