@@ -77,6 +77,7 @@ def mqtt_config_from_args(args: argparse.Namespace, env: Optional[Mapping[str, s
         tls.update({k: v for k, v in (("ca", args.ca), ("cert", args.cert), ("key", args.key)) if v is not None})
         settings["tls"] = tls
     if args.mqtt is not None:
+        settings.pop("hosts", None)  # --mqtt names the one broker to use
         settings["host"], settings["port"] = _host_port(args.mqtt, settings.get("tls") is not None)
     if args.username is not None:
         settings["username"] = args.username
@@ -98,7 +99,8 @@ def _mqtt_section(path: Path) -> dict[str, Any]:
     config = load_and_report(path, machine=False, quiet_when_ok=True)  # prints each problem with its line
     if config is None:
         raise MqttOptionsError(f"{path}: not a valid appliance config (problems above)")
-    section = config.mqtt.model_dump(exclude_unset=False)
+    # Only what the file sets: a dump of the defaults too would give both `host` and `hosts` for a failover list.
+    section = config.mqtt.model_dump(exclude_unset=True)
     section.pop("client_id", None)  # the appliance's own id: the broker would disconnect the device for us
     return section
 

@@ -160,3 +160,28 @@ def test_failures_name_their_fix(tmp_path: Path, broker: Mosquitto, pki: TlsMate
             assert text in result.stderr, (args, text, result.stderr)
         assert "Traceback" not in result.stderr
     assert _delivered(received) == []
+
+
+def test_a_config_with_mqtt_hosts_reaches_the_first_broker_that_answers(
+        tmp_path: Path, broker: Mosquitto, pki: TlsMaterial, received: Received) -> None:
+    down = Mosquitto(tmp_path / "down", tls=pki).start()
+    down_port = down.port
+    down.stop()  # a port nothing listens on now: the first broker of the list is down
+    config = tmp_path / "appliance.yaml"
+    config.write_text(f"""
+device: {{id: box07}}
+cameras:
+  - id: line1
+    source: {{type: images, path: {tmp_path}}}
+    width: 640
+    height: 480
+    fps: 4
+mqtt:
+  hosts: ["127.0.0.1:{down_port}", "127.0.0.1:{broker.port}"]
+  username: operator@ops
+  tls: {{ca: {pki.ca.cert}, cert: {pki.client.cert}, key: {pki.client.key}}}
+""")
+    result = _push("--config", str(config), env={"APPLIANCE_MQTT_PASSWORD": PASSWORD})
+    assert result.returncode == 0, result.stderr
+    _wait_for(received, 1)
+    assert [t for t, _p in _delivered(received)] == ["appliance/box07/command/ota"]
