@@ -29,6 +29,39 @@ def _lazy(command: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _add_broker_options(parser: argparse.ArgumentParser, mqtt_group: Any = None) -> None:
+    """The broker connection options of every operator command that talks MQTT (ota push, ota rollout), in one
+    place; ``appliance.commands.ota.broker_options`` reads them."""
+    (mqtt_group or parser).add_argument("--mqtt", metavar="HOST[:PORT]", required=mqtt_group is None,
+                                        help="the broker's address")
+    parser.add_argument("--prefix", default="appliance", help="topic prefix")
+    parser.add_argument("--username")
+    parser.add_argument("--password")
+
+
+def _add_rollout_parser(ota: Any) -> None:
+    r = ota.add_parser("rollout", help="roll a bundle out to device groups in stages, canary first "
+                                       "(docs/fleet-rollout.md)")
+    r.add_argument("--bundle", required=True, type=Path, help="the signed bundle (its version and SHA-256 are read)")
+    r.add_argument("--url", required=True, help="where the devices download it (https://, or http:// where "
+                                                "ota.allow_http is set)")
+    r.add_argument("--key", required=True, type=Path, help="private key (PEM) that signs the desired state")
+    r.add_argument("--trusted-key", action="append", type=Path,
+                   help="public key the bundle must verify with (repeat; default: the public half of --key)")
+    r.add_argument("--group", action="append", required=True, metavar="NAME[=DEV1,DEV2]",
+                   help="a group, in order (the first is the canary); devices listed, or discovered from their "
+                        "retained status")
+    r.add_argument("--soak", type=float, default=300.0, help="seconds each group must stay healthy (default 300)")
+    r.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds a group's devices have to become active on the version (default 1800)")
+    r.add_argument("--rollback-wait", type=float, default=120.0,
+                   help="after a stop, seconds to wait for rolled-back devices to say so (default 120)")
+    r.add_argument("--discover-s", type=float, default=3.0, help="seconds to collect retained device status")
+    r.add_argument("--rollout-id", help="name of this rollout (default: <version>-<random>)")
+    r.add_argument("--json", action="store_true", help="the final table as JSON on stdout (progress on stderr)")
+    _add_broker_options(r)
+
+
 def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("ota", help="model updates: keys, signed bundles, push, offline install, rollback, status")
     ota = p.add_subparsers(dest="ota_command", required=True, metavar="ACTION")
@@ -46,16 +79,15 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
     u.add_argument("bundle", type=Path, nargs="?")
     dest = u.add_mutually_exclusive_group(required=True)
     dest.add_argument("--inbox", type=Path, help="copy atomically into this watched directory")
-    dest.add_argument("--mqtt", metavar="HOST[:PORT]", help="send as the 'ota' command through this broker")
+    _add_broker_options(u, dest)
     u.add_argument("--device", help="device id (with --mqtt)")
-    u.add_argument("--prefix", default="appliance", help="topic prefix (with --mqtt)")
-    u.add_argument("--username")
-    u.add_argument("--password")
     how = u.add_mutually_exclusive_group()
     how.add_argument("--device-path", help="tell the device to install this path on the device")
     how.add_argument("--url", help="tell the device to download this URL")
     how.add_argument("--action", choices=["rollback", "status"], help="send an action instead of a bundle")
     u.add_argument("--chunk-bytes", type=int, default=256 << 10, help="chunk size when sending the bundle itself")
+
+    _add_rollout_parser(ota)
 
     for name, text in (("install", "install a bundle while the appliance is stopped (no health watch)"),
                        ("rollback", "point back at the previous version (the appliance serves it at next start)"),

@@ -1,4 +1,4 @@
-"""``appliance ota keygen|sign|push|install|rollback|status``. Exit codes: 0 ok, 1 refused/failed, 2 bad input.
+"""``appliance ota keygen|sign|push|rollout|install|rollback|status``. Exit codes: 0 ok, 1 refused/failed, 2 bad input.
 
 The arguments are declared in :mod:`appliance.commands.main`; ``install``, ``rollback`` and ``status`` work on
 the state directory directly, with the appliance stopped (no Triton: an :class:`OfflineSwitcher`).
@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from appliance.commands import rollout
 from appliance.commands.exitcodes import ExitCode
 from appliance.paths import state_dir
 from appliance.ota import push
@@ -19,6 +20,7 @@ from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
+from appliance.ota.operator import BrokerOptions
 from appliance.ota.signing import TrustedKeys, generate_keypair
 from appliance.serving.switcher import ModelSpec
 
@@ -56,7 +58,6 @@ def _push(args: argparse.Namespace) -> int:
     if not args.device:
         print("error: --mqtt needs --device", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    host, _, port = args.mqtt.partition(":")
     if args.action:
         messages: list[dict[str, Any]] = [{"action": args.action}]
     elif args.device_path:
@@ -68,10 +69,21 @@ def _push(args: argparse.Namespace) -> int:
     else:
         print("error: give a BUNDLE, --device-path, --url or --action", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    n = push.push_mqtt(host, int(port or 1883), args.device, args.prefix, messages,
-                       username=args.username, password=args.password)
+    broker = broker_options(args)
+    n = push.push_mqtt(broker.host, broker.port, args.device, args.prefix, messages, username=broker.username,
+                       password=broker.password)
     print(f"sent {n} message(s) to {args.prefix}/{args.device}/command/ota; follow {args.prefix}/{args.device}/reply")
     return ExitCode.OK
+
+
+def broker_options(args: argparse.Namespace) -> BrokerOptions:
+    """The broker options of ``push`` and ``rollout`` (declared once, by main._add_broker_options)."""
+    host, _, port = args.mqtt.partition(":")
+    return BrokerOptions(host, int(port or 1883), args.username, args.password)
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    return rollout.run(args, broker_options(args))
 
 
 def _offline_manager(args: argparse.Namespace, trusted: TrustedKeys | None = None) -> OtaManager:
@@ -100,4 +112,4 @@ def _status(args: argparse.Namespace) -> int:
 
 
 _ACTIONS = {"keygen": _keygen, "sign": _sign, "push": _push, "install": _install, "rollback": _rollback,
-            "status": _status}
+            "status": _status, "rollout": _rollout}

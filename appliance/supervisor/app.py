@@ -35,6 +35,7 @@ from appliance.models.profile import load_profile
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.delivery import InboxWatcher, OtaCommandHandler
 from appliance.ota.errors import OtaRejected
+from appliance.ota.follower import DesiredStateFollower, follow_group
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus
@@ -103,6 +104,7 @@ class Appliance:
         self._switcher: TritonSwitcher | None = None  # its model_control lock serializes reloads and switches
         self._inbox: InboxWatcher | None = None  # when ota.inbox is set
         self._ota_commands: OtaCommandHandler | None = None
+        self._follower: DesiredStateFollower | None = None  # when ota.group is set
         self._probe: ModelProbe | None = None
         self.recovery: PipelineRecovery | None = None  # the served pipeline's model failures and reloads
         self._published_pipeline = PipelineState.SERVING
@@ -149,7 +151,7 @@ class Appliance:
         self._step(f"MQTT publisher for {self.config.mqtt.host}:{self.config.mqtt.port}")
         spool = self.config.mqtt.spool_path(self.paths["state_dir"])
         spool.parent.mkdir(parents=True, exist_ok=True)
-        publisher = self.publisher = MqttPublisher(self.config.mqtt, spool)
+        publisher = self.publisher = MqttPublisher(self.config.mqtt, spool, group=self.config.ota.group)
         publisher.set_health_provider(self._health_for_mqtt)
         publisher.on_command("status", lambda _command: self.health_summary())
         publisher.start()
@@ -204,7 +206,8 @@ class Appliance:
 
     def _start_ota(self) -> None:
         """The OTA manager loads and routes what to serve (the active version, falling back to the base model),
-        then takes updates from the ``ota`` MQTT command and, if configured, the inbox directory."""
+        then takes updates from the ``ota`` MQTT command and, if configured, the inbox directory and the fleet
+        group's desired state (docs/fleet-rollout.md)."""
         assert self.server and self.repository_dir and self.publisher, "Triton, the repository, the publisher first"
         ota, state_dir = self.config.ota, self.paths["state_dir"]
         self.router = Router()
@@ -226,6 +229,7 @@ class Appliance:
         self.publisher.on_command("ota", self._ota_commands)
         if ota.inbox is not None:
             self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
+        self._follower = follow_group(self.publisher, self.ota, ota, state_dir / "ota" / "incoming")
 
     def _base_model(self) -> ModelSpec:
         assert self._base_spec is not None, "the repository step sets it before the OTA manager starts"
@@ -381,6 +385,8 @@ class Appliance:
         self.notifier.stopping("stopping: draining in-flight frames")
         if self._inbox is not None:
             self._inbox.stop()
+        if self._follower is not None:
+            self._follower.stop()
         if self.scheduler is not None:
             if not self.scheduler.stop(self.config.pipeline.drain_timeout_s):
                 log.warning("stop: gave up waiting for in-flight frames after %.1f s",
