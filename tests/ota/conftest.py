@@ -3,7 +3,10 @@ and a real small tmpfs. The helpers they are built from are in ota_helpers.py.""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +60,24 @@ def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        pass
+
+
+@pytest.fixture
+def bundle_server(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real HTTP server on loopback serving ``tmp_path/served``: yields (base URL, that directory)."""
+    served = tmp_path / "served"
+    served.mkdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(served)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", served
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -1,0 +1,61 @@
+"""One fleet device for the rollout tests, in its own process: ``python fleetdevice.py CONFIG.json``.
+
+The lightest real OTA path (docs/fleet-rollout.md, "Tests"): the real MqttPublisher (retained status naming the
+group, retained ota/status, periodic health, the ``ota`` command for rollbacks), the real OtaManager (verify,
+stage, ONNX Runtime build, golden frames through the built model, switch, health watch) on the OfflineSwitcher
+instead of an embedded Triton, and the real desired-state follower, wired by ``follow_group`` as ``appliance run``
+wires it. Runs until SIGTERM. CONFIG: {"state_dir", "mqtt": MqttConfig fields, "ota": OtaConfig fields}.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.messages import ota_status_payload
+from appliance.mqtt.publisher import MqttPublisher
+from appliance.ota.config import OtaConfig
+from appliance.ota.delivery import OtaCommandHandler
+from appliance.ota.follower import follow_group
+from appliance.ota.manager import OtaManager
+from appliance.ota.offline import OfflineSwitcher
+from appliance.ota.signing import TrustedKeys
+from appliance.ota.status import OtaStatus
+from appliance.serving.switcher import ModelSpec
+
+
+def main(config_path: str) -> int:
+    cfg: dict[str, Any] = json.loads(Path(config_path).read_text())
+    state = Path(cfg["state_dir"])
+    state.mkdir(parents=True, exist_ok=True)
+    mqtt, ota = MqttConfig(**cfg["mqtt"]), OtaConfig(**cfg["ota"])
+    publisher = MqttPublisher(mqtt, state / "spool.sqlite3", group=ota.group)
+
+    def on_status(status: OtaStatus) -> None:
+        publisher.publish_device_event("ota/status", ota_status_payload(mqtt.device_id, status.to_dict()),
+                                       retain=True)
+
+    manager = OtaManager(state, TrustedKeys.from_paths(ota.trusted_keys), OfflineSwitcher(), config=ota,
+                         status_cb=on_status, base_spec=lambda: ModelSpec(None, None, None))  # type: ignore[arg-type]
+    publisher.start()
+    manager.start_serving()
+    incoming = state / "ota" / "incoming"
+    publisher.on_command("ota", OtaCommandHandler(manager, ota, incoming))
+    follower = follow_group(publisher, manager, ota, incoming)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("ready", flush=True)
+    stop.wait()
+    if follower is not None:
+        follower.stop()
+    publisher.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
