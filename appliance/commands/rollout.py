@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import paho.mqtt.client as mqtt
 from cryptography.hazmat.primitives import serialization
@@ -79,13 +79,13 @@ def run(args: argparse.Namespace, broker: BrokerOptions) -> int:
                    f"{args.soak:g} s per group")
         _feed_seen(plan, seen)
         while not plan.finished:
-            for action in plan.step():
+            actions = plan.step()
+            _print_changes(args, plan)
+            for action in actions:
                 _act(client, args, action, desired, key, rollout_id)
-            for view in plan.changes():
-                _say(args, _progress(view))
             if plan.finished:
                 break
-            _drain(inbox, args.prefix, seen, _POLL_S, plan)
+            _drain(inbox, args.prefix, seen, _POLL_S, plan, lambda: _print_changes(args, plan))
     except OtaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.FAILED
@@ -109,8 +109,9 @@ def _discovered(seen: dict[str, dict[str, dict[str, Any]]], group: str) -> list[
 
 
 def _drain(inbox: queue.Queue[tuple[str, bytes]], prefix: str, seen: dict[str, dict[str, dict[str, Any]]],
-           wait_s: float, plan: Rollout | None = None) -> None:
-    """Take what arrived within ``wait_s`` (retained messages first): the newest of each kind per device."""
+           wait_s: float, plan: Rollout | None = None, after_each: Callable[[], None] | None = None) -> None:
+    """Take what arrived within ``wait_s`` (retained messages first): the newest of each kind per device, fed to
+    ``plan`` one by one (``after_each`` prints what changed, so every step of an install gets its line)."""
     end = time.monotonic() + wait_s
     while True:
         try:
@@ -123,6 +124,8 @@ def _drain(inbox: queue.Queue[tuple[str, bytes]], prefix: str, seen: dict[str, d
             seen.setdefault(kind, {})[device] = doc
             if plan is not None:
                 _feed(plan, kind, device, doc)
+            if after_each is not None:
+                after_each()
 
 
 def _classify(topic: str, prefix: str, payload: bytes) -> tuple[str, str, dict[str, Any]] | None:
@@ -157,6 +160,11 @@ def _act(client: mqtt.Client, args: argparse.Namespace, action: Action, desired:
         operator.send_command(client, args.prefix, action.target, "ota", {"action": "rollback"},
                               f"{rollout_id}-rollback-{action.target}")
         _say(args, f"{action.target}: rollback sent")
+
+
+def _print_changes(args: argparse.Namespace, plan: Rollout) -> None:
+    for view in plan.changes():
+        _say(args, _progress(view))
 
 
 def _progress(view: DeviceView) -> str:

@@ -83,6 +83,7 @@ class Rollout:
     def on_status(self, device: str, doc: Mapping[str, Any]) -> None:
         if device in self.devices:
             self.devices[device].online = doc.get("state") == "online"
+            self._judge(self.devices[device])
 
     def on_ota_status(self, device: str, doc: Mapping[str, Any]) -> None:
         view = self.devices.get(device)
@@ -94,12 +95,14 @@ class Rollout:
             view.serving = view.ota_version
         elif view.ota_state == "rolled_back":
             view.serving = view.ota_version or "base"
+        self._judge(view)
 
     def on_health(self, device: str, doc: Mapping[str, Any]) -> None:
         view = self.devices.get(device)
         if view is not None:
             system = doc.get("system")
             view.pipeline_state = system.get("pipeline_state") if isinstance(system, Mapping) else None
+            self._judge(view)
 
     # -- decisions -------------------------------------------------------------------------------------------
     def step(self) -> list[Action]:
@@ -137,10 +140,7 @@ class Rollout:
 
     def _start_group(self, index: int, now: float) -> list[Action]:
         self.current, self._group_started, self._soak_started = index, now, None
-        name = self.groups[index][0]
-        for d in self.groups[index][1]:
-            self._judge(self.devices[d])
-        return [Action("publish", name)]
+        return [Action("publish", self.groups[index][0])]  # its devices are judged from the next step on
 
     def _stop(self, now: float, reason: str) -> list[Action]:
         self.reason, self._stopped_at = reason, now
