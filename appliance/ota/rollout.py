@@ -147,8 +147,9 @@ class Rollout:
         actions = []
         for d in self.groups[self.current][1]:
             view = self.devices[d]
-            if view.verdict == "unhealthy":
-                view.rollback_sent = True
+            # only what still serves the new version: one that already left it must not be taken further back
+            if view.verdict == "unhealthy" and view.ota_state == "active" and view.ota_version == self.version:
+                view.rollback_sent, view.verdict = True, "rolling_back"
                 actions.append(Action("rollback", d))
         return [*actions, *self._stopping(now)]
 
