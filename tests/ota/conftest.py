@@ -3,14 +3,12 @@ and a real small tmpfs. The helpers they are built from are in ota_helpers.py.""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.bundleserver import serve_directory
 
 from appliance.ota.bundle import build_bundle
 from ota_helpers import Keys, make_tiny_detector, tiny_engine_profile, tiny_model_profile, write_source
@@ -62,22 +60,11 @@ def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
-        pass
-
 
 @pytest.fixture
 def bundle_server(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A real HTTP server on loopback serving ``tmp_path/served``: yields (base URL, that directory)."""
     served = tmp_path / "served"
     served.mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(served)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", served
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serve_directory(served) as url:
+        yield url, served
