@@ -5,6 +5,7 @@ hash is refused and reported with the rollout id; a failed rollout is not tried 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,11 @@ def test_the_worker_thread_follows_the_newest_offer(tmp_path, keys, publish) -> 
     assert dev.follower.handle(b"") == "ignored"
     with pytest.raises(OtaRejected, match="corrupt"):
         parse_desired(b"", keys.trusted(), "line-1")
+
+
+def test_the_documented_desired_state_validates_against_its_schema() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "fleet-rollout.md").read_text()
+    examples = re.findall(r"<!-- schema: (\w+) -->\s*```json\n(.*?)```", text, re.S)
+    assert [name for name, _ in examples] == ["ota_desired"]
+    for name, body in examples:
+        validate_message(name, json.loads(body))
