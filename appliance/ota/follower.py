@@ -8,8 +8,10 @@ id, and remembered):
 2. not a valid document, not signed by a trusted key, or signed for another group: refused;
 3. the version is the active one: nothing (already there);
 4. this rollout id and version failed here before: nothing (no retry loop; a new rollout id tries again);
-5. not newer than the version floor: refused as ``downgrade`` (floor.py), before anything is downloaded;
-6. download (``ota.allow_http``, ``max_bundle_bytes`` as for the ``url`` command), SHA-256 against the document
+5. the version floor itself, not active (served here, then rolled back from, e.g. by the rollout that stopped):
+   nothing published, remembered;
+6. older than the version floor: refused as ``downgrade`` (floor.py), before anything is downloaded;
+7. download (``ota.allow_http``, ``max_bundle_bytes`` as for the ``url`` command), SHA-256 against the document
    (``hash_mismatch``), then ``OtaManager.install``. An outcome other than ``active`` is remembered as failed.
 
 The failures are kept in ``<state>/ota/rollouts.json`` (the newest ``_REMEMBERED``), so a restart does not retry
@@ -94,7 +96,7 @@ class DesiredStateFollower:
 
     def handle(self, payload: bytes) -> str:
         """One document; returns what was done (``ignored``, ``refused``, ``current``, ``failed_before``,
-        ``active``, ``rolled_back``)."""
+        ``rolled_away``, ``active``, ``rolled_back``)."""
         if payload == self._last or not payload.strip():
             return "ignored"  # a redelivery of the retained document, or the topic cleared
         self._last = payload
@@ -112,7 +114,20 @@ class DesiredStateFollower:
             log.info("OTA group %s: rollout %s (version %s) failed here before; not trying it again (a new rollout "
                      "id does)", self.group, state.rollout_id, state.version)
             return "failed_before"
+        if self._rolled_away(state):
+            log.info("OTA group %s: rollout %s wants %s, which this device served and was rolled back from; not "
+                     "taking it again", self.group, state.rollout_id, state.version)
+            self._remember(state, "rolled_back_before")
+            return "rolled_away"
         return self._install(state)
+
+    def _rolled_away(self, state: DesiredState) -> bool:
+        """The version is the floor itself but not active: served here, then rolled back from (the rollback's
+        status stays the last word on ota/status; a version below the floor is a refusal, reported)."""
+        try:
+            return floor.version_floor(self.manager.store) == state.version
+        except ValueError:
+            return False  # an unreadable floor: _check_floor refuses and reports it
 
     def _install(self, state: DesiredState) -> str:
         bundle = self.incoming / f"rollout-{state.rollout_id}-{os.getpid()}.bundle"

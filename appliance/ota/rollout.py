@@ -165,6 +165,8 @@ class Rollout:
         if view.verdict == "healthy" or index > self.current:
             return
         if view.rollback_sent:
+            if view.verdict == "rolled_back":
+                return  # confirmed; what it reports later (e.g. refusing the still-retained version) changes nothing
             if view.ota_state == "rolled_back" and view.ota_code == "manual":
                 view.verdict, view.detail = "rolled_back", f"serving {view.serving} again"
             else:

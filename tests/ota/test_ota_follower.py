@@ -140,6 +140,21 @@ def test_a_version_below_the_floor_is_refused_before_downloading(tmp_path, keys,
     assert dev.active == "3"
 
 
+def test_a_version_rolled_back_from_is_not_taken_again_and_its_rollback_stays_the_last_word(tmp_path, keys,
+                                                                                           publish,
+                                                                                           tiny_source) -> None:
+    dev = Device(tmp_path / "state", keys)
+    doc = publish("2", "r2")
+    assert dev.follower.handle(doc) == "active"
+    dev.manager.rollback()  # the operator's rollback (the rollout's, when this device turned unhealthy)
+    n = len(dev.events)
+    restarted = Device(tmp_path / "state", keys)  # the retained document comes again after a restart
+    assert restarted.follower.handle(doc) == "rolled_away"
+    assert restarted.active is None and len(dev.events) == n and not restarted.events
+    again = publish("2", "r2-again", source=tiny_source("2", name="2b"))
+    assert restarted.follower.handle(again) == "rolled_away"  # whichever rollout asks
+
+
 def test_a_bundle_whose_hash_differs_from_the_document_is_refused(tmp_path, keys, publish) -> None:
     dev = Device(tmp_path / "state", keys)
     assert dev.follower.handle(publish("2", "r2", sha256="ab" * 32)) == "refused"

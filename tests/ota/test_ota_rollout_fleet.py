@@ -192,3 +192,41 @@ def test_a_rollout_goes_through_every_group_and_a_second_one_finds_the_fleet_alr
         ("can-1", "healthy", "2"), ("line-1", "healthy", "2"), ("line-2", "healthy", "2")]
     time.sleep(1.0)
     assert {n: fleet.doc(f"{n}/ota/status") for n in before} == before  # no update ran: the same retained status
+
+
+def test_a_canary_that_goes_offline_during_the_soak_stops_the_rollout_and_is_rolled_back_when_it_returns(
+        fleet, broker, keys, served_bundle) -> None:
+    fleet.start("can-1", "canary")
+    fleet.start("line-1", "line")
+    fleet.wait_online(["can-1", "line-1"])
+    bundle, url = served_bundle
+    cmd = [sys.executable, "-m", "appliance", "ota", "rollout", "--bundle", str(bundle), "--url", url, "--key",
+           str(keys.private), "--mqtt", f"{broker.host}:{broker.port}", "--prefix", PREFIX, "--soak", "60",
+           "--discover-s", "1.5", "--rollback-wait", "60", "--rollout-id", "r-2d", "--group", "canary",
+           "--group", "line"]
+    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (fleet.doc("can-1/ota/status") or {}).get("state") == "active", 60)
+        time.sleep(1.0)  # soaking now
+        fleet.procs["can-1"].kill()  # the broker publishes its last will: offline
+        fleet.procs["can-1"].wait()
+        wait_until(lambda: (fleet.doc("can-1/status") or {}).get("state") == "offline", 15)
+        time.sleep(1.0)  # the rollback command is queued by the broker for the device's persistent session
+        fleet.start("can-1", "canary")  # back: it takes the queued rollback
+        fleet.wait_online(["can-1"])
+        out, err = cli.communicate(timeout=90)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    print(out, err)
+    assert cli.returncode == 1, err
+    assert "stopped: group canary: can-1 unhealthy (offline)" in out
+    assert "can-1: rollback sent" in out
+    table = out[out.index("GROUP"):].splitlines()
+    assert table[1].split()[:4] == ["canary", "can-1", "rolled_back", "base"], table
+    assert table[2].split()[:3] == ["line", "line-1", "waiting"]
+    status = fleet.doc("can-1/ota/status")
+    assert status is not None and (status["state"], status["code"]) == ("rolled_back", "manual"), status
+    assert fleet.active("can-1") is None and fleet.active("line-1") is None
+    assert fleet.doc("groups/line/ota/desired") is None

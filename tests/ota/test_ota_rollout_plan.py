@@ -84,6 +84,8 @@ def test_a_canary_that_turns_unhealthy_during_the_soak_stops_it_and_is_rolled_ba
     if turn != "left the version":
         assert r.devices["c2"].verdict == "rolling_back"
         r.on_ota_status("c2", ota("rolled_back", "4", None, "manual"))
+        # then, seeing the still-retained desired state, the device refuses version 5 again (its floor)
+        r.on_ota_status("c2", ota("rejected", "5", "r5", "downgrade"))
         r.step()
         assert r.devices["c2"].verdict == "rolled_back" and r.devices["c2"].serving == "4"
     assert r.finished and not r.ok

@@ -42,10 +42,12 @@ def main(config_path: str) -> int:
 
     manager = OtaManager(state, TrustedKeys.from_paths(ota.trusted_keys), OfflineSwitcher(), config=ota,
                          status_cb=on_status, base_spec=lambda: ModelSpec(None, None, None))  # type: ignore[arg-type]
-    publisher.start()
     manager.start_serving()
     incoming = state / "ota" / "incoming"
+    # Before connecting: a command the broker kept for this device's session while it was away (a rollback sent
+    # to a device that went offline) arrives right after the connect and must find its handler.
     publisher.on_command("ota", OtaCommandHandler(manager, ota, incoming))
+    publisher.start()
     follower = follow_group(publisher, manager, ota, incoming)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
