@@ -1,10 +1,12 @@
 """``appliance ota rollout`` against a fleet of three devices on one host: a real mosquitto shared by all, each device
 its own process with the real publisher, OTA manager and desired-state follower (tests/support/fleetdevice.py; the
-offline switcher instead of an embedded Triton: three daemons with Triton each do not fit this host's 2 cores, see
-docs/fleet-rollout.md "Tests"), bundles downloaded over real HTTP, the real CLI in its own process.
+offline switcher instead of an embedded Triton, so the whole module takes under a minute;
+tests/supervisor/test_supervisor_rollout.py runs three real daemons), bundles downloaded over real HTTP, the real
+CLI in its own process.
 
 One rollout stops at a canary whose device-local golden frames the new model does not match: the other devices
-stay on what they serve and their group's desired state is never published. Another goes through every group."""
+stay on what they serve and their group's desired state is never published. Another goes through every group.
+A canary that goes offline during its soak stops the rollout and takes the rollback when it comes back."""
 
 from __future__ import annotations
 

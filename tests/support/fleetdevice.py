@@ -1,6 +1,7 @@
 """One fleet device for the rollout tests, in its own process: ``python fleetdevice.py CONFIG.json``.
 
-The lightest real OTA path (docs/fleet-rollout.md, "Tests"): the real MqttPublisher (retained status naming the
+The lightest real OTA path (docs/fleet-rollout.md, "Tests"; `appliance run` daemons are in
+tests/supervisor/test_supervisor_rollout.py): the real MqttPublisher (retained status naming the
 group, retained ota/status, periodic health, the ``ota`` command for rollbacks), the real OtaManager (verify,
 stage, ONNX Runtime build, golden frames through the built model, switch, health watch) on the OfflineSwitcher
 instead of an embedded Triton, and the real desired-state follower, wired by ``follow_group`` as ``appliance run``
