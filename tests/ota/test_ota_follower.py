@@ -34,8 +34,9 @@ class Device:
     def __init__(self, state: Path, keys: Any, **ota: Any) -> None:
         self.events: list[Any] = []
         self.config = OtaConfig(group="line-1", allow_http=True, health=HealthPolicy(period_s=0), **ota)
+        base = ModelSpec(None, None, None)  # type: ignore[arg-type]  # the offline switcher's base model
         self.manager = OtaManager(state, keys.trusted(), OfflineSwitcher(), config=self.config,
-                                  status_cb=self.events.append, base_spec=lambda: ModelSpec(None, None, None))  # type: ignore[arg-type]
+                                  status_cb=self.events.append, base_spec=lambda: base)
         self.manager.start_serving()
         self.follower = DesiredStateFollower(self.manager, self.config, "line-1", state / "ota" / "incoming")
 
