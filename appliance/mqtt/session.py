@@ -2,7 +2,8 @@
 
 Job: build the client with its last will ('offline', retained); connect; on CONNACK subscribe to the command
 topics and the extra subscriptions (``subscribe``: the fleet group's desired state), publish the birth
-('online', retained) and republish the remembered retained topics (camera status, retained device events); when a session ends, record why, let the in-flight window take back what it had sent
+('online', retained) and republish the remembered retained topics (camera status, retained device events);
+when a session ends, record why, let the in-flight window take back what it had sent
 (``InflightWindow.after_session``), wait the backoff delay and try again; on stop, publish 'offline' (a clean
 stop, so the broker discards the will) and disconnect. A refused connection is never "connected"; only a
 session that held ``_STABLE_SESSION_S`` resets the backoff.
