@@ -1,4 +1,5 @@
-"""``appliance ota keygen|sign|push|rollout|install|rollback|status``. Exit codes: 0 ok, 1 refused/failed, 2 bad input.
+"""``appliance ota keygen|sign|push|rollout|install|rollback|status``. Exit codes: 0 ok, 1 refused/failed, 2 bad
+input (``rollout``: appliance.commands.rollout).
 
 The arguments are declared in :mod:`appliance.commands.main`; ``install``, ``rollback`` and ``status`` work on
 the state directory directly, with the appliance stopped (no Triton: an :class:`OfflineSwitcher`).
@@ -58,6 +59,7 @@ def _push(args: argparse.Namespace) -> int:
     if not args.device:
         print("error: --mqtt needs --device", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    host, _, port = args.mqtt.partition(":")
     if args.action:
         messages: list[dict[str, Any]] = [{"action": args.action}]
     elif args.device_path:
@@ -69,15 +71,14 @@ def _push(args: argparse.Namespace) -> int:
     else:
         print("error: give a BUNDLE, --device-path, --url or --action", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    broker = broker_options(args)
-    n = push.push_mqtt(broker.host, broker.port, args.device, args.prefix, messages, username=broker.username,
-                       password=broker.password)
+    n = push.push_mqtt(host, int(port or 1883), args.device, args.prefix, messages,
+                       username=args.username, password=args.password)
     print(f"sent {n} message(s) to {args.prefix}/{args.device}/command/ota; follow {args.prefix}/{args.device}/reply")
     return ExitCode.OK
 
 
 def broker_options(args: argparse.Namespace) -> BrokerOptions:
-    """The broker options of ``push`` and ``rollout`` (declared once, by main._add_broker_options)."""
+    """The broker options of ``rollout`` (declared for ``push`` and ``rollout`` by main._add_broker_options)."""
     host, _, port = args.mqtt.partition(":")
     return BrokerOptions(host, int(port or 1883), args.username, args.password)
 

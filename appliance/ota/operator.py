@@ -1,6 +1,7 @@
-"""The operator's side of the broker, shared by ``appliance ota push`` and ``appliance ota rollout``: one way to
-connect (``connect``), one way to send a command to a device (``send_command``: every command an operator tool
-sends goes through it, so a signature can be added in one place), and publishing a retained document.
+"""The operator's side of the broker for ``appliance ota rollout``: connecting (``connect``), sending a command to a
+device (``send_command``: every command the rollout sends goes through it, so that the operator's signature is
+added in one place), and publishing a retained document. Failures are ``PushError`` (the broker could not be
+reached, or did not acknowledge).
 """
 
 from __future__ import annotations
@@ -13,13 +14,9 @@ from typing import Any, Callable, Mapping
 
 import paho.mqtt.client as mqtt
 
-from appliance.ota.errors import OtaError
+from appliance.ota.push import PushError
 
 MessageCallback = Callable[[str, bytes], None]  # topic, payload; on paho's network thread
-
-
-class PushError(OtaError):
-    """The broker could not be reached or did not acknowledge a message."""
 
 
 @dataclass(frozen=True)

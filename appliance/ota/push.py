@@ -4,16 +4,19 @@ path, or a URL for the device to download)."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
+import threading
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from appliance.ota import operator
-from appliance.ota.operator import BrokerOptions, PushError
+from appliance.ota.errors import OtaError
 
-__all__ = ["PushError", "chunk_payloads", "push_mqtt", "push_to_inbox"]
+
+class PushError(OtaError):
+    """The bundle could not be delivered (broker refused, not acknowledged, inbox unwritable)."""
 
 
 def push_to_inbox(bundle: Path, inbox: Path) -> Path:
@@ -45,11 +48,35 @@ def chunk_payloads(bundle: Path, chunk_bytes: int, upload_id: str | None = None)
 def push_mqtt(host: str, port: int, device: str, prefix: str, args_list: list[dict[str, Any]], *,
               username: str | None = None, password: str | None = None, timeout_s: float = 30.0) -> int:
     """Publish each args dict as a command (QoS 1) to <prefix>/<device>/command/ota, waiting for each PUBACK."""
-    client = operator.connect(BrokerOptions(host, port, username, password, timeout_s), "ota-push")
+    import paho.mqtt.client as mqtt
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"ota-push-{uuid.uuid4().hex[:8]}")
+    if username:
+        client.username_pw_set(username, password)
+    connected = threading.Event()
+    result: dict[str, Any] = {}
+
+    def on_connect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any = None) -> None:
+        result["reason"] = reason
+        connected.set()
+
+    client.on_connect = on_connect
     try:
+        client.connect(host, port)
+    except OSError as exc:
+        raise PushError(f"cannot reach the broker at {host}:{port}: {exc}") from None
+    client.loop_start()
+    try:
+        if not connected.wait(timeout_s) or getattr(result.get("reason"), "is_failure", False):
+            raise PushError(f"broker {host}:{port} did not accept the connection: {result.get('reason')}")
+        topic = f"{prefix}/{device}/command/ota"
         run_id = uuid.uuid4().hex[:8]
         for i, args in enumerate(args_list):
-            operator.send_command(client, prefix, device, "ota", args, f"push-{run_id}-{i}", timeout_s)
+            info = client.publish(topic, json.dumps({"request_id": f"push-{run_id}-{i}", "args": args}), qos=1)
+            info.wait_for_publish(timeout_s)
+            if not info.is_published():
+                raise PushError(f"message {i} to {topic} was not acknowledged within {timeout_s} s")
         return len(args_list)
     finally:
-        operator.close(client)
+        client.loop_stop()
+        client.disconnect()
