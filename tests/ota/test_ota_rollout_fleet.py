@@ -232,3 +232,25 @@ def test_a_canary_that_goes_offline_during_the_soak_stops_the_rollout_and_is_rol
     assert status is not None and (status["state"], status["code"]) == ("rolled_back", "manual"), status
     assert fleet.active("can-1") is None and fleet.active("line-1") is None
     assert fleet.doc("groups/line/ota/desired") is None
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no devices", "error: no devices found for group(s) canary"),
+    ("bad group", "error: --group 'canary=a/b': 'a/b' is not a group or device name"),
+    ("other key", "error: unknown_key: signed by key"),
+    ("bad rollout id", "error: --rollout-id must be 1-64"),
+])
+def test_bad_input_exits_2_and_publishes_nothing(fleet, broker, keys, served_bundle, sign, tiny_source, case,
+                                                 message) -> None:
+    bundle, url = served_bundle
+    group, extra = "canary", ()
+    if case == "bad group":
+        group = "canary=a/b"
+    elif case == "other key":
+        bundle = sign(tiny_source("3"), "other.bundle", key=keys.other_private)  # not what --key trusts
+    elif case == "bad rollout id":
+        extra = ("--rollout-id", "no spaces")
+    done = rollout(broker, keys, bundle, url, group, extra=extra)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    time.sleep(0.5)
+    assert fleet.doc("groups/canary/ota/desired") is None
