@@ -30,6 +30,31 @@ def _lazy(command: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _add_rollout_parser(ota: Any) -> None:
+    r = ota.add_parser("rollout", help="roll a bundle out to device groups in stages, canary first "
+                                       "(docs/fleet-rollout.md)")
+    r.add_argument("--bundle", required=True, type=Path, help="the signed bundle (its version and SHA-256 are read)")
+    r.add_argument("--url", required=True, help="where the devices download it (https://, or http:// where "
+                                                "ota.allow_http is set)")
+    r.add_argument("--sign-key", required=True, type=Path, metavar="KEYFILE",
+                   help="operator private key (PEM) that signs the desired state and any rollback command")
+    r.add_argument("--trusted-key", action="append", type=Path,
+                   help="public key the bundle must verify with (repeat; default: the public half of --sign-key)")
+    r.add_argument("--group", action="append", required=True, metavar="NAME[=DEV1,DEV2]",
+                   help="a group, in order (the first is the canary); devices listed, or discovered from their "
+                        "retained status")
+    r.add_argument("--soak", type=float, default=300.0, help="seconds each group must stay healthy (default 300)")
+    r.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds a group's devices have to become active on the version (default 1800)")
+    r.add_argument("--rollback-wait", type=float, default=120.0,
+                   help="after a stop, seconds to wait for rolled-back devices to say so (default 120)")
+    r.add_argument("--discover-s", type=float, default=3.0, help="seconds to collect retained device status")
+    r.add_argument("--rollout-id", help="name of this rollout (default: <version>-<random>)")
+    r.add_argument("--json", action="store_true", help="the final table as JSON on stdout (progress on stderr)")
+    add_mqtt_client_arguments(r)
+    r.add_argument("--prefix", help="topic prefix (default: the --config's, else 'appliance')")
+
+
 def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("ota", help="model updates: keys, signed bundles, push, offline install, rollback, status")
     ota = p.add_subparsers(dest="ota_command", required=True, metavar="ACTION")
@@ -59,6 +84,8 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
                    "command (with --mqtt; a device refuses unsigned ones but --action status)")
     u.add_argument("--reply-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="wait this long for the device's reply and fail on a refusal (with --mqtt; 0: do not wait)")
+
+    _add_rollout_parser(ota)
 
     for name, text in (("install", "install a bundle while the appliance is stopped (no health watch)"),
                        ("rollback", "point back at the previous version (the appliance serves it at next start)"),

@@ -1,4 +1,5 @@
-"""``appliance ota keygen|sign|push|install|rollback|status``. Exit codes: 0 ok, 1 refused/failed, 2 bad input.
+"""``appliance ota keygen|sign|push|rollout|install|rollback|status``. Exit codes: 0 ok, 1 refused/failed, 2 bad
+input (``rollout``: appliance.commands.rollout).
 
 The arguments are declared in :mod:`appliance.commands.main`; ``install``, ``rollback`` and ``status`` work on
 the state directory directly, with the appliance stopped (no Triton: an :class:`OfflineSwitcher`).
@@ -11,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from appliance.commands import rollout
 from appliance.commands.exitcodes import ExitCode
 from appliance.commands.mqttoptions import MqttOptionsError, mqtt_config_from_args
 from appliance.paths import state_dir
@@ -88,6 +90,16 @@ def _push(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _rollout(args: argparse.Namespace) -> int:
+    try:
+        broker = mqtt_config_from_args(args)
+    except MqttOptionsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    args.prefix = args.prefix or (broker.topic_prefix if args.mqtt_config_file is not None else "appliance")
+    return rollout.run(args, broker)
+
+
 def _offline_manager(args: argparse.Namespace, trusted: TrustedKeys | None = None) -> OtaManager:
     config = OtaConfig(check_golden=not getattr(args, "no_golden", False), builder=getattr(args, "builder", "auto"))
     return OtaManager(state_dir(args.state_dir), trusted or TrustedKeys({}), OfflineSwitcher(), config=config,
@@ -114,4 +126,4 @@ def _status(args: argparse.Namespace) -> int:
 
 
 _ACTIONS = {"keygen": _keygen, "sign": _sign, "push": _push, "install": _install, "rollback": _rollback,
-            "status": _status}
+            "status": _status, "rollout": _rollout}

@@ -73,6 +73,10 @@ class CliClient:
         raise MqttConnectError("; ".join(errors))
 
     def __enter__(self) -> paho.Client:
+        return self.connect()
+
+    def connect(self) -> paho.Client:
+        """Connect (the first broker that answers) and start the network loop; ``close()`` ends both."""
         cfg = self.config
         broker = self._reachable_broker()
         self.client.loop_start()
@@ -85,13 +89,13 @@ class CliClient:
             if reason.is_failure:
                 raise MqttConnectError(describe_refusal(reason, cfg, broker))
         except BaseException:
-            self._close()
+            self.close()
             raise
         return self.client
 
     def __exit__(self, *exc: object) -> None:
-        self._close()
+        self.close()
 
-    def _close(self) -> None:
+    def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()

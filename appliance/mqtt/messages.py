@@ -247,10 +247,14 @@ def counts_payload(device_id: str, camera_id: str, boot_id: str, now: float, las
 
 
 def device_status_payload(device_id: str, state: Literal["online", "offline"], now: Optional[float],
-                          versions: Mapping[str, str], reason: Optional[str] = None) -> dict[str, Any]:
-    """``now`` is None for the last will: it is registered at connect time, so any time in it would be wrong."""
+                          versions: Mapping[str, str], reason: Optional[str] = None,
+                          group: Optional[str] = None) -> dict[str, Any]:
+    """``now`` is None for the last will: it is registered at connect time, so any time in it would be wrong.
+    ``group``: the device's fleet group (``ota.group``), which ``appliance ota rollout`` discovers devices by."""
     payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "device_status", "device_id": device_id,
                                "state": state, "versions": dict(versions)}
+    if group is not None:
+        payload["group"] = group
     if now is not None:
         payload.update(time_fields(now))
     if reason is not None:

@@ -45,14 +45,14 @@ from appliance.mqtt.modes import PublishGate
 from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.numbering import MessageCounter
 from appliance.mqtt.sender import Sender
-from appliance.mqtt.session import Session
+from appliance.mqtt.session import MessageHandler, Session
 from appliance.mqtt.shared import Clock, PublisherStats, PublishResult, Shared, State, SystemClock
 from appliance.mqtt.spool import Spool, SpoolRecord
 from appliance.mqtt.topics import Topics
 from appliance.mqtt.window import InflightWindow
 
-__all__ = ["Clock", "CommandHandler", "HealthProvider", "MqttPublisher", "PublishResult", "PublisherStats", "State",
-           "SystemClock"]
+__all__ = ["Clock", "CommandHandler", "HealthProvider", "MessageHandler", "MqttPublisher", "PublishResult",
+           "PublisherStats", "State", "SystemClock"]
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +65,11 @@ class MqttPublisher:
     def __init__(self, config: MqttConfig, spool_path: Path, *, clock: Optional[Clock] = None,
                  versions: Optional[Mapping[str, str]] = None, rng: Optional[random.Random] = None,
                  boot_id: Optional[str] = None, signature_check: Optional[SignatureCheck] = None,
-                 nonce_path: Optional[Path] = None) -> None:
+                 nonce_path: Optional[Path] = None, group: Optional[str] = None) -> None:
         """``boot_id`` (32 hex digits) names this publisher's numbering of detections; a new one by default.
         ``signature_check`` verifies signed commands (appliance.ota.commandsig.signature_check; None: a signed
-        command is refused as unknown_key); ``nonce_path`` keeps their nonces (default: beside the spool)."""
+        command is refused as unknown_key); ``nonce_path`` keeps their nonces (default: beside the spool).
+        ``group``: the device's fleet group (``ota.group``), named in its retained status."""
         self.config = config
         self.topics = Topics(config.topic_prefix, config.device_id)
         self._clock = clock or SystemClock()
@@ -80,7 +81,7 @@ class MqttPublisher:
         self._authorizer = CommandAuthorizer(config.commands, self.topics, self._clock, signature_check, nonces)
         self._commands = CommandRunner(config, self.topics, self._clock, self._shared, self._authorizer)
         self._session = Session(config, self.topics, self._clock, rng or random.Random(), self._versions,
-                                self._shared, self._spool, self._window, self._commands)
+                                self._shared, self._spool, self._window, self._commands, group)
         self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health)
         self._started = False
         self._threads: list[threading.Thread] = []
@@ -294,6 +295,11 @@ class MqttPublisher:
         Unless ``read_only`` (True, or true of the command's args), a command runs only with a good signature
         (mqtt.commands; docs/mqtt.md, "Signed commands")."""
         self._commands.register(name, handler, read_only)
+
+    def subscribe(self, topic: str, handler: MessageHandler) -> None:
+        """Receive ``topic`` (exact; subscribed in every session, so a retained message comes again after each
+        reconnect): ``handler(payload)`` runs on the network thread and must only hand the payload on."""
+        self._session.subscribe(topic, handler)
 
     def commands(self) -> list[str]:
         """The names of the registered commands, sorted (docs/mqtt.md lists them)."""

@@ -1,8 +1,9 @@
 """The MQTT session: one paho client, connected and reconnected with backoff by the network thread.
 
 Job: build the client with its last will ('offline', retained); connect; on CONNACK subscribe to the command
-topics, publish the birth ('online', retained) and republish the remembered retained topics (camera status,
-retained device events); when a session ends, record why, let the in-flight window take back what it had sent
+topics and the extra subscriptions (``subscribe``: the fleet group's desired state), publish the birth
+('online', retained) and republish the remembered retained topics (camera status, retained device events);
+when a session ends, record why, let the in-flight window take back what it had sent
 (``InflightWindow.after_session``), wait the backoff delay and try again; on stop, publish 'offline' (a clean
 stop, so the broker discards the will) and disconnect. A refused connection is never "connected"; only a
 session that held ``_STABLE_SESSION_S`` resets the backoff.
@@ -24,7 +25,8 @@ Threading contract:
 - network thread (``run``): the only caller of client.reconnect() and client.loop(), so paho's callbacks
   (``_on_connect``, ``_on_disconnect``, ``_on_publish``, ``_on_log``, ``_on_message``) run on it too; the
   CONNACK/disconnect/socket-error fields are its alone.
-- caller threads: ``remember_retained`` and ``publish_if_connected`` (publish_camera_status,
+- caller threads: ``subscribe`` (its handler then runs on the network thread: it must only hand the payload
+  on), ``remember_retained`` and ``publish_if_connected`` (publish_camera_status,
   publish_device_event); the stopping thread: ``publish_offline`` and ``halt``.
 - ``shared.gate`` is held while reconnecting and while the state turns CONNECTED, so the sender publishes only
   into a session whose CONNACK has been fully handled (paho has re-queued the previous session's unacknowledged
@@ -37,7 +39,7 @@ import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 import paho.mqtt.client as paho
 
@@ -57,13 +59,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MessageHandler = Callable[[bytes], None]  # an extra subscription's payload, on the network thread
+
 _STABLE_SESSION_S = 10.0
 
 
 class Session:
     def __init__(self, config: MqttConfig, topics: Topics, clock: Clock, rng: random.Random,
                  versions: Mapping[str, str], shared: Shared, spool: Spool, window: InflightWindow,
-                 commands: CommandRunner) -> None:
+                 commands: CommandRunner, group: Optional[str] = None) -> None:
         self._config = config
         self._topics = topics
         self._clock = clock
@@ -73,6 +77,8 @@ class Session:
         self._spool = spool
         self._window = window
         self._commands = commands
+        self._group = group  # the fleet group named in the device status (ota.group)
+        self._subscriptions: dict[str, MessageHandler] = {}  # exact topic -> handler; guarded by shared.lock
         self._halt = threading.Event()         # network thread: disconnect and exit
         self._retained: dict[str, bytes] = {}  # status topic -> payload, republished on reconnect
         self._connack: Optional[tuple[Any, Any]] = None
@@ -85,7 +91,7 @@ class Session:
     def create_client(self) -> paho.Client:
         """A configured, unconnected client wired to this session. Raises MqttConfigError (TLS, password)."""
         will = encode(device_status_payload(self._config.device_id, "offline", None, self._versions,
-                                            reason="connection lost"))
+                                            reason="connection lost", group=self._group))
         client = build_client(self._config, self._topics.device_status, will, self._config.qos.status)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
@@ -95,6 +101,15 @@ class Session:
         return client
 
     # -- caller threads ------------------------------------------------------------------------------------
+
+    def subscribe(self, topic: str, handler: MessageHandler) -> None:
+        """Subscribe to ``topic`` (exact, no wildcards) in this and every later session; its messages, retained
+        ones included, go to ``handler`` on the network thread."""
+        with self._shared.lock:
+            self._subscriptions[topic] = handler
+        client = self._shared.client
+        if self._shared.state is State.CONNECTED and client is not None:
+            client.subscribe(topic, qos=self._config.qos.commands)
 
     def remember_retained(self, topic: str, payload: bytes) -> None:
         with self._shared.lock:
@@ -111,7 +126,7 @@ class Session:
         client = self._shared.client
         assert client is not None
         payload = encode(device_status_payload(self._config.device_id, "offline", self._clock.time(),
-                                               self._versions, reason="stopped"))
+                                               self._versions, reason="stopped", group=self._group))
         info = client.publish(self._topics.device_status, payload, qos=self._config.qos.status, retain=True)
         try:
             info.wait_for_publish(max(0.1, deadline - time.monotonic()))
@@ -139,7 +154,15 @@ class Session:
             self._socket_error = buf
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
-        self._commands.dispatch(msg)
+        with self._shared.lock:
+            handler = self._subscriptions.get(msg.topic)
+        if handler is None:
+            self._commands.dispatch(msg)
+            return
+        try:
+            handler(bytes(msg.payload))
+        except Exception:  # never let a handler end the network thread's loop
+            log.exception("MQTT: the handler of %s failed", msg.topic)
 
     # -- network thread ------------------------------------------------------------------------------------
 
@@ -244,7 +267,12 @@ class Session:
         window = self._window.resize(cfg.inflight_window, receive_max)
         qos = cfg.qos
         client.subscribe(self._topics.command_filter, qos=qos.commands)
-        online = encode(device_status_payload(cfg.device_id, "online", self._clock.time(), self._versions))
+        with shared.lock:
+            extra = list(self._subscriptions)
+        for topic in extra:
+            client.subscribe(topic, qos=qos.commands)
+        online = encode(device_status_payload(cfg.device_id, "online", self._clock.time(), self._versions,
+                                              group=self._group))
         self._window.expect_status()
         info = client.publish(self._topics.device_status, online, qos=qos.status, retain=True)
         self._window.status_sent(info.mid, qos.status)

@@ -10,6 +10,7 @@
     <prefix>/<device>/<camera>/events         analytics events (spooled)
     <prefix>/<device>/<camera>/counts         retained zone and line counters
     <prefix>/<device>/<camera>/snapshot       retained JPEG of the latest event's frame
+    <prefix>/groups/<group>/ota/desired       retained signed desired state of a fleet group (docs/fleet-rollout.md)
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def check_camera_id(camera_id: str) -> str:
             f"camera id {camera_id!r} is reserved (it would collide with a device topic); "
             f"avoid {sorted(RESERVED_CAMERA_IDS)}")
     return camera_id
+
+
+def group_desired(prefix: str, group: str) -> str:
+    """The retained desired-state topic of a fleet group (``appliance.ota.desired``)."""
+    return f"{prefix}/groups/{check_id('group', group)}/ota/desired"
 
 
 class Topics:

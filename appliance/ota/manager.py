@@ -108,12 +108,15 @@ class OtaManager:
             self.store.remove_version(version)
 
     # -- install ---------------------------------------------------------------------------------------------
-    def install(self, bundle: Path, request_id: str | None = None, wait: bool = True) -> dict[str, Any]:
+    def install(self, bundle: Path, request_id: str | None = None, wait: bool = True,
+                rollout_id: str | None = None) -> dict[str, Any]:
         """Run the whole pipeline for one bundle. Returns {"state": "active"|"rolled_back", ...}; raises
-        OtaRejected. With ``wait=False`` a busy manager rejects instead of queueing."""
+        OtaRejected. With ``wait=False`` a busy manager rejects instead of queueing. ``rollout_id``: the fleet
+        rollout that asked for it, carried by every status of this install."""
         bundle = Path(bundle)
         if not self._lock.acquire(blocking=wait):
             raise OtaRejected("busy", "another update is in progress")
+        self._reporter.tag_this_thread(rollout_id)
         try:
             self._report("received", f"bundle {bundle.name}", request_id=request_id)
             try:
@@ -130,11 +133,12 @@ class OtaManager:
                 raise rejected from exc
         finally:
             self._reporter.stop_journaling()
+            self._reporter.tag_this_thread(None)
             self._lock.release()
 
-    def report_rejected(self, exc: OtaRejected, request_id: str | None = None) -> None:
+    def report_rejected(self, exc: OtaRejected, request_id: str | None = None, rollout_id: str | None = None) -> None:
         """Report a refusal as the final ``rejected`` status (also for refusals before install(), at delivery)."""
-        self._reporter.rejected(exc, request_id)
+        self._reporter.rejected(exc, request_id, rollout_id)
 
     def _install(self, bundle: Path, rid: str | None) -> dict[str, Any]:
         self.store.ensure()

@@ -33,6 +33,7 @@ class StatusReporter:
         self._clock = clock
         self._journal_owner: int | None = None  # the thread whose install holds the store lock
         self._journaled: str | None = None
+        self._rollouts: dict[int, str] = {}  # thread -> the rollout id its install reports under
         self.last_status: OtaStatus | None = None
 
     def journal_this_thread(self) -> None:
@@ -43,7 +44,17 @@ class StatusReporter:
     def stop_journaling(self) -> None:
         self._journal_owner = None
 
+    def tag_this_thread(self, rollout_id: str | None) -> None:
+        """Until called again with None, this thread's reports carry ``rollout_id`` (an install a fleet
+        rollout asked for)."""
+        if rollout_id is None:
+            self._rollouts.pop(threading.get_ident(), None)
+        else:
+            self._rollouts[threading.get_ident()] = rollout_id
+
     def report(self, state: str, message: str, manifest: Manifest | None = None, **kw: Any) -> None:
+        if kw.get("rollout_id") is None:
+            kw["rollout_id"] = self._rollouts.get(threading.get_ident())
         status = OtaStatus(state, message, manifest.version if manifest else kw.pop("version", None),
                            manifest.model if manifest else kw.pop("model", None), time=self._clock(), **kw)
         self.last_status = status
@@ -61,9 +72,9 @@ class StatusReporter:
         if journal and state in FINAL_STATES:
             self._journal(status)
 
-    def rejected(self, exc: OtaRejected, request_id: str | None = None) -> None:
+    def rejected(self, exc: OtaRejected, request_id: str | None = None, rollout_id: str | None = None) -> None:
         """Report a refusal as the final ``rejected`` status."""
-        self.report("rejected", exc.reason, code=exc.code, request_id=request_id,
+        self.report("rejected", exc.reason, code=exc.code, request_id=request_id, rollout_id=rollout_id,
                     version=getattr(exc, "version", None))
 
     def interrupted(self, entry: dict[str, Any], served: Route) -> bool:

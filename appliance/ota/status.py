@@ -20,6 +20,7 @@ class OtaStatus:
     percent: float | None = None   # building: the engine build's progress
     code: str | None = None        # rejected: OtaRejected.code; rolled_back: "health" or "manual"
     request_id: str | None = None
+    rollout_id: str | None = None  # the fleet rollout that asked for this update (appliance.ota.follower)
     time: float = 0.0              # the manager's wall clock (epoch seconds)
 
     def to_dict(self) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.commandsig import signature_check
 from appliance.ota.delivery import InboxWatcher, OtaCommandHandler, is_read_only
 from appliance.ota.errors import OtaRejected
+from appliance.ota.follower import DesiredStateFollower, follow_group
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus
@@ -107,6 +108,7 @@ class Appliance:
         self._switcher: TritonSwitcher | None = None  # its model_control lock serializes reloads and switches
         self._inbox: InboxWatcher | None = None  # when ota.inbox is set
         self._ota_commands: OtaCommandHandler | None = None
+        self._follower: DesiredStateFollower | None = None  # when ota.group is set
         self._probe: ModelProbe | None = None
         self.recovery: PipelineRecovery | None = None  # the served pipeline's model failures and reloads
         self._published_pipeline = PipelineState.SERVING
@@ -157,7 +159,8 @@ class Appliance:
         commands = self.config.mqtt.commands  # operator keys for signed commands: docs/mqtt.md, "Signed commands"
         operators = TrustedKeys.from_paths(commands.operator_keys or self.config.ota.trusted_keys)
         publisher = self.publisher = MqttPublisher(self.config.mqtt, spool, signature_check=signature_check(operators),
-                                                   nonce_path=self.paths["state_dir"] / "mqtt-command-nonces.log")
+                                                   nonce_path=self.paths["state_dir"] / "mqtt-command-nonces.log",
+                                                   group=self.config.ota.group)
         if not commands.require_signature:
             log.warning("mqtt.commands.require_signature is false: anyone who can publish to %s may roll back or "
                         "replace the model", publisher.topics.command_filter)
@@ -223,7 +226,8 @@ class Appliance:
 
     def _start_ota(self) -> None:
         """The OTA manager loads and routes what to serve (the active version, falling back to the base model),
-        then takes updates from the ``ota`` MQTT command and, if configured, the inbox directory."""
+        then takes updates from the ``ota`` MQTT command and, if configured, the inbox directory and the fleet
+        group's desired state (docs/fleet-rollout.md)."""
         assert self.server and self.repository_dir and self.publisher, "Triton, the repository, the publisher first"
         ota, state_dir = self.config.ota, self.paths["state_dir"]
         self.router = Router()
@@ -245,6 +249,7 @@ class Appliance:
         self.publisher.on_command("ota", self._ota_commands, read_only=is_read_only)
         if ota.inbox is not None:
             self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
+        self._follower = follow_group(self.publisher, self.ota, ota, state_dir / "ota" / "incoming")
 
     def _base_model(self) -> ModelSpec:
         assert self._base_spec is not None, "the repository step sets it before the OTA manager starts"
@@ -402,6 +407,8 @@ class Appliance:
             self.sparkplug.stop()
         if self._inbox is not None:
             self._inbox.stop()
+        if self._follower is not None:
+            self._follower.stop()
         if self.scheduler is not None:
             if not self.scheduler.stop(self.config.pipeline.drain_timeout_s):
                 log.warning("stop: gave up waiting for in-flight frames after %.1f s",

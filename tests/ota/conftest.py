@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.bundleserver import serve_directory
 
 from appliance.ota.bundle import build_bundle
 from ota_helpers import Keys, make_tiny_detector, tiny_engine_profile, tiny_model_profile, write_source
@@ -57,3 +58,13 @@ def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+
+@pytest.fixture
+def bundle_server(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real HTTP server on loopback serving ``tmp_path/served``: yields (base URL, that directory)."""
+    served = tmp_path / "served"
+    served.mkdir()
+    with serve_directory(served) as url:
+        yield url, served

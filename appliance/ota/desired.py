@@ -1,0 +1,96 @@
+"""The signed desired state of a device group (``<prefix>/groups/<group>/ota/desired``, retained): which bundle the
+group's devices should serve, and under which rollout id.
+
+The document is one JSON object (schema ``ota_desired``, docs/fleet-rollout.md) whose ``signature`` is an Ed25519
+signature, by a key in ``ota.trusted_keys`` (the same trust as bundles), over the *canonical* form of the other
+fields: JSON with sorted keys, no spaces, ASCII only. So a publisher with broker access can neither point a group
+at another URL nor move a document meant for one group onto another (the group is signed too). The bundle itself
+is still verified as always; ``sha256`` pins the exact bytes the operator meant.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from appliance.ota.errors import OtaRejected
+from appliance.ota.signing import TrustedKeys, sign_manifest
+
+DOC_TYPE = "ota_desired"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_FIELDS = ("schema_version", "type", "group", "rollout_id", "version", "url", "sha256", "signature")
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """What a group should serve. ``rollout_id`` names one rollout (the operator's run), ``version`` the bundle's
+    manifest version, ``url`` where to download it, ``sha256`` its bytes' hash."""
+
+    group: str
+    rollout_id: str
+    version: str
+    url: str
+    sha256: str
+
+    def unsigned(self) -> dict[str, Any]:
+        return {"schema_version": 1, "type": DOC_TYPE, **asdict(self)}
+
+
+def canonical(fields: dict[str, Any]) -> bytes:
+    """The bytes that are signed: sorted keys, no whitespace, ASCII (the same on every side)."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def sign_desired(state: DesiredState, private_key: Ed25519PrivateKey) -> dict[str, Any]:
+    """The retained document for ``state``, signed with ``private_key``."""
+    doc = state.unsigned()
+    doc["signature"] = json.loads(sign_manifest(canonical(doc), private_key))
+    return doc
+
+
+def parse_desired(raw: bytes, trusted: TrustedKeys, group: str) -> DesiredState:
+    """Check the document's form, its signature and that it is meant for ``group``. Refusals are OtaRejected:
+    ``corrupt`` (not a desired-state document), ``unsigned``, ``unknown_key``, ``bad_signature`` (as for bundles),
+    ``invalid_manifest`` (signed, but for another group)."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise OtaRejected("corrupt", f"the desired state is not UTF-8 JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("type") != DOC_TYPE or doc.get("schema_version") != 1:
+        raise OtaRejected("corrupt", f"not a desired-state document (type {DOC_TYPE!r}, schema_version 1)")
+    unknown = sorted(set(doc) - set(_FIELDS))
+    if unknown:
+        raise OtaRejected("corrupt", f"the desired state has unknown keys {unknown}")
+    signature = doc.pop("signature", None)
+    if signature is None:
+        raise OtaRejected("unsigned", "the desired state has no signature")
+    if not isinstance(signature, dict):
+        raise OtaRejected("corrupt", "the desired state's signature is not an object")
+    try:
+        state = DesiredState(**{k: doc[k] for k in ("group", "rollout_id", "version", "url", "sha256")})
+    except KeyError as exc:
+        raise OtaRejected("corrupt", f"the desired state has no {exc.args[0]!r}") from None
+    _check_fields(state)
+    trusted.verify(canonical(doc), json.dumps(signature).encode())
+    if state.group != group:
+        raise OtaRejected("invalid_manifest", f"the desired state is signed for group {state.group!r}, this device "
+                                              f"is in {group!r} (a document copied onto another group's topic?)")
+    return state
+
+
+def _check_fields(state: DesiredState) -> None:
+    for name in ("group", "rollout_id", "version"):
+        value = getattr(state, name)
+        if not isinstance(value, str) or not NAME.match(value):
+            raise OtaRejected("corrupt", f"the desired state's {name} must be 1-64 of A-Z a-z 0-9 _ . -, "
+                                         f"got {str(value)[:80]!r}")
+    if not isinstance(state.url, str) or not re.match(r"^https?://\S+$", state.url):
+        raise OtaRejected("corrupt", f"the desired state's url must be http(s)://..., got {str(state.url)[:80]!r}")
+    if not isinstance(state.sha256, str) or not _SHA256.match(state.sha256):
+        raise OtaRejected("corrupt", "the desired state's sha256 must be 64 lowercase hex digits")
+

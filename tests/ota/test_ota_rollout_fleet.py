@@ -1,0 +1,256 @@
+"""``appliance ota rollout`` against a fleet of three devices on one host: a real mosquitto shared by all, each device
+its own process with the real publisher, OTA manager and desired-state follower (tests/support/fleetdevice.py; the
+offline switcher instead of an embedded Triton, so the whole module takes under a minute;
+tests/supervisor/test_supervisor_rollout.py runs three real daemons), bundles downloaded over real HTTP, the real
+CLI in its own process.
+
+One rollout stops at a canary whose device-local golden frames the new model does not match: the other devices
+stay on what they serve and their group's desired state is never published. Another goes through every group.
+A canary that goes offline during its soak stops the rollout and takes the rollback when it comes back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import cv2
+import numpy as np
+import paho.mqtt.client as mqtt
+import pytest
+from support.schemas import validate_message
+from support.wait import wait_until
+
+from appliance.ota.store import OtaStore
+
+FLEETDEVICE = Path(__file__).resolve().parents[1] / "support" / "fleetdevice.py"
+PREFIX = "plant"
+
+
+class Fleet:
+    """Device processes by name, their state dirs, and a subscriber that keeps the newest message per topic."""
+
+    def __init__(self, root: Path, broker: Any, keys: Any) -> None:
+        self.root, self.broker, self.keys = root, broker, keys
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.latest: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="fleet-watch")
+        self.client.on_message = self._on_message
+        self.client.connect(broker.host, broker.port)
+        self.client.subscribe(f"{PREFIX}/#", qos=1)
+        self.client.loop_start()
+
+    def _on_message(self, _c: Any, _u: Any, msg: Any) -> None:
+        with self._lock:
+            self.latest[msg.topic] = bytes(msg.payload)
+
+    def doc(self, topic: str) -> dict[str, Any] | None:
+        with self._lock:
+            raw = self.latest.get(f"{PREFIX}/{topic}")
+        return json.loads(raw) if raw else None
+
+    def start(self, name: str, group: str, golden: Path | None = None) -> None:
+        state = self.root / name
+        config = {"state_dir": str(state),
+                  "mqtt": {"host": self.broker.host, "port": self.broker.port, "device_id": name,
+                           "topic_prefix": PREFIX, "health_interval_s": 1},
+                  "ota": {"group": group, "trusted_keys": [str(self.keys.public)], "allow_http": True,
+                          "health": {"period_s": 1, "check_interval_s": 0.5},
+                          **({"device_golden_dir": str(golden)} if golden else {})}}
+        path = self.root / f"{name}.json"
+        path.write_text(json.dumps(config))
+        log = open(self.root / f"{name}.log", "w")
+        self.procs[name] = subprocess.Popen([sys.executable, str(FLEETDEVICE), str(path)], stdout=subprocess.PIPE,
+                                            stderr=log, text=True)
+        log.close()
+
+    def wait_online(self, names: list[str]) -> None:
+        for name in names:
+            proc = self.procs[name]
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", self.log(name)
+        wait_until(lambda: all((self.doc(f"{n}/status") or {}).get("state") == "online" for n in names), 30)
+
+    def active(self, name: str) -> str | None:
+        return OtaStore(self.root / name).read_pointer().version
+
+    def log(self, name: str) -> str:
+        return (self.root / f"{name}.log").read_text()
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+        for name, proc in self.procs.items():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, broker, keys) -> Iterator[Fleet]:  # type: ignore[no-untyped-def]
+    f = Fleet(tmp_path / "fleet", broker, keys)
+    f.root.mkdir()
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+@pytest.fixture
+def served_bundle(bundle_server, sign, tiny_source):  # type: ignore[no-untyped-def]
+    """(bundle path, URL) of a signed version-2 bundle of the tiny model, served over HTTP."""
+    base_url, served = bundle_server
+    bundle = sign(tiny_source("2"), "tiny-2.bundle")
+    shutil.copy(bundle, served / bundle.name)
+    return bundle, f"{base_url}/{bundle.name}"
+
+
+def rollout(broker: Any, keys: Any, bundle: Path, url: str, *groups: str, extra: tuple[str, ...] = ()
+            ) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "appliance", "ota", "rollout", "--bundle", str(bundle), "--url", url,
+           "--sign-key", str(keys.private), "--mqtt", f"{broker.host}:{broker.port}", "--prefix", PREFIX,
+           "--soak", "2", "--timeout", "120", "--discover-s", "1.5", *extra]
+    for group in groups:
+        cmd += ["--group", group]
+    began = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    print(f"rollout took {time.monotonic() - began:.1f} s, rc={done.returncode}\n{done.stdout}{done.stderr}")
+    return done
+
+
+def failing_golden_set(root: Path) -> Path:
+    """A device-local golden set the tiny model cannot pass: this line's cameras see an "a" it never reports."""
+    golden = root / "golden-can-1"
+    golden.mkdir()
+    cv2.imwrite(str(golden / "line.png"), np.full((32, 32, 3), 90, np.uint8))
+    (golden / "golden.json").write_text(json.dumps({"frames": [{"file": "line.png", "expected": [
+        {"class_name": "a", "score": 0.9, "box": [2, 2, 20, 20]}]}]}))
+    return golden
+
+
+def test_a_canary_that_fails_its_golden_frames_stops_the_rollout_and_the_rest_stay_on_the_old_version(
+        fleet, broker, keys, served_bundle, tmp_path) -> None:
+    fleet.start("can-1", "canary", golden=failing_golden_set(tmp_path))
+    fleet.start("line-1", "line")
+    fleet.start("line-2", "line")
+    fleet.wait_online(["can-1", "line-1", "line-2"])
+    bundle, url = served_bundle
+    done = rollout(broker, keys, bundle, url, "canary", "line", extra=("--rollout-id", "r-2a"))
+    assert done.returncode == 1, done.stderr
+    out = done.stdout
+    assert "discovered canary: can-1; line: line-1, line-2" in out
+    assert "group canary: desired state published on plant/groups/canary/ota/desired" in out
+    assert "group line: desired state" not in out
+    assert "stopped: group canary: can-1 failed (rejected golden_mismatch:" in out
+    table = out[out.index("GROUP"):].splitlines()
+    assert table[1].split()[:3] == ["canary", "can-1", "failed"], table
+    assert [r.split()[:3] for r in table[2:]] == [["line", "line-1", "waiting"], ["line", "line-2", "waiting"]]
+    # where things really stand: the canary refused it with the rollout id; nobody switched; line never asked
+    status = fleet.doc("can-1/ota/status")
+    assert status is not None and (status["state"], status["code"], status["rollout_id"]) == \
+        ("rejected", "golden_mismatch", "r-2a"), status
+    validate_message("ota_status", status)
+    assert [fleet.active(n) for n in ("can-1", "line-1", "line-2")] == [None, None, None]
+    assert fleet.doc("line-1/ota/status") is None and fleet.doc("line-2/ota/status") is None
+    assert fleet.doc("groups/line/ota/desired") is None
+    desired = fleet.doc("groups/canary/ota/desired")
+    assert desired is not None and desired["rollout_id"] == "r-2a"
+    validate_message("ota_desired", desired)
+    assert fleet.doc("can-1/status")["group"] == "canary"  # type: ignore[index]
+
+
+def test_a_rollout_goes_through_every_group_and_a_second_one_finds_the_fleet_already_there(
+        fleet, broker, keys, served_bundle) -> None:
+    fleet.start("can-1", "canary")
+    fleet.start("line-1", "line")
+    fleet.start("line-2", "line")
+    fleet.wait_online(["can-1", "line-1", "line-2"])
+    bundle, url = served_bundle
+    done = rollout(broker, keys, bundle, url, "canary", "line=line-1,line-2", extra=("--rollout-id", "r-2b"))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.index("group canary: desired state") < out.index("canary     can-1            healthy") \
+        < out.index("group line: desired state")
+    assert "done: every group is on the version" in out
+    assert [fleet.active(n) for n in ("can-1", "line-1", "line-2")] == ["2", "2", "2"]
+    before = {n: fleet.doc(f"{n}/ota/status") for n in ("can-1", "line-1", "line-2")}
+    assert all(s is not None and (s["state"], s["version"], s["rollout_id"]) == ("active", "2", "r-2b")
+               for s in before.values()), before
+    # the same version again, as JSON for tooling: every device is already on it; none installs anything
+    again = rollout(broker, keys, bundle, url, "canary", "line", extra=("--rollout-id", "r-2c", "--json"))
+    assert again.returncode == 0, again.stderr
+    result = json.loads(again.stdout)
+    assert result["ok"] is True and result["rollout_id"] == "r-2c"
+    assert [(d["device"], d["state"], d["serving"]) for d in result["devices"]] == [
+        ("can-1", "healthy", "2"), ("line-1", "healthy", "2"), ("line-2", "healthy", "2")]
+    time.sleep(1.0)
+    assert {n: fleet.doc(f"{n}/ota/status") for n in before} == before  # no update ran: the same retained status
+
+
+def test_a_canary_that_goes_offline_during_the_soak_stops_the_rollout_and_is_rolled_back_when_it_returns(
+        fleet, broker, keys, served_bundle) -> None:
+    fleet.start("can-1", "canary")
+    fleet.start("line-1", "line")
+    fleet.wait_online(["can-1", "line-1"])
+    bundle, url = served_bundle
+    cmd = [sys.executable, "-m", "appliance", "ota", "rollout", "--bundle", str(bundle), "--url", url, "--sign-key",
+           str(keys.private), "--mqtt", f"{broker.host}:{broker.port}", "--prefix", PREFIX, "--soak", "60",
+           "--discover-s", "1.5", "--rollback-wait", "60", "--rollout-id", "r-2d", "--group", "canary",
+           "--group", "line"]
+    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (fleet.doc("can-1/ota/status") or {}).get("state") == "active", 60)
+        time.sleep(1.0)  # soaking now
+        fleet.procs["can-1"].kill()  # the broker publishes its last will: offline
+        fleet.procs["can-1"].wait()
+        wait_until(lambda: (fleet.doc("can-1/status") or {}).get("state") == "offline", 15)
+        time.sleep(1.0)  # the rollback command is queued by the broker for the device's persistent session
+        fleet.start("can-1", "canary")  # back: it takes the queued rollback
+        fleet.wait_online(["can-1"])
+        out, err = cli.communicate(timeout=90)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    print(out, err)
+    assert cli.returncode == 1, err
+    assert "stopped: group canary: can-1 unhealthy (offline)" in out
+    assert "can-1: rollback sent" in out
+    table = out[out.index("GROUP"):].splitlines()
+    assert table[1].split()[:4] == ["canary", "can-1", "rolled_back", "base"], table
+    assert table[2].split()[:3] == ["line", "line-1", "waiting"]
+    status = fleet.doc("can-1/ota/status")
+    assert status is not None and (status["state"], status["code"]) == ("rolled_back", "manual"), status
+    assert fleet.active("can-1") is None and fleet.active("line-1") is None
+    assert fleet.doc("groups/line/ota/desired") is None
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no devices", "error: no devices found for group(s) canary"),
+    ("bad group", "error: --group 'canary=a/b': 'a/b' is not a group or device name"),
+    ("other key", "error: unknown_key: signed by key"),
+    ("bad rollout id", "error: --rollout-id must be 1-64"),
+])
+def test_bad_input_exits_2_and_publishes_nothing(fleet, broker, keys, served_bundle, sign, tiny_source, case,
+                                                 message) -> None:
+    bundle, url = served_bundle
+    group, extra = "canary", ()
+    if case == "bad group":
+        group = "canary=a/b"
+    elif case == "other key":
+        bundle = sign(tiny_source("3"), "other.bundle", key=keys.other_private)  # not what --key trusts
+    elif case == "bad rollout id":
+        extra = ("--rollout-id", "no spaces")
+    done = rollout(broker, keys, bundle, url, group, extra=extra)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    time.sleep(0.5)
+    assert fleet.doc("groups/canary/ota/desired") is None

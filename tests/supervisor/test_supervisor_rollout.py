@@ -1,0 +1,155 @@
+"""A fleet rollout through real daemons: three `appliance run` processes (each with its embedded Triton, the real
+detector and an images camera at 1 fps) on one shared mosquitto, in groups `canary` (one) and `line` (two), and the
+real `appliance ota rollout` CLI, the bundle downloaded over real HTTP.
+
+The canary's device-local golden set expects a person the detector does not see: the rollout stops there, the
+canary keeps its base model and the line devices are never asked (their detections stay on the base model). Once
+the golden set is fixed, a rollout under a new id goes through both groups and every daemon's detections come
+from version 3."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import cv2
+import numpy as np
+import paho.mqtt.client as paho
+import pytest
+from support.bundles import detector_bundle
+from support.bundleserver import serve_directory
+from support.daemon import IMAGES, RunningDaemon, device_of, make_camera_dir, write_config
+from support.mosquitto import Mosquitto
+
+from appliance.ota.signing import generate_keypair
+from appliance.ota.store import OtaStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
+    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+]
+
+FLEET = (("can-1", "canary"), ("line-1", "line"), ("line-2", "line"))
+
+
+class Watch:
+    """The newest message per topic under the default prefix."""
+
+    def __init__(self, port: int) -> None:
+        self.latest: dict[str, dict[str, Any]] = {}
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"watch-{uuid.uuid4().hex[:8]}")
+        self.client.on_message = self._on_message
+        self.client.connect("127.0.0.1", port)
+        self.client.subscribe("appliance/#", qos=1)
+        self.client.loop_start()
+
+    def _on_message(self, _c: Any, _u: Any, m: Any) -> None:
+        try:
+            self.latest[m.topic] = json.loads(m.payload)
+        except ValueError:
+            pass  # snapshots are JPEG
+
+    def served(self, device: str) -> str | None:
+        """The model version of the device's newest detections message."""
+        doc = self.latest.get(f"appliance/{device}/line1/detections")
+        return doc["model"]["version"] if doc else None
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, broker: Mosquitto, shm_root: Path) -> Iterator[dict[str, Any]]:
+    keys = tmp_path / "keys"
+    generate_keypair(keys / "ota.key", keys / "ota.pub")
+    camera_dir = make_camera_dir(tmp_path)
+    golden = tmp_path / "golden-can-1"
+    golden.mkdir()
+    cv2.imwrite(str(golden / "wall.png"), np.full((480, 640, 3), 128, np.uint8))
+    (golden / "golden.json").write_text(json.dumps({"frames": [{"file": "wall.png", "expected": [
+        {"class_name": "person", "score": 0.9, "box": [100, 100, 300, 400]}]}]}))  # a grey wall: nobody there
+    daemons: dict[str, RunningDaemon] = {}
+    watch = Watch(broker.port)
+    try:
+        for name, group in FLEET:
+            home = tmp_path / name
+            home.mkdir()
+            config = write_config(home, broker, shm_root / name, camera_dir)  # its own rings: cameras share ids
+            text = config.read_text().replace(f"device: {{id: {device_of(config)}}}", f"device: {{id: {name}}}")
+            text = text.replace("fps: 4", "fps: 1")
+            text += (f"ota:\n  group: {group}\n  trusted_keys: [{keys / 'ota.pub'}]\n  allow_http: true\n"
+                     f"  health: {{period_s: 3}}\n"
+                     + (f"  device_golden_dir: {golden}\n" if name == "can-1" else ""))
+            config.write_text(text)
+            (shm_root / name).mkdir()
+            daemons[name] = RunningDaemon(home, config, REPO)
+        began = time.monotonic()
+        for name, daemon in daemons.items():
+            daemon.wait(lambda: daemon.notify.wait_for("READY=1", 0.1), 300, f"{name} ready")
+            daemon.wait(lambda: watch.served(name) == "base", 60, f"{name} detections")
+        print(f"{len(daemons)} daemons ready in {time.monotonic() - began:.1f} s")
+        yield {"keys": keys, "daemons": daemons, "watch": watch, "golden": golden, "tmp": tmp_path}
+    finally:
+        watch.close()
+        for daemon in daemons.values():
+            if daemon.process.poll() is None:
+                daemon.process.terminate()
+        for daemon in daemons.values():
+            try:
+                daemon.process.wait(90)
+            except subprocess.TimeoutExpired:
+                pass
+            daemon.close()
+        for name, _ in FLEET:
+            rings = shm_root / name
+            if rings.exists():
+                assert not list(rings.iterdir()), f"{name} left frame rings behind"
+                rings.rmdir()
+
+
+def rollout(port: int, keys: Path, bundle: Path, url: str, rollout_id: str) -> subprocess.CompletedProcess[str]:
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "appliance", "ota", "rollout", "--bundle", str(bundle), "--url", url,
+                           "--sign-key", str(keys / "ota.key"), "--mqtt", f"127.0.0.1:{port}", "--group", "canary",
+                           "--group", "line", "--soak", "5", "--timeout", "300", "--rollout-id", rollout_id],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    print(f"rollout {rollout_id}: {time.monotonic() - began:.1f} s, rc={done.returncode}\n{done.stdout}{done.stderr}")
+    return done
+
+
+def test_a_rollout_stops_at_the_canary_that_fails_its_golden_frames_then_goes_through_once_fixed(
+        fleet, broker: Mosquitto) -> None:
+    tmp, keys, watch, daemons = fleet["tmp"], fleet["keys"], fleet["watch"], fleet["daemons"]
+    served = tmp / "served"
+    served.mkdir()
+    for version in ("2", "3"):
+        shutil.copy(detector_bundle(tmp, keys / "ota.key", version), served / f"model-{version}.bundle")
+    with serve_directory(served) as base_url:
+        stopped = rollout(broker.port, keys, served / "model-2.bundle", f"{base_url}/model-2.bundle", "fleet-2")
+        assert stopped.returncode == 1, stopped.stderr
+        assert "stopped: group canary: can-1 failed (rejected golden_mismatch:" in stopped.stdout
+        assert "group line: desired state" not in stopped.stdout
+        status = watch.latest["appliance/can-1/ota/status"]
+        assert (status["state"], status["code"], status["rollout_id"]) == ("rejected", "golden_mismatch", "fleet-2")
+        time.sleep(2)  # detections keep coming from what each daemon served before
+        assert [watch.served(n) for n, _ in FLEET] == ["base", "base", "base"]
+        assert [OtaStore(tmp / n / "state").read_pointer().version for n, _ in FLEET] == [None, None, None]
+        assert "appliance/line-1/ota/status" not in watch.latest
+
+        (fleet["golden"] / "golden.json").write_text(json.dumps({"frames": [{"file": "wall.png", "expected": []}]}))
+        done = rollout(broker.port, keys, served / "model-3.bundle", f"{base_url}/model-3.bundle", "fleet-3")
+        assert done.returncode == 0, done.stderr
+        for name, daemon in daemons.items():
+            daemon.wait(lambda: watch.served(name) == "3", 30, f"{name} detections from version 3")
+        assert [OtaStore(tmp / n / "state").read_pointer().version for n, _ in FLEET] == ["3", "3", "3"]
+        assert all(watch.latest[f"appliance/{n}/ota/status"]["rollout_id"] == "fleet-3" for n, _ in FLEET)
