@@ -54,6 +54,7 @@ from appliance.supervisor.detectorplan import plan_detector, plan_warmup
 from appliance.supervisor.enginestatus import EngineStatusForwarder
 from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
 from appliance.supervisor.framepath import FramePath
+from appliance.supervisor.latecommand import LateHandler
 from appliance.supervisor.leftovers import reclaim_leftovers
 from appliance.supervisor.scheduler import Lease, Scheduler
 from appliance.supervisor.snapshots import SnapshotWorker
@@ -108,6 +109,7 @@ class Appliance:
         self._switcher: TritonSwitcher | None = None  # its model_control lock serializes reloads and switches
         self._inbox: InboxWatcher | None = None  # when ota.inbox is set
         self._ota_commands: OtaCommandHandler | None = None
+        self._ota_late = LateHandler("the OTA manager", wait_s=60.0)  # the `ota` command until _start_ota
         self._follower: DesiredStateFollower | None = None  # when ota.group is set
         self._probe: ModelProbe | None = None
         self.recovery: PipelineRecovery | None = None  # the served pipeline's model failures and reloads
@@ -166,6 +168,8 @@ class Appliance:
                         "replace the model", publisher.topics.command_filter)
         publisher.set_health_provider(self._health_for_mqtt)
         publisher.on_command("status", lambda _command: self.health_summary(), read_only=True)
+        # Before the connect: what the broker kept for this device while it was away waits for the OTA manager.
+        publisher.on_command("ota", self._ota_late, read_only=is_read_only)
         publisher.start()
 
     def _start_sparkplug(self) -> None:
@@ -246,7 +250,7 @@ class Appliance:
         if not ota.trusted_keys:
             log.info("OTA updates are off: ota.trusted_keys is empty, every bundle will be refused")
         self._ota_commands = OtaCommandHandler(self.ota, ota, state_dir / "ota" / "incoming")
-        self.publisher.on_command("ota", self._ota_commands, read_only=is_read_only)
+        self._ota_late.set(self._ota_commands)
         if ota.inbox is not None:
             self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
         self._follower = follow_group(self.publisher, self.ota, ota, state_dir / "ota" / "incoming")
@@ -403,6 +407,7 @@ class Appliance:
     def stop(self) -> None:
         """Stop capture, drain in-flight frames, close Triton, flush the publisher to its spool."""
         self.notifier.stopping("stopping: draining in-flight frames")
+        self._ota_late.close()
         if self.sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one
             self.sparkplug.stop()
         if self._inbox is not None:
