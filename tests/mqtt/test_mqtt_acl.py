@@ -127,6 +127,22 @@ def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto
         operator.stop()
 
 
+def test_only_an_operator_sets_a_groups_desired_state_and_a_device_reads_it(
+        acl_broker: Mosquitto, device: Any) -> None:
+    publisher, _calls = device
+    received: list[bytes] = []
+    publisher.subscribe("appliance/groups/line-1/ota/desired", received.append)
+    time.sleep(0.5)  # the subscription goes out on the network thread
+    for user in ("dashboard@ops", "dev2", "dev1"):
+        _as(acl_broker, user, "appliance/groups/line-1/ota/desired", json.dumps({"marker": f"forged-by-{user}"}))
+    _as(acl_broker, "operator@ops", "appliance/groups/line-1/ota/desired", json.dumps({"marker": "operator"}))
+    deadline = time.monotonic() + 10
+    while not received and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # let stragglers come
+    assert [json.loads(p)["marker"] for p in received] == ["operator"]
+
+
 def test_password_file_written_by_the_python_tool_is_read_by_mosquitto(tmp_path: Path) -> None:
     passwd = tmp_path / "passwd"
     for user, password in (("dev1", "pw-dev1"), ("dev2", "old"), ("dev2", "pw-dev2")):  # the last one wins
