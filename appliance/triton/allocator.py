@@ -70,6 +70,10 @@ class ResponseAllocator:
         # Not from this allocator (should not happen on CPU): copy out before the response is deleted.
         return np.frombuffer(_capi.read_bytes(base, size), dtype=np.uint8)
 
+    def callbacks(self) -> tuple[object, object]:
+        """The ctypes callback objects Triton holds pointers to (``Runtime`` keeps them alive)."""
+        return self._alloc_cb, self._release_cb
+
     def close(self) -> None:
         """Delete the Triton allocator; only once no server can call it any more (deleted or never started)."""
         handle, self.handle = self.handle, None

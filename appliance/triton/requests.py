@@ -172,6 +172,9 @@ class Pending:
         )
 
 
+_KEPT_CALLBACKS: list[object] = []
+
+
 class Runtime:
     """One server's callback objects, response allocator, pending requests and handle counters."""
 
@@ -183,6 +186,12 @@ class Runtime:
         self.allocator = ResponseAllocator(api, counters)
         self.request_release_cb = _capi.REQUEST_RELEASE_FN(self._request_released)
         self.response_cb = _capi.RESPONSE_COMPLETE_FN(self._response_complete)
+        # Triton calls these from its own threads through executable trampolines that ctypes frees with their
+        # objects. Kept for the life of the process (with this runtime, which they are bound to: small and empty
+        # once its server stopped; the appliance makes one server), so that a call that comes after the server was
+        # stopped and dropped runs Python that finds nothing pending, instead of jumping into freed memory, which
+        # kills the process from a native thread.
+        _KEPT_CALLBACKS.append((self.allocator.callbacks(), self.request_release_cb, self.response_cb))
 
     @property
     def buffers(self) -> dict[int, np.ndarray]:

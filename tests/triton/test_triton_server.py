@@ -87,6 +87,26 @@ def test_failing_startup_model_fails_start_and_leaves_nothing(tmp_path: Path, mo
     assert server.stub_pids() == []
 
 
+def test_callbacks_triton_holds_outlive_a_stopped_and_dropped_server(tmp_path: Path, models_src: Path) -> None:
+    """Triton calls back from native threads; a trampoline freed with its Python object would crash the process
+    if a call came late, so the callback objects live as long as the process, not as the server."""
+    import gc
+    import weakref
+
+    repo = copy_models(tmp_path / "repo", [models_src / "echo"])
+    with started_server(repo, models=["echo"]) as server:
+        assert server.infer("echo", X).outputs  # the allocator and the completion callbacks have been used
+        runtime = server._runtime
+        assert runtime is not None
+        callbacks = [weakref.ref(cb) for cb in (*runtime.allocator.callbacks(), runtime.request_release_cb,
+                                                runtime.response_cb)]
+        dropped = weakref.ref(server)
+    del server, runtime
+    gc.collect()
+    assert dropped() is None  # the server is gone...
+    assert all(ref() is not None for ref in callbacks)  # ...the trampolines Triton was given are not
+
+
 @pytest.mark.slow
 def test_lifecycle_model_control_and_introspection(tmp_path: Path, models_src: Path) -> None:
     repo = copy_models(tmp_path / "repo", [models_src / "echo", models_src / "raiser"])
