@@ -42,6 +42,9 @@ NmsKind = Literal["onnx", "trt"]
 # EfficientNMS_TRT drops scores below its threshold; masked-out entries are 0, so anything above 0 survives
 # (a detection scoring below this against a per-class threshold of 0 is the only difference).
 TRT_SCORE_FLOOR = 1e-6
+# TensorRT's ONNX parser finds a plugin by the node's op_type whatever its domain; a domain of its own keeps the
+# ONNX checker (which validates the standard domains only) accepting the graph.
+TRT_DOMAIN = "trt.plugins"
 
 
 class Unwrappable(ValueError):
@@ -261,7 +264,7 @@ def _onnx_nms(g: _Graph, spec: WrapSpec, boxes: str, scores_bnc: str) -> None:
 def _trt_nms(g: _Graph, spec: WrapSpec, boxes: str, scores_bnc: str) -> None:
     """TensorRT's EfficientNMS plugin: per-class NMS and the top K per batch item in one GPU kernel."""
     g.op("EfficientNMS_TRT", [boxes, scores_bnc], hint="efficient_nms", outputs=["COUNT", "BOXES", "SCORES", "CLASSES"],
-         plugin_version="1", background_class=-1, max_output_boxes=spec.max_detections,
+         domain=TRT_DOMAIN, plugin_version="1", background_class=-1, max_output_boxes=spec.max_detections,
          score_threshold=TRT_SCORE_FLOOR, iou_threshold=spec.iou, score_activation=0, class_agnostic=0,
          box_coding=0)
 
@@ -287,6 +290,7 @@ def wrap_model(model: onnx.ModelProto, spec: WrapSpec) -> onnx.ModelProto:
     boxes, best, ids, kept = _decode(g, spec, out.name)
     if spec.nms == "trt":
         _trt_nms(g, spec, boxes, _class_scores(g, spec, best, ids, kept, 0.0))
+        wrapped.opset_import.append(helper.make_opsetid(TRT_DOMAIN, 1))
     else:
         _onnx_nms(g, spec, boxes, _class_scores(g, spec, best, ids, kept, -1.0))
     graph.input.remove(inp)
