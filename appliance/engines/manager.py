@@ -8,7 +8,6 @@ import datetime as dt
 import json
 import logging
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -252,14 +251,15 @@ class EngineManager:
         model, report = profile.model, self.reporter.report
         start = self._monotonic()
         build_dir = self.cache.new_build_dir(model, fp.key)
-        sources_dir = tempfile.TemporaryDirectory(dir=build_dir.parent, prefix=f"{model}-src-")
+        sources_dir = build_dir / ".sources"  # the wrapped graphs; inside the build dir, so a kill leaves one entry
         phase = "parse"
         try:
             report(model, phase, 5, "checking the ONNX")
             precision = self.builder.precision(profile)
             inspect_onnx(onnx_path)
+            sources_dir.mkdir()
             sources = prepare(onnx_path, plan_wrap(profile, self.builder.name, precision, model_profile),
-                              Path(sources_dir.name), model)
+                              sources_dir, model)
             build_info, info = inspect_onnx(sources.build), inspect_onnx(sources.reference)
             samples = golden_inputs(info, profile)
             calibration = calibration_frames(profile, precision, self.models_root, self.state_dir, model_profile)
@@ -277,7 +277,8 @@ class EngineManager:
                     wrap_built(engine_path, sources.after)
                 details = {**details, "in_graph": sources.details}
             phase = "verify"
-            report(model, phase, 80, f"{len(samples)} golden input(s) vs ONNX Runtime on the original ONNX{' (wrapped the same way)' if sources.details['applied'] else ''}")
+            wrapped = " (wrapped the same way)" if sources.details["applied"] else ""
+            report(model, phase, 80, f"{len(samples)} golden input(s) vs ONNX Runtime on the original ONNX{wrapped}")
             runner = self.builder.load(engine_path, profile)
             try:
                 check_io(info, runner, profile)
@@ -315,6 +316,7 @@ class EngineManager:
                 raise VerificationFailed(model, checked, self._save_failure(model, fp, checked))
             phase = "install"
             report(model, phase, 95, checked["summary"])
+            shutil.rmtree(sources_dir)
             manifest = {
                 "fingerprint": dict(fp.fields),
                 "triton_kind": self.builder.triton_kind,
@@ -346,7 +348,6 @@ class EngineManager:
             report(model, "failed", 100, f"{phase}: {exc}")
             raise EngineBuildError(model, phase, str(exc)) from exc
         finally:
-            sources_dir.cleanup()
             if build_dir.exists():
                 shutil.rmtree(build_dir, ignore_errors=True)
         report(model, "done", 100, f"engine {fp.key} installed in {self._monotonic() - start:.1f}s; {checked['summary']}")

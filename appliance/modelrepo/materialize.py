@@ -198,15 +198,20 @@ def materialize(profile: ModelProfile, detector: DetectorSource, dest: Path,
 
 def _wrapped_detector(profile: ModelProfile, detector: DetectorSource) -> tuple[bytes | None, str]:
     """The wrapped ONNX to serve (``auto`` on an ONNX that can be wrapped), or None and why not."""
-    if detector.in_graph != "auto" or detector.kind != "onnxruntime":
-        return None, "" if detector.in_graph == "wrapped" else f"in_graph {detector.in_graph} ({detector.kind})"
+    if detector.in_graph == "wrapped":
+        return None, ""
+    if detector.in_graph == "off":
+        return None, "in_graph is off"
+    if detector.kind != "onnxruntime":
+        return None, "a TensorRT plan is wrapped by the engine build, not here (its DetectorSource says wrapped)"
     try:
         model = onnx.load(str(detector.path))
-        if any(i.name == FRAME_INPUT for i in model.graph.input):
-            return model.SerializeToString(), ""  # already wrapped
+    except Exception as exc:  # protobuf's DecodeError, OSError...: ONNX Runtime names the problem when it loads
+        return None, f"cannot read {detector.path} as ONNX: {exc}"
+    if any(i.name == FRAME_INPUT for i in model.graph.input):
+        return model.SerializeToString(), ""  # already wrapped
+    try:
         return wrap_model(model, WrapSpec.from_profile(profile)).SerializeToString(), ""
     except Unwrappable as exc:
         log.warning("%s: the detector keeps the Python decode: %s", profile.name, exc)
         return None, str(exc)
-    except (OSError, ValueError) as exc:  # unreadable ONNX: ONNX Runtime will say so when the model loads
-        return None, f"cannot read {detector.path}: {exc}"
