@@ -3,7 +3,7 @@
 The wrapped graph (what the builders turn into engines, issue 21):
 
     FRAME uint8 [B, H, W, 3] letterboxed, BGR
-      -> channel order (Gather), Cast float32, x*gain + bias (the profile's scale/mean/std), HWC -> CHW, dtype
+      -> HWC -> CHW, channel order (Slice), Cast float32, x*gain + bias (the profile's scale/mean/std), dtype
       -> the customer's graph
       -> decode (``rows_with_objectness`` v3/v5/v7 or ``channels_first`` v8/v11; cxcywh/xyxy; pixels/normalized)
       -> each box keeps its best (allowed) class; kept when its score is above that class's threshold
@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import onnx
@@ -33,7 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from appliance.models.profile import ModelProfile
 
-WRAP_VERSION = 1  # part of the spec digest: a change to the graph this module writes means new engines
+WRAP_VERSION = 2  # part of the spec digest: a change to the graph this module writes means new engines
 FRAME_INPUT = "FRAME"
 OUTPUTS = ("BOXES", "SCORES", "CLASSES", "COUNT")
 MIN_OPSET = 11  # NonMaxSuppression with its current inputs, ScatterND, CumSum
@@ -106,12 +106,17 @@ class _Graph:
         self.graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], hint: str = "", outputs: int | list[str] = 1,
-           domain: str = "", **attrs: Any) -> Any:
+    def ops(self, op_type: str, inputs: list[str], outputs: int | list[str], hint: str = "", domain: str = "",
+            **attrs: Any) -> list[str]:
+        """Append one node; its outputs are ``outputs`` (names) or that many fresh names."""
         names = outputs if isinstance(outputs, list) else [self.name(f"{hint or op_type}_out") for _ in range(outputs)]
         self.graph.node.append(helper.make_node(op_type, inputs, names, name=self.name(hint or op_type),
                                                 domain=domain, **attrs))
-        return names[0] if len(names) == 1 else names
+        return names
+
+    def op(self, op_type: str, inputs: list[str], output: str | None = None, **attrs: Any) -> str:
+        """Append one single-output node; returns its output's name."""
+        return self.ops(op_type, inputs, [output] if output else 1, **attrs)[0]
 
     def reduce(self, op_type: str, x: str, axis: int, keepdims: int = 1) -> str:
         # ReduceSum takes axes as an input from opset 13, the other reductions from opset 18.
@@ -134,18 +139,18 @@ class _Graph:
                                  self.const("axes", [axis], np.int64)])
 
 
-def _single(values: Any, what: str) -> Any:
+def _single(values: Sequence[onnx.ValueInfoProto], what: str) -> onnx.ValueInfoProto:
     if len(values) != 1:
         raise Unwrappable(f"the model has {len(values)} {what}s ({[v.name for v in values]}); "
                           f"wrapping needs exactly one {what}")
     return values[0]
 
 
-def _dims(value: Any) -> list[int | None]:
+def _dims(value: onnx.ValueInfoProto) -> list[int | None]:
     return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
 
 
-def _check_shapes(spec: WrapSpec, inp: Any, out: Any) -> None:
+def _check_shapes(spec: WrapSpec, inp: onnx.ValueInfoProto, out: onnx.ValueInfoProto) -> None:
     want_in = [3, spec.height, spec.width] if spec.layout == "NCHW" else [spec.height, spec.width, 3]
     got_in = _dims(inp)
     if len(got_in) != 4 or any(g is not None and g != w for g, w in zip(got_in[1:], want_in)):
@@ -164,109 +169,155 @@ def _check_shapes(spec: WrapSpec, inp: Any, out: Any) -> None:
                           f"with {spec.num_classes} classes has {want}")
 
 
+def _per_channel(g: _Graph, hint: str, values: tuple[float, float, float], layout: str) -> str:
+    """A scalar when the three channels agree (the common 1/255: the fastest broadcast), else one per channel."""
+    if len(set(values)) == 1:
+        return g.const(hint, values[0], np.float32)
+    return g.const(hint, np.reshape(values, (1, 3, 1, 1) if layout == "NCHW" else (3,)), np.float32)
+
+
 def _preprocess(g: _Graph, spec: WrapSpec, target: str, target_type: int) -> None:
-    x = FRAME_INPUT
-    if spec.channel_order == "RGB":  # FRAME is BGR
-        x = g.op("Gather", [x, g.const("rgb", [2, 1, 0], np.int64)], axis=3)
-    x = g.op("Cast", [x], to=TensorProto.FLOAT)
-    x = g.op("Mul", [x, g.const("gain", spec.gain, np.float32)])
-    if any(spec.bias):
-        x = g.op("Add", [x, g.const("bias", spec.bias, np.float32)])
+    # Layout and channel order move uint8 (a quarter of the bytes of float); a channel-last Gather or a
+    # broadcast over a trailing dim of 3 is ONNX Runtime's slow path, planes are its fast one.
+    x, axis = FRAME_INPUT, 3
     if spec.layout == "NCHW":
-        x = g.op("Transpose", [x], perm=[0, 3, 1, 2])
-    g.op("Cast", [x], outputs=[target], to=target_type)
+        x, axis = g.op("Transpose", [x], perm=[0, 3, 1, 2]), 1
+    if spec.channel_order == "RGB":  # FRAME is BGR: reverse the channels
+        x = g.op("Slice", [x, g.const("c_start", [2], np.int64), g.const("c_end", [np.iinfo(np.int64).min], np.int64),
+                           g.const("c_axis", [axis], np.int64), g.const("c_step", [-1], np.int64)])
+    x = g.op("Cast", [x], to=TensorProto.FLOAT)
+    x = g.op("Mul", [x, _per_channel(g, "gain", spec.gain, spec.layout)])
+    if any(spec.bias):
+        x = g.op("Add", [x, _per_channel(g, "bias", spec.bias, spec.layout)])
+    g.op("Cast", [x], target, to=target_type)
 
 
-def _decode(g: _Graph, spec: WrapSpec, raw: str) -> tuple[str, str, str, str]:
-    """(boxes [B,N,4] xyxy pixels, best score [B,N,1], best class [B,N,1] int64, kept [B,N,1] bool)."""
-    c = spec.num_classes
+def _rows(g: _Graph, spec: WrapSpec, raw: str) -> str:
+    """The head as float rows [B, N, D]: v3/v5/v7 as is, v8/v11 transposed."""
     x = g.op("Cast", [raw], to=TensorProto.FLOAT)
+    return g.op("Transpose", [x], perm=[0, 2, 1]) if spec.head_layout == "channels_first" else x
+
+
+def _score(g: _Graph, spec: WrapSpec, rows: str, axis: int) -> tuple[str, str, str, str]:
+    """Over rows [..., D] (``axis`` is D's): (boxes [..., 4] xyxy pixels, best score [..., 1], its class
+    [..., 1] int64, kept [..., 1] bool: above that class's threshold). appliance.processing.decode's rules."""
+    c = spec.num_classes
+    box = g.slice(rows, 0, 4, axis)
     if spec.head_layout == "channels_first":
-        x = g.op("Transpose", [x], perm=[0, 2, 1])
-        box, scores = g.slice(x, 0, 4, 2), g.slice(x, 4, 4 + c, 2)
+        scores = g.slice(rows, 4, 4 + c, axis)
     else:
-        box = g.slice(x, 0, 4, 2)
-        scores = g.op("Mul", [g.slice(x, 5, 5 + c, 2), g.slice(x, 4, 5, 2)])
+        scores = g.op("Mul", [g.slice(rows, 5, 5 + c, axis), g.slice(rows, 4, 5, axis)])
     if spec.allowed is not None:
         mask = np.zeros(c, dtype=bool)
         mask[list(spec.allowed)] = True
         scores = g.op("Where", [g.const("allowed", mask, bool), scores, g.const("minus1", -1.0, np.float32)])
-    best = g.reduce("ReduceMax", scores, 2)
-    ids = g.op("ArgMax", [scores], axis=2, keepdims=1)
+    best = g.reduce("ReduceMax", scores, axis)
+    ids = g.op("ArgMax", [scores], axis=axis, keepdims=1)
     thr = g.op("Gather", [g.const("thresholds", spec.class_thresholds, np.float32), ids], axis=0)
     kept = g.op("Greater", [best, thr])
     if spec.box_format == "cxcywh":
-        xy, wh = g.slice(box, 0, 2, 2), g.slice(box, 2, 4, 2)
+        xy, wh = g.slice(box, 0, 2, axis), g.slice(box, 2, 4, axis)
         half = g.op("Div", [wh, g.const("two", 2.0, np.float32)])
-        box = g.op("Concat", [g.op("Sub", [xy, half]), g.op("Add", [xy, half])], axis=2)
+        box = g.op("Concat", [g.op("Sub", [xy, half]), g.op("Add", [xy, half])], axis=axis)
     if spec.box_units == "normalized":
         size = [spec.width, spec.height, spec.width, spec.height]
         box = g.op("Mul", [box, g.const("size", size, np.float32)])
     return box, best, ids, kept
 
 
-def _class_scores(g: _Graph, spec: WrapSpec, best: str, ids: str, kept: str, masked: float) -> str:
-    """[B,N,C]: a kept box's score in its best class's column, ``masked`` everywhere else."""
-    onehot = g.op("Equal", [ids, g.const("classes", np.arange(spec.num_classes), np.int64)])
-    return g.op("Where", [g.op("And", [onehot, kept]), best, g.const("masked", masked, np.float32)])
+def _floor(spec: WrapSpec) -> float:
+    """No score can pass below the lowest (allowed) class threshold: rows under it are dropped before scoring."""
+    thr = [spec.class_thresholds[i] for i in spec.allowed] if spec.allowed is not None else spec.class_thresholds
+    return float(min(thr, default=1.0))
 
 
-def _onnx_nms(g: _Graph, spec: WrapSpec, boxes: str, scores_bnc: str) -> None:
-    """NonMaxSuppression per class, then each batch item's kept boxes best first into fixed [B,K] outputs."""
-    k = spec.max_detections
-    scores = g.op("Transpose", [scores_bnc], perm=[0, 2, 1])  # [B,C,N]
+def _onnx_nms(g: _Graph, spec: WrapSpec, raw: str) -> None:
+    """ONNX Runtime: score only the rows that can pass (appliance.processing.decode's prefilter), then one
+    NonMaxSuppression over every batch item and class at once: each (item, class) is shifted to its own region
+    of the plane (appliance.processing.nms's offset trick), so boxes of different items or classes never meet."""
+    c = spec.num_classes
+    rows = _rows(g, spec, raw)
+    shape = g.op("Shape", [rows])
+    n = g.op("Gather", [shape, g.const("dim1", 1, np.int64)], axis=0)
+    flat = g.op("Reshape", [rows, g.op("Concat", [g.const("minus1d", [-1], np.int64),
+                                                  g.op("Slice", [shape, g.const("d2", [2], np.int64),
+                                                                 g.const("d3", [3], np.int64)])], axis=0)])
+    if spec.head_layout == "channels_first":
+        bound = g.reduce("ReduceMax", g.slice(flat, 4, 4 + c, 1), 1, keepdims=0)
+    else:  # class probabilities are <= 1, so objectness bounds every score
+        bound = g.squeeze(g.slice(flat, 4, 5, 1), 1)
+    idx = g.squeeze(g.op("NonZero", [g.op("Greater", [bound, g.const("floor", _floor(spec), np.float32)])]), 0)
+    cand = g.op("Gather", [flat, idx], axis=0)  # [K, D]
+    cand_b = g.op("Div", [idx, n])  # the batch item of each candidate
+    box, best, ids, kept = _score(g, spec, cand, 1)
+    best, ids, kept = g.squeeze(best, 1), g.squeeze(ids, 1), g.squeeze(kept, 1)
+    # span: wider than every kept box and the origin, so each (item, class) region is disjoint
+    spread = g.op("Concat", [g.op("Reshape", [g.op("Where", [g.unsqueeze(kept, 1), box,
+                                                             g.const("zero4", 0.0, np.float32)]),
+                                              g.const("flat1", [-1], np.int64)]),
+                             g.const("origin0", [0.0], np.float32)], axis=0)
+    span = g.op("Add", [g.op("Sub", [g.reduce("ReduceMax", spread, 0, keepdims=0),
+                                     g.reduce("ReduceMin", spread, 0, keepdims=0)]),
+                        g.const("one_px", 1.0, np.float32)])
+    region = g.op("Cast", [g.op("Add", [g.op("Mul", [cand_b, g.const("c", c, np.int64)]), ids])],
+                  to=TensorProto.FLOAT)
+    shifted = g.op("Add", [box, g.unsqueeze(g.op("Mul", [region, span]), 1)])
+    masked = g.op("Where", [kept, best, g.const("minus1s", -1.0, np.float32)])
     selected = g.op("NonMaxSuppression", [
-        boxes, scores, g.const("max_per_class", [k], np.int64), g.const("iou", [spec.iou], np.float32),
-        g.const("score_floor", [-0.5], np.float32)], center_point_box=0)  # masked scores are -1
-    batch = g.op("Slice", [g.op("Shape", [boxes]), g.const("s0", [0], np.int64), g.const("e1", [1], np.int64)])
+        g.unsqueeze(shifted, 0), g.unsqueeze(g.unsqueeze(masked, 0), 0), g.op("Shape", [masked]),
+        g.const("iou", [spec.iou], np.float32), g.const("score_floor", [-0.5], np.float32)],
+        center_point_box=0)  # masked scores are -1
+    sel = g.op("Gather", [selected, g.const("col2", 2, np.int64)], axis=1)
+    _pack(g, spec, g.op("Slice", [shape, g.const("s0", [0], np.int64), g.const("e1", [1], np.int64)]),
+          *(g.op("Gather", [v, sel], axis=0) for v in (cand_b, ids, best, box)))
+
+
+def _pack(g: _Graph, spec: WrapSpec, batch: str, b: str, c: str, s: str, box: str) -> None:
+    """Selected detections (batch item, class, score, box; any order) -> each item's best K into [B, K] outputs."""
+    k = spec.max_detections
     # One sentinel row in a virtual batch item B (score -1) so that no op below sees an empty tensor
     # (ONNX Runtime's TopK with k=0 dies with SIGFPE); it sorts last and is never written out.
-    sentinel = g.op("Concat", [batch, g.const("sent", [0, 0], np.int64)], axis=0)
-    selected = g.op("Concat", [selected, g.unsqueeze(sentinel, 0)], axis=0)
-    b = g.op("Gather", [selected, g.const("col0", 0, np.int64)], axis=1)
-    n = g.op("Gather", [selected, g.const("col2", 2, np.int64)], axis=1)
-    c = g.op("Gather", [selected, g.const("col1", 1, np.int64)], axis=1)
-    real = g.op("Less", [b, g.squeeze(batch, 0)])
-    picked_scores = g.op("GatherND", [scores, g.op("Where", [g.unsqueeze(real, 1), selected,
-                                                              g.const("origin", [0, 0, 0], np.int64)])])
-    sel_scores = g.op("Where", [real, picked_scores, g.const("sent_score", -1.0, np.float32)])
-    m = g.op("Shape", [sel_scores])  # [1]: how many survived, all batch items together, plus the sentinel
+    b = g.op("Concat", [b, batch], axis=0)
+    c = g.op("Concat", [c, g.const("sent_c", [0], np.int64)], axis=0)
+    s = g.op("Concat", [s, g.const("sent_s", [-1.0], np.float32)], axis=0)
+    box = g.op("Concat", [box, g.const("sent_box", np.zeros((1, 4)), np.float32)], axis=0)
+    m = g.op("Shape", [s])  # [1]: how many were selected, all batch items together, plus the sentinel
     # Best first (TopK breaks ties by the lower index), then a stable regroup by batch item: key = b*M + rank.
-    by_score = g.op("TopK", [sel_scores, m], outputs=2, largest=1, sorted=1)[1]
-    b1 = g.op("Gather", [b, by_score])
+    by_score = g.ops("TopK", [s, m], 2, largest=1, sorted=1)[1]
     arange = g.op("Range", [g.const("zero", 0, np.int64), g.squeeze(m, 0), g.const("one", 1, np.int64)])
-    key = g.op("Add", [g.op("Mul", [b1, m]), arange])
-    by_batch = g.op("TopK", [key, m], outputs=2, largest=0, sorted=1)[1]
-    order = g.op("Gather", [by_score, by_batch])
-    b2, n2, c2 = (g.op("Gather", [v, order]) for v in (b, n, c))
-    s2 = g.op("Gather", [sel_scores, order])
+    key = g.op("Add", [g.op("Mul", [g.op("Gather", [b, by_score]), m]), arange])
+    order = g.op("Gather", [by_score, g.ops("TopK", [key, m], 2, largest=0, sorted=1)[1]])
+    b, c, s, box = (g.op("Gather", [v, order], axis=0) for v in (b, c, s, box))
     depth = g.op("Add", [batch, g.const("one1", [1], np.int64)])
-    onehot = g.op("OneHot", [b2, depth, g.const("offon", [0, 1], np.int64)], axis=-1)  # [M,B+1]
+    onehot = g.op("OneHot", [b, depth, g.const("offon", [0, 1], np.int64)], axis=-1)  # [M, B+1]
     counts = g.reduce("ReduceSum", onehot, 0, keepdims=0)  # [B+1]
     starts = g.op("CumSum", [counts, g.const("axis0", 0, np.int64)], exclusive=1)
-    pos = g.op("Sub", [arange, g.op("Gather", [starts, b2])])
-    fits = g.op("And", [g.op("Less", [pos, g.const("k", k, np.int64)]), g.op("Less", [b2, g.squeeze(batch, 0)])])
-    b3, n3, c3, s3, p3 = (g.op("Compress", [v, fits], axis=0) for v in (b2, n2, c2, s2, pos))
-    where = g.op("Concat", [g.unsqueeze(b3, 1), g.unsqueeze(p3, 1)], axis=1)  # [M',2] (batch item, rank)
-    picked = g.op("GatherND", [boxes, g.op("Concat", [g.unsqueeze(b3, 1), g.unsqueeze(n3, 1)], axis=1)])
+    pos = g.op("Sub", [arange, g.op("Gather", [starts, b])])
+    fits = g.op("And", [g.op("Less", [pos, g.const("k", k, np.int64)]), g.op("Less", [b, g.squeeze(batch, 0)])])
+    b, c, s, box, pos = (g.op("Compress", [v, fits], axis=0) for v in (b, c, s, box, pos))
+    where = g.op("Concat", [g.unsqueeze(b, 1), g.unsqueeze(pos, 1)], axis=1)  # [M', 2] (batch item, rank)
     shape_bk = g.op("Concat", [batch, g.const("kk", [k], np.int64)], axis=0)
     shape_bk4 = g.op("Concat", [shape_bk, g.const("four", [4], np.int64)], axis=0)
     zeros_f = helper.make_tensor("zero_f", TensorProto.FLOAT, [1], [0.0])
     zeros_i = helper.make_tensor("zero_i", TensorProto.INT32, [1], [0])
-    g.op("ScatterND", [g.op("ConstantOfShape", [shape_bk4], value=zeros_f), where, picked], outputs=["BOXES"])
-    g.op("ScatterND", [g.op("ConstantOfShape", [shape_bk], value=zeros_f), where, s3], outputs=["SCORES"])
+    g.op("ScatterND", [g.op("ConstantOfShape", [shape_bk4], value=zeros_f), where, box], "BOXES")
+    g.op("ScatterND", [g.op("ConstantOfShape", [shape_bk], value=zeros_f), where, s], "SCORES")
     g.op("ScatterND", [g.op("ConstantOfShape", [shape_bk], value=zeros_i), where,
-                       g.op("Cast", [c3], to=TensorProto.INT32)], outputs=["CLASSES"])
+                       g.op("Cast", [c], to=TensorProto.INT32)], "CLASSES")
     count = g.op("Min", [g.op("Slice", [counts, g.const("c0", [0], np.int64), batch]), g.const("kmax", k, np.int64)])
-    g.op("Cast", [g.unsqueeze(count, 1)], outputs=["COUNT"], to=TensorProto.INT32)
+    g.op("Cast", [g.unsqueeze(count, 1)], "COUNT", to=TensorProto.INT32)
 
 
-def _trt_nms(g: _Graph, spec: WrapSpec, boxes: str, scores_bnc: str) -> None:
-    """TensorRT's EfficientNMS plugin: per-class NMS and the top K per batch item in one GPU kernel."""
-    g.op("EfficientNMS_TRT", [boxes, scores_bnc], hint="efficient_nms", outputs=["COUNT", "BOXES", "SCORES", "CLASSES"],
-         domain=TRT_DOMAIN, plugin_version="1", background_class=-1, max_output_boxes=spec.max_detections,
-         score_threshold=TRT_SCORE_FLOOR, iou_threshold=spec.iou, score_activation=0, class_agnostic=0,
-         box_coding=0)
+def _trt_nms(g: _Graph, spec: WrapSpec, raw: str) -> None:
+    """TensorRT: every row scored on the GPU, then the EfficientNMS plugin (per-class NMS and each item's top K in
+    one kernel) over [B, N, C] scores holding a kept box's score in its class's column and 0 elsewhere."""
+    box, best, ids, kept = _score(g, spec, _rows(g, spec, raw), 2)
+    onehot = g.op("Equal", [ids, g.const("classes", np.arange(spec.num_classes), np.int64)])
+    scores = g.op("Where", [g.op("And", [onehot, kept]), best, g.const("masked", 0.0, np.float32)])
+    g.ops("EfficientNMS_TRT", [box, scores], ["COUNT", "BOXES", "SCORES", "CLASSES"], hint="efficient_nms",
+          domain=TRT_DOMAIN, plugin_version="1", background_class=-1, max_output_boxes=spec.max_detections,
+          score_threshold=TRT_SCORE_FLOOR, iou_threshold=spec.iou, score_activation=0, class_agnostic=0,
+          box_coding=0)
 
 
 def wrap_model(model: onnx.ModelProto, spec: WrapSpec) -> onnx.ModelProto:
@@ -287,12 +338,11 @@ def wrap_model(model: onnx.ModelProto, spec: WrapSpec) -> onnx.ModelProto:
     del graph.node[:]
     _preprocess(g, spec, inp.name, inp.type.tensor_type.elem_type)
     graph.node.extend(original_nodes)
-    boxes, best, ids, kept = _decode(g, spec, out.name)
     if spec.nms == "trt":
-        _trt_nms(g, spec, boxes, _class_scores(g, spec, best, ids, kept, 0.0))
+        _trt_nms(g, spec, out.name)
         wrapped.opset_import.append(helper.make_opsetid(TRT_DOMAIN, 1))
     else:
-        _onnx_nms(g, spec, boxes, _class_scores(g, spec, best, ids, kept, -1.0))
+        _onnx_nms(g, spec, out.name)
     graph.input.remove(inp)
     graph.input.insert(0, helper.make_tensor_value_info(FRAME_INPUT, TensorProto.UINT8, ["batch", spec.height,
                                                                                           spec.width, 3]))

@@ -65,7 +65,8 @@ def test_jetson_repository_serves_an_in_graph_plan(detector_engine, tmp_path: Pa
     repo = materialize_for_device(trt_engine, tmp_path / "repo",
                                   options=RepositoryOptions(prepare_python_models=False))
     config = (tmp_path / "repo" / repo.detector / "config.pbtxt").read_text()
-    assert 'platform: "tensorrt_plan"' in config and 'name: "FRAME" data_type: TYPE_UINT8 dims: [ 416, 416, 3 ]' in config
+    assert 'platform: "tensorrt_plan"' in config
+    assert 'name: "FRAME" data_type: TYPE_UINT8 dims: [ 416, 416, 3 ]' in config
     for output in ('"BOXES" data_type: TYPE_FP32 dims: [ 100, 4 ]', '"COUNT" data_type: TYPE_INT32 dims: [ 1 ]'):
         assert output in config
     assert repo.in_graph and "DET_COUNT" in (tmp_path / "repo" / repo.postprocess / "config.pbtxt").read_text()

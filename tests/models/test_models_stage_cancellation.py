@@ -210,5 +210,6 @@ def test_in_graph_postprocess_skips_a_cancelled_request_and_refuses_a_bad_count(
     assert response.error.code == _TritonError.CANCELLED and cancelled.reads == []
     (computed,) = stage.execute([_Request(False, LETTERBOX=letterbox, **outputs)])
     assert computed.error is None and computed.outputs["BOXES"].shape == (0, 4)
-    (bad,) = stage.execute([_Request(False, LETTERBOX=letterbox, **{**outputs, "DET_COUNT": np.array([[101]], np.int32)})])
+    too_many = {**outputs, "DET_COUNT": np.array([[101]], np.int32)}
+    (bad,) = stage.execute([_Request(False, LETTERBOX=letterbox, **too_many)])
     assert bad.error.code == _TritonError.INVALID_ARG and "COUNT" in bad.error.message
