@@ -22,6 +22,7 @@ from appliance.durable import sha256_file, write_file_durably
 from appliance.engines.cache import CacheEntry, EngineCache
 from appliance.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
 from appliance.engines.ingraph import plan_wrap, prepare, wrap_built
+from appliance.modelrepo.wrap import Unwrappable
 from appliance.engines.onnxinfo import OnnxModelError
 from appliance.engines.profile import EngineProfile, load_profiles
 from appliance.models.profile import ModelProfile
@@ -344,7 +345,7 @@ class EngineManager:
         except (OnnxModelError, GoldenInputError, BuildError, BuilderUnavailable, CalibrationError) as exc:
             report(model, "failed", 100, f"{phase}: {exc}")
             raise EngineBuildError(model, phase, str(exc)) from exc
-        except OSError as exc:  # writing the wrapped graphs (a full disk)
+        except (OSError, Unwrappable) as exc:  # writing the wrapped graphs (a full disk); wrapping a built engine
             report(model, "failed", 100, f"{phase}: {exc}")
             raise EngineBuildError(model, phase, str(exc)) from exc
         finally:
