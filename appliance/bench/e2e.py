@@ -20,6 +20,13 @@ frames computes slower than one run back to back; both sides pay that). ``detect
 ceiling ``e2e_vs_naive`` would reach at the detector alone's rate. Last line:
 ``e2e_vs_detector_alone=<ratio>``.
 
+In-graph pre/post (issue 21): the appliance serves its detector engine with the pre/post inside
+(appliance.engines.ingraph). The same appliance runs a second time, right after, with today's Python stages
+(the engine profile's ``in_graph: false``), on the same cameras and video: ``e2e_python_stages_vs_detector_alone``
+and ``in_graph_vs_python_stages_e2e`` say what the in-graph design is worth end to end, and the
+``stage_ms_<design>`` lines give each stage's time per frame inside its stub (its own timer) in both runs,
+the CPU a Jetson's ARM cores would spend on them.
+
 ``--analytics`` adds one more alternative, run right after the appliance: the same appliance, cameras and video
 with analytics on every camera (tracking, a zone with a dwell time, a line, snapshots on; ANALYTICS below). It
 adds ``e2e_analytics_vs_e2e=<ratio>`` and, last, ``e2e_analytics_vs_detector_alone=<ratio>`` after the lines
@@ -44,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from appliance.bench._broker import start_local_broker
-from appliance.paths import models_dir, profiles_dir
+from appliance.paths import engines_dir, models_dir, profiles_dir
 from appliance.triton.server import Server
 
 PROFILE = profiles_dir() / "yolov3-tiny.yaml"
@@ -278,8 +285,8 @@ def _stage_means(before: dict[str, tuple[float, int]], after: dict[str, tuple[fl
 
 
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
-                    split: dict[str, float] | None = None, analytics: dict[str, int] | None = None
-                    ) -> tuple[float, list[float]]:
+                    split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
+                    engines_dir: Path | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``_stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
@@ -297,10 +304,11 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     height: 480
     fps: {fps}
 {ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
-    config_path = workdir / f"bench-{cameras}{'-analytics' if analytics is not None else ''}.yaml"
+    config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
+                             f"{'-' + engines_dir.name if engines_dir else ''}.yaml")
     config_path.write_text(f"""
 device: {{id: bench}}
-paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}}}
+paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
 cameras:{cams}
 mqtt: {{host: 127.0.0.1, port: {port}}}
 health: {{enabled: false, tegrastats_interval_ms: null}}
@@ -361,6 +369,15 @@ def _split_line(split: dict[str, float], mean_total: float) -> str:
     return "1-camera latency split (means, ms): " + ", ".join(parts)
 
 
+def _python_stages_engines(workdir: Path) -> Path:
+    """A copy of the engine profiles with ``in_graph: false``: the appliance as it was before issue 21."""
+    out = workdir / "engines-python-stages"
+    out.mkdir()
+    for profile in sorted(engines_dir().glob("*.yaml")):
+        (out / profile.name).write_text(profile.read_text() + "\nin_graph: false\n")
+    return out
+
+
 def _p(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -406,13 +423,20 @@ def main(argv: list[str]) -> int:
     tensors = [pre.frame(f, "BGR")[0] for f in _video_frames(video, every=4)]
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         workdir = Path(tmp)
-        repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx), workdir / "repo")
+        # the naive design sends preprocessed tensors to the plain detector: no in-graph pre/post
+        repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx, in_graph="off"), workdir / "repo")
+        python_engines = _python_stages_engines(workdir)
         broker = start_local_broker(workdir)
         port = broker.port
         try:
             det_fps_a, det_p50 = bench_detector(onnx, tensors, seconds / 2)
             naive_fps, naive_lat = bench_naive(repo, dist, video, port, seconds, workdir)
-            app_fps, app_sat_lat = bench_appliance(workdir, video, port, args.cameras, args.fps, seconds)
+            in_graph_split: dict[str, float] = {}
+            app_fps, app_sat_lat = bench_appliance(workdir, video, port, args.cameras, args.fps, seconds,
+                                                   in_graph_split)
+            python_split: dict[str, float] = {}
+            py_fps, py_lat = bench_appliance(workdir, video, port, args.cameras, args.fps, seconds, python_split,
+                                             engines_dir=python_engines)
             analytics: dict[str, int] = {}
             an_fps, an_lat = float("nan"), list[float]()
             if args.analytics:  # right after the plain appliance: the two compare under the same load
@@ -437,6 +461,8 @@ def main(argv: list[str]) -> int:
          _p(naive_lat, 0.99)),
         (f"appliance ({args.cameras} cameras x {args.fps:g} fps offered, capture to subscriber)", app_fps,
          _p(app_sat_lat, 0.5), _p(app_sat_lat, 0.99)),
+        (f"appliance, Python pre/post stages ({args.cameras} cameras, as above)", py_fps, _p(py_lat, 0.5),
+         _p(py_lat, 0.99)),
         (f"appliance (1 camera x {args.latency_fps:g} fps, below capacity)", None, _p(app_lat, 0.5),
          _p(app_lat, 0.99)),
     ]
@@ -452,6 +478,11 @@ def main(argv: list[str]) -> int:
     if "detector:inside" in split:  # the detector's compute measured inside the appliance, in the same run
         print(f"latency_beyond_detector_compute_same_run_p50_ms={_p(app_lat, 0.5) - split['detector:inside']:.1f}")
     print(f"latency_overhead_p50_ms={overhead:.1f}")
+    for design, stage_split in (("python_stages", python_split), ("in_graph", in_graph_split)):
+        print(f"stage_ms_{design}_{args.cameras}cam " + " ".join(
+            f"{stage}={stage_split.get(f'{stage}:inside', float('nan')):.2f}" for stage in STAGES))
+    print(f"e2e_python_stages_vs_detector_alone={py_fps / det_fps:.2f}")
+    print(f"in_graph_vs_python_stages_e2e={app_fps / py_fps:.2f}")
     # What e2e_vs_naive would be if the appliance matched the detector alone: where the detector is most of the
     # naive loop's time (a CPU host), no pipeline can go far past it.
     print(f"detector_alone_vs_naive={det_fps / naive_fps:.2f}")

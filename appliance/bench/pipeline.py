@@ -15,8 +15,14 @@ this thread; it cannot overlap anything. The alternatives run in short alternati
 machine hits them alike. Per-stage times: the plain loop measures its own; the ensemble's come from Triton's
 per-model statistics (compute time per frame; the detector's is per frame of a batch, so batching shows up
 there). Ratios are medians over rounds of the paired per-round ratios, which a burst of load from other
-processes cannot swing; fps columns are totals. The last line is ``ensemble_vs_plain_loop=<fps ratio at the
-most cameras>`` for the layout the appliance runs there, pipelined as the appliance drives it.
+processes cannot swing; fps columns are totals. ``ensemble_vs_plain_loop=<fps ratio at the most cameras>`` is for
+the layout the appliance runs there, pipelined as the appliance drives it.
+
+In-graph pre/post (issue 21): the ensembles above serve the detector wrapped with its pre/post
+(appliance.modelrepo.wrap: preprocess hands it the uint8 letterboxed frame, it answers final boxes). Each layout
+also runs with today's Python stages (``<layout>-py``: float tensor out of preprocess, decode and NMS in
+postprocess) in the same rounds, pipelined; their per-stage columns are the before/after CPU time of the stages.
+The last line is ``in_graph_vs_python_stages=<fps ratio at the most cameras>`` in the appliance's layout.
 """
 
 from __future__ import annotations
@@ -265,6 +271,10 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         repos = {name: materialize(profile, DetectorSource(kind="onnxruntime", path=onnx_path), Path(tmp) / "repo",
                                    opts) for name, opts in layouts.items()}
+        python = DetectorSource(kind="onnxruntime", path=onnx_path, in_graph="off")
+        repos.update({f"{name}-py": materialize(profile, python, Path(tmp) / "repo", opts.model_copy(
+            update={"prefix": f"py{opts.prefix}"})) for name, opts in layouts.items()})
+        caps.update({f"{name}-py": caps[name] for name in layouts})
         # Triton's CUDA warnings/errors on a CPU host are noise here; failures still raise.
         server = Server(ServerOptions(repositories=[Path(tmp) / "repo"],
                                       startup_models=[m for r in repos.values() for m in r.models],
@@ -283,12 +293,12 @@ def main(argv: list[str]) -> int:
                 per_camera = max(1, -(-frames_per_round // cams))
                 runs = results[cams] = {"plain": Run()}
                 for name in ensembles:
-                    for depth in depths:
+                    for depth in _depths(name, depths, args.in_flight):
                         runs[f"ensemble {name}, {depth} in flight"] = Run()
                 for _ in range(rounds):
                     plain.run(frames, cams, per_camera, runs["plain"])
                     for name, ensemble in ensembles.items():
-                        for depth in depths:
+                        for depth in _depths(name, depths, args.in_flight):
                             ensemble.run(frames, cams, per_camera, runs[f"ensemble {name}, {depth} in flight"],
                                          in_flight=depth, total_in_flight=caps[name] if depth > 1 else None)
         finally:
@@ -300,7 +310,8 @@ def main(argv: list[str]) -> int:
           f"threads each (the detector alone: {frame_ms:.1f} ms per frame on every core; cameras here send as fast "
           f"as they can, so the appliance runs {'/'.join(dict.fromkeys(appliance_layout.values()))}); "
           f"pipelined runs keep at most "
-          f"{', '.join(f'{n} ({name})' for name, n in caps.items())} frames in flight in all, as the appliance does")
+          f"{', '.join(f'{n} ({name})' for name, n in caps.items() if not name.endswith('-py'))} frames in flight "
+          "in all, as the appliance does; <layout>-py: the Python pre/post stages instead of the in-graph ones")
     print(_table(results))
     for cams, runs in results.items():
         for label, run in runs.items():
@@ -313,4 +324,19 @@ def main(argv: list[str]) -> int:
         headline[cams] = runs[f"ensemble {name}, {args.in_flight} in flight"].ratio_to(runs["plain"])
         print(f"appliance_layout_{cams}cam={name} ensemble_vs_plain_loop_{cams}cam={headline[cams]:.3f}")
     print(f"ensemble_vs_plain_loop={headline[max(camera_counts)]:.3f}")
+    in_graph = {}
+    for cams, runs in results.items():
+        name = appliance_layout[cams]
+        after, before = (runs[f"ensemble {n}, {args.in_flight} in flight"] for n in (name, f"{name}-py"))
+        for label, r in (("python_stages", before), ("in_graph", after)):
+            print(f"stage_ms_{cams}cam_{label} pre={r.per_frame('pre'):.2f} detector={r.per_frame('detector'):.2f} "
+                  f"post={r.per_frame('post'):.2f}")
+        in_graph[cams] = after.ratio_to(before)
+        print(f"in_graph_vs_python_stages_{cams}cam={in_graph[cams]:.3f}")
+    print(f"in_graph_vs_python_stages={in_graph[max(camera_counts)]:.3f}")
     return 0
+
+
+def _depths(name: str, depths: list[int], in_flight: int) -> list[int]:
+    """The Python-stages variants run pipelined only (the comparison with in-graph is the appliance's way)."""
+    return [in_flight] if name.endswith("-py") else depths

@@ -19,7 +19,8 @@ from appliance.engines.calibration import FrameSet
 from appliance.engines.profile import GateProfile
 from appliance.models.profile import ModelProfile
 from appliance.processing.letterbox import plan
-from appliance.processing.pipeline import Detections, Postprocessor
+from appliance.modelrepo.wrap import FRAME_INPUT
+from appliance.processing.pipeline import Detections, Postprocessor, Preprocessor
 
 RunFn = Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
 
@@ -85,14 +86,21 @@ def match(ref: Detections, cand: Detections, iou: float) -> list[tuple[int, int]
 
 
 def detections_per_frame(run: RunFn, frames: FrameSet, model_profile: ModelProfile, input_name: str,
-                         output_name: str) -> list[Detections]:
-    """Run an engine frame by frame and post-process each output as the appliance does."""
+                         output_name: str, in_graph: bool = False) -> list[Detections]:
+    """Run an engine frame by frame and post-process each output as the appliance does. ``in_graph``: the engine
+    takes the letterboxed uint8 frame and answers final boxes (appliance.modelrepo.wrap), as the stages feed it."""
     post = Postprocessor(model_profile)
+    pre = Preprocessor(model_profile)
     spec = model_profile.input
     out = []
     for frame, tensor in zip(frames.frames, frames.tensors):
         h, w = frame.image.shape[:2]
         lb = plan(w, h, spec.width, spec.height, spec.resize)
+        if in_graph:
+            canvas, lb = pre.canvas(frame.image, "BGR")
+            y = run({FRAME_INPUT: canvas[None]})
+            out.append(post.final(y["BOXES"], y["SCORES"], y["CLASSES"], y["COUNT"], lb))
+            continue
         raw = np.asarray(run({input_name: tensor[None]})[output_name])[0]
         out.append(post(raw, lb))
     return out
@@ -117,8 +125,9 @@ def evaluate(reference: list[Detections], candidate: list[Detections], gate: Gat
 
 
 def run_gate(candidate: RunFn, reference: RunFn, frames: FrameSet, model_profile: ModelProfile,
-             gate: GateProfile, input_name: str, output_name: str) -> GateReport:
-    """Both engines on the held-out frames, compared as detections."""
+             gate: GateProfile, input_name: str, output_name: str, candidate_in_graph: bool = False) -> GateReport:
+    """Both engines on the held-out frames, compared as detections (``input_name``/``output_name``: the
+    reference's; a ``candidate_in_graph`` engine gets the uint8 frame and answers final boxes)."""
     ref = detections_per_frame(reference, frames, model_profile, input_name, output_name)
-    cand = detections_per_frame(candidate, frames, model_profile, input_name, output_name)
+    cand = detections_per_frame(candidate, frames, model_profile, input_name, output_name, candidate_in_graph)
     return evaluate(ref, cand, gate)

@@ -21,6 +21,8 @@ from appliance.engines.calibration import CalibrationError, files_digest
 from appliance.durable import sha256_file, write_file_durably
 from appliance.engines.cache import CacheEntry, EngineCache
 from appliance.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
+from appliance.engines.ingraph import plan_wrap, prepare, wrap_built
+from appliance.modelrepo.wrap import Unwrappable
 from appliance.engines.onnxinfo import OnnxModelError
 from appliance.engines.profile import EngineProfile, load_profiles
 from appliance.models.profile import ModelProfile
@@ -79,6 +81,7 @@ class InstalledEngine:
     max_batch: int = 1
     frame_ms: float | None = None  # the engine's median time per frame, timed after verification at the build
     refused: str | None = None  # the detection gate's refusal of the profile's precision, when this is the fallback
+    in_graph: bool = False  # the engine takes the letterboxed uint8 frame and answers final boxes (issue 21)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -105,6 +108,7 @@ def _installed(entry: CacheEntry, onnx_path: Path, cache_hit: bool) -> Installed
         outputs=m["io"]["outputs"],
         max_batch=m["profile"]["batch"]["max"],
         frame_ms=(m.get("timing") or {}).get("frame_ms"),
+        in_graph=bool((m.get("build") or {}).get("in_graph", {}).get("applied")),
     )
 
 
@@ -153,7 +157,8 @@ class EngineManager:
         self._device_fields: dict[str, str] | None = None
         self.state_dir = Path(state_dir)
 
-    def fingerprint(self, profile: EngineProfile, onnx_path: Path) -> Fingerprint:
+    def fingerprint(self, profile: EngineProfile, onnx_path: Path,
+                    model_profile: ModelProfile | None = None) -> Fingerprint:
         if self._device_fields is None:
             self._device_fields = {**self.device.fields(), **self.builder.device_fields()}
         precision = self.builder.precision(profile)
@@ -168,7 +173,8 @@ class EngineManager:
             builder=self.builder.name,
             builder_version=self.builder.version(),
             device_fields=self._device_fields,
-            builder_fields={"precision": precision, **frames},
+            builder_fields={"precision": precision, **frames, **plan_wrap(
+                profile, self.builder.name, precision, model_profile).fingerprint_fields()},
         )
 
     def ensure(self, profile: EngineProfile, force: bool = False,
@@ -195,7 +201,7 @@ class EngineManager:
         if not onnx_path.is_file():
             raise EngineBuildError(model, "fingerprint", f"ONNX file {onnx_path} not found (profile field 'onnx')")
         try:
-            fp = self.fingerprint(profile, onnx_path)
+            fp = self.fingerprint(profile, onnx_path, model_profile)
         except CalibrationError as exc:
             report(model, "failed", 100, f"fingerprint: {exc}")
             raise EngineBuildError(model, "fingerprint", str(exc)) from exc
@@ -246,30 +252,39 @@ class EngineManager:
         model, report = profile.model, self.reporter.report
         start = self._monotonic()
         build_dir = self.cache.new_build_dir(model, fp.key)
+        sources_dir = build_dir / ".sources"  # the wrapped graphs; inside the build dir, so a kill leaves one entry
         phase = "parse"
         try:
             report(model, phase, 5, "checking the ONNX")
-            info = inspect_onnx(onnx_path)
-            samples = golden_inputs(info, profile)
             precision = self.builder.precision(profile)
+            inspect_onnx(onnx_path)
+            sources_dir.mkdir()
+            sources = prepare(onnx_path, plan_wrap(profile, self.builder.name, precision, model_profile),
+                              sources_dir, model)
+            build_info, info = inspect_onnx(sources.build), inspect_onnx(sources.reference)
+            samples = golden_inputs(info, profile)
             calibration = calibration_frames(profile, precision, self.models_root, self.state_dir, model_profile)
             phase = "build"
             report(model, phase, 10, f"{self.builder.name} {self.builder.version()} ({self.builder.precision(profile)})")
             engine_path = build_dir / self.builder.engine_file
             with self.reporter.heartbeat():
                 details = self.builder.build(
-                    info, profile, engine_path,
+                    build_info, profile, engine_path,
                     lambda frac, msg: report(model, "build", 10 + 70 * frac, msg),
                     self.cache.timing_dir,
                     **({"calibration": calibration} if calibration is not None else {}),
                 )
+                if sources.after is not None:  # ONNX Runtime int8: the added ops stay float
+                    wrap_built(engine_path, sources.after)
+                details = {**details, "in_graph": sources.details}
             phase = "verify"
-            report(model, phase, 80, f"{len(samples)} golden input(s) vs ONNX Runtime on the original ONNX")
+            wrapped = " (wrapped the same way)" if sources.details["applied"] else ""
+            report(model, phase, 80, f"{len(samples)} golden input(s) vs ONNX Runtime on the original ONNX{wrapped}")
             runner = self.builder.load(engine_path, profile)
             try:
                 check_io(info, runner, profile)
                 inputs, outputs = runner.io()
-                ref = reference_session(onnx_path)
+                ref = reference_session(sources.reference)
                 ref_names = [o.name for o in ref.get_outputs()]
                 result = verify(
                     runner.run,
@@ -283,8 +298,12 @@ class EngineManager:
                 if precision != "fp32" and (result.passed or precision == "int8"):  # fp16 must pass both
                     processing, held_out = gate_frames(profile, self.models_root, model_profile, calibration)
                     report(model, phase, 85, f"detection gate on {len(held_out.tensors)} held-out frames")
-                    gate = run_gate(runner.run, lambda feeds: dict(zip(ref_names, ref.run(ref_names, feeds))),
-                                    held_out, processing, profile.gate, info.inputs[0].name, info.outputs[0].name)
+                    # The gate's reference is the original network through the Python pre/post, always.
+                    plain = ref if sources.reference == onnx_path else reference_session(onnx_path)
+                    plain_names = [o.name for o in plain.get_outputs()]
+                    gate = run_gate(runner.run, lambda feeds: dict(zip(plain_names, plain.run(plain_names, feeds))),
+                                    held_out, processing, profile.gate, plain.get_inputs()[0].name, plain_names[0],
+                                    candidate_in_graph=bool(sources.details["applied"]))
                     report(model, phase, 88, gate.summary())
                 checked = verdict(precision, result, gate)
                 if checked["passed"]:
@@ -298,6 +317,7 @@ class EngineManager:
                 raise VerificationFailed(model, checked, self._save_failure(model, fp, checked))
             phase = "install"
             report(model, phase, 95, checked["summary"])
+            shutil.rmtree(sources_dir)
             manifest = {
                 "fingerprint": dict(fp.fields),
                 "triton_kind": self.builder.triton_kind,
@@ -323,6 +343,9 @@ class EngineManager:
             report(model, "failed", 100, "verification failed; engine not installed")
             raise
         except (OnnxModelError, GoldenInputError, BuildError, BuilderUnavailable, CalibrationError) as exc:
+            report(model, "failed", 100, f"{phase}: {exc}")
+            raise EngineBuildError(model, phase, str(exc)) from exc
+        except (OSError, Unwrappable) as exc:  # writing the wrapped graphs (a full disk); wrapping a built engine
             report(model, "failed", 100, f"{phase}: {exc}")
             raise EngineBuildError(model, phase, str(exc)) from exc
         finally:

@@ -175,6 +175,9 @@ class EngineProfile(StrictModel):
     calibration: CalibrationProfile = Field(default_factory=CalibrationProfile)
     gate: GateProfile = Field(default_factory=GateProfile)
     keep: int = Field(3, ge=1, le=50, description="installed engines kept per model by garbage collection")
+    in_graph: bool = Field(
+        True, description="build the model's pre/post (normalization, decode, NMS) into the engine where the graph "
+                          "can be wrapped (appliance.engines.ingraph); off, the Python stages do it")
     # Where the profile's YAML lives; not a field, so it stays out of the digest (moving engines/ is no rebuild).
     _directory: Path | None = PrivateAttr(None)
 

@@ -27,6 +27,9 @@ class RepositoryWiringError(ValueError):
 def detector_source(engine: InstalledEngine) -> "DetectorSource":
     from appliance.modelrepo.materialize import DetectorSource
 
+    if engine.in_graph:  # pre/post built into the engine (appliance.engines.ingraph)
+        return DetectorSource(kind=engine.triton_kind, path=engine.engine_path, in_graph="wrapped",
+                              input_name=engine.inputs[0]["name"])
     if len(engine.inputs) != 1 or len(engine.outputs) != 1:
         raise RepositoryWiringError(
             f"{engine.model}: the detector stage needs exactly one input and one output, the engine has "
@@ -37,6 +40,7 @@ def detector_source(engine: InstalledEngine) -> "DetectorSource":
         path=engine.engine_path,
         input_name=engine.inputs[0]["name"],
         output_name=engine.outputs[0]["name"],
+        in_graph="off",  # built without it (switched off, or the graph cannot be wrapped: the build log says why)
     )
 
 

@@ -4,10 +4,17 @@ The detector is a parameter: ``onnxruntime`` (a Python-backend model running ONN
 CPU hosts) or ``tensorrt_plan`` (an engine built on the device). Each model directory is written beside its
 final place and swapped in by rename, so a reader never sees half a model; other models in ``dest`` are left
 alone. Load the models (explicit model control) after ``materialize`` returns.
+
+In-graph pre/post (issue 21, appliance.modelrepo.wrap): a detector whose graph normalizes the letterboxed uint8
+frame and decodes and suppresses itself takes preprocess's canvas and hands postprocess final boxes; its
+templates are the ``in_graph.pbtxt`` files. ``DetectorSource.in_graph``: ``wrapped`` (the file already is such a
+graph: an engine built from it), ``auto`` (an ONNX is wrapped here when it can be; one that cannot keeps the
+Python decode, and ``Repository.in_graph_reason`` says why), ``off``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -16,13 +23,16 @@ from pathlib import Path
 from string import Template
 from typing import Literal
 
+import onnx
 from pydantic import Field
 
 from appliance.config import StrictModel
 from appliance.modelrepo.stages.common import PROFILE_FILE
+from appliance.modelrepo.wrap import FRAME_INPUT, Unwrappable, WrapSpec, wrap_model
 from appliance.models.profile import ModelProfile
 from appliance.paths import repository_templates_dir
 
+log = logging.getLogger("appliance.modelrepo")
 TEMPLATES = repository_templates_dir()
 _TRITON_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16"}
 
@@ -39,6 +49,9 @@ class DetectorSource(StrictModel):
     output_dims: list[int] | None = Field(
         None, min_length=2, max_length=2,
         description="the head's dims without the batch, e.g. [2535, 85] (tensorrt_plan; default [-1, -1])")
+    in_graph: Literal["auto", "wrapped", "off"] = Field(
+        "auto", description="wrapped: the detector already does pre/post in its graph; auto: wrap an ONNX here "
+                            "when it can be (else the Python decode); off: the Python stages do it all")
 
 
 class RepositoryOptions(StrictModel):
@@ -69,6 +82,8 @@ class Repository:
     detector: str
     postprocess: str
     ensemble: str
+    in_graph: bool = False  # the detector normalizes, decodes and suppresses in its graph
+    in_graph_reason: str = ""  # why not, when ``auto`` could not wrap the ONNX
 
     @property
     def models(self) -> list[str]:
@@ -120,16 +135,23 @@ def materialize(profile: ModelProfile, detector: DetectorSource, dest: Path,
         raise MaterializeError(f"detector.path: {detector.path} is not a file")
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
+    wrapped_text, reason = _wrapped_detector(profile, detector)
+    in_graph = detector.in_graph == "wrapped" or wrapped_text is not None
     names = Repository(dest, f"{opts.prefix}preprocess", f"{opts.prefix}detector", f"{opts.prefix}postprocess",
-                       f"{opts.prefix}{opts.ensemble_name}")
+                       f"{opts.prefix}{opts.ensemble_name}", in_graph, reason)
     inp = profile.input
     chw = [3, inp.height, inp.width] if inp.layout == "NCHW" else [inp.height, inp.width, 3]
+    if in_graph:
+        chw = [inp.height, inp.width, 3]  # the letterboxed uint8 canvas
     profile_json = profile.model_dump_json(indent=2)
-    common = {"tensor_type": _TRITON_TYPES[inp.dtype], "profile_name": profile.name}
+    common = {"tensor_type": "TYPE_UINT8" if in_graph else _TRITON_TYPES[inp.dtype], "profile_name": profile.name,
+              "in_graph": int(in_graph), "max_detections": profile.thresholds.max_detections}
+    config_file = "in_graph.pbtxt" if in_graph else "config.pbtxt"
 
     for stage, instances in (("preprocess", opts.preprocess_instances), ("postprocess", opts.postprocess_instances)):
         name = getattr(names, stage)
-        config = _fill(templates / stage / "config.pbtxt", {
+        template = templates / stage / ("config.pbtxt" if stage == "preprocess" else config_file)
+        config = _fill(template, {
             **common, "name": name, "instances": instances, "tensor_dims": ", ".join(map(str, [1, *chw]))})
         _write_model(dest, name, {"config.pbtxt": config, PROFILE_FILE: profile_json,
                                   "1/model.py": (templates / stage / "model.py").read_text()}, {}, opts.link)
@@ -142,16 +164,24 @@ def materialize(profile: ModelProfile, detector: DetectorSource, dest: Path,
                   "output_dims": ", ".join(map(str, detector.output_dims or [-1, -1]))}
     tdir = templates / "detector" / detector.kind
     if detector.kind == "onnxruntime":
-        files = {"config.pbtxt": _fill(tdir / "config.pbtxt", det_values), "1/model.py": (tdir / "model.py").read_text()}
+        files = {"config.pbtxt": _fill(tdir / config_file, det_values), "1/model.py": (tdir / "model.py").read_text()}
         extra = {"1/model.onnx": detector.path}
         det_in, det_out = "INPUT", "OUTPUT"
+        if wrapped_text is not None:
+            wrapped_path = dest / f".{names.detector}.wrapped.onnx"
+            wrapped_path.write_bytes(wrapped_text)
+            extra = {"1/model.onnx": wrapped_path}
     else:
-        files = {"config.pbtxt": _fill(tdir / "config.pbtxt", det_values)}
+        files = {"config.pbtxt": _fill(tdir / config_file, det_values)}
         extra = {"1/model.plan": detector.path}
         det_in, det_out = detector.input_name, detector.output_name
-    _write_model(dest, names.detector, files, extra, opts.link)
+    try:
+        _write_model(dest, names.detector, files, extra, "copy" if wrapped_text is not None else opts.link)
+    finally:
+        if wrapped_text is not None:
+            (dest / f".{names.detector}.wrapped.onnx").unlink(missing_ok=True)
 
-    ensemble = _fill(templates / "ensemble" / "config.pbtxt", {
+    ensemble = _fill(templates / "ensemble" / config_file, {
         "name": names.ensemble, "preprocess": names.preprocess, "detector": names.detector,
         "postprocess": names.postprocess, "detector_input": det_in, "detector_output": det_out})
     # An ensemble needs an (empty) version directory to be loadable.
@@ -164,3 +194,24 @@ def materialize(profile: ModelProfile, detector: DetectorSource, dest: Path,
         for name in python_models:
             write_path_hook(dest / name)
     return names
+
+
+def _wrapped_detector(profile: ModelProfile, detector: DetectorSource) -> tuple[bytes | None, str]:
+    """The wrapped ONNX to serve (``auto`` on an ONNX that can be wrapped), or None and why not."""
+    if detector.in_graph == "wrapped":
+        return None, ""
+    if detector.in_graph == "off":
+        return None, "in_graph is off"
+    if detector.kind != "onnxruntime":
+        return None, "a TensorRT plan is wrapped by the engine build, not here (its DetectorSource says wrapped)"
+    try:
+        model = onnx.load(str(detector.path))
+    except Exception as exc:  # protobuf's DecodeError, OSError...: ONNX Runtime names the problem when it loads
+        return None, f"cannot read {detector.path} as ONNX: {exc}"
+    if any(i.name == FRAME_INPUT for i in model.graph.input):
+        return model.SerializeToString(), ""  # already wrapped
+    try:
+        return wrap_model(model, WrapSpec.from_profile(profile)).SerializeToString(), ""
+    except Unwrappable as exc:
+        log.warning("%s: the detector keeps the Python decode: %s", profile.name, exc)
+        return None, str(exc)

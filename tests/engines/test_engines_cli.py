@@ -118,8 +118,12 @@ def test_the_real_detector_builds_verifies_and_hits(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr
     engine = json.loads(first.stdout)["engines"][0]
     assert engine["cache_hit"] is False and engine["verification"].startswith("passed")
-    assert engine["inputs"] == [{"name": "images", "dtype": "float32", "dims": [None, 3, 416, 416]}]
-    assert engine["outputs"] == [{"name": "output", "dtype": "float32", "dims": [None, 2535, 85]}]
+    # pre/post built into the engine (issue 21): the letterboxed uint8 frame in, final detections out
+    assert engine["in_graph"] is True
+    assert engine["inputs"] == [{"name": "FRAME", "dtype": "uint8", "dims": [None, 416, 416, 3]}]
+    assert [(o["name"], o["dtype"], o["dims"]) for o in engine["outputs"]] == [
+        ("BOXES", "float32", [None, 100, 4]), ("SCORES", "float32", [None, 100]),
+        ("CLASSES", "int32", [None, 100]), ("COUNT", "int32", [None, 1])]
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0 and json.loads(second.stdout)["engines"][0]["cache_hit"] is True
 

@@ -107,6 +107,9 @@ def test_int8_with_the_head_in_float_passes_the_gate_it_is_given(frames_dir: Pat
     engine = _manager(tmp_path, frames_dir, events).ensure(profile)
     assert engine.precision == "int8" and engine.refused is None
     manifest = json.loads(engine.manifest_path.read_text())
+    # pre/post wrapped around the quantized model (all float), and the gate ran on that in-graph engine
+    assert engine.in_graph and manifest["build"]["in_graph"]["when"] == "after"
+    assert [t["name"] for t in engine.inputs] == ["FRAME"]
     gate = manifest["verification"]["gate"]
     assert gate["passed"] and gate["recall"] >= 0.85 and gate["precision"] >= 0.85
     assert gate["reference_detections"] >= 20 and gate["frames"] == 9

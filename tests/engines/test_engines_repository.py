@@ -41,13 +41,36 @@ def test_jetson_repository_gets_a_tensorrt_plan(detector_engine, tmp_path: Path)
 
     plan = tmp_path / "model.plan"
     plan.write_bytes(b"stands in for the plan file; the materializer only links it")
+    # an engine built without the in-graph pre/post (TensorRT int8, or in_graph: false): the raw head
     trt_engine = dataclasses.replace(detector_engine, triton_kind="tensorrt_plan", builder="tensorrt",
-                                     engine_path=plan)
+                                     engine_path=plan, in_graph=False,
+                                     inputs=[{"name": "images", "dtype": "float32", "dims": [None, 3, 416, 416]}],
+                                     outputs=[{"name": "output", "dtype": "float32", "dims": [None, 2535, 85]}])
     repo = materialize_for_device(trt_engine, tmp_path / "repo",
                                   options=RepositoryOptions(prepare_python_models=False))
     config = (tmp_path / "repo" / repo.detector / "config.pbtxt").read_text()
     assert 'platform: "tensorrt_plan"' in config and 'name: "images"' in config and 'name: "output"' in config
     assert (tmp_path / "repo" / repo.detector / "1" / "model.plan").resolve() == plan.resolve()
+    assert not repo.in_graph and "RAW" in (tmp_path / "repo" / repo.postprocess / "config.pbtxt").read_text()
+
+
+def test_jetson_repository_serves_an_in_graph_plan(detector_engine, tmp_path: Path) -> None:
+    from appliance.modelrepo.materialize import RepositoryOptions
+
+    assert detector_engine.in_graph  # the shipped profile builds the pre/post into the engine
+    plan = tmp_path / "model.plan"
+    plan.write_bytes(b"stands in for the plan file; the materializer only links it")
+    trt_engine = dataclasses.replace(detector_engine, triton_kind="tensorrt_plan", builder="tensorrt",
+                                     engine_path=plan)
+    repo = materialize_for_device(trt_engine, tmp_path / "repo",
+                                  options=RepositoryOptions(prepare_python_models=False))
+    config = (tmp_path / "repo" / repo.detector / "config.pbtxt").read_text()
+    assert 'platform: "tensorrt_plan"' in config
+    assert 'name: "FRAME" data_type: TYPE_UINT8 dims: [ 416, 416, 3 ]' in config
+    for output in ('"BOXES" data_type: TYPE_FP32 dims: [ 100, 4 ]', '"COUNT" data_type: TYPE_INT32 dims: [ 1 ]'):
+        assert output in config
+    assert repo.in_graph and "DET_COUNT" in (tmp_path / "repo" / repo.postprocess / "config.pbtxt").read_text()
+    assert "TYPE_UINT8" in (tmp_path / "repo" / repo.preprocess / "config.pbtxt").read_text()
 
 
 def test_multi_output_engine_is_refused_as_detector(env: EngineEnv) -> None:

@@ -36,9 +36,16 @@ def test_short_run_compares_both_layouts_smoke(capsys: pytest.CaptureFixture[str
     assert "2 (1xall)" in lines[0]
     rows = [re.match(r"\s+(\d+)\s+(plain|ensemble \S+, \d in flight)\s+(\d+)\s+([\d.]+)", line) for line in lines]
     rows = [m for m in rows if m]
-    assert len(rows) == 2 * (1 + 2 * len(compared))  # per count: plain, each layout at 1 and 2 in flight
+    # per count: plain, each layout at 1 and 2 in flight, and each with the Python stages at 2 in flight
+    assert len(rows) == 2 * (1 + 3 * len(compared))
     assert all(int(m.group(3)) > 0 and float(m.group(4)) > 0 for m in rows), lines  # frames and fps
-    assert re.fullmatch(rf"appliance_layout_1cam={names[1]} ensemble_vs_plain_loop_1cam=\d+\.\d{{3}}", lines[-3])
-    assert re.fullmatch(rf"appliance_layout_4cam={names[4]} ensemble_vs_plain_loop_4cam=\d+\.\d{{3}}", lines[-2])
-    assert re.fullmatch(r"ensemble_vs_plain_loop=\d+\.\d{3}", lines[-1])
-    assert float(lines[-1].split("=")[1]) > 0
+    assert sum(f"{name}-py, 2 in flight" in line for line in lines for name in compared) == 2 * len(compared)
+    assert re.fullmatch(rf"appliance_layout_1cam={names[1]} ensemble_vs_plain_loop_1cam=\d+\.\d{{3}}", lines[-10])
+    assert re.fullmatch(rf"appliance_layout_4cam={names[4]} ensemble_vs_plain_loop_4cam=\d+\.\d{{3}}", lines[-9])
+    assert re.fullmatch(r"ensemble_vs_plain_loop=\d+\.\d{3}", lines[-8])
+    for i, cams in ((-7, 1), (-4, 4)):
+        for j, label in ((0, "python_stages"), (1, "in_graph")):
+            assert re.fullmatch(rf"stage_ms_{cams}cam_{label} pre=[\d.]+ detector=[\d.]+ post=[\d.]+", lines[i + j])
+        assert re.fullmatch(rf"in_graph_vs_python_stages_{cams}cam=\d+\.\d{{3}}", lines[i + 2])
+    assert re.fullmatch(r"in_graph_vs_python_stages=\d+\.\d{3}", lines[-1])
+    assert float(lines[-1].split("=")[1]) > 0 and float(lines[-8].split("=")[1]) > 0

@@ -31,7 +31,8 @@ STAGES = ("preprocess", "detector", "postprocess")
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, detector_dir: Path, profile: Any):
     repo = tmp_path_factory.mktemp("cancel") / "repo"
-    materialize(profile, DetectorSource(kind="onnxruntime", path=detector_dir / "model.onnx"), repo,
+    # tests/models/gated wires the Python design's tensors (RAW): serve that design
+    materialize(profile, DetectorSource(kind="onnxruntime", path=detector_dir / "model.onnx", in_graph="off"), repo,
                 RepositoryOptions(preprocess_instances=1, intra_op_threads=1))
     for model in ("gate", "gated"):
         shutil.copytree(GATED / model, repo / model)

@@ -92,8 +92,16 @@ def pb() -> Any:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory, detector_dir: Path, profile: Any):
-    return materialize(profile, DetectorSource(kind="onnxruntime", path=detector_dir / "model.onnx"),
+    # the Python design's tensors (RAW, OUTPUT); the in-graph stages have their own fixture below
+    return materialize(profile, DetectorSource(kind="onnxruntime", path=detector_dir / "model.onnx", in_graph="off"),
                        tmp_path_factory.mktemp("stages") / "repo", RepositoryOptions(prepare_python_models=False))
+
+
+@pytest.fixture(scope="module")
+def repo_in_graph(tmp_path_factory: pytest.TempPathFactory, detector_dir: Path, profile: Any):
+    return materialize(profile, DetectorSource(kind="onnxruntime", path=detector_dir / "model.onnx"),
+                       tmp_path_factory.mktemp("stages-in-graph") / "repo",
+                       RepositoryOptions(prepare_python_models=False))
 
 
 def _args(model_dir: Path, parameters: dict[str, str] | None = None) -> dict[str, str]:
@@ -167,3 +175,41 @@ def test_detector_does_not_run_when_every_frame_is_cancelled(pb, repo, images) -
     responses = stage.execute([_Request(True, INPUT=x), _Request(True, INPUT=x)])
     assert [r.error.code for r in responses] == [_TritonError.CANCELLED] * 2
     assert session.batches == [] and _cancelled_count(pb) == 2
+
+
+def _chain(pb: Any, repo: Any, image: np.ndarray, in_graph: bool) -> dict[str, np.ndarray]:
+    params = {"in_graph": "1"} if in_graph else {}
+    pre = PreprocessStage(pb, _args(repo.path / repo.preprocess, params))
+    det = OrtDetectorStage(pb, _args(repo.path / repo.detector, {"intra_op_threads": "1"}))
+    post = PostprocessStage(pb, _args(repo.path / repo.postprocess, params))
+    first = pre.execute([_Request(False, IMAGE=image)])[0].outputs
+    head = det.execute([_Request(False, INPUT=first["INPUT_TENSOR"])])[0].outputs
+    inputs = ({f"DET_{k}": v for k, v in head.items()} if in_graph else {"RAW": head["OUTPUT"]})
+    return {"input": first["INPUT_TENSOR"], **post.execute([_Request(False, LETTERBOX=first["LETTERBOX"],
+                                                                      **inputs)])[0].outputs}
+
+
+def test_in_graph_stages_give_the_python_stages_detections(pb, repo, repo_in_graph, images) -> None:
+    assert repo_in_graph.in_graph and not repo.in_graph
+    for name in ("dog", "horses"):
+        python, in_graph = _chain(pb, repo, images[name], False), _chain(pb, repo_in_graph, images[name], True)
+        assert in_graph["input"].dtype == np.uint8 and in_graph["input"].shape == (1, 416, 416, 3)
+        assert len(in_graph["SCORES"]) == len(python["SCORES"]) > 0
+        np.testing.assert_allclose(in_graph["BOXES"], python["BOXES"], atol=0.05)
+        np.testing.assert_allclose(in_graph["SCORES"], python["SCORES"], atol=1e-4)
+        np.testing.assert_array_equal(in_graph["CLASSES"], python["CLASSES"])
+
+
+def test_in_graph_postprocess_skips_a_cancelled_request_and_refuses_a_bad_count(pb, repo_in_graph, images) -> None:
+    stage = PostprocessStage(pb, _args(repo_in_graph.path / repo_in_graph.postprocess, {"in_graph": "1"}))
+    letterbox = np.array([640, 480, 416, 312, 0, 52], np.float32)
+    outputs = {"DET_BOXES": np.zeros((1, 100, 4), np.float32), "DET_SCORES": np.zeros((1, 100), np.float32),
+               "DET_CLASSES": np.zeros((1, 100), np.int32), "DET_COUNT": np.array([[0]], np.int32)}
+    cancelled = _Request(True, LETTERBOX=letterbox, **outputs)
+    (response,) = stage.execute([cancelled])
+    assert response.error.code == _TritonError.CANCELLED and cancelled.reads == []
+    (computed,) = stage.execute([_Request(False, LETTERBOX=letterbox, **outputs)])
+    assert computed.error is None and computed.outputs["BOXES"].shape == (0, 4)
+    too_many = {**outputs, "DET_COUNT": np.array([[101]], np.int32)}
+    (bad,) = stage.execute([_Request(False, LETTERBOX=letterbox, **too_many)])
+    assert bad.error.code == _TritonError.INVALID_ARG and "COUNT" in bad.error.message

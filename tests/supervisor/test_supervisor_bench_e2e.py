@@ -19,7 +19,8 @@ pytestmark = [
 ]
 
 # The key=value lines of a plain run, in their order; --analytics appends its two after them.
-KEYS = ["latency_beyond_detector_compute_same_run_p50_ms", "latency_overhead_p50_ms", "detector_alone_vs_naive",
+KEYS = ["latency_beyond_detector_compute_same_run_p50_ms", "latency_overhead_p50_ms",
+        "e2e_python_stages_vs_detector_alone", "in_graph_vs_python_stages_e2e", "detector_alone_vs_naive",
         "e2e_vs_naive", "e2e_vs_detector_alone"]
 ANALYTICS_KEYS = ["e2e_analytics_vs_e2e", "e2e_analytics_vs_detector_alone"]
 
@@ -37,7 +38,7 @@ def test_short_run_measures_every_alternative_smoke(analytics: bool) -> None:
     lines = result.stdout.strip().splitlines()
     table = "\n".join(lines)
     for row in ("detector alone", "naive (OpenCV client + tritonclient HTTP", "appliance (2 cameras",
-                "appliance (1 camera"):
+                "appliance, Python pre/post stages (2 cameras", "appliance (1 camera"):
         assert row in table
     pairs = [(m.group(1), float(m.group(2))) for m in (re.match(r"(\w+)=(-?[\d.]+)$", line) for line in lines) if m]
     assert [key for key, _ in pairs] == KEYS + (ANALYTICS_KEYS if analytics else [])
@@ -49,6 +50,14 @@ def test_short_run_measures_every_alternative_smoke(analytics: bool) -> None:
     assert split.count("(inside ") == 3, split
     # Every alternative produced results: a ratio of 0 (or nan) would mean one of them published nothing.
     assert rates["e2e_vs_naive"] > 0 and rates["e2e_vs_detector_alone"] > 0
+    assert rates["e2e_python_stages_vs_detector_alone"] > 0
+    # in-graph vs Python stages is the quotient of the two appliance runs' ratios (same detector-alone rate)
+    assert rates["in_graph_vs_python_stages_e2e"] == pytest.approx(
+        rates["e2e_vs_detector_alone"] / rates["e2e_python_stages_vs_detector_alone"], rel=0.1, abs=0.02)
+    # each design's stages timed inside their stubs in the 2-camera runs (numbers, not nan: both ran)
+    for design in ("python_stages", "in_graph"):
+        assert re.search(rf"^stage_ms_{design}_2cam preprocess=[\d.]+ detector=[\d.]+ postprocess=[\d.]+$", table,
+                         re.M), table
     # the ceiling line is the product of the other two ratios' parts (same rates, same run)
     assert rates["detector_alone_vs_naive"] == pytest.approx(
         rates["e2e_vs_naive"] / rates["e2e_vs_detector_alone"], rel=0.05)  # each rounded to 0.01

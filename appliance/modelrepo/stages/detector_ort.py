@@ -42,7 +42,9 @@ class OrtDetectorStage:
         opts.add_session_config_entry("session.intra_op.allow_spinning", params.get("ort_spinning") or "0")
         self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         self.in_name = self.session.get_inputs()[0].name
-        self.out_name = self.session.get_outputs()[0].name
+        # One head output is answered as OUTPUT; a wrapped graph's BOXES/SCORES/CLASSES/COUNT keep their names.
+        names = [o.name for o in self.session.get_outputs()]
+        self.outputs = {names[0]: "OUTPUT"} if len(names) == 1 else {n: n for n in names}
         self.metrics = StageMetrics(pb_utils, "detector", params.get("profile_name", "detector"),
                                     args.get("model_instance_name", ""))
 
@@ -61,11 +63,11 @@ class OrtDetectorStage:
         batches = [self.pb.get_input_tensor_by_name(requests[i], "INPUT").as_numpy() for i in live]
         try:
             x = batches[0] if len(batches) == 1 else np.concatenate(batches, axis=0)
-            y = self.session.run([self.out_name], {self.in_name: x})[0]
+            ys = self.session.run(list(self.outputs), {self.in_name: x})
             offset = 0
             for i, b in zip(live, batches):
-                out = self.pb.Tensor("OUTPUT", y[offset:offset + len(b)])
-                responses[i] = self.pb.InferenceResponse(output_tensors=[out])
+                outs = [self.pb.Tensor(name, y[offset:offset + len(b)]) for name, y in zip(self.outputs.values(), ys)]
+                responses[i] = self.pb.InferenceResponse(output_tensors=outs)
                 offset += len(b)
         except Exception as exc:  # Triton already checked shapes and types: this is a model/runtime failure
             log.exception("detector failed")
