@@ -58,7 +58,9 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
     config = MqttConfig.model_validate({"host": "127.0.0.1", "port": edge_port, "device_id": DEVICE,
                                         "backoff": {"initial_s": 0.1, "max_s": 0.5, "jitter": 0.0}})
     publisher = MqttPublisher(config, tmp_path / "spool.sqlite3")
-    publisher.on_command("ping", lambda command: {"pong": command.args.get("n")})
+    publisher.on_command("ping", lambda command: {"pong": command.args.get("n")}, read_only=True)  # not signed
+    desired: list[bytes] = []
+    publisher.subscribe("appliance/groups/line-1/ota/desired", desired.append)
     stop = threading.Event()
     sent = {cam: 0 for cam in CAMERAS}
     errors: list[BaseException] = []
@@ -118,6 +120,10 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
             assert reply["ok"] and reply["result"] == {"pong": 7}
         finally:
             replies.stop()
+        # So does a fleet group's desired state (docs/fleet-rollout.md), published on the central broker.
+        _publish_command(central, "appliance/groups/line-1/ota/desired", {"version": "2"})
+        wait_until(lambda: desired, 30, message="the group's desired state over the bridge")
+        assert [json.loads(d) for d in desired] == [{"version": "2"}]
     finally:
         stop.set()
         publisher.stop()
