@@ -51,6 +51,9 @@ def plan_wrap(profile: EngineProfile, builder: str, precision: str,
               model_profile: ModelProfile | None) -> WrapPlan:
     if not profile.in_graph:
         return WrapPlan("none", reason="in_graph is off in the engine profile")
+    if profile.verify.golden:
+        return WrapPlan("none", reason=f"verify.golden ({profile.verify.golden}) holds tensors for the network's "
+                                       "own input, which a wrapped graph does not take")
     if model_profile is None:
         try:
             model_profile = model_profile_for(profile)

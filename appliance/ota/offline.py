@@ -33,7 +33,8 @@ class OfflineSwitcher:
         route = Route(f"{prefix_for(spec.version)}detect", (), spec.profile.name, spec.version,
                       tuple(spec.profile.classes), spec.engine.key)
         if spec.engine.triton_kind == "onnxruntime":
-            self._runners[route.ensemble] = (spec.profile, reference_session(Path(spec.engine.engine_path)))
+            self._runners[route.ensemble] = (spec.profile, reference_session(Path(spec.engine.engine_path)),
+                                             spec.engine.in_graph)
         return route
 
     def detect(self, route: Route, frame: np.ndarray) -> Detected:
@@ -42,10 +43,16 @@ class OfflineSwitcher:
         if route.ensemble not in self._runners:
             raise OtaRejected("golden_mismatch", f"{route.label}: golden frames need ONNX Runtime offline "
                                                  "(TensorRT engines are checked by the running appliance)")
-        profile, session = self._runners[route.ensemble]
-        tensor, lb = Preprocessor(profile).frame(frame, "BGR")
-        raw = session.run(None, {session.get_inputs()[0].name: tensor.reshape(1, *tensor.shape[-3:])})[0]
-        det = Postprocessor(profile)(raw[0], lb)
+        profile, session, in_graph = self._runners[route.ensemble]
+        if in_graph:  # the engine takes the letterboxed uint8 frame and answers final boxes, as the stages feed it
+            canvas, lb = Preprocessor(profile).canvas(frame, "BGR")
+            names = [o.name for o in session.get_outputs()]
+            y = dict(zip(names, session.run(names, {session.get_inputs()[0].name: canvas[None]})))
+            det = Postprocessor(profile).final(y["BOXES"], y["SCORES"], y["CLASSES"], y["COUNT"], lb)
+        else:
+            tensor, lb = Preprocessor(profile).frame(frame, "BGR")
+            raw = session.run(None, {session.get_inputs()[0].name: tensor.reshape(1, *tensor.shape[-3:])})[0]
+            det = Postprocessor(profile)(raw[0], lb)
         return Detected(det.boxes, det.scores, det.class_ids)
 
     def route(self, route: Route) -> None:

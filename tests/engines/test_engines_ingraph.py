@@ -71,6 +71,12 @@ def test_switched_off_or_without_a_model_profile_nothing_is_wrapped(shipped, env
     assert tiny.when == "none" and "no model profile" in tiny.reason and "tiny.yaml" in tiny.reason
 
 
+def test_a_profile_with_golden_tensors_for_the_network_input_is_not_wrapped(shipped) -> None:
+    with_golden = shipped.model_copy(update={"verify": shipped.verify.model_copy(update={"golden": "g/engine.npz"})})
+    plan = plan_wrap(with_golden, "onnxruntime", "fp32", None)
+    assert plan.when == "none" and plan.spec is None and "verify.golden (g/engine.npz)" in plan.reason
+
+
 @pytest.mark.usefixtures("detector_onnx")
 def test_tensorrt_builds_the_efficient_nms_variant_and_verifies_against_the_onnx_one(shipped, processing,
                                                                                     tmp_path: Path) -> None:
