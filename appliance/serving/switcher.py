@@ -10,6 +10,7 @@ a cold model. A version that cannot be loaded, or whose warm-up fails, raises ``
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import threading
@@ -54,6 +55,25 @@ class ModelSwitcher(Protocol):
     def health(self, route: Route, since: float, until: float | None = None) -> HealthSample: ...
 
 
+def _refuse_a_damaged_engine(spec: ModelSpec, engine_sha256: str) -> None:
+    """Refuse an engine file that no longer matches its manifest before Triton sees it.
+
+    Triton 2.51 can kill the process when it deletes a model whose instance failed to initialize (SIGSEGV in
+    ``TritonModelInstance::TritonBackendThread::StopBackendThread`` on its model-deleter thread, seen in 2 of 24
+    runs of tests/ota/test_ota_serving_errors.py), so a file damaged on disk since its build must never reach it."""
+    manifest_path = getattr(spec.engine, "manifest_path", None)
+    if manifest_path is None or not Path(manifest_path).is_file():
+        return
+    try:
+        expected = json.loads(Path(manifest_path).read_text()).get("engine_sha256")
+    except (OSError, ValueError):
+        expected = None
+    if expected != engine_sha256:
+        label = f"{spec.profile.name}@{spec.version or 'base'}"
+        raise LoadFailed(f"cannot load {label}: the engine file {spec.engine.engine_path} does not match "
+                         f"its manifest {manifest_path} (damaged since it was built); not handed to Triton")
+
+
 def prefix_for(version: str | None) -> str:
     return "" if version is None else f"ota-{version}-"
 
@@ -82,9 +102,11 @@ class TritonSwitcher:
         from appliance.modelrepo.materialize import RepositoryOptions
 
         opts = (self.options or RepositoryOptions()).model_copy(update={"prefix": prefix_for(spec.version)})
+        engine_sha256 = sha256_file(spec.engine.engine_path)
+        _refuse_a_damaged_engine(spec, engine_sha256)
         repo = materialize_for_device(spec.engine, self.repository_dir, model_profile=spec.profile, options=opts)
         route = Route(repo.ensemble, tuple(repo.models), spec.profile.name, spec.version,
-                      tuple(spec.profile.classes), spec.engine.key, "sha256:" + sha256_file(spec.engine.engine_path))
+                      tuple(spec.profile.classes), spec.engine.key, "sha256:" + engine_sha256)
         try:
             # Loading the ensemble loads its steps once (loading the steps first made Triton load them twice).
             self.server.load_model(repo.ensemble)
