@@ -84,6 +84,47 @@ class Subscriber:
         self.client.loop_stop()
 
 
+class CameraStreams:
+    """Numbered detections from several cameras into ``publisher``, a thread each, every ``period_s`` until
+    ``stop()``; every publish must be SPOOLED. ``sent[camera]`` counts what each camera published."""
+
+    def __init__(self, publisher: Any, cameras: tuple[str, ...], period_s: float) -> None:
+        from appliance.mqtt.publisher import PublishResult
+
+        self.sent: dict[str, int] = {cam: 0 for cam in cameras}
+        self.errors: list[BaseException] = []
+        self._halt = threading.Event()
+
+        def camera(cam: str) -> None:
+            try:
+                seq = 0
+                while not self._halt.is_set():
+                    assert publisher.publish_detections(frame(cam, seq)) is PublishResult.SPOOLED
+                    seq += 1
+                    self.sent[cam] = seq
+                    self._halt.wait(period_s)
+            except BaseException as exc:  # surfaced by stop(), on the test's thread
+                self.errors.append(exc)
+
+        self._threads = [threading.Thread(target=camera, args=(cam,), daemon=True) for cam in cameras]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        """Stop the cameras, wait for them, and fail with what any of them raised."""
+        self.halt()
+        for t in self._threads:
+            if t.ident is not None:  # started
+                t.join(10)
+        assert not self.errors, self.errors
+
+    def halt(self) -> None:
+        """Stop the cameras without waiting (a test's ``finally``)."""
+        self._halt.set()
+
+
 def make_config(broker: Mosquitto, **overrides: Any) -> MqttConfig:
     """Test config: fast backoff and health so tests stay short."""
     doc: dict[str, Any] = {"host": broker.host, "port": broker.port, "device_id": "dev1", "topic_prefix": "plant",

@@ -10,7 +10,6 @@ run` with four file cameras: Triton and four decoders do not fit beside the brok
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,8 +21,8 @@ from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.localbroker import free_port
-from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
-from mqtt_helpers import Subscriber, frame, seqs_by_camera
+from appliance.mqtt.publisher import MqttPublisher, State
+from mqtt_helpers import CameraStreams, Subscriber, seqs_by_camera
 from support.mosquitto import Mosquitto, MosquittoFromFile
 
 BRIDGE_CONF = Path(__file__).resolve().parents[2] / "docs" / "examples" / "mosquitto" / "bridge.conf"
@@ -61,27 +60,11 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
     publisher.on_command("ping", lambda command: {"pong": command.args.get("n")}, read_only=True)  # not signed
     desired: list[bytes] = []
     publisher.subscribe("appliance/groups/line-1/ota/desired", desired.append)
-    stop = threading.Event()
-    sent = {cam: 0 for cam in CAMERAS}
-    errors: list[BaseException] = []
-
-    def camera(cam: str) -> None:
-        try:
-            seq = 0
-            while not stop.is_set():
-                assert publisher.publish_detections(frame(cam, seq)) is PublishResult.SPOOLED
-                seq += 1
-                sent[cam] = seq
-                stop.wait(0.05)  # 20 fps per camera
-        except BaseException as exc:  # surfaced by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=camera, args=(cam,), daemon=True) for cam in CAMERAS]
+    streams = CameraStreams(publisher, CAMERAS, 0.05)  # 20 fps per camera
     try:
         publisher.start()
         assert publisher.wait_connected(15)
-        for t in threads:
-            t.start()
+        streams.start()
         assert sub.wait_for(lambda ms: len(ms) >= 40, timeout=30), edge.log_text()[-2000:]
 
         central.stop()  # a clean stop: the central broker keeps the subscriber's session (its persistence)
@@ -95,20 +78,17 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
         central.start()
         wait_until(lambda: len(_payloads(sub)) > 40 + 0.8 * OUTAGE_S * 20 * len(CAMERAS), 60,
                    message="the edge broker's queue flushed over the bridge")
-        stop.set()
-        for t in threads:
-            t.join(10)
-        assert not errors, errors
+        streams.stop()
         assert publisher.wait_idle(30), publisher.stats()
 
         def complete() -> bool:
             got = seqs_by_camera(_payloads(sub))
-            return all(len(got.get(cam, [])) >= sent[cam] for cam in CAMERAS)
+            return all(len(got.get(cam, [])) >= streams.sent[cam] for cam in CAMERAS)
 
         wait_until(complete, 60, message="every seq of every camera at the central subscriber")
         got = seqs_by_camera(_payloads(sub))  # duplicates (same message_id) dropped, as docs/mqtt.md says
         for cam in CAMERAS:
-            assert got[cam] == list(range(sent[cam])), f"{cam}: lost or reordered sequence numbers"
+            assert got[cam] == list(range(streams.sent[cam])), f"{cam}: lost or reordered sequence numbers"
 
         # Commands come in over the same bridge; the reply goes out.
         replies = Subscriber(central.host, central.port, [f"appliance/{DEVICE}/reply"])
@@ -125,7 +105,7 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
         wait_until(lambda: desired, 30, message="the group's desired state over the bridge")
         assert [json.loads(d) for d in desired] == [{"version": "2"}]
     finally:
-        stop.set()
+        streams.halt()
         publisher.stop()
         sub.stop()
         edge.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,9 @@ from support.mqttdocs import subscriber_check
 from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
-from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
+from appliance.mqtt.publisher import MqttPublisher, State
 from appliance.mqtt.localbroker import free_port
-from mqtt_helpers import Subscriber, frame, validate
+from mqtt_helpers import CameraStreams, Subscriber, validate
 from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca
 
 CAMERAS = ("cam0", "cam1", "cam2")
@@ -52,28 +51,12 @@ def test_sigkill_of_the_active_broker_moves_to_the_next_and_loses_nothing(
     # Two spellings of an entry: host:port text and a mapping.
     config = _config([f"127.0.0.1:{first.port}", {"host": "127.0.0.1", "port": second.port}])
     publisher = MqttPublisher(config, tmp_path / "spool.sqlite3")
-    stop = threading.Event()
-    sent = {cam: 0 for cam in CAMERAS}
-    errors: list[BaseException] = []
-
-    def camera(cam: str) -> None:
-        try:
-            seq = 0
-            while not stop.is_set():
-                assert publisher.publish_detections(frame(cam, seq)) is PublishResult.SPOOLED
-                seq += 1
-                sent[cam] = seq
-                stop.wait(0.01)
-        except BaseException as exc:  # surfaced by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=camera, args=(cam,), daemon=True) for cam in CAMERAS]
+    streams = CameraStreams(publisher, CAMERAS, 0.01)
     try:
         publisher.start()
         assert publisher.wait_connected(15)
         assert publisher.stats().broker == f"127.0.0.1:{first.port}"
-        for t in threads:
-            t.start()
+        streams.start()
         assert sub_first.wait_for(lambda ms: len(ms) >= 60)
         # A hung broker first, so detections are surely sent and unacknowledged when it dies: those must be
         # sent again, from the spool, to the second broker, which never saw them.
@@ -85,15 +68,13 @@ def test_sigkill_of_the_active_broker_moves_to_the_next_and_loses_nothing(
                    and publisher.stats().broker == f"127.0.0.1:{second.port}", 30,
                    message="the publisher on the second broker")
         assert sub_second.wait_for(lambda ms: len(ms) >= in_flight + 30)  # the stream goes on there
-        stop.set()
-        for t in threads:
-            t.join(10)
-        assert not errors, errors
+        streams.stop()
         assert publisher.wait_idle(60), publisher.stats()
 
         def union_complete() -> bool:
             got = _by_camera(sub_first.messages + sub_second.messages)
-            return all({p["message_seq"] for p in got[cam]} >= set(range(1, sent[cam] + 1)) for cam in CAMERAS)
+            return all({p["message_seq"] for p in got[cam]} >= set(range(1, streams.sent[cam] + 1))
+                       for cam in CAMERAS)
 
         wait_until(union_complete, 30, message="every message_seq of every camera at one of the subscribers")
         # In order per camera, read as a subscriber of both brokers would: everything from the first broker,
@@ -103,7 +84,7 @@ def test_sigkill_of_the_active_broker_moves_to_the_next_and_loses_nothing(
         before, after = _by_camera(sub_first.messages), _by_camera(sub_second.messages)
         for cam in CAMERAS:
             assert check(before[cam] + after[cam]) == [], cam
-            assert max(p["message_seq"] for p in after[cam]) == sent[cam]
+            assert max(p["message_seq"] for p in after[cam]) == streams.sent[cam]
         # The unacknowledged window reached the second broker: its first message per camera follows on from,
         # or repeats, what the first broker's subscriber had.
         for cam in CAMERAS:
@@ -127,7 +108,7 @@ def test_sigkill_of_the_active_broker_moves_to_the_next_and_loses_nothing(
                    message="the publisher back on the first broker")
         assert publisher.stats().broker == f"127.0.0.1:{first.port}"
     finally:
-        stop.set()
+        streams.halt()
         publisher.stop()
         sub_first.stop()
         sub_second.stop()

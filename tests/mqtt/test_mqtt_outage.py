@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
-from mqtt_helpers import Subscriber, frame, make_config, seqs_by_camera, validate
+from appliance.mqtt.publisher import MqttPublisher, State
+from mqtt_helpers import CameraStreams, Subscriber, make_config, seqs_by_camera, validate
 from support.mosquitto import Mosquitto
 
 CAMERAS = ("cam0", "cam1", "cam2", "cam3")
@@ -22,27 +21,11 @@ def test_broker_down_30s_during_four_camera_stream_loses_nothing(tmp_path: Path)
     broker = Mosquitto(tmp_path / "broker", persistence=True).start()
     sub = Subscriber(broker.host, broker.port, ["plant/dev1/+/detections"], persistent=True)
     publisher = MqttPublisher(make_config(broker), tmp_path / "spool.sqlite3")
-    stop = threading.Event()
-    sent: dict[str, int] = {cam: 0 for cam in CAMERAS}
-    errors: list[BaseException] = []
-
-    def camera(cam: str) -> None:
-        try:
-            seq = 0
-            while not stop.is_set():
-                assert publisher.publish_detections(frame(cam, seq)) is PublishResult.SPOOLED
-                seq += 1
-                sent[cam] = seq
-                stop.wait(0.05)  # 20 fps per camera
-        except BaseException as exc:  # surfaced by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=camera, args=(cam,), daemon=True) for cam in CAMERAS]
+    streams = CameraStreams(publisher, CAMERAS, 0.05)  # 20 fps per camera
     try:
         publisher.start()
         assert publisher.wait_connected(15)
-        for t in threads:
-            t.start()
+        streams.start()
         assert sub.wait_for(lambda ms: len(ms) >= 40)
 
         broker.stop()
@@ -56,29 +39,27 @@ def test_broker_down_30s_during_four_camera_stream_loses_nothing(tmp_path: Path)
         broker.start()
         assert publisher.wait_connected(30)
         time.sleep(3.0)  # live frames keep coming while the backlog replays
-        stop.set()
-        for t in threads:
-            t.join(10)
-        assert not errors, errors
+        streams.stop()
         assert publisher.wait_idle(60), publisher.stats()
 
         def complete(ms: list) -> bool:
             got = seqs_by_camera([json.loads(m.payload) for m in ms])
-            return all(len(got.get(cam, [])) >= sent[cam] for cam in CAMERAS)
+            return all(len(got.get(cam, [])) >= streams.sent[cam] for cam in CAMERAS)
 
-        assert sub.wait_for(complete, timeout=60), {c: (sent[c], len(v)) for c, v in
-                                                   seqs_by_camera([json.loads(m.payload) for m in sub.messages]).items()}
+        assert sub.wait_for(complete, timeout=60), {
+            c: (streams.sent[c], len(v))
+            for c, v in seqs_by_camera([json.loads(m.payload) for m in sub.messages]).items()}
         payloads = [json.loads(m.payload) for m in sub.messages]
         got = seqs_by_camera(payloads)
         for cam in CAMERAS:
-            assert got[cam] == list(range(sent[cam])), f"{cam}: lost or reordered sequence numbers"
+            assert got[cam] == list(range(streams.sent[cam])), f"{cam}: lost or reordered sequence numbers"
         for p in payloads[::50]:
             validate("detections", p)
         final = publisher.stats()
         assert final.connects >= 2 and final.spool.backlog == 0
         assert final.spool.dropped_oldest == final.spool.dropped_newest == final.spool.dropped_expired == 0
     finally:
-        stop.set()
+        streams.halt()
         publisher.stop()
         sub.stop()
         broker.stop()
