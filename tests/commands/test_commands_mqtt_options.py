@@ -20,6 +20,8 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca, make_tls_material
 
+from appliance.mqtt.localbroker import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = f"pw-{uuid.uuid4().hex}"
 
@@ -71,6 +73,21 @@ def _push(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
                           capture_output=True, text=True, timeout=120, cwd=REPO, env={**environ, **(env or {})})
 
 
+def _appliance_config(tmp_path: Path, mqtt_section: str) -> Path:
+    """An appliance config with one camera and ``mqtt_section`` (indented YAML lines under ``mqtt:``)."""
+    config = tmp_path / "appliance.yaml"
+    config.write_text(f"""
+device: {{id: box07}}
+cameras:
+  - id: line1
+    source: {{type: images, path: {tmp_path}}}
+    width: 640
+    height: 480
+    fps: 4
+mqtt:{mqtt_section}""")
+    return config
+
+
 def _tls_args(broker: Mosquitto, ca: Path, cert: Path, key: Path) -> list[str]:
     return ["--mqtt", f"127.0.0.1:{broker.port}", "--ca", str(ca), "--cert", str(cert), "--key", str(key),
             "--username", "operator@ops", "--device", "dev1"]
@@ -100,16 +117,7 @@ def test_push_over_mutual_tls_with_a_password_file(tmp_path: Path, broker: Mosqu
 
 def test_the_mqtt_section_of_an_appliance_config_and_the_password_from_the_environment(
         tmp_path: Path, broker: Mosquitto, pki: TlsMaterial, received: Received) -> None:
-    config = tmp_path / "appliance.yaml"
-    config.write_text(f"""
-device: {{id: box07}}
-cameras:
-  - id: line1
-    source: {{type: images, path: {tmp_path}}}
-    width: 640
-    height: 480
-    fps: 4
-mqtt:
+    config = _appliance_config(tmp_path, f"""
   host: 127.0.0.1
   port: {broker.port}
   topic_prefix: plant/line1
@@ -164,19 +172,8 @@ def test_failures_name_their_fix(tmp_path: Path, broker: Mosquitto, pki: TlsMate
 
 def test_a_config_with_mqtt_hosts_reaches_the_first_broker_that_answers(
         tmp_path: Path, broker: Mosquitto, pki: TlsMaterial, received: Received) -> None:
-    down = Mosquitto(tmp_path / "down", tls=pki).start()
-    down_port = down.port
-    down.stop()  # a port nothing listens on now: the first broker of the list is down
-    config = tmp_path / "appliance.yaml"
-    config.write_text(f"""
-device: {{id: box07}}
-cameras:
-  - id: line1
-    source: {{type: images, path: {tmp_path}}}
-    width: 640
-    height: 480
-    fps: 4
-mqtt:
+    down_port = free_port()  # nothing listens there: the first broker of the list is down
+    config = _appliance_config(tmp_path, f"""
   hosts: ["127.0.0.1:{down_port}", "127.0.0.1:{broker.port}"]
   username: operator@ops
   tls: {{ca: {pki.ca.cert}, cert: {pki.client.cert}, key: {pki.client.key}}}
