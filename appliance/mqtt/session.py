@@ -16,7 +16,8 @@ Brokers (``mqtt.hosts``, in order of preference; ``mqtt.host`` is a list of one)
 3. The backoff delay comes after each full round of failures (as many failed attempts in a row as there are
    brokers), not between the brokers of a round: a failed broker costs its connect timeout, and the next may be
    up. A session that held ``_STABLE_SESSION_S`` ends the round (and resets the backoff); one that ends sooner
-   counts as a failure. With one broker this is the plain backoff between attempts.
+   counts as a failure. With one broker this is the plain backoff between attempts. Rules 2 and 3 are
+   ``appliance.mqtt.rotation.BrokerRotation``, which the Sparkplug node follows too.
 4. Moving to another broker, the window's unacknowledged detections go back to the spool and are sent again,
    in spool order, to the new broker (it has no session state of ours; see ``InflightWindow.after_session``).
 The broker the session is on or trying is ``shared.broker`` (health, status) and in every log line.
@@ -47,6 +48,7 @@ from appliance.backoff import Backoff
 from appliance.mqtt.connection import (aim, build_client, describe_connect_error, describe_early_close,
                                         describe_refusal)
 from appliance.mqtt.messages import device_status_payload, encode
+from appliance.mqtt.rotation import BrokerRotation
 from appliance.mqtt.shared import State
 
 if TYPE_CHECKING:
@@ -71,7 +73,6 @@ class Session:
         self._config = config
         self._topics = topics
         self._clock = clock
-        self._rng = rng
         self._versions = versions
         self._shared = shared
         self._spool = spool
@@ -85,7 +86,7 @@ class Session:
         self._disconnect_reason: Optional[str] = None
         self._socket_error: Optional[str] = None  # paho reports socket/TLS read errors only through on_log
         self._brokers = config.brokers
-        self._index = 0                        # network thread: the broker of the current or next attempt
+        self._rotation = BrokerRotation(self._brokers, Backoff(config.backoff, rng))  # network thread only
         shared.broker = str(self._brokers[0])
 
     def create_client(self) -> paho.Client:
@@ -167,39 +168,30 @@ class Session:
     # -- network thread ------------------------------------------------------------------------------------
 
     def run(self) -> None:
-        backoff = Backoff(self._config.backoff, self._rng)
-        shared, brokers = self._shared, self._brokers
-        failed_in_round = 0
+        rotation, shared = self._rotation, self._shared
         while not self._halt.is_set():
-            broker = brokers[self._index]
+            broker = rotation.current
             began = time.monotonic()
             was_connected, reason = self._run_session(broker)
             if self._halt.is_set():
                 break
             shared.set_state(State.CONNECTING)
             short = time.monotonic() - began < _STABLE_SESSION_S
-            self._index = (self._index + 1) % len(brokers)
-            following = brokers[self._index]
+            # Only a session that held resets the backoff; a broker that drops us at once gets backoff.
+            following, delay = rotation.ended(held=was_connected and not short)
             if was_connected:
                 client = shared.client
                 assert client is not None
                 self._window.after_session(client, short, reason, new_broker=following != broker)
-                if not short:
-                    backoff.reset()  # only a session that held; a broker that drops us at once gets backoff
-                    failed_in_round = 0
             else:
                 with shared.lock:
                     shared.connect_failures += 1
-            failed_in_round += 1
-            delay = 0.0
-            if failed_in_round >= len(brokers):  # a full round failed: back off before the next
-                failed_in_round = 0
-                delay = backoff.next_delay()
+            if delay:
                 shared.backoff_delays.append(delay)
             with shared.lock:
                 shared.last_error = reason
                 shared.broker = str(following)
-            self._log_end(broker, following, was_connected, short, reason, delay, backoff.failures)
+            self._log_end(broker, following, was_connected, short, reason, delay, rotation.backoff.failures)
             self._halt.wait(delay)
         shared.set_state(State.STOPPED if shared.closing else shared.state)
 

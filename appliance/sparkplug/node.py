@@ -29,6 +29,7 @@ from appliance.backoff import Backoff
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.connection import (aim, build_client, describe_connect_error, describe_early_close,
                                         describe_refusal)
+from appliance.mqtt.rotation import BrokerRotation
 from appliance.sparkplug.payload import DataType, PayloadError, decode_payload
 from appliance.sparkplug.reports import (REBIRTH, NodeReports, Outgoing, Readings, SparkplugTopics,
                                          death_payload)
@@ -133,34 +134,25 @@ class EdgeNode:
     # -- the node's thread ---------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = Backoff(self._config.backoff, self._rng)
-        brokers = self._config.brokers
-        at, failed_in_round = 0, 0
+        # The JSON session's rule for mqtt.hosts (appliance/mqtt/rotation.py): the next broker at once, the backoff
+        # only after every broker of the list failed in a row.
+        rotation = BrokerRotation(self._config.brokers, Backoff(self._config.backoff, self._rng))
         while not self._halt.is_set():
             began = time.monotonic()
             was_up, reason = self._session()
             self._up.clear()
             if self._halt.is_set():
                 break
-            if was_up and time.monotonic() - began >= _STABLE_SESSION_S:
-                backoff.reset()
-                failed_in_round = 0
             self.last_error = reason
-            # The same rule as the JSON session (mqtt.hosts): move to the next broker at once, and back off only
-            # after every broker of the list failed in a row.
-            failed_in_round += 1
-            if len(brokers) > 1:
-                at = (at + 1) % len(brokers)
-                self._broker = brokers[at]
-                aim(self._client, self._config, self._broker)  # type: ignore[arg-type]
-                if failed_in_round < len(brokers):
-                    log.warning("sparkplug: %s: %s; trying the next broker, %s, now",
-                                "connection lost" if was_up else "connect failed", reason, brokers[at])
+            following, delay = rotation.ended(held=was_up and time.monotonic() - began >= _STABLE_SESSION_S)
+            ended = "connection lost" if was_up else "connect failed"
+            if following != self._broker:
+                self._broker = following
+                aim(self._client, self._config, following)  # type: ignore[arg-type]
+                if not delay:
+                    log.warning("sparkplug: %s: %s; trying the next broker, %s, now", ended, reason, following)
                     continue
-            failed_in_round = 0
-            delay = backoff.next_delay()
-            log.warning("sparkplug: %s: %s; connecting again in %.1f s",
-                        "connection lost" if was_up else "connect failed", reason, delay)
+            log.warning("sparkplug: %s: %s; connecting again in %.1f s", ended, reason, delay)
             self._halt.wait(delay)
 
     def _session(self) -> tuple[bool, str]:
