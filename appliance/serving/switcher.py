@@ -59,7 +59,7 @@ def _refuse_a_damaged_engine(spec: ModelSpec, engine_sha256: str) -> None:
     """Refuse an engine file that no longer matches its manifest before Triton sees it.
 
     Triton 2.51 can kill the process when it deletes a model whose instance failed to initialize (SIGSEGV in
-    ``TritonModelInstance::TritonBackendThread::StopBackendThread`` on its model-deleter thread, seen in 2 of 24
+    ``TritonModelInstance::TritonBackendThread::StopBackendThread`` on its model-deleter thread, seen in 2 of 17 looped
     runs of tests/ota/test_ota_serving_errors.py), so a file damaged on disk since its build must never reach it."""
     manifest_path = getattr(spec.engine, "manifest_path", None)
     if manifest_path is None or not Path(manifest_path).is_file():
