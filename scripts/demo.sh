@@ -11,7 +11,12 @@ scripts/setup.sh
 PORT=${APPLIANCE_MQTT_PORT:-1883}
 export APPLIANCE_MQTT_PORT=$PORT
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+# $! of a pipeline is its last process (cut); `jobs -p` names each job's first (the mosquitto_sub feeding it), which
+# would otherwise outlive the broker and keep `wait` (and `--once`) from returning.
+cleanup() {
+  for pid in "${pids[@]}" $(jobs -p); do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
 trap cleanup EXIT
 
 if ! (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
