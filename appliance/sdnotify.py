@@ -1,14 +1,20 @@
 """systemd notify protocol (sd_notify) without a dependency on systemd-python.
 
 The supervisor and the engine builder report READY/STATUS/WATCHDOG/EXTEND_TIMEOUT_USEC through this. Outside
-systemd (no ``NOTIFY_SOCKET``) every call is a cheap no-op, so callers never need to check.
+systemd (no ``NOTIFY_SOCKET``) every call is a cheap no-op, so callers never need to check. A socket that
+refuses or is gone (systemd re-executing, a test harness that went away) is logged once and the call returns
+False: like libsystemd's ``sd_notify``, a lost notification never stops the appliance.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from typing import Mapping
+
+
+log = logging.getLogger(__name__)
 
 
 class Notifier:
@@ -20,6 +26,7 @@ class Notifier:
         if address.startswith("@"):
             address = "\0" + address[1:]
         self._address = address or None
+        self._failing = False
 
     @property
     def enabled(self) -> bool:
@@ -30,8 +37,18 @@ class Notifier:
         if self._address is None:
             return False
         payload = "\n".join(f"{k.upper()}={v}" for k, v in fields.items()).encode()
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-            sock.sendto(payload, self._address)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                sock.sendto(payload, self._address)
+        except OSError as exc:
+            if not self._failing:  # once per outage: the watchdog would repeat it every tick
+                log.warning("systemd notify socket %s refused a notification (%s); carrying on without it "
+                            "until it answers again", self._address.replace("\0", "@"), exc)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("systemd notify socket %s answers again", self._address.replace("\0", "@"))
+        self._failing = False
         return True
 
     def ready(self, status: str | None = None) -> bool:

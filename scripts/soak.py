@@ -58,6 +58,8 @@ RTSP_LAUNCH = ("( videotestsrc is-live=true pattern=ball ! video/x-raw,width=640
 SCHEDULE = ((0.15, "camera"), (0.30, "broker"), (0.40, "subscriber"), (0.50, "daemon"), (0.70, "ota"),
             (0.85, "camera"))
 OTA_END_STATES = ("active", "rolled_back", "rejected")
+# How each disruption's outcome starts when it went as it should; anything else fails the soak.
+GOOD_OUTCOMES = {"camera": "back", "broker": "back", "subscriber": "back", "daemon": "pid ", "ota": "active"}
 
 
 def say(text: str) -> None:
@@ -104,6 +106,7 @@ class Soak:
         self.recorder = Recorder(self.broker.port, self.device)
         self.daemon = Daemon(workdir / "appliance.yaml", workdir)
         self.events: list[str] = []
+        self.failed_events: list[str] = []
         self.stop_rc: int | None = None
 
     def setup(self) -> None:
@@ -122,6 +125,8 @@ class Soak:
     def event(self, name: str) -> None:
         t0 = time.monotonic()
         outcome = getattr(self, f"_{name}")()
+        if not outcome.startswith(GOOD_OUTCOMES[name]):
+            self.failed_events.append(name)
         self.events.append(f"{name}@{t0 - self.t0:.0f}s:{outcome} ({time.monotonic() - t0:.0f} s)")
         say(f"{name}: {outcome}")
 
@@ -160,7 +165,7 @@ class Soak:
         """Push the signed version-2 bundle with the CLI; wait for its end state."""
         done = subprocess.run([sys.executable, "-m", "appliance", "ota", "push", str(self.bundle), "--mqtt",
                                f"127.0.0.1:{self.broker.port}", "--device", self.device, "--chunk-bytes",
-                               str(1 << 20)], capture_output=True, text=True, timeout=300, cwd=REPO)
+                               str(1 << 20), "--sign-key", str(self.workdir / "ota.key")], capture_output=True, text=True, timeout=300, cwd=REPO)
         if done.returncode != 0:
             return f"push failed ({done.returncode}): {done.stderr.strip()[-300:]}"
 
@@ -270,7 +275,20 @@ def report(soak: Soak, shm: list[str], procs: list[int]) -> bool:
     print(f"soak_redeliveries={redelivered}")
     print(f"soak_lost_messages={lost}\nsoak_duplicates={dups}\nsoak_leaked_shm={len(shm)}\n"
           f"soak_leaked_stubs={len(procs)}\nsoak_rss_growth_mib={rss_growth:.1f}\nsoak_fd_growth={fd_growth}")
-    return lost == 0 and soak.recorder.malformed == 0 and not shm and not procs and soak.stop_rc == 0
+    gaps = sum(c.unexplained_seq_gaps for cs in checks.values() for c in cs if c.counter == "message_seq")
+    unexpected_dups = dups - redelivered
+    print(f"soak_unexplained_seq_gaps={gaps}\nsoak_failed_events={len(soak.failed_events)}")
+    failures = {
+        "lost messages": lost, "unexplained seq gaps": gaps, "duplicates that are not redeliveries": unexpected_dups,
+        "malformed messages": soak.recorder.malformed, "leaked shm": len(shm), "leaked processes": len(procs),
+        f"disruptions that did not end well ({', '.join(soak.failed_events)})": len(soak.failed_events),
+        f"RSS growth over {soak.args.max_rss_growth_mib:g} MiB": rss_growth > soak.args.max_rss_growth_mib,
+        f"fd growth over {soak.args.max_fd_growth}": fd_growth > soak.args.max_fd_growth,
+        f"daemon stop exit {soak.stop_rc}": soak.stop_rc != 0,
+    }
+    failed = [what for what, bad in failures.items() if bad]
+    print("soak: " + ("FAILED: " + "; ".join(failed) if failed else "ok"))
+    return not failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-down-s", type=float, default=5.0, help="how long the broker stays stopped")
     parser.add_argument("--ready-timeout-s", type=float, default=600.0)
     parser.add_argument("--ota-timeout-s", type=float, default=600.0)
+    parser.add_argument("--max-rss-growth-mib", type=float, default=16.0,
+                        help="largest daemon RSS growth (first full minute to the end) that still passes")
+    parser.add_argument("--max-fd-growth", type=int, default=8, help="largest open-fd growth that still passes")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, spool, config)")
     args = parser.parse_args(argv)
     if not (models_dir() / "yolov3-tiny" / "model.onnx").exists():
