@@ -112,6 +112,7 @@ class Analytics:
         self._class: np.ndarray = np.zeros(0, dtype=np.int32)  # class and score when last seen, for a lost exit
         self._score: np.ndarray = np.zeros(0, dtype=np.float32)
         self._seq = 0
+        self._frame_seq: int | None = None  # the previous step's, for the gap the tracker ages lost tracks by
         self.counts = Counts({n: {"current": 0, "entered": 0, "exited": 0} for n in self.layout.zone_names},
                              {n: {"in": 0, "out": 0} for n in self.layout.line_names})
 
@@ -121,7 +122,9 @@ class Analytics:
 
     def step(self, frame_seq: int, capture_time: float,
              detections: DetectionArrays) -> tuple[TrackedDetections, list[Event], bool]:
-        """One frame of this camera (in frame order): (tracked detections, events, whether counts changed)."""
+        """One frame of this camera (in frame order): (tracked detections, events, whether counts changed).
+        Frames missing from the sequence (dropped during a recovery, skipped under load) age lost tracks too:
+        the tracker is told the gap in ``frame_seq`` (1 for the first frame, or if the sequence went back)."""
         class_ids = np.asarray(detections.class_ids, dtype=np.int64)
         known = (class_ids >= 0) & (class_ids < len(self._min_score))
         min_scores = np.full(len(class_ids), np.inf, dtype=np.float32)
@@ -130,7 +133,9 @@ class Analytics:
         boxes = np.asarray(detections.boxes, dtype=np.float32)[allowed]
         scores = np.asarray(detections.scores, dtype=np.float32)[allowed]
         classes = class_ids[allowed].astype(np.int32)
-        ts = self.tracker.step(boxes, scores, classes, min_scores[allowed])
+        previous, self._frame_seq = self._frame_seq, frame_seq
+        gap = frame_seq - previous if previous is not None and frame_seq > previous else 1
+        ts = self.tracker.step(boxes, scores, classes, min_scores[allowed], frames=gap)
         tracked = TrackedDetections(boxes[ts.det_index], scores[ts.det_index], classes[ts.det_index], ts.track_ids)
 
         events: list[Event] = []

@@ -77,13 +77,14 @@ class KalmanBoxes:
     def select(self, rows: np.ndarray) -> "KalmanBoxes":
         return KalmanBoxes(self.pos[rows], self.vel[rows], self.pp[rows], self.pv[rows], self.vv[rows])
 
-    def predict(self) -> None:
-        """One frame ahead: x += v; P = F P F' + Q, block by block."""
-        s = _scale(self.pos)
-        self.pos += self.vel
-        self.pp += 2 * self.pv + self.vv + (POSITION_WEIGHT * s) ** 2
-        self.pv += self.vv
-        self.vv += (VELOCITY_WEIGHT * s) ** 2
+    def predict(self, frames: int = 1) -> None:
+        """``frames`` frames ahead, one at a time: x += v; P = F P F' + Q, block by block."""
+        for _ in range(frames):
+            s = _scale(self.pos)
+            self.pos += self.vel
+            self.pp += 2 * self.pv + self.vv + (POSITION_WEIGHT * s) ** 2
+            self.pv += self.vv
+            self.vv += (VELOCITY_WEIGHT * s) ** 2
 
     def update(self, rows: np.ndarray, measured: np.ndarray) -> None:
         """Correct ``rows`` with their measured ``[K, 4]`` cxcywh boxes."""

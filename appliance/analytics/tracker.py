@@ -26,6 +26,15 @@ Per frame, in this order (Zhang et al., "ByteTrack", ECCV 2022):
    another walker (on vtest.avi at 10 fps with 30 frames, two lost tracks re-matched other people and counted
    crossings they never made).
 
+Frames the tracker never saw (dropped while a model recovery ran, skipped by the scheduler under load) still
+count: ``step`` takes ``frames``, how many frames passed since the previous call (the gap in the camera's frame
+sequence). The Kalman filter predicts that many frames ahead, and a lost track ages by that many, so
+``lost_frames`` is a span of the camera's frames, not of the frames that happened to be processed. A track whose
+age passed ``lost_frames`` during the gap is removed before matching: it would have been removed in a frame
+the tracker missed, and after a long gap a stale track coasting on its old velocity must not re-match someone
+else. Birth still counts consecutive *processed* frames (under steady skipping a track could never be born
+otherwise), and the second stage takes tracks seen in the previous processed frame.
+
 With ``class_aware`` (the default) a track only ever matches detections of its own class, so a person and the
 trolley they push never swap ids.
 
@@ -118,17 +127,26 @@ class ByteTracker:
         return int(np.count_nonzero(self._track_id >= 0))
 
     def step(self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray,
-             min_scores: np.ndarray) -> TrackerStep:
+             min_scores: np.ndarray, frames: int = 1) -> TrackerStep:
         """One frame: ``boxes`` [D, 4] xyxy, ``scores`` [D], ``class_ids`` [D], and ``min_scores`` [D] the
-        confident threshold of each detection's class."""
+        confident threshold of each detection's class; ``frames`` the frames since the previous step (1 when
+        none was missed)."""
         cfg = self.config
+        # Beyond lost_frames + 1 frames every confirmed track unseen is gone anyway: no need to go further.
+        frames = min(max(1, int(frames)), cfg.lost_frames + 2)
+        self._kf.predict(frames)
+        visible_last = self._missed == 0  # seen in the previous processed frame: the second stage's tracks
+        self._missed = self._missed + (frames - 1)
+        stale = (self._track_id >= 0) & (self._missed > cfg.lost_frames)
+        stale_ids = self._track_id[stale]
+        self._compact(~stale)
+        visible_last = visible_last[~stale]
         considered = np.nonzero(scores >= cfg.low_score)[0]
         d_boxes = np.asarray(boxes, dtype=np.float64)[considered]
         d_scores = np.asarray(scores, dtype=np.float32)[considered]
         d_class = np.asarray(class_ids, dtype=np.int32)[considered]
         confident = d_scores >= min_scores[considered]
 
-        self._kf.predict()
         n = len(self._kf)
         iou = iou_matrix(buffered(cxcywh_to_xyxy(self._kf.pos), cfg.buffer), buffered(d_boxes, cfg.buffer))
         if cfg.class_aware:
@@ -140,7 +158,7 @@ class ByteTracker:
         r1, c1 = _match(iou, np.nonzero(confirmed)[0], high, cfg.match_iou)
         free = np.ones(n, dtype=bool)
         free[r1] = False
-        r2, c2 = _match(iou, np.nonzero(confirmed & free & (self._missed == 0))[0], low, cfg.low_match_iou)
+        r2, c2 = _match(iou, np.nonzero(confirmed & free & visible_last)[0], low, cfg.low_match_iou)
         unused = np.ones(len(considered), dtype=bool)
         unused[c1] = False
         left = high[unused[high]]
@@ -164,7 +182,7 @@ class ByteTracker:
         self._track_id[promote] = np.arange(self._next_id, self._next_id + count)
         self._next_id += count
         expired = confirmed & (self._missed > cfg.lost_frames)
-        removed_ids = self._track_id[expired]
+        removed_ids = np.concatenate([stale_ids, self._track_id[expired]])
         keep = (confirmed | seen) & ~expired
 
         unused[c3] = False

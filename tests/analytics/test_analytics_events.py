@@ -158,3 +158,31 @@ def test_a_line_crossed_during_the_birth_buffer_counts_once_confirmed() -> None:
     a = analytics(zones=[], lines=[LineConfig(name="door", a=(300, 0), b=(300, 480), in_side="left")])
     events = run(a, [frame(box_at(295 + 10 * i)) for i in range(6)])
     assert [(e.type, e.direction, e.frame_seq, e.track_id) for e in events] == [("cross", "in", 2, 1)]
+
+
+def test_frames_missing_from_the_sequence_move_the_prediction_on() -> None:
+    # Seen at frames 0..9 (x = 55 + 10 i), then frames 10..14 never reach the analytics (a recovery dropped
+    # them), then seen at 15 where it really is: x=205. Predicted one frame on from 145 it would be at ~155,
+    # 50 px off a 40 px box: buffered IoU (64 px wide boxes) 14/114 = 0.12 < match_iou 0.2, so without the gap
+    # it would be a new track. Predicted six frames on (missed 5, not > lost_frames 5) it is the same track.
+    a = analytics(zones=[])
+    seqs = [*range(10), *range(15, 20)]
+    ids = [a.step(s, s / FPS, frame(box_at(55 + 10 * s)))[0].track_ids.tolist() for s in seqs]
+    assert ids[2:] == [[1]] * (len(seqs) - 2)
+
+
+def test_a_gap_in_the_sequence_longer_than_lost_frames_removes_the_track() -> None:
+    # Inside the zone (x=205..245 at frames 15..19), then 20 frames never reach the analytics (> lost_frames
+    # 5). Someone else stands at frame 40 right where the old track's one-frame prediction (x~255) would be:
+    # the old track is gone before matching (exit with track_lost at frame 40), the newcomer gets a new id.
+    a = analytics()
+    events = run(a, [frame(box_at(55 + 10 * i)) for i in range(20)])
+    assert [(e.type, e.frame_seq) for e in events] == [("enter", 15)]
+    ids, later = [], []
+    for s in range(40, 45):
+        tracked, evs, _ = a.step(s, s / FPS, frame(box_at(255)))
+        ids += tracked.track_ids.tolist()
+        later += evs
+    assert [(e.type, e.frame_seq, e.track_id, e.track_lost) for e in later][:2] == [("exit", 40, 1, True),
+                                                                                   ("enter", 42, 2, False)]
+    assert ids == [-1, -1, 2, 2, 2]  # tentative for birth_frames=3 frames, then the next id: never 1
