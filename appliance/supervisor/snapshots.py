@@ -105,17 +105,21 @@ class SnapshotStore:
         return self.root / camera
 
     def _load(self, camera: str) -> None:
-        """Index what an earlier run left (oldest first by mtime), trimmed to ``keep``."""
+        """Index what an earlier run left, oldest first, trimmed to ``keep``. Oldest by the sidecar's mtime,
+        then its capture time: file times can be as coarse as a kernel tick, so snapshots saved back to back
+        may share one."""
         folder = self._dir(camera)
         folder.mkdir(parents=True, exist_ok=True)
-        sidecars = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
-        for sidecar in sidecars:
+        found: list[tuple[int, float, str, list[str]]] = []
+        for sidecar in folder.glob("*.json"):
             try:
-                events = list(json.loads(sidecar.read_text())["event_ids"])
+                data = json.loads(sidecar.read_text())
+                found.append((sidecar.stat().st_mtime_ns, float(data["capture_time"]), sidecar.stem,
+                              [str(e) for e in data["event_ids"]]))
             except (OSError, ValueError, KeyError, TypeError):
                 log.warning("snapshots: ignoring unreadable sidecar %s", sidecar)
-                continue
-            self._add(camera, sidecar.stem, events)
+        for _, _, snapshot_id, events in sorted(found):
+            self._add(camera, snapshot_id, events)
 
     def _add(self, camera: str, snapshot_id: str, events: list[str]) -> None:
         ring = self._by_camera[camera]
