@@ -234,6 +234,17 @@ def event_payload(msg: EventMessage, device_id: str, boot_id: str) -> dict[str, 
     return payload
 
 
+def snapshot_properties(snapshot_id: str, event_ids: Sequence[str], capture_time: float,
+                        frame_seq: int) -> list[tuple[str, str]]:
+    """MQTT 5 user properties of a retained ``<camera>/snapshot`` publish, so a subscriber can tie the JPEG to
+    its events: ``snapshot_id``, one ``event_id`` per event it proves (a key may repeat), and its frame's
+    ``capture_time`` / ``capture_time_ms`` (as in the event) and ``frame_seq``."""
+    times = time_fields(capture_time, "capture_time")
+    return [("snapshot_id", snapshot_id), *(("event_id", e) for e in event_ids),
+            ("capture_time", times["capture_time"]), ("capture_time_ms", str(times["capture_time_ms"])),
+            ("frame_seq", str(int(frame_seq)))]
+
+
 def counts_payload(device_id: str, camera_id: str, boot_id: str, now: float, last_event_seq: int,
                    active_tracks: int, counts: Mapping[str, Mapping[str, Mapping[str, int]]]) -> dict[str, Any]:
     """``counts`` is ``appliance.analytics.events.Counts.as_dict()``: {"zones": {...}, "lines": {...}}."""

@@ -254,14 +254,16 @@ class MqttPublisher:
                                         self._clock.time(), last_event_seq, active_tracks, counts))
         self._publish_retained(self.topics.camera_topic(camera_id, "counts"), payload)
 
-    def publish_snapshot(self, camera_id: str, jpeg: bytes) -> None:
-        """Retained ``<camera>/snapshot``: the JPEG bytes themselves (docs/mqtt.md); remembered like counts."""
+    def publish_snapshot(self, camera_id: str, jpeg: bytes, user_properties: Sequence[tuple[str, str]] = ()) -> None:
+        """Retained ``<camera>/snapshot``: the JPEG bytes themselves (docs/mqtt.md); remembered like counts.
+        Under MQTT 5 ``user_properties`` (``messages.snapshot_properties``) tie it to its events."""
         self._require_running()
-        self._publish_retained(self.topics.camera_topic(camera_id, "snapshot"), jpeg)
+        self._publish_retained(self.topics.camera_topic(camera_id, "snapshot"), jpeg, user_properties)
 
-    def _publish_retained(self, topic: str, payload: bytes) -> None:
-        self._session.remember_retained(topic, payload)
-        self._session.publish_if_connected(topic, payload, qos=self.config.qos.status, retain=True)
+    def _publish_retained(self, topic: str, payload: bytes, user_properties: Sequence[tuple[str, str]] = ()) -> None:
+        self._session.remember_retained(topic, payload, user_properties)
+        self._session.publish_if_connected(topic, payload, qos=self.config.qos.status, retain=True,
+                                           user_properties=user_properties)
 
     def publish_camera_status(self, status: CameraStatus) -> None:
         """Retained camera status; remembered and republished after every reconnect."""

@@ -40,9 +40,11 @@ import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from appliance.backoff import Backoff
 from appliance.mqtt.connection import (aim, build_client, describe_connect_error, describe_early_close,
@@ -81,7 +83,8 @@ class Session:
         self._group = group  # the fleet group named in the device status (ota.group)
         self._subscriptions: dict[str, MessageHandler] = {}  # exact topic -> handler; guarded by shared.lock
         self._halt = threading.Event()         # network thread: disconnect and exit
-        self._retained: dict[str, bytes] = {}  # status topic -> payload, republished on reconnect
+        # status topic -> (payload, MQTT 5 user properties), republished on reconnect
+        self._retained: dict[str, tuple[bytes, tuple[tuple[str, str], ...]]] = {}
         self._connack: Optional[tuple[Any, Any]] = None
         self._disconnect_reason: Optional[str] = None
         self._socket_error: Optional[str] = None  # paho reports socket/TLS read errors only through on_log
@@ -112,15 +115,24 @@ class Session:
         if self._shared.state is State.CONNECTED and client is not None:
             client.subscribe(topic, qos=self._config.qos.commands)
 
-    def remember_retained(self, topic: str, payload: bytes) -> None:
+    def remember_retained(self, topic: str, payload: bytes, user_properties: Sequence[tuple[str, str]] = ()) -> None:
         with self._shared.lock:
-            self._retained[topic] = payload
+            self._retained[topic] = (payload, tuple(user_properties))
 
-    def publish_if_connected(self, topic: str, payload: bytes, qos: int, retain: bool) -> None:
-        """Publish now if connected; otherwise nothing (not spooled)."""
+    def publish_if_connected(self, topic: str, payload: bytes, qos: int, retain: bool,
+                             user_properties: Sequence[tuple[str, str]] = ()) -> None:
+        """Publish now if connected; otherwise nothing (not spooled). ``user_properties`` go with it under
+        MQTT 5 and are left out under 3.1.1, which has none."""
         client = self._shared.client
         if self._shared.state is State.CONNECTED and client is not None:
-            client.publish(topic, payload, qos=qos, retain=retain)
+            client.publish(topic, payload, qos=qos, retain=retain, properties=self._properties(user_properties))
+
+    def _properties(self, user_properties: Sequence[tuple[str, str]]) -> Optional[Properties]:
+        if self._config.protocol != "5" or not user_properties:
+            return None
+        props = Properties(PacketTypes.PUBLISH)
+        props.UserProperty = list(user_properties)
+        return props
 
     def publish_offline(self, deadline: float) -> None:
         """Stopping thread: the clean 'offline' status, waited for until ``deadline`` (monotonic)."""
@@ -272,8 +284,8 @@ class Session:
             retained = list(self._retained.items())
             shared.connects += 1
             shared.last_error = None
-        for topic, payload in retained:
-            client.publish(topic, payload, qos=qos.status, retain=True)
+        for topic, (payload, user_properties) in retained:
+            client.publish(topic, payload, qos=qos.status, retain=True, properties=self._properties(user_properties))
         backlog = self._spool.stats().backlog
         place = f" (broker {self._brokers.index(broker) + 1} of {len(self._brokers)})" if len(self._brokers) > 1 else ""
         log.info("MQTT connected to %s%s as %s (MQTT %s, window %d); %d spooled detections to send",

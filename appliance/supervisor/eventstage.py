@@ -196,7 +196,8 @@ class CameraSpec(Protocol):
 
 
 class SnapshotSink(Protocol):
-    def publish_snapshot(self, camera_id: str, jpeg: bytes) -> None: ...
+    def publish_snapshot(self, camera_id: str, jpeg: bytes,
+                         user_properties: Sequence[tuple[str, str]] = ()) -> None: ...
 
 
 class Publisher(EventSink, SnapshotSink, Protocol):

@@ -30,6 +30,7 @@ import cv2
 import numpy as np
 
 from appliance.analytics.config import SnapshotConfig
+from appliance.mqtt.messages import snapshot_properties
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -181,7 +182,8 @@ class SnapshotWorker:
     """One thread encoding queued snapshots, saving them and publishing the newest per camera."""
 
     def __init__(self, store: SnapshotStore, configs: Mapping[str, SnapshotConfig],
-                 publish: Callable[[str, bytes], None], *, queue_size: int = 4) -> None:
+                 publish: Callable[[str, bytes, Sequence[tuple[str, str]]], None], *, queue_size: int = 4) -> None:
+        """``publish(camera, jpeg, user_properties)``: the MQTT 5 user properties tie the JPEG to its events."""
         self.store = store
         self._configs = dict(configs)
         self._publish = publish
@@ -213,7 +215,8 @@ class SnapshotWorker:
                 self.store.save(job, jpeg, width, height)
                 with self._lock:
                     self.saved[job.camera_id] = self.saved.get(job.camera_id, 0) + 1
-                self._publish(job.camera_id, jpeg)
+                self._publish(job.camera_id, jpeg, snapshot_properties(job.snapshot_id, job.event_ids,
+                                                                       job.capture_time, job.frame_seq))
             except Exception:  # one bad snapshot must not end the worker
                 log.exception("snapshot %s of camera %s failed", job.snapshot_id, job.camera_id)
 

@@ -52,6 +52,7 @@ class Publisher:
     def __init__(self) -> None:
         self.order: list[tuple[str, Any]] = []
         self.snapshots: list[tuple[str, bytes]] = []
+        self.snapshot_properties: list[list[tuple[str, str]]] = []
 
     def publish_detections(self, message: DetectionsMessage) -> object:
         self.order.append(("detections", message))
@@ -64,8 +65,9 @@ class Publisher:
     def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int, counts: Any) -> None:
         self.order.append(("counts", counts))
 
-    def publish_snapshot(self, camera_id: str, jpeg: bytes) -> None:
+    def publish_snapshot(self, camera_id: str, jpeg: bytes, user_properties: Sequence[tuple[str, str]] = ()) -> None:
         self.snapshots.append((camera_id, jpeg))
+        self.snapshot_properties.append(list(user_properties))
 
 
 class Lease:
@@ -147,6 +149,9 @@ def test_track_ids_events_in_order_and_the_snapshot_is_the_submitted_frame(tmp_p
     assert abs(int(image[20, 20, 0]) - brightness[event.frame_seq]) <= 3
     assert worker.store.event_jpeg(event.event_id) == jpeg
     assert publisher.snapshots and publisher.snapshots[-1][1] == jpeg
+    about = dict(publisher.snapshot_properties[-1])  # the MQTT 5 user properties that tie it to its event
+    assert (about["snapshot_id"], about["event_id"], about["frame_seq"]) == (event.snapshot_id, event.event_id,
+                                                                             str(event.frame_seq))
 
 
 def test_a_full_encoder_queue_drops_the_snapshot_without_blocking(tmp_path: Path) -> None:
@@ -154,7 +159,7 @@ def test_a_full_encoder_queue_drops_the_snapshot_without_blocking(tmp_path: Path
     config = AnalyticsConfig(lines=[LineConfig(name="door", a=(160, 0), b=(160, 240), in_side="right")])
     store = SnapshotStore(tmp_path / "s", {"cam": 5})
     publisher = Publisher()
-    worker = SnapshotWorker(store, {"cam": config.snapshots}, lambda c, j: gate.wait(10), queue_size=1)
+    worker = SnapshotWorker(store, {"cam": config.snapshots}, lambda c, j, p: gate.wait(10), queue_size=1)
     job = SnapshotJob("a" * 32, "cam", 1, 0.0, np.zeros((H, W, 3), np.uint8), "bgr", [], ["e" * 32], frozenset())
     offered = [worker.offer(job) for _ in range(5)]  # the worker holds one, the queue one; the rest are dropped
     assert offered[:1] == [True] and offered.count(False) >= 3

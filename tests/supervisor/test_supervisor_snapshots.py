@@ -32,7 +32,7 @@ def _save(store: SnapshotStore, jobs: list[SnapshotJob]) -> list[bytes]:
     """Encode and save through the real worker; returns what it published (the JPEG of each, in order)."""
     published: list[bytes] = []
     configs = {camera: SnapshotConfig(max_width=W) for camera in {j.camera_id for j in jobs}}
-    worker = SnapshotWorker(store, configs, lambda _c, jpeg: published.append(jpeg), queue_size=len(jobs))
+    worker = SnapshotWorker(store, configs, lambda _c, jpeg, _p: published.append(jpeg), queue_size=len(jobs))
     for job in jobs:
         assert worker.offer(job)
     worker.stop()
