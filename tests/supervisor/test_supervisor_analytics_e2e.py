@@ -8,7 +8,9 @@ OpenCV's vtest.avi (people walking), a real mosquitto that goes away for a while
   sidecar names that frame, its boxes are exactly the detections message of that frame's boxes (a snapshot drawn
   from another frame's detections fails this), the event's box is among them, and the decoded JPEG has the
   event colour on that box's edges;
-- the retained counts agree with the events received.
+- the retained counts agree with the events received;
+- the zone's `dwell_s` raises `dwell` events: each one's track entered that zone earlier in the stream and had
+  not left it, one per stay, and its `dwell_s` is at least the configured one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from support.schemas import validate_message
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"
 OUTAGE_S = 12.0
+DWELL_S = 2.0  # vtest's walkers take longer than that to cross the lower half of the picture
 
 pytestmark = [
     pytest.mark.slow,
@@ -60,7 +63,7 @@ cameras:
     analytics:
       classes: {{person: 0.3}}
       zones:
-        - {{name: floor, units: normalized, points: [[0, 0.55], [1, 0.55], [1, 1], [0, 1]]}}
+        - {{name: floor, units: normalized, points: [[0, 0.55], [1, 0.55], [1, 1], [0, 1]], dwell_s: {DWELL_S}}}
       lines:
         - {{name: right, a: [560, 220], b: [560, 420], in_side: right}}
       counts_interval_s: 5
@@ -102,6 +105,7 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
         broker.start()
         wait(lambda: any(m["capture_time_ms"] > outage_end_ms + 3000 for m in subscriber.of_type("event")), 180,
              "events after the outage")
+        wait(lambda: any(m["event"] == "dwell" for m in subscriber.of_type("event")), 120, "a dwell event")
         for event in subscriber.of_type("event"):  # while it runs: the health server serves the ring on disk
             if event["snapshot_id"] is not None:
                 snapshots[event["event_id"]] = _get(f"http://127.0.0.1:{port}/events/{event['event_id']}.jpg")
@@ -121,7 +125,21 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
     assert any(outage_start_ms + 1000 < e["capture_time_ms"] < outage_end_ms - 1000 for e in events), \
         "no event raised during the outage was delivered"
     types = Counter(e["event"] for e in events)
-    assert types["enter"] > 0 and types["exit"] > 0, types
+    assert types["enter"] > 0 and types["exit"] > 0 and types["dwell"] > 0, types
+    inside: dict[int, dict] = {}  # track -> its floor enter, while it has not exited
+    for event in events:  # in seq order (checked above)
+        if event["event"] == "enter":
+            inside[event["track_id"]] = event
+        elif event["event"] == "exit":
+            inside.pop(event["track_id"], None)
+        elif event["event"] == "dwell":
+            entered = inside.pop(event["track_id"], None)  # one dwell per stay
+            assert entered is not None, \
+                f"dwell {event['seq']}: track {event['track_id']} not inside (never entered, left, or dwelt already)"
+            assert event["zone"] == entered["zone"] == "floor" and event["box"] is not None
+            assert event["dwell_s"] >= DWELL_S
+            stayed_s = (event["capture_time_ms"] - entered["capture_time_ms"]) / 1000
+            assert abs(stayed_s - event["dwell_s"]) < 0.01, (stayed_s, event["dwell_s"])
 
     detections = {m["seq"]: m for m in subscriber.of_type("detections")}
     for message in detections.values():
