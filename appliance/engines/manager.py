@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -18,8 +16,12 @@ from appliance.engines.builders import BuilderName, EngineBuilder, select_builde
 from appliance.engines.acceptance import calibration_frames, gate_frames, verdict
 from appliance.engines.builders.base import BuilderUnavailable, BuildError, check_io
 from appliance.engines.calibration import CalibrationError, files_digest
-from appliance.durable import sha256_file, write_file_durably
-from appliance.engines.cache import CacheEntry, EngineCache
+from appliance.durable import sha256_file
+from appliance.engines.cache import EngineCache
+from appliance.engines.failures import (
+    EngineBuildError, FailureRecords, FramesMissing, GateRefused, VerificationFailed,
+)
+from appliance.engines.installed import TIMED_RUNS, InstalledEngine, batch_of, installed_from, time_engine
 from appliance.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
 from appliance.engines.ingraph import plan_wrap, prepare, wrap_built
 from appliance.modelrepo.wrap import Unwrappable
@@ -30,107 +32,6 @@ from appliance.engines.progress import ProgressCallback, ProgressReporter
 from appliance.sdnotify import Notifier
 
 log = logging.getLogger("appliance.engines")
-
-
-class EngineBuildError(RuntimeError):
-    """Building ``model`` failed in ``phase``; nothing was installed for it."""
-
-    def __init__(self, model: str, phase: str, message: str) -> None:
-        super().__init__(f"{model}: {phase} failed: {message}")
-        self.model = model
-        self.phase = phase
-        self.reason = message
-
-
-class GateRefused(EngineBuildError):
-    """The detection gate refused a reduced-precision engine; ``report`` has the numbers. The manager then builds
-    the profile's fallback precision."""
-
-    def __init__(self, model: str, report: dict[str, Any], report_path: Path) -> None:
-        super().__init__(model, "verify", f"{report['summary']} (full report: {report_path})")
-        self.report = report
-        self.report_path = report_path
-
-
-class VerificationFailed(EngineBuildError):
-    """The engine's outputs differ from ONNX Runtime's beyond the profile's tolerance; ``report`` says how much."""
-
-    def __init__(self, model: str, report: dict[str, Any], report_path: Path) -> None:
-        super().__init__(model, "verify", f"{report['summary']} (full report: {report_path})")
-        self.report = report
-        self.report_path = report_path
-
-
-@dataclass(frozen=True)
-class InstalledEngine:
-    """A verified engine in the cache: what the model-repository materializer needs."""
-
-    model: str
-    key: str
-    builder: str
-    triton_kind: str  # 'tensorrt_plan' or 'onnxruntime'
-    precision: str
-    engine_path: Path
-    manifest_path: Path
-    onnx_path: Path
-    cache_hit: bool
-    build_seconds: float | None
-    verification: str
-    inputs: list[dict[str, Any]] = field(default_factory=list)
-    outputs: list[dict[str, Any]] = field(default_factory=list)
-    max_batch: int = 1
-    frame_ms: float | None = None  # the engine's median time per frame, timed after verification at the build
-    refused: str | None = None  # the detection gate's refusal of the profile's precision, when this is the fallback
-    in_graph: bool = False  # the engine takes the letterboxed uint8 frame and answers final boxes (issue 21)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for name in ("engine_path", "manifest_path", "onnx_path"):
-            out[name] = str(out[name])
-        return out
-
-
-def _installed(entry: CacheEntry, onnx_path: Path, cache_hit: bool) -> InstalledEngine:
-    m = entry.manifest
-    return InstalledEngine(
-        model=entry.model,
-        key=entry.key,
-        builder=m["fingerprint"]["builder"],
-        triton_kind=m["triton_kind"],
-        precision=m["precision"],
-        engine_path=entry.engine_path,
-        manifest_path=entry.directory / "manifest.json",
-        onnx_path=onnx_path,
-        cache_hit=cache_hit,
-        build_seconds=m.get("build_seconds"),
-        verification=m["verification"]["summary"],
-        inputs=m["io"]["inputs"],
-        outputs=m["io"]["outputs"],
-        max_batch=m["profile"]["batch"]["max"],
-        frame_ms=(m.get("timing") or {}).get("frame_ms"),
-        in_graph=bool((m.get("build") or {}).get("in_graph", {}).get("applied")),
-    )
-
-
-TIMED_RUNS = 5
-
-
-def time_engine(run: Callable[[Any], Any], feeds: dict[str, Any], batch: int, runs: int = TIMED_RUNS) -> dict[str, Any]:
-    """The engine's median time on ``feeds`` (one untimed warm-up run first), per run and per frame of the batch:
-    what the detector layout weighs against the cameras' frame rate (appliance.modelrepo.layout)."""
-    run(feeds)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run(feeds)
-        times.append((time.perf_counter() - start) * 1000)
-    median = sorted(times)[len(times) // 2]
-    return {"batch": batch, "runs": runs, "run_ms": round(median, 3), "frame_ms": round(median / batch, 3)}
-
-
-def _batch_of(feeds: dict[str, Any]) -> int:
-    first = next(iter(feeds.values()))
-    return int(first.shape[0]) if getattr(first, "ndim", 0) else 1
 
 
 class EngineManager:
@@ -148,6 +49,7 @@ class EngineManager:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = EngineCache(Path(state_dir))
+        self.failures = FailureRecords(self.cache.root)
         self.models_root = Path(models_root)
         self.builder = builder
         self.device = device or DeviceProbe()
@@ -179,9 +81,10 @@ class EngineManager:
 
     def ensure(self, profile: EngineProfile, force: bool = False,
                model_profile: ModelProfile | None = None) -> InstalledEngine:
-        """The cached or newly built engine for ``profile``; when the detection gate refuses its precision, the
-        profile's fallback precision instead (``refused`` says why). ``model_profile``: the pre/post profile the
-        gate and calibration use (default: ``calibration.model_profile`` or repository/profiles/<model>)."""
+        """The cached or newly built engine for ``profile``; when the detection gate refuses its precision, or its
+        calibration or gate frames are missing here, the profile's fallback precision (else fp32) instead
+        (``refused`` says why). ``model_profile``: the pre/post profile the gate and calibration use (default:
+        ``calibration.model_profile`` or repository/profiles/<model>)."""
         try:
             return self._ensure(profile, force, model_profile)
         except GateRefused as refused:
@@ -193,6 +96,30 @@ class EngineManager:
             self.reporter.report(profile.model, "build", 10, f"refused: {refused.reason}; building {target} instead")
             installed = self._ensure(fallback, force, model_profile)
             return dataclasses.replace(installed, refused=refused.reason)
+        except FramesMissing as missing:
+            return self._without_frames(profile, missing, force, model_profile)
+
+    def _without_frames(self, profile: EngineProfile, missing: FramesMissing, force: bool,
+                        model_profile: ModelProfile | None) -> InstalledEngine:
+        """The profile's fallback precision, else fp32, when ``missing.precision``'s frames are not on this device
+        (a Jetson image without the shipped sample video): serving at a higher precision beats not serving."""
+        reason = f"{missing.precision} needs frames this device lacks: {missing.reason}"
+        for candidate in (self.builder.fallback(profile), profile.as_fp32()):
+            target = None if candidate is None else self.builder.precision(candidate)
+            if candidate is None or target == missing.precision:
+                continue
+            log.warning("%s: %s; building %s instead (put the file in place, or set the profile's precision, "
+                        "to build %s at the next start)", profile.model, reason, target, missing.precision)
+            self.reporter.report(profile.model, "build", 10, f"{reason}; building {target} instead")
+            try:
+                installed = self._ensure(candidate, force, model_profile)
+            except (FramesMissing, GateRefused) as again:  # the fallback's own gate frames are missing, or refuse
+                reason = f"{reason}; {target}: {again.reason}"
+                continue
+            self.failures.save_missing_frames(profile.model, missing.precision, reason, installed.precision,
+                                              self._clock())
+            return dataclasses.replace(installed, refused=reason)
+        raise missing
 
     def _ensure(self, profile: EngineProfile, force: bool, model_profile: ModelProfile | None) -> InstalledEngine:
         model, report = profile.model, self.reporter.report
@@ -203,22 +130,27 @@ class EngineManager:
         try:
             fp = self.fingerprint(profile, onnx_path, model_profile)
         except CalibrationError as exc:
+            precision = self.builder.precision(profile)
             report(model, "failed", 100, f"fingerprint: {exc}")
+            if precision != "fp32":  # only reduced precisions read frames; the manager falls back
+                raise FramesMissing(model, precision, str(exc)) from exc
             raise EngineBuildError(model, "fingerprint", str(exc)) from exc
         entry, problem = self.cache.inspect(model, fp.key)
         if entry is not None and not force:
-            report(model, "cached", 100, f"engine {fp.key} ({entry.manifest['precision']}, {self.builder.name})")
-            return _installed(entry, onnx_path, cache_hit=True)
-        refusal = self._refusal(model, fp)
+            report(model, "cached", 100, f"engine {fp.key} ({entry.manifest['precision']}, {self.builder.name})",
+                   gate=entry.manifest["verification"].get("gate"))
+            return installed_from(entry, onnx_path, cache_hit=True)
+        refusal = self.failures.refusal(model, fp.key)
         if refusal is not None and not force:  # refused before with these very frames: do not rebuild to refuse again
-            raise GateRefused(model, refusal, self._failure_path(model, fp))
+            raise GateRefused(model, refusal, self.failures.path(model, fp.key))
         self._explain_miss(model, fp, problem, force)
 
         with self.cache.lock(model, fp.key, on_wait=lambda msg: report(model, "waiting", 1, msg)):
             entry, problem = self.cache.inspect(model, fp.key)
             if entry is not None and not force:  # built by the process we waited for
-                report(model, "cached", 100, f"engine {fp.key} built by another process")
-                return _installed(entry, onnx_path, cache_hit=True)
+                report(model, "cached", 100, f"engine {fp.key} built by another process",
+                       gate=entry.manifest["verification"].get("gate"))
+                return installed_from(entry, onnx_path, cache_hit=True)
             if problem or (force and entry is not None):
                 self.cache.discard(model, fp.key, problem or "rebuild forced")
             self.cache.clean_stale(model, fp.key)
@@ -304,17 +236,18 @@ class EngineManager:
                     gate = run_gate(runner.run, lambda feeds: dict(zip(plain_names, plain.run(plain_names, feeds))),
                                     held_out, processing, profile.gate, plain.get_inputs()[0].name, plain_names[0],
                                     candidate_in_graph=bool(sources.details["applied"]))
-                    report(model, phase, 88, gate.summary())
+                    report(model, phase, 88, gate.summary(), gate=gate.to_dict())
                 checked = verdict(precision, result, gate)
                 if checked["passed"]:
                     report(model, phase, 90, "timing the engine")
-                    timing = time_engine(runner.run, samples[0], batch=_batch_of(samples[0]))
+                    timing = time_engine(runner.run, samples[0], batch=batch_of(samples[0]))
             finally:
                 runner.close()
             if not checked["passed"]:
                 if gate is not None and not gate.passed:
-                    raise GateRefused(model, checked, self._save_failure(model, fp, {**checked, "kind": "gate"}))
-                raise VerificationFailed(model, checked, self._save_failure(model, fp, checked))
+                    raise GateRefused(model, checked, self.failures.save(model, fp.key, fp.fields,
+                                                                         {**checked, "kind": "gate"}))
+                raise VerificationFailed(model, checked, self.failures.save(model, fp.key, fp.fields, checked))
             phase = "install"
             report(model, phase, 95, checked["summary"])
             shutil.rmtree(sources_dir)
@@ -337,7 +270,7 @@ class EngineManager:
             }
             entry = self.cache.install(model, fp.key, build_dir, self.builder.engine_file, manifest)
         except GateRefused as exc:
-            report(model, "failed", 100, f"refused, not installed: {exc.report['summary']}")
+            report(model, "failed", 100, f"refused, not installed: {exc.report['summary']}", gate=exc.report.get("gate"))
             raise
         except VerificationFailed:
             report(model, "failed", 100, "verification failed; engine not installed")
@@ -351,27 +284,9 @@ class EngineManager:
         finally:
             if build_dir.exists():
                 shutil.rmtree(build_dir, ignore_errors=True)
-        report(model, "done", 100, f"engine {fp.key} installed in {self._monotonic() - start:.1f}s; {checked['summary']}")
-        return _installed(entry, onnx_path, cache_hit=False)
-
-    def _failure_path(self, model: str, fp: Fingerprint) -> Path:
-        return self.cache.root / ".failed" / f"{model}-{fp.key}.json"
-
-    def _refusal(self, model: str, fp: Fingerprint) -> dict[str, Any] | None:
-        """The gate's earlier refusal of exactly this key (same ONNX, profile, frames, device), if recorded."""
-        try:
-            record = json.loads(self._failure_path(model, fp).read_text())
-        except (OSError, ValueError):
-            return None
-        return record if isinstance(record, dict) and record.get("kind") == "gate" and "summary" in record else None
-
-    def _save_failure(self, model: str, fp: Fingerprint, report: dict[str, Any]) -> Path:
-        """Keep the failed verification's numbers where an operator can read them; the engine is discarded."""
-        path = self._failure_path(model, fp)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_file_durably(path, json.dumps({"fingerprint": dict(fp.fields), **report}, indent=2).encode())
-        log.error("%s: engine failed verification, not installed: %s", model, report["summary"])
-        return path
+        report(model, "done", 100, f"engine {fp.key} installed in {self._monotonic() - start:.1f}s; {checked['summary']}",
+               gate=checked.get("gate"))
+        return installed_from(entry, onnx_path, cache_hit=False)
 
 
 def _short(value: str | None, limit: int = 40) -> str:

@@ -137,6 +137,9 @@ class CalibrationProfile(StrictModel):
     device_frames: int = Field(
         0, ge=0, le=4096, description="frames the device's own cameras keep in <state>/calibration/<model>"
     )
+    device_spread_s: float = Field(
+        30.0, ge=0, le=86400, description="at least this long between two frames kept from one camera"
+    )
     max_frames: int = Field(64, ge=1, le=4096, description="at most this many frames are used")
 
 
@@ -191,6 +194,13 @@ class EngineProfile(StrictModel):
         located = self.model_copy()
         located._directory = Path(directory).absolute()
         return located
+
+    def as_fp32(self) -> "EngineProfile":
+        """A copy that builds fp32 on either builder (no calibration, no gate, no DLA): what is left when a reduced
+        precision cannot be built on this device."""
+        trt = self.tensorrt.model_copy(update={"precision": "fp32", "dla_core": None})
+        ort = self.onnxruntime.model_copy(update={"precision": "fp32"})
+        return self.model_copy(update={"tensorrt": trt, "onnxruntime": ort})
 
     def digest(self) -> str:
         """SHA-256 of the canonical JSON form: formatting and key order in the YAML do not matter."""

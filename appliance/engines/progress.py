@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from appliance.sdnotify import Notifier
 
@@ -31,6 +31,9 @@ class ProgressEvent:
     percent: float  # 0..100 for this model
     message: str
     elapsed_s: float
+    # The detection gate's numbers (GateReport.to_dict()) on the events that have them: the gate's own verify
+    # event, the refusal, and the done/cached event of an engine that passed one.
+    gate: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -65,9 +68,11 @@ class ProgressReporter:
         self._last_logged: tuple[str, str, float] | None = None
         self._last: ProgressEvent | None = None
 
-    def report(self, model: str, phase: str, percent: float, message: str = "") -> ProgressEvent:
+    def report(self, model: str, phase: str, percent: float, message: str = "",
+               gate: Mapping[str, Any] | None = None) -> ProgressEvent:
         percent = max(0.0, min(100.0, float(percent)))
-        event = ProgressEvent(model, phase, round(percent, 1), message, round(self._clock() - self._start, 1))
+        event = ProgressEvent(model, phase, round(percent, 1), message, round(self._clock() - self._start, 1),
+                              dict(gate) if gate is not None else None)
         with self._lock:
             self._last = event
             self._log(event)

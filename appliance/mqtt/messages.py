@@ -310,12 +310,21 @@ def ota_status_payload(device_id: str, status: Mapping[str, Any]) -> dict[str, A
 
 def engine_status_payload(device_id: str, event: Mapping[str, Any], now: float) -> dict[str, Any]:
     """The retained engines/status payload from ``ProgressEvent.to_dict()`` (a mapping, so mqtt needs nothing from
-    engines): model, phase, percent, message, elapsed_s."""
+    engines): model, phase, percent, message, elapsed_s, and ``gate`` (the detection gate's numbers) when the event
+    has them."""
     fields = {k: event[k] for k in ("model", "phase", "percent", "message", "elapsed_s")}
     payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "engine_status", "device_id": device_id,
                                **fields}
+    gate = event.get("gate")
+    if gate is not None:
+        payload["gate"] = {k: gate[k] for k in GATE_FIELDS}
     payload.update(time_fields(now))
     return payload
+
+
+# The detection gate's numbers on engines/status (appliance.engines.gate.GateReport; schema engine_status).
+GATE_FIELDS = ("passed", "recall", "precision", "mean_score_diff", "reference_detections", "candidate_detections",
+               "matched", "frames", "min_recall", "min_precision", "max_score_diff")
 
 
 def health_payload(device_id: str, now: float, uptime_s: float, stats: PublisherStats,

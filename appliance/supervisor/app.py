@@ -53,6 +53,7 @@ from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorplan import plan_detector, plan_warmup
 from appliance.supervisor.enginestatus import EngineStatusForwarder
 from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
+from appliance.supervisor.calibframes import start_calibration_feed
 from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.latecommand import LateHandler
 from appliance.supervisor.leftovers import reclaim_leftovers
@@ -295,9 +296,12 @@ class Appliance:
             self.analytics, self.snapshots = start_analytics(
                 self.config.cameras, route.class_names if route else (), self.publisher, self.metrics,
                 self.paths["state_dir"] / "snapshots")
+            assert self.engine is not None, "the engine is built first"
+            calibration = start_calibration_feed(self.paths["engines_dir"], self.engine.model, self.paths["state_dir"],
+                                                 len(self.config.cameras), self.engine.precision)
             self.frames = FramePath(self.server, self.router, self.publisher, self.recovery, self.metrics,
                                     request_timeout_s=pipeline.request_timeout_s, on_error=self._note_error,
-                                    analytics=self.analytics)
+                                    analytics=self.analytics, calibration=calibration)
         frames = self.frames
         assert self._max_inflight is not None, "the detector layout (or the config) sets it first"
         self.scheduler = Scheduler(frames.submit if frames else _not_serving,
@@ -420,6 +424,8 @@ class Appliance:
                             self.config.pipeline.drain_timeout_s)
         if self.snapshots is not None:  # what the drained frames queued, before the publisher closes
             self.snapshots.stop()
+        if self.frames is not None and self.frames.calibration is not None:
+            self.frames.calibration.stop()
         self._children.stop_all(lambda child: cast(CaptureChild, child).process.stop())
         if self._tegrastats is not None:
             self._tegrastats.stop()

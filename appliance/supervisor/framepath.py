@@ -10,7 +10,8 @@ recovery at once, so frames stop before the next tick's probe; latencies (captur
 capture to result) go to the metrics and the message. A camera with analytics
 (``appliance.supervisor.eventstage``) runs them on its result before the detections are published, so each
 detection carries its ``track_id``; with snapshots on, its frame's pixels are copied at submit (the lease is
-released before the result comes, ``appliance.supervisor.snapshots`` says why).
+released before the result comes, ``appliance.supervisor.snapshots`` says why). While the engine profile wants
+first-boot calibration frames, a frame now and then is copied for them (``appliance.supervisor.calibframes``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from appliance.health.rate import RecentRate
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.serving.probe import Fault, fault_from_error
 from appliance.serving.router import Route
+from appliance.supervisor.calibframes import CalibrationFeed
 from appliance.supervisor.eventstage import CameraAnalytics
 from appliance.supervisor.results import build_message
 from appliance.supervisor.scheduler import Lease
@@ -81,7 +83,8 @@ class FramePath:
     def __init__(self, server: InferenceServer, router: RouteHolder, publisher: DetectionSink,
                  recovery: FaultSink | None, metrics: FrameMetrics, *, request_timeout_s: float | None,
                  on_error: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
-                 analytics: Mapping[str, CameraAnalytics] | None = None) -> None:
+                 analytics: Mapping[str, CameraAnalytics] | None = None,
+                 calibration: CalibrationFeed | None = None) -> None:
         self._server = server
         self._router = router
         self._publisher = publisher
@@ -96,6 +99,7 @@ class FramePath:
         self._lock = threading.Lock()
         self.analytics: dict[str, CameraAnalytics] = dict(analytics or {})
         self._pixels: dict[tuple[str, int], np.ndarray] = {}  # frames copied for a snapshot, until their result
+        self.calibration = calibration  # first-boot INT8 calibration frames, while it wants more
 
     @property
     def completed(self) -> int:
@@ -111,6 +115,8 @@ class FramePath:
         stage = self.analytics.get(camera_id)
         if stage is not None and stage.wants_frames:
             self._pixels[(camera_id, meta.seq)] = np.array(lease.array, copy=True)
+        if self.calibration is not None and not self.calibration.done:
+            self.calibration.offer(camera_id, lease.array, meta.pixel_format, meta.t_mono)
         route = self._router.acquire()  # released in on_result, or here if the request never starts
         submitted = self._clock()
         try:
