@@ -6,7 +6,8 @@ camera retried every 30 s reaches attempt 1024, where ``2.0**1024`` overflows a 
 Everything here is pure: the random source is a constructor argument, so tests check schedules without sleeping.
 
 Config vocabulary (one for every ``backoff:`` section): ``initial_s``, ``max_s``, ``factor``, ``jitter``. The old
-MQTT name ``multiplier`` is still accepted, with a deprecation warning.
+MQTT name ``multiplier`` is still accepted, with a deprecation warning, and so are the model recovery's old flat
+keys ``initial_backoff_s`` / ``max_backoff_s`` (``lift_deprecated_keys``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,27 @@ from appliance.config.base import StrictModel
 log = logging.getLogger(__name__)
 
 DEPRECATED_KEYS = {"multiplier": "factor"}  # old key -> the one name now used in every backoff section
+
+
+def lift_deprecated_keys(data: Any, section: str, renames: dict[str, str]) -> Any:
+    """Move a section's old flat keys into its ``backoff:`` mapping (``renames``: old key -> backoff key), with a
+    deprecation warning each, as ``multiplier`` is handled; giving both the old and the new name is an error."""
+    if not isinstance(data, dict) or not any(old in data for old in renames):
+        return data
+    lifted = dict(data)
+    backoff = lifted.get("backoff", {})
+    if not isinstance(backoff, dict):
+        return data  # the backoff section's own validation says what is wrong with it
+    backoff = dict(backoff)
+    for old, new in renames.items():
+        if old not in lifted:
+            continue
+        if new in backoff:
+            raise ValueError(f"give backoff.{new} only; {old} is its deprecated name")
+        log.warning("config: %s key %r is deprecated; use %r (same meaning)", section, old, f"backoff.{new}")
+        backoff[new] = lifted.pop(old)
+    lifted["backoff"] = backoff
+    return lifted
 
 
 def capped_exponential(initial_s: float, max_s: float, factor: float, attempt: int) -> float:
@@ -88,16 +110,29 @@ class BackoffConfig(StrictModel):
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """How a supervised thing that keeps failing is retried: doubling from ``initial_backoff_s`` up to
-    ``max_backoff_s``; ``max_restarts`` within ``window_s`` is a crash loop (retried only every max_backoff_s)."""
+    """How a supervised thing that keeps failing is retried: growing by ``factor`` from ``initial_backoff_s`` up
+    to ``max_backoff_s``, spread by +/- ``jitter``; ``max_restarts`` within ``window_s`` is a crash loop (retried
+    only every max_backoff_s)."""
 
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 60.0
     max_restarts: int = 5
     window_s: float = 300.0
+    factor: float = 2.0
+    jitter: float = 0.0
 
-    def backoff(self, recent_restarts: int) -> float:
-        return capped_exponential(self.initial_backoff_s, self.max_backoff_s, 2.0, max(0, recent_restarts - 1))
+    @classmethod
+    def from_backoff(cls, backoff: BackoffConfig, *, max_restarts: int = 5, window_s: float = 300.0) -> "RestartPolicy":
+        """The policy a ``backoff:`` section describes."""
+        return cls(initial_backoff_s=backoff.initial_s, max_backoff_s=backoff.max_s, max_restarts=max_restarts,
+                   window_s=window_s, factor=backoff.factor, jitter=backoff.jitter)
+
+    def backoff(self, recent_restarts: int, rng: random.Random | None = None) -> float:
+        base = capped_exponential(self.initial_backoff_s, self.max_backoff_s, self.factor,
+                                  max(0, recent_restarts - 1))
+        if not self.jitter:
+            return base
+        return jittered(base, self.jitter, rng or random.Random())
 
 
 class Backoff:

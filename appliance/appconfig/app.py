@@ -7,16 +7,19 @@ checks that span sections live here, each raising with the key it is about.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import Field, model_validator
 
+from appliance.backoff import BackoffConfig, RestartPolicy, lift_deprecated_keys
 from appliance.capture.config import CameraConfig
 from appliance.config.base import ConfigFieldError, StrictModel
 from appliance.mqtt.config import MqttConfig
 from appliance.ota.config import OtaConfig
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+# pipeline.recovery's flat keys from before it had a backoff section like every other -> their backoff key
+DEPRECATED_RECOVERY_KEYS = {"initial_backoff_s": "initial_s", "max_backoff_s": "max_s"}
 
 
 class DeviceConfig(StrictModel):
@@ -57,22 +60,37 @@ class ModelConfig(StrictModel):
                     "queued while it was busy still share a batch, and a lone frame never waits)")
 
 
+class RecoveryBackoffConfig(BackoffConfig):
+    """Delays between reloads of a lost model; no jitter by default (one device, nothing to keep out of step)."""
+
+    order_message: ClassVar[str] = ("pipeline.recovery.backoff.max_s ({max_s}) must be >= "
+                                     "pipeline.recovery.backoff.initial_s ({initial_s})")
+
+    initial_s: float = Field(1.0, gt=0, le=600, description="delay before the second reload attempt; the first "
+                             "one is immediate (formerly `initial_backoff_s`)")
+    max_s: float = Field(60.0, gt=0, le=3600, description="longest delay between reload attempts, also the retry "
+                         "period in a crash loop (formerly `max_backoff_s`)")
+    jitter: float = Field(0.0, ge=0, le=1, description="relative random spread of each delay")
+
+
 class RecoveryConfig(StrictModel):
     """Reloading a served model that Triton lost (its stub process died, or it is no longer ready)."""
 
-    initial_backoff_s: float = Field(1.0, gt=0, le=600, description="delay before the second reload attempt; "
-                                                                     "the first one is immediate")
-    max_backoff_s: float = Field(60.0, gt=0, le=3600, description="longest delay between reload attempts")
+    backoff: RecoveryBackoffConfig = Field(default_factory=RecoveryBackoffConfig,
+                                           description="delays between reload attempts (initial_s, max_s, factor, "
+                                                       "jitter, as every backoff section)")
     max_failures: int = Field(5, ge=2, le=1000, description="this many failures (a model found broken, a reload "
                                                             "that did not fix it) within window_s: a crash loop")
     window_s: float = Field(300.0, gt=0, le=86400, description="how far back failures count")
 
-    @model_validator(mode="after")
-    def _backoff_order(self) -> RecoveryConfig:
-        if self.max_backoff_s < self.initial_backoff_s:
-            raise ValueError(f"max_backoff_s ({self.max_backoff_s}) must be >= initial_backoff_s "
-                             f"({self.initial_backoff_s})")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _old_flat_backoff_keys(cls, data: Any) -> Any:
+        return lift_deprecated_keys(data, "recovery", DEPRECATED_RECOVERY_KEYS)
+
+    def policy(self) -> RestartPolicy:
+        """The reload schedule this section describes."""
+        return RestartPolicy.from_backoff(self.backoff, max_restarts=self.max_failures, window_s=self.window_s)
 
 
 class PipelineConfig(StrictModel):

@@ -18,7 +18,7 @@ from appliance.appconfig.app import AppConfig
 from appliance.capture.check import check_cameras
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
-from appliance.engines.profile import load_profile as load_engine_profile
+from appliance.engines.profile import ProfileError, load_profile as load_engine_profile
 from appliance.models.profile import load_profile as load_model_profile
 from appliance.triton.locate import TritonNotFound, locate
 
@@ -71,6 +71,8 @@ def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
     else:
         try:
             onnx = load_engine_profile(engine_profile).onnx_path(dirs["models_dir"])
+        except ProfileError as exc:  # already FILE:LINE: key: message
+            add(("model", "name"), f"engine build profile {exc}")
         except Exception as exc:  # the profile's own loader names the field
             add(("model", "name"), f"engine build profile {engine_profile}: {exc}")
         else:

@@ -1,4 +1,5 @@
-"""Engine build profiles: one YAML per model in ``engines/<model>.yaml``.
+"""Engine build profiles: one YAML per model in ``engines/<model>.yaml``, read like every config file (errors
+are ``FILE:LINE: key: message``; YAML merge keys work).
 
 A profile says how to turn the model's ONNX into an engine for each builder (precision, batch range,
 workspace, DLA core, timing cache) and how to verify the result. Its canonical hash is part of the cache key,
@@ -10,18 +11,24 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Sequence
 
-import yaml
-from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from appliance.config import StrictModel
+from appliance.config.validate import validate_document
+from appliance.config.yamlsource import ConfigError, ConfigIssue, read_yaml
 
 Precision = Literal["fp32", "fp16", "int8"]
 
 
 class ProfileError(ValueError):
-    """A profile file is missing, unparsable or invalid; the message names the file and the field."""
+    """A profile file is missing, unparsable or invalid; the message names the file, line and field, one line per
+    problem (``issues``: the config toolkit's ConfigIssues; none for a problem with a whole folder)."""
+
+    def __init__(self, message: str, issues: Sequence[ConfigIssue] = ()) -> None:
+        super().__init__(message)
+        self.issues = list(issues)
 
 
 class BatchRange(StrictModel):
@@ -213,24 +220,14 @@ class EngineProfile(StrictModel):
 
 
 def load_profile(path: Path) -> EngineProfile:
-    """Read and validate one profile; errors name the file and the offending field."""
+    """Read and validate one profile with the config toolkit (merge keys, ``x-`` anchor keys, no duplicate keys);
+    every problem is ``FILE:LINE: key: message``, as for the appliance's own config."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read engine profile: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ProfileError(f"{path}: an engine profile must be a mapping, got {type(data).__name__}")
-    try:
-        profile = EngineProfile.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
-        )
-        raise ProfileError(f"{path}: invalid engine profile: {problems}") from exc
+        profile = validate_document(read_yaml(Path(path), environ={}), EngineProfile)
+    except ConfigError as exc:
+        raise ProfileError(str(exc), exc.issues) from None
     # Absolute now: the build may run from another cwd (systemd's is /).
-    return profile.located_in(path.parent)
+    return profile.located_in(Path(path).parent)
 
 
 def load_profiles(engines_dir: Path, models: list[str] | None = None) -> list[EngineProfile]:

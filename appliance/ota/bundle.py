@@ -1,6 +1,7 @@
 """Build and sign a bundle from a source directory (``appliance ota sign``).
 
-The source directory holds ``bundle.yaml`` and the files it names::
+The source directory holds ``bundle.yaml`` and the files it names (read like every config file: YAML merge keys
+work, and a problem is ``FILE:LINE: key: message``, in bundle.yaml or in the profile file it names)::
 
     model: yolov3-tiny
     version: "2024.05.1"
@@ -29,8 +30,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pydantic import ValidationError
 
+from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
 from appliance.durable import sha256_file
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest, parse_manifest
@@ -45,22 +47,33 @@ class BundleSourceError(OtaError):
 
 
 
-def _load_yaml(path: Path) -> Any:
+def _load_yaml(path: Path) -> YamlDocument:
+    """The config toolkit's reader: merge keys, no duplicate keys, every problem ``FILE:LINE: key: message``."""
     try:
-        return yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise BundleSourceError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise BundleSourceError(f"{path}: not valid YAML: {exc}") from None
+        return read_yaml(path, environ={})
+    except ConfigError as exc:
+        raise BundleSourceError(str(exc)) from None
 
 
-def _section(src: Path, spec: dict[str, Any], key: str) -> Any:
+def _section(src: Path, spec: dict[str, Any], key: str, docs: dict[str, YamlDocument]) -> Any:
+    """A profile given inline or as a file name (that file's document is kept in ``docs`` for error lines)."""
     value = spec.get(key)
     if isinstance(value, str):
-        return _load_yaml(src / value)
+        docs[key] = _load_yaml(src / value)
+        return docs[key].data
     if value is None:
         raise BundleSourceError(f"{src / SOURCE_FILE}: '{key}' is required (a file name or a mapping)")
     return value
+
+
+def _invalid(exc: ValidationError, bundle: YamlDocument, docs: dict[str, YamlDocument]) -> BundleSourceError:
+    """Each validation problem at its line: in bundle.yaml, or in the profile file a section was read from."""
+    issues = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        doc, inner = (docs[str(loc[0])], loc[1:]) if loc and str(loc[0]) in docs else (bundle, loc)
+        issues.append(str(ConfigIssue(doc.source, doc.line_of(inner), loc, error["msg"].removeprefix("Value error, "))))
+    return BundleSourceError("\n".join(issues))
 
 
 def _folder_files(src: Path, folder: Any) -> list[str]:
@@ -78,12 +91,14 @@ def _folder_files(src: Path, folder: Any) -> list[str]:
 def manifest_from_source(src: Path) -> Manifest:
     """Read ``bundle.yaml``, hash the files it names and return the (unsigned) manifest."""
     src = Path(src)
-    spec = _load_yaml(src / SOURCE_FILE)
+    bundle = _load_yaml(src / SOURCE_FILE)
+    spec = bundle.data
+    docs: dict[str, YamlDocument] = {}
     if not isinstance(spec, dict):
         raise BundleSourceError(f"{src / SOURCE_FILE}: must be a mapping")
     data = dict(spec)
-    data["model_profile"] = _section(src, spec, "model_profile")
-    data["engine_profile"] = _section(src, spec, "engine_profile")
+    data["model_profile"] = _section(src, spec, "model_profile", docs)
+    data["engine_profile"] = _section(src, spec, "engine_profile", docs)
     onnx = data.setdefault("onnx", "model.onnx")
     names = [onnx, *[g["file"] for g in data.get("golden") or [] if isinstance(g, dict) and "file" in g]]
     engine_golden = (data["engine_profile"].get("verify") or {}).get("golden")  # engine inputs (.npz), if any
@@ -99,6 +114,10 @@ def manifest_from_source(src: Path) -> Manifest:
     if "files" in data:
         raise BundleSourceError(f"{src / SOURCE_FILE}: 'files' is computed; do not write it")
     data["files"] = files
+    try:
+        Manifest.model_validate(data)  # here first, for the lines; parse_manifest is what the device runs
+    except ValidationError as exc:
+        raise _invalid(exc, bundle, docs) from None
     try:
         return parse_manifest(json.dumps(data).encode())
     except OtaRejected as exc:

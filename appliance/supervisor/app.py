@@ -264,13 +264,12 @@ class Appliance:
         """Model failures of whatever the router serves now (an OTA switch changes it) are found by the tick
         and reloaded with backoff."""
         assert self.server and self.router and self._switcher, "Triton and the OTA manager start first"
-        policy = self.config.pipeline.recovery
+        recovery = self.config.pipeline.recovery
         self._probe = ModelProbe(self.server)
         self.recovery = PipelineRecovery(
             TritonReloader(self.server, self._probe, self.router.current, self._switcher.model_control,
                            warm=self._switcher.warm),
-            RestartPolicy(initial_backoff_s=policy.initial_backoff_s, max_backoff_s=policy.max_backoff_s,
-                          max_restarts=policy.max_failures, window_s=policy.window_s),
+            recovery.policy(),
             clock=self._clock, metrics=self.metrics)
 
     def _on_ota_status(self, status: OtaStatus) -> None:

@@ -59,3 +59,13 @@ def test_what_the_loader_cannot_take_is_file_line_message_without_a_traceback(tm
     assert result.returncode == 1, result.stderr  # check-config's documented code for "problems found"
     assert f"{path}:12: cameras.1.<<: a merge key (<<) takes a mapping" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_old_recovery_backoff_keys_are_a_warning_in_check_config(tmp_path: Path) -> None:
+    path = tmp_path / "appliance.yaml"
+    path.write_text(MULTI_CAMERA % "factor" + "pipeline:\n  recovery: {initial_backoff_s: 0.5, max_backoff_s: 5}\n")
+    result = _check(path)
+    assert result.returncode == 0, result.stderr
+    assert "recovery key 'initial_backoff_s' is deprecated; use 'backoff.initial_s'" in result.stderr
+    assert "recovery key 'max_backoff_s' is deprecated; use 'backoff.max_s'" in result.stderr
+    assert "WARNING" in result.stderr and "OK" in result.stdout

@@ -134,7 +134,7 @@ def _check_detection(message: dict) -> None:
 
 
 def test_a_killed_stub_is_reloaded_and_detections_resume(tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
-    daemon = Daemon(tmp_path, broker, shm_root, "{initial_backoff_s: 0.5, max_backoff_s: 5}")
+    daemon = Daemon(tmp_path, broker, shm_root, "{backoff: {initial_s: 0.5, max_s: 5}}")
     try:
         assert daemon.notify.wait_for("READY=1", 240), daemon.log()[-3000:]
         daemon.wait("detections", lambda: len(daemon.detections()) >= 3, 120)
@@ -167,7 +167,7 @@ def test_a_killed_stub_is_reloaded_and_detections_resume(tmp_path: Path, broker:
 def test_a_model_that_cannot_come_back_is_reported_as_a_crash_loop_with_backoff(
         tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
     daemon = Daemon(tmp_path, broker, shm_root,
-                    "{initial_backoff_s: 0.5, max_backoff_s: 2, max_failures: 3, window_s: 600}", stall_s=2)
+                    "{backoff: {initial_s: 0.5, max_s: 2}, max_failures: 3, window_s: 600}", stall_s=2)
     try:
         assert daemon.notify.wait_for("READY=1", 240), daemon.log()[-3000:]
         daemon.wait("detections", lambda: len(daemon.detections()) >= 2, 120)
@@ -192,7 +192,7 @@ def test_a_model_that_cannot_come_back_is_reported_as_a_crash_loop_with_backoff(
             m for m in daemon.subscriber.of_type("health") if m["system"].get("pipeline_state") == "crash_loop"], 60)
         assert "detector" in reported[0]["system"]["pipeline_error"]
 
-        # Retried with backoff: 0.5 s after the first failed reload, then every max_backoff_s (2 s), no faster.
+        # Retried with backoff: 0.5 s after the first failed reload, then every backoff.max_s (2 s), no faster.
         daemon.wait("five reload attempts", lambda: "reloading detector (attempt 5)" in daemon.log(), 120)
         delays = [float(d) for d in re.findall(r"reloading detector failed \(attempt \d+.*?next reload in ([\d.]+) s",
                                                daemon.log())]

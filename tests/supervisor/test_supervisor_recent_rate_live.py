@@ -1,0 +1,125 @@
+"""The inference rate that STATUS=, /healthz and `appliance status` report is RECENT (the last 10 s), not an
+average since start: `appliance run` as a real process with the real detector and a real broker; its one camera
+plays 15 s of real images once (``loop: false``) and then waits 60 s before it plays them again (its reconnect
+backoff). Within 15 s of the camera's end the recent rate must read 0 everywhere while the rate since start,
+computed from the same run's frame count and uptime, stays above 0. An average since start would never fall to 0
+here, so this fails if the recent rate is replaced by one."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.daemon import IMAGES, IMAGES_IN_ORDER, RunningDaemon, Subscriber
+from support.mosquitto import Mosquitto
+
+from appliance.commands.status import fetch_health
+from appliance.mqtt.localbroker import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+COPIES = 20  # 3 images x 20 = 60 frames: 15 s at 4 fps
+RESUME_S = 60.0  # the camera's backoff after its end: the quiet period the checks below must fit in
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
+    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+]
+
+
+def _camera_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "camera"
+    folder.mkdir()
+    for copy in range(COPIES):
+        for index, (name, _) in enumerate(IMAGES_IN_ORDER):
+            shutil.copy(IMAGES / name, folder / f"{copy:02d}-{index}-{name}")
+    return folder
+
+
+def _config(tmp_path: Path, broker: Mosquitto, shm_root: Path, device: str, port: int) -> Path:
+    path = tmp_path / "appliance.yaml"
+    path.write_text(f"""
+device: {{id: {device}}}
+paths:
+  state_dir: {tmp_path / 'state'}
+  shm_root: {shm_root}
+cameras:
+  - id: line1
+    source: {{type: images, path: {_camera_dir(tmp_path)}, loop: false, realtime: true}}
+    width: 640
+    height: 480
+    resize: true
+    fps: 4
+    backoff: {{initial_s: {RESUME_S:g}, max_s: {RESUME_S:g}, jitter: 0}}
+mqtt:
+  host: 127.0.0.1
+  port: {broker.port}
+health:
+  port: {port}
+""")
+    return path
+
+
+def _last_status(daemon: RunningDaemon) -> str:
+    return [f for f in daemon.notify.fields() if f.startswith("STATUS=")][-1]
+
+
+def test_the_reported_rate_falls_to_0_within_15_s_of_the_camera_stopping_while_the_average_stays_up(
+        tmp_path: Path, shm_root: Path) -> None:
+    broker = Mosquitto(tmp_path / "broker").start()
+    device = f"rate{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    subscriber = Subscriber(broker.port, f"appliance/{device}/#")
+    daemon = RunningDaemon(tmp_path, _config(tmp_path, broker, shm_root, device, port), REPO)
+
+    def summary() -> dict[str, Any]:
+        return fetch_health(url)
+
+    try:
+        assert daemon.notify.wait_for("READY=1", 240), daemon.tail()
+        # Streaming: the recent rate is up (the camera may have played part of its 15 s before the pipeline was
+        # ready, or all of it: then this is its second play, 60 s later).
+        daemon.wait(lambda: summary()["inference"]["per_s"] > 0, 150, "a recent rate above 0")
+        daemon.wait(lambda: re.search(r", [1-9]\d*\.\d inferences/s", _last_status(daemon)), 30,
+                    "STATUS= with a rate above 0")
+        assert subscriber.of_type("detections"), "frames were inferred and published"
+
+        daemon.wait(lambda: summary()["cameras"]["line1"]["state"] != "streaming", 60, "the camera to end")
+        ended = time.monotonic()
+        daemon.wait(lambda: summary()["inference"]["per_s"] == 0, 15, "the recent rate to fall to 0 in 15 s")
+        fell_after_s = time.monotonic() - ended
+        daemon.wait(lambda: ", 0.0 inferences/s," in _last_status(daemon), 5, "STATUS= to say 0.0 inferences/s")
+
+        result = subprocess.run([sys.executable, "-m", "appliance", "status", "--url", url, "--json"],
+                                capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert result.returncode == 0, (result.stdout, result.stderr)
+        reported = json.loads(result.stdout)
+        text = subprocess.run([sys.executable, "-m", "appliance", "status", "--url", url],
+                              capture_output=True, text=True, timeout=60, cwd=REPO).stdout
+        assert time.monotonic() - ended < RESUME_S - 5, "the checks ran inside the camera's quiet period"
+        inference = reported["inference"]
+        assert inference["per_s"] == 0, inference
+        assert inference["inferred"] >= len(subscriber.of_type("detections")) > 0
+        # the average since start: the same run's frames over its uptime, independent of the recent window
+        assert inference["per_s_since_start"] == pytest.approx(inference["inferred"] / reported["uptime_s"],
+                                                               rel=0.05, abs=0.01)
+        assert inference["per_s_since_start"] > 0, inference
+        row = next(line for line in text.splitlines() if line.startswith("  inference "))
+        shown = re.search(r"0\.0/s over the last 10 s \((\d+\.\d)/s since start\)", row)
+        assert shown is not None and float(shown.group(1)) > 0, row
+        print(f"\nrecent rate 0 {fell_after_s:.1f} s after the camera ended; since start "
+              f"{inference['per_s_since_start']}/s; {_last_status(daemon)}")
+        assert daemon.terminate() == 0, daemon.tail()
+    finally:
+        daemon.close()
+        subscriber.close()
+        broker.stop()
