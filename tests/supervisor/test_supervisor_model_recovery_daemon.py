@@ -66,6 +66,8 @@ cameras:
     height: 480
     resize: true
     fps: 4
+model:
+  detector_instances: 1  # the test counts the detector's stubs; the automatic layout picks 2 on a slow host
 mqtt:
   host: 127.0.0.1
   port: {broker.port}
