@@ -13,7 +13,7 @@ PACKAGE = REPO / "appliance"
 
 # Lowest first. Within a floor, packages do not import each other.
 FLOORS: list[set[str]] = [
-    {"config", "logs", "procs", "sdnotify", "durable", "paths", "__init__"},   # the toolkit
+    {"config", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "__init__"},  # the toolkit
     {"backoff", "analytics", "models", "triton"},                                # pure libraries, the C API
     {"processing", "capture", "mqtt"},                                           # frames in, messages out
     {"health", "modelrepo", "sparkplug"},                                      # sparkplug: a second MQTT face
