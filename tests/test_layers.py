@@ -1,6 +1,7 @@
 """The packages of ``appliance`` stand in floors, and every import points down (README, "Layout"): a package imports
 only packages on lower floors. A new package must be given its floor here; an import that runs back up fails.
-Read from the source with ``ast`` (every import, including those inside functions and under TYPE_CHECKING)."""
+Read from the source with ``ast`` (every import, including those inside functions and under TYPE_CHECKING; a relative
+import is resolved against its file's package)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ PACKAGE = REPO / "appliance"
 
 # Lowest first. Within a floor, packages do not import each other.
 FLOORS: list[set[str]] = [
-    {"config", "logs", "procs", "sdnotify", "durable", "paths", "__init__"},   # the toolkit
+    {"config", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "__init__"},  # the toolkit
     {"backoff", "analytics", "models", "triton"},                                # pure libraries, the C API
     {"processing", "capture", "mqtt"},                                           # frames in, messages out
     {"health", "modelrepo", "sparkplug"},                                      # sparkplug: a second MQTT face
@@ -33,23 +34,59 @@ def _package(path: Path) -> str:
     return parts[0].removesuffix(".py")
 
 
+def imported_modules(path: Path, node: ast.stmt) -> list[str]:
+    """The absolute module names an import statement in ``path`` (a file under appliance/) reads; a relative
+    import is resolved against the file's package, so ``from ..mqtt import x`` counts like ``appliance.mqtt``."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        package = ["appliance", *path.relative_to(PACKAGE).parent.parts]  # __init__.py's package is its folder
+        if node.level > len(package):
+            raise ValueError(f"{path}:{node.lineno}: relative import climbs above appliance")
+        base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+    if base == "appliance" or node.module is None:  # `from appliance import x` / `from .. import x`: x is a module
+        return [f"{base}.{alias.name}" for alias in node.names]
+    return [base]
+
+
 def imports() -> list[tuple[str, str, str]]:
     """(importing package, imported package, where) for every import of another appliance package."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         source = _package(path)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module] if node.module != "appliance" else [f"appliance.{a.name}" for a in node.names]
-            else:
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
-            for name in names:
+            for name in imported_modules(path, node):
                 parts = name.split(".")
                 if parts[0] == "appliance" and len(parts) > 1 and parts[1] != source:
                     found.append((source, parts[1], f"{path.relative_to(REPO)}:{node.lineno}"))
     return found
+
+
+def _resolved(file: str, statement: str) -> list[str]:
+    node = ast.parse(statement).body[0]
+    return imported_modules(PACKAGE / file, node)
+
+
+def test_relative_imports_are_resolved_against_the_files_package() -> None:
+    assert _resolved("supervisor/app.py", "from ..mqtt import publisher") == ["appliance.mqtt"]
+    assert _resolved("supervisor/app.py", "from ..mqtt.spool import Spool") == ["appliance.mqtt.spool"]
+    assert _resolved("supervisor/app.py", "from .. import mqtt, ota") == ["appliance.mqtt", "appliance.ota"]
+    assert _resolved("supervisor/app.py", "from . import cameras") == ["appliance.supervisor.cameras"]
+    assert _resolved("supervisor/__init__.py", "from .cameras import Cameras") == ["appliance.supervisor.cameras"]
+    assert _resolved("modelrepo/stages/common.py", "from ...config import base") == ["appliance.config"]
+    assert _resolved("paths.py", "from .config import base") == ["appliance.config"]
+    assert _resolved("ota/manager.py", "from appliance import serving") == ["appliance.serving"]
+    assert _resolved("ota/manager.py", "import appliance.serving.router") == ["appliance.serving.router"]
+    # And an upward relative import is caught like an absolute one.
+    names = _resolved("config/base.py", "from .. import supervisor")
+    edges = [("config", name.split(".")[1], "x.py:1") for name in names]
+    assert upward(edges) == ["x.py:1: config (floor 0) imports supervisor (floor 8)"]
 
 
 def test_every_package_has_a_floor() -> None:

@@ -31,30 +31,29 @@ the CPU a Jetson's ARM cores would spend on them.
 with analytics on every camera (tracking, a zone with a dwell time, a line, snapshots on; ANALYTICS below). It
 adds ``e2e_analytics_vs_e2e=<ratio>`` and, last, ``e2e_analytics_vs_detector_alone=<ratio>`` after the lines
 above, which keep their order. An option, not always on, so the default run keeps its length and its last line.
+
+The detector alone and the naive design live in ``_e2e_baselines``, the subscriber that times every alternative's
+messages in ``_e2e_subscriber``; this module runs the appliance and prints the table and ratios.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from appliance.bench._broker import start_local_broker
-from appliance.paths import engines_dir, models_dir, profiles_dir
+from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, video_frames
+from appliance.bench._e2e_subscriber import Received, subscriber, topic_counter
+from appliance.exitcodes import ExitCode
+from appliance.paths import engines_dir, models_dir
 from appliance.triton.server import Server
-
-PROFILE = profiles_dir() / "yolov3-tiny.yaml"
 
 # Each camera's analytics in the --analytics run (normalized, so independent of the frame size): every class,
 # a zone over most of the frame (the sample video's objects, whose bottom centres sit at 0.6..0.9 of its height,
@@ -69,183 +68,6 @@ ANALYTICS = """
         - {name: sill, units: normalized, a: [0.0, 0.8], b: [1.0, 0.8], in_side: right}
       snapshots: {enabled: true}
 """
-
-
-@dataclass
-class Received:
-    """What a subscriber saw: arrival count, capture→arrival latencies (ms) and the appliance's own
-    capture→submit time from each payload (``latency_ms.queue``) where it has one."""
-
-    latencies_ms: list[float] = field(default_factory=list)
-    to_submit_ms: list[float] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, capture_ms: int, to_submit_ms: float | None = None) -> None:
-        with self.lock:
-            self.latencies_ms.append(time.time() * 1000 - capture_ms)
-            if to_submit_ms is not None:
-                self.to_submit_ms.append(to_submit_ms)
-
-    def count(self) -> int:
-        with self.lock:
-            return len(self.latencies_ms)
-
-    def since(self, start: int) -> list[float]:
-        with self.lock:
-            return self.latencies_ms[start:]
-
-
-def _subscriber(port: int, topic: str, into: Received):
-    import paho.mqtt.client as paho
-
-    def on_message(_client, _userdata, msg) -> None:
-        payload = json.loads(msg.payload)
-        into.add(int(payload["capture_time_ms"]), payload.get("latency_ms", {}).get("queue"))
-
-    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"bench-sub-{os.getpid()}-{topic.count('/')}")
-    client.on_message = on_message
-    client.connect("127.0.0.1", port)
-    client.subscribe(topic, qos=1)
-    client.loop_start()
-    return client
-
-
-def _topic_counter(port: int, topics: tuple[str, ...], into: dict[str, int]):
-    """Counts messages per last topic level (``events``, ``snapshot``) into ``into``, from ``into``'s keys."""
-    import paho.mqtt.client as paho
-
-    lock = threading.Lock()
-
-    def on_message(_client, _userdata, msg) -> None:
-        if msg.retain:  # a retained snapshot from before this window is no new one
-            return
-        leaf = msg.topic.rsplit("/", 1)[-1]
-        with lock:
-            into[leaf] = into.get(leaf, 0) + 1
-
-    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"bench-count-{os.getpid()}")
-    client.on_message = on_message
-    client.connect("127.0.0.1", port)
-    for topic in topics:
-        client.subscribe(topic, qos=1)
-    client.loop_start()
-    return client
-
-
-def _video_frames(video: Path, every: int = 1) -> list[np.ndarray]:
-    import cv2
-
-    cap = cv2.VideoCapture(str(video))
-    frames, i = [], 0
-    while True:
-        ok, frame = cap.read()
-        if not ok:
-            break
-        if i % every == 0:
-            frames.append(frame)
-        i += 1
-    cap.release()
-    if not frames:
-        raise SystemExit(f"error: no frames could be read from {video}")
-    return frames
-
-
-def _session(onnx: Path):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()  # the appliance's detector setting (appliance.modelrepo: ort_spinning off)
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(onnx), opts, providers=["CPUExecutionProvider"])
-
-
-def bench_detector(onnx: Path, tensors: list[np.ndarray], seconds: float, pace_fps: float | None = None
-                   ) -> tuple[float, float]:
-    """Frames/s and p50 ms of ONNX Runtime alone on preprocessed tensors; ``pace_fps`` sleeps between frames."""
-    session = _session(onnx)
-    name = session.get_inputs()[0].name
-    session.run(None, {name: tensors[0][None]})
-    times: list[float] = []
-    end = time.perf_counter() + seconds
-    i = 0
-    while time.perf_counter() < end:
-        t = time.perf_counter()
-        session.run(None, {name: tensors[i % len(tensors)][None]})
-        times.append(time.perf_counter() - t)
-        i += 1
-        if pace_fps:
-            time.sleep(max(0.0, 1.0 / pace_fps - times[-1]))
-    return len(times) / sum(times), statistics.median(times) * 1000
-
-
-def bench_naive(repo, dist, video: Path, port: int, seconds: float, workdir: Path) -> tuple[float, list[float]]:
-    """The naive design's results/s and capture→subscriber latencies."""
-    import cv2
-    import paho.mqtt.client as paho
-    import tritonclient.http as httpclient
-
-    from appliance.bench.triton import BinaryServer
-    from appliance.models.profile import load_profile
-    from appliance.processing.pipeline import Postprocessor, Preprocessor
-
-    profile = load_profile(PROFILE)
-    pre, post = Preprocessor(profile), Postprocessor(profile)
-    binary = BinaryServer(dist.server_binary, dist.backend_dir, repo.path, workdir / "tritonserver.log",
-                          model=repo.detector)
-    received = Received()
-    sub = _subscriber(port, "bench/naive/#", received)
-    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="bench-naive")
-    client.connect("127.0.0.1", port)
-    client.loop_start()
-    try:
-        binary.wait_ready(timeout=180)
-        http = httpclient.InferenceServerClient(f"127.0.0.1:{binary.http}")
-        cap = cv2.VideoCapture(str(video))
-
-        def one(seq: int) -> None:
-            ok, frame = cap.read()
-            if not ok:  # loop the video like the cameras do
-                cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
-                ok, frame = cap.read()
-            captured_ms = int(time.time() * 1000)
-            tensor, letterbox = pre.frame(frame, "BGR")
-            inp = httpclient.InferInput("INPUT", [1, *tensor.shape], "FP32")
-            inp.set_data_from_numpy(tensor[None], binary_data=True)
-            raw = http.infer(repo.detector, [inp]).as_numpy("OUTPUT")
-            found = post(raw[0], letterbox)
-            payload = json.dumps({"seq": seq, "capture_time_ms": captured_ms, "detections": [
-                {"class_id": int(c), "score": float(s), "box": [float(v) for v in b]}
-                for b, s, c in zip(found.boxes, found.scores, found.class_ids)]})
-            client.publish("bench/naive/cam0/detections", payload, qos=1)
-
-        for seq in range(5):  # warm-up
-            one(seq)
-        time.sleep(0.5)
-        start_count = received.count()
-        start, seq = time.perf_counter(), 5
-        while time.perf_counter() - start < seconds:
-            one(seq)
-            seq += 1
-        elapsed = time.perf_counter() - start
-        sent = seq - 5
-        _wait_for(lambda: received.count() - start_count >= sent, 10)
-        http.close()
-        cap.release()
-        return sent / elapsed, received.since(start_count)
-    finally:
-        client.loop_stop()
-        client.disconnect()
-        sub.loop_stop()
-        sub.disconnect()
-        binary.close()
-
-
-def _wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 STAGES = ("preprocess", "detector", "postprocess")
@@ -314,9 +136,9 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
 health: {{enabled: false, tegrastats_interval_ms: null}}
 """)
     received = Received()
-    sub = _subscriber(port, "appliance/bench/+/detections", received)
+    sub = subscriber(port, "appliance/bench/+/detections", received)
     counted: dict[str, int] = {"events": 0, "snapshot": 0}
-    counter = (_topic_counter(port, ("appliance/bench/+/events", "appliance/bench/+/snapshot"), counted)
+    counter = (topic_counter(port, ("appliance/bench/+/events", "appliance/bench/+/snapshot"), counted)
                if analytics is not None else None)
     app = Appliance(load_config(config_path, AppConfig))
     try:
@@ -410,17 +232,17 @@ def main(argv: list[str]) -> int:
     onnx = models_dir() / "yolov3-tiny" / "model.onnx"
     if not onnx.exists():
         print(f"error: {onnx} is missing; run scripts/setup.sh", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
     dist = locate(args.triton_home)
     if dist.server_binary is None:
         print(f"error: {dist.home} ships no bin/tritonserver for the naive design", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
     if stubsite.needed():
         stubsite.ensure()
     video = ensure_sample_video(models_dir() / "sample" / "sample.mp4")
     profile = load_profile(PROFILE)
     pre = Preprocessor(profile)
-    tensors = [pre.frame(f, "BGR")[0] for f in _video_frames(video, every=4)]
+    tensors = [pre.frame(f, "BGR")[0] for f in video_frames(video, every=4)]
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         workdir = Path(tmp)
         # the naive design sends preprocessed tensors to the plain detector: no in-graph pre/post

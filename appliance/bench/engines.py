@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from appliance.bench.pipeline import Ensemble, Run
+from appliance.exitcodes import ExitCode
 from appliance.paths import engines_dir, models_dir
 
 
@@ -115,11 +116,11 @@ def main(argv: list[str]) -> int:
         profile = load_profile(args.engine_profile)
     except (ProfileError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
     onnx_path = profile.onnx_path(args.models_dir)
     if not onnx_path.is_file():
         print(f"error: {onnx_path} missing; run scripts/setup.sh (or scripts/fetch_detector.py)", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
         work = Path(tmp)
         build_start = time.monotonic()
@@ -127,7 +128,7 @@ def main(argv: list[str]) -> int:
             engine, report, held_out, model_profile, details = _build_int8(profile, args.models_dir, work)
         except CalibrationError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return ExitCode.BAD_INPUT
         build_s = time.monotonic() - build_start
         count = min(args.frames or (4 if args.quick else len(held_out.tensors)), len(held_out.tensors))
         input_name = _session(onnx_path).get_inputs()[0].name

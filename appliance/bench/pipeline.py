@@ -39,6 +39,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from appliance.exitcodes import ExitCode
 from appliance.modelrepo.materialize import Repository, RepositoryOptions
 from appliance.models.profile import ModelProfile
 from appliance.paths import models_dir, profiles_dir
@@ -251,7 +252,7 @@ def main(argv: list[str]) -> int:
     onnx_path = args.model_dir / "model.onnx"
     if not onnx_path.is_file():
         print(f"error: {onnx_path} missing; run scripts/setup.sh (or scripts/fetch_detector.py)", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
 
     from appliance.appconfig.app import TritonConfig
     from appliance.modelrepo.materialize import DetectorSource, materialize

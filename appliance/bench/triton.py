@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from appliance.exitcodes import ExitCode
 from appliance.procs import stop_process
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
@@ -214,7 +215,7 @@ def main(argv: list[str]) -> int:
     dist = locate(args.triton_home)
     if dist.server_binary is None:
         print(f"error: {dist.home} ships no bin/tritonserver to compare against", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
     iterations = {"1KB": args.small_iterations, "frame": args.frame_iterations}
     rng = np.random.default_rng(0)
     inputs = {name: rng.integers(0, 256, shape, dtype=np.uint8) for name, shape in PAYLOADS.items()}

@@ -1,22 +1,8 @@
-"""The exit codes of every ``appliance`` command, in one place.
-
-The values are a contract: ``systemd/appliance.service`` sets ``RestartPreventExitStatus=2`` (a bad config
-does not fix itself, so systemd must not restart ``appliance run`` on it), scripts and tests read the rest.
-The capture child process has its own codes (:mod:`appliance.capture.process`); they are not these.
-"""
+"""The exit codes of every ``appliance`` command: the name the commands import (the enum itself lives on the ground
+floor, :mod:`appliance.exitcodes`, so that the benchmarks, a floor below the commands, return the same codes)."""
 
 from __future__ import annotations
 
-from enum import IntEnum
+from appliance.exitcodes import ExitCode
 
-
-class ExitCode(IntEnum):
-    OK = 0
-    # It ran and the answer is no: a part failed (run), an update was refused (ota), an engine build failed,
-    # check-config found problems, the appliance is not healthy (status), the spool cannot be used.
-    FAILED = 1
-    # What it was given can never work as it is: an invalid config (run, spool), wrong arguments, a bad
-    # engine profile or a missing builder, a bundle or key OTA cannot read, no Triton (triton-info).
-    BAD_INPUT = 2
-    # status: nothing answered at the health endpoint.
-    NO_ANSWER = 3
+__all__ = ["ExitCode"]

@@ -6,7 +6,8 @@ base model; docs/ota.md), warmed up with frames of the cameras' sizes -> capture
 scheduler -> health endpoint -> READY=1. Each tick checks the served models (docs/supervisor.md, "Model
 failures"). Stop drains in-flight frames into the spool before the publisher closes. A frame's way from the ring
 to the publisher is ``framepath.FramePath`` (with the camera's ``eventstage.CameraAnalytics``); the status line,
-health summary and metrics text are ``reporting``'s.
+health summary and metrics text are ``reporting``'s; the publisher and the commands it answers ``mqttface``'s;
+what is served and how it changes (router, OTA manager and its ways in, model recovery) ``servedmodel``'s.
 """
 
 from __future__ import annotations
@@ -33,19 +34,13 @@ from appliance.health.tegrastats import TegrastatsMonitor
 from appliance.modelrepo.materialize import RepositoryOptions
 from appliance.models.profile import load_profile
 from appliance.mqtt.publisher import MqttPublisher
-from appliance.ota.commandsig import signature_check
-from appliance.ota.delivery import InboxWatcher, OtaCommandHandler, is_read_only
 from appliance.ota.errors import OtaRejected
-from appliance.ota.follower import DesiredStateFollower, follow_group
 from appliance.ota.manager import OtaManager
-from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus
 from appliance.sdnotify import Notifier
-from appliance.serving.probe import ModelProbe
-from appliance.serving.recovery import PipelineRecovery, PipelineState
-from appliance.serving.reload import TritonReloader
+from appliance.serving.recovery import PipelineRecovery
 from appliance.serving.router import Router
-from appliance.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.serving.switcher import ModelSpec
 from appliance.sparkplug.node import EdgeNode
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
@@ -55,9 +50,10 @@ from appliance.supervisor.enginestatus import EngineStatusForwarder
 from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
 from appliance.supervisor.calibframes import start_calibration_feed
 from appliance.supervisor.framepath import FramePath
-from appliance.supervisor.latecommand import LateHandler
 from appliance.supervisor.leftovers import reclaim_leftovers
+from appliance.supervisor.mqttface import make_publisher
 from appliance.supervisor.scheduler import Lease, Scheduler
+from appliance.supervisor.servedmodel import ServedModel
 from appliance.supervisor.snapshots import SnapshotWorker
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.triton.locate import locate
@@ -105,16 +101,8 @@ class Appliance:
         self.repository_dir: Path | None = None
         self.engine: InstalledEngine | None = None
         self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
-        self.router: Router | None = None  # the route each frame takes
-        self.ota: OtaManager | None = None
-        self._switcher: TritonSwitcher | None = None  # its model_control lock serializes reloads and switches
-        self._inbox: InboxWatcher | None = None  # when ota.inbox is set
-        self._ota_commands: OtaCommandHandler | None = None
-        self._ota_late = LateHandler("the OTA manager", wait_s=60.0)  # the `ota` command until _start_ota
-        self._follower: DesiredStateFollower | None = None  # when ota.group is set
-        self._probe: ModelProbe | None = None
-        self.recovery: PipelineRecovery | None = None  # the served pipeline's model failures and reloads
-        self._published_pipeline = PipelineState.SERVING
+        # router, OTA manager, model recovery (the properties below): what is served and how that changes
+        self.served = ServedModel(config.ota, self.paths["state_dir"], self._on_ota_status)
         self._base_spec: ModelSpec | None = None
         self._repo_options: RepositoryOptions | None = None
         self._max_inflight: int | None = None  # the config's, or the detector layout's (_materialize_repository)
@@ -157,21 +145,10 @@ class Appliance:
 
     def _start_publisher(self) -> None:
         self._step(f"MQTT publisher for {', '.join(str(b) for b in self.config.mqtt.brokers)}")
-        spool = self.config.mqtt.spool_path(self.paths["state_dir"])
-        spool.parent.mkdir(parents=True, exist_ok=True)
-        commands = self.config.mqtt.commands  # operator keys for signed commands: docs/mqtt.md, "Signed commands"
-        operators = TrustedKeys.from_paths(commands.operator_keys or self.config.ota.trusted_keys)
-        publisher = self.publisher = MqttPublisher(self.config.mqtt, spool, signature_check=signature_check(operators),
-                                                   nonce_path=self.paths["state_dir"] / "mqtt-command-nonces.log",
-                                                   group=self.config.ota.group)
-        if not commands.require_signature:
-            log.warning("mqtt.commands.require_signature is false: anyone who can publish to %s may roll back or "
-                        "replace the model", publisher.topics.command_filter)
-        publisher.set_health_provider(self._health_for_mqtt)
-        publisher.on_command("status", lambda _command: self.health_summary(), read_only=True)
-        # Before the connect: what the broker kept for this device while it was away waits for the OTA manager.
-        publisher.on_command("ota", self._ota_late, read_only=is_read_only)
-        publisher.start()
+        # `ota` before the connect: what the broker kept for this device while it was away waits for the manager
+        self.publisher = make_publisher(self.config, self.paths["state_dir"], health=self._health_for_mqtt,
+                                        status=self.health_summary, ota=self.served.late)
+        self.publisher.start()
 
     def _start_sparkplug(self) -> None:
         """The Sparkplug B edge node on its own connection; its readings are the health summary's."""
@@ -234,27 +211,13 @@ class Appliance:
         then takes updates from the ``ota`` MQTT command and, if configured, the inbox directory and the fleet
         group's desired state (docs/fleet-rollout.md)."""
         assert self.server and self.repository_dir and self.publisher, "Triton, the repository, the publisher first"
-        ota, state_dir = self.config.ota, self.paths["state_dir"]
-        self.router = Router()
-        switcher = self._switcher = TritonSwitcher(self.server, self.repository_dir, self.router,
-                                                   options=self._repo_options,
-                                                   drain_timeout_s=self.config.pipeline.drain_timeout_s,
-                                                   warmup=plan_warmup(self.config, self._max_inflight))
-        self.ota = OtaManager(state_dir, TrustedKeys.from_paths(ota.trusted_keys), switcher, config=ota,
-                              status_cb=self._on_ota_status, base_spec=self._base_model)
         self._step("loading the served model (the active OTA version, else the base model)")
         try:
-            route = self.ota.start_serving()
+            self.served.start_ota(self.server, self.repository_dir, self.publisher, options=self._repo_options,
+                                  drain_timeout_s=self.config.pipeline.drain_timeout_s,
+                                  warmup=plan_warmup(self.config, self._max_inflight), base_spec=self._base_model)
         except OtaRejected as exc:
             raise StartupError(exc.reason) from exc
-        log.info("serving %s (ensemble %s)", route.label, route.ensemble)
-        if not ota.trusted_keys:
-            log.info("OTA updates are off: ota.trusted_keys is empty, every bundle will be refused")
-        self._ota_commands = OtaCommandHandler(self.ota, ota, state_dir / "ota" / "incoming")
-        self._ota_late.set(self._ota_commands)
-        if ota.inbox is not None:
-            self._inbox = InboxWatcher(self.ota, ota.inbox, ota.inbox_poll_s).start()
-        self._follower = follow_group(self.publisher, self.ota, ota, state_dir / "ota" / "incoming")
 
     def _base_model(self) -> ModelSpec:
         assert self._base_spec is not None, "the repository step sets it before the OTA manager starts"
@@ -263,14 +226,20 @@ class Appliance:
     def _start_recovery(self) -> None:
         """Model failures of whatever the router serves now (an OTA switch changes it) are found by the tick
         and reloaded with backoff."""
-        assert self.server and self.router and self._switcher, "Triton and the OTA manager start first"
-        recovery = self.config.pipeline.recovery
-        self._probe = ModelProbe(self.server)
-        self.recovery = PipelineRecovery(
-            TritonReloader(self.server, self._probe, self.router.current, self._switcher.model_control,
-                           warm=self._switcher.warm),
-            recovery.policy(),
-            clock=self._clock, metrics=self.metrics)
+        assert self.server is not None, "Triton starts first"
+        self.served.start_recovery(self.server, self.config.pipeline.recovery, self._clock, self.metrics)
+
+    @property
+    def router(self) -> Router | None:
+        return self.served.router  # the route each frame takes
+
+    @property
+    def ota(self) -> OtaManager | None:
+        return self.served.ota
+
+    @property
+    def recovery(self) -> PipelineRecovery | None:
+        return self.served.recovery  # the served pipeline's model failures and reloads
 
     def _on_ota_status(self, status: OtaStatus) -> None:
         reporting.report_ota_status(self.metrics, self.publisher, self.config.mqtt.device_id, status)
@@ -343,35 +312,14 @@ class Appliance:
         for camera_id, stage in self.analytics.items():
             stage.publish_counts_if_due()
             self.metrics.record_analytics(camera_id, stage.summary())
-        if self._ota_commands is not None:
-            self._ota_commands.chunks.expire()  # an upload whose sender gave up frees its disk space
+        self.served.expire_uploads()
         self._check_models()
         if self._pipeline_progressing():
             self.notifier.watchdog()
         self.notifier.status(self.status_line())
 
     def _check_models(self) -> None:
-        """Probe the served route (a few cheap calls, once a tick), reload what broke; tell MQTT at once when
-        the pipeline's state changes."""
-        if self.recovery is None or self._probe is None or self.router is None:
-            return
-        route = self.router.current()
-        if route is None:
-            return
-        self.recovery.step(route, self._probe.faults(route))
-        status = self.recovery.status()
-        if status.state is not PipelineState.SERVING:
-            self._last_error = status.line()
-        elif self._published_pipeline is not PipelineState.SERVING:
-            self._last_error = f"recovered: {self._last_error}"
-        if status.state is not self._published_pipeline:
-            self._published_pipeline = status.state
-            if self.publisher is None:
-                return
-            try:
-                self.publisher.publish_health_now()
-            except Exception as exc:  # stopping: the next periodic health message says it
-                log.debug("could not publish health now: %s", exc)
+        self._last_error = self.served.check(self.publisher, self._last_error)
 
     def _note_error(self, text: str) -> None:
         self._last_error = text
@@ -410,13 +358,10 @@ class Appliance:
     def stop(self) -> None:
         """Stop capture, drain in-flight frames, close Triton, flush the publisher to its spool."""
         self.notifier.stopping("stopping: draining in-flight frames")
-        self._ota_late.close()
+        self.served.close_commands()
         if self.sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one
             self.sparkplug.stop()
-        if self._inbox is not None:
-            self._inbox.stop()
-        if self._follower is not None:
-            self._follower.stop()
+        self.served.stop()  # no more updates from the inbox or the fleet group
         if self.scheduler is not None:
             if not self.scheduler.stop(self.config.pipeline.drain_timeout_s):
                 log.warning("stop: gave up waiting for in-flight frames after %.1f s",

@@ -41,7 +41,12 @@ class ResponseAllocator:
         self.handle: int | None = handle.value
 
     # -- Triton threads ---------------------------------------------------------------------------------
-    def _alloc(self, _allocator, _name, byte_size, _mtype, _mtid, _userp, buffer, buffer_userp, actual, actual_id):  # noqa: ANN001
+    # Argument types are what ctypes passes for ALLOC_FN / RELEASE_FN: a c_void_p arrives as an int or None
+    # (NULL), an out-parameter as a pointer (typeshed names its class ``ctypes._Pointer``).
+    def _alloc(self, _allocator: int | None, _name: bytes | None, byte_size: int, _mtype: int, _mtid: int,
+               _userp: int | None, buffer: ctypes._Pointer[ctypes.c_void_p],
+               buffer_userp: ctypes._Pointer[ctypes.c_void_p], actual: ctypes._Pointer[ctypes.c_int],
+               actual_id: ctypes._Pointer[ctypes.c_int64]) -> int | None:
         try:
             array = np.empty(byte_size, dtype=np.uint8)
             bid = next(self._ids)
@@ -55,7 +60,8 @@ class ResponseAllocator:
         except BaseException as exc:  # noqa: BLE001 - must become a Triton error, not unwind into C
             return self.api.TRITONSERVER_ErrorNew(INTERNAL, f"output allocation failed: {exc!r}".encode())
 
-    def _release(self, _allocator, _buffer, buffer_userp, _size, _mtype, _mtid):  # noqa: ANN001
+    def _release(self, _allocator: int | None, _buffer: int | None, buffer_userp: int | None, _size: int,
+                 _mtype: int, _mtid: int) -> None:
         # Triton is done with the buffer; the numpy array stays alive while a result still holds it.
         if self.buffers.pop(buffer_userp or 0, None) is not None:
             self.counters.add("buffers_released")

@@ -205,7 +205,8 @@ class Runtime:
             log.error("deleting a request failed: %s", take(self.api, err))
 
     # -- request/response callbacks (Triton threads) --------------------------------------------------
-    def _request_released(self, request, flags, userp):  # noqa: ANN001
+    # Argument types are what ctypes passes for REQUEST_RELEASE_FN / RESPONSE_COMPLETE_FN (a NULL is None).
+    def _request_released(self, request: int | None, flags: int, userp: int | None) -> None:
         try:
             if flags & _capi.REQUEST_RELEASE_ALL:
                 pending = self.pending.get(userp or 0)
@@ -216,7 +217,7 @@ class Runtime:
         except BaseException:  # noqa: BLE001
             log.exception("request release callback failed")
 
-    def _response_complete(self, response, flags, userp):  # noqa: ANN001
+    def _response_complete(self, response: int | None, flags: int, userp: int | None) -> None:
         try:
             pending = self.pending.get(userp or 0)
             if response:

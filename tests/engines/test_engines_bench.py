@@ -4,10 +4,12 @@ ensembles) and ends with its three key=value lines, the issue's headline last.""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from appliance.bench import engines
+from appliance.exitcodes import ExitCode
 
 pytestmark = [
     pytest.mark.slow,
@@ -33,3 +35,14 @@ def test_short_run_prints_the_table_and_the_three_ratios_smoke(capsys: pytest.Ca
     assert re.fullmatch(r"appliance_int8_vs_fp32_detector_alone=\d+\.\d{3}", lines[-2])
     assert re.fullmatch(r"int8_vs_fp32_detector=\d+\.\d{3}", lines[-1])
     assert all(float(line.split("=")[1]) > 0 for line in lines[-4:])
+
+
+def test_an_unreadable_profile_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert engines.main(["--quick", "--engine-profile", str(tmp_path / "absent.yaml")]) == ExitCode.BAD_INPUT
+    assert "absent.yaml" in capsys.readouterr().err
+
+
+def test_a_models_dir_without_the_detector_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert engines.main(["--quick", "--models-dir", str(tmp_path)]) == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err
+    assert str(tmp_path) in err and "missing" in err

@@ -4,11 +4,13 @@ its headline ratio."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from appliance.bench import pipeline
 from appliance.appconfig.app import ModelConfig
+from appliance.exitcodes import ExitCode
 from appliance.modelrepo.layout import detector_layout
 
 pytestmark = [
@@ -49,3 +51,8 @@ def test_short_run_compares_both_layouts_smoke(capsys: pytest.CaptureFixture[str
         assert re.fullmatch(rf"in_graph_vs_python_stages_{cams}cam=\d+\.\d{{3}}", lines[i + 2])
     assert re.fullmatch(r"in_graph_vs_python_stages=\d+\.\d{3}", lines[-1])
     assert float(lines[-1].split("=")[1]) > 0 and float(lines[-8].split("=")[1]) > 0
+
+
+def test_a_model_dir_without_the_detector_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert pipeline.main(["--model-dir", str(tmp_path), "--quick"]) == ExitCode.BAD_INPUT
+    assert f"{tmp_path / 'model.onnx'} missing" in capsys.readouterr().err

@@ -4,12 +4,15 @@ its own process: it starts several embedded Triton servers in turn, and the test
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from appliance.exitcodes import ExitCode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,3 +77,10 @@ def test_short_run_measures_every_alternative_smoke(analytics: bool) -> None:
     assert rates["e2e_analytics_vs_detector_alone"] == pytest.approx(
         rates["e2e_analytics_vs_e2e"] * rates["e2e_vs_detector_alone"], rel=0.05, abs=0.01)
     assert re.fullmatch(r"e2e_analytics_vs_detector_alone=\d+\.\d\d", lines[-1])
+
+
+def test_a_models_dir_without_the_detector_is_bad_input(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "appliance", "bench", "e2e", "--quick"], capture_output=True,
+                            text=True, timeout=120, cwd=REPO, env={**os.environ, "APPLIANCE_MODELS_DIR": str(tmp_path)})
+    assert result.returncode == ExitCode.BAD_INPUT, result.stderr[-2000:]
+    assert f"{tmp_path / 'yolov3-tiny' / 'model.onnx'} is missing" in result.stderr

@@ -36,7 +36,7 @@ def test_watchdog_is_fed_through_a_short_recovery_but_not_a_long_one() -> None:
                      "fps": 2}]})
     app = Appliance(config, clock=clock)
     app.scheduler = Scheduler(lambda *a: None, lambda *a: None, clock=clock)  # never started: nothing in flight
-    app.recovery = PipelineRecovery(_failing_reload, RestartPolicy(max_backoff_s=5, max_restarts=3), clock=clock)
+    app.served.recovery = PipelineRecovery(_failing_reload, RestartPolicy(max_backoff_s=5, max_restarts=3), clock=clock)
     app.recovery.step(ROUTE, [])
 
     clock.now += 60  # no frame finished for a minute, but none was offered either: fed (capture handles cameras)

@@ -14,6 +14,7 @@ version control. The server is always stopped on exit, leaving no stub process b
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -25,6 +26,23 @@ from typing import Any
 from appliance.triton import stubsite
 from appliance.triton.server import Server, ServerOptions
 from appliance.triton.stubs import StubScanner
+
+
+def make_dist(root: Path, *, binary: bool = True, stub_mode: int = 0o755, version: str | None = "2.51.0") -> Path:
+    """A fixture tree laid out like /opt/tritonserver (empty files: the locator does not load them)."""
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / "libtritonserver.so").write_bytes(b"")
+    py = root / "backends" / "python"
+    py.mkdir(parents=True)
+    (py / "libtriton_python.so").write_bytes(b"")
+    (py / "triton_python_backend_stub").write_bytes(b"")
+    (py / "triton_python_backend_stub").chmod(stub_mode)
+    if binary:
+        (root / "bin").mkdir()
+        (root / "bin" / "tritonserver").write_bytes(b"")
+    if version:
+        (root / "PROVISIONED.json").write_text(json.dumps({"triton": version}))
+    return root
 
 
 def ensure_stub_site() -> Path | None:

@@ -4,16 +4,25 @@ by a margin that survives a loaded CI host."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
-from support.triton import ensure_stub_site
+from support.triton import ensure_stub_site, make_dist
 
 from appliance.bench import triton as bench
+from appliance.exitcodes import ExitCode
 
 
 def test_bad_iterations_are_refused() -> None:
     with pytest.raises(SystemExit):
         bench.main(["--frame-iterations", "0"])
+
+
+def test_a_distribution_without_tritonserver_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """HTTP and gRPC are measured against bin/tritonserver; a distribution without it cannot be compared."""
+    home = make_dist(tmp_path / "triton", binary=False)
+    assert bench.main(["--quick", "--triton-home", str(home)]) == ExitCode.BAD_INPUT
+    assert "ships no bin/tritonserver" in capsys.readouterr().err
 
 
 # In-process inference exists to skip HTTP's copies of a 1080p frame: --quick measured 5.5x to 20x on this 2-core

@@ -6,26 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from support.triton import make_dist
 
 from appliance.commands import main as cli
 from appliance.triton.locate import ENV_VAR, TritonNotFound, inspect, locate
-
-
-def make_dist(root: Path, *, binary: bool = True, stub_mode: int = 0o755, version: str | None = "2.51.0") -> Path:
-    """A fixture tree laid out like /opt/tritonserver (empty files: the locator does not load them)."""
-    (root / "lib").mkdir(parents=True)
-    (root / "lib" / "libtritonserver.so").write_bytes(b"")
-    py = root / "backends" / "python"
-    py.mkdir(parents=True)
-    (py / "libtriton_python.so").write_bytes(b"")
-    (py / "triton_python_backend_stub").write_bytes(b"")
-    (py / "triton_python_backend_stub").chmod(stub_mode)
-    if binary:
-        (root / "bin").mkdir()
-        (root / "bin" / "tritonserver").write_bytes(b"")
-    if version:
-        (root / "PROVISIONED.json").write_text(json.dumps({"triton": version}))
-    return root
 
 
 def test_explicit_home_wins_over_everything(tmp_path: Path) -> None:
