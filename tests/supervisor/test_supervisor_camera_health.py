@@ -19,7 +19,7 @@ from appliance.supervisor.app import Appliance
 IMAGE = Path("/usr/share/darknet/data/dog.jpg")
 
 
-@pytest.mark.skipif(not IMAGE.exists(), reason="needs Debian's darknet test images")
+@pytest.mark.usefixtures("darknet_images")  # fails, not skips, without the images (tests/conftest.py)
 def test_decode_errors_reconnects_and_frames_are_exported(tmp_path: Path, shm_root: Path) -> None:
     folder = tmp_path / "camera"
     folder.mkdir()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from support.daemon import IMAGES, IMAGES_IN_ORDER, NotifySocket, Subscriber, device_of, make_camera_dir, write_config
+from support.daemon import IMAGES_IN_ORDER, NotifySocket, Subscriber, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.processes import children_of, running
 from support.wait import wait_until
@@ -31,8 +31,8 @@ SAMPLE_EXPECTED = {"dog": "dog", "eagle": "bird", "giraffe": "giraffe", "horses"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from support.daemon import IMAGES, IMAGES_IN_ORDER, RunningDaemon, Subscriber, make_camera_dir
+from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber, make_camera_dir
 from support.mosquitto import Mosquitto
 from support.processes import stubs_serving
 
@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 

@@ -23,7 +23,7 @@ import paho.mqtt.client as paho
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.bundles import detector_bundle
-from support.daemon import IMAGES, NotifySocket, device_of, make_camera_dir, write_config
+from support.daemon import NotifySocket, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.processes import children_of, running
 from support.schemas import validate_message
@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 MAX_GAP_S = 3.0  # the camera runs at 4 fps: 0.25 s between frames when nothing stalls

@@ -24,7 +24,7 @@ import paho.mqtt.client as paho
 import pytest
 from support.bundles import detector_bundle
 from support.bundleserver import serve_directory
-from support.daemon import IMAGES, RunningDaemon, device_of, make_camera_dir, write_config
+from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 
 from appliance.ota.signing import generate_keypair
@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 FLEET = (("can-1", "canary"), ("line-1", "line"), ("line-2", "line"))

@@ -20,8 +20,8 @@ from typing import Callable, Sequence
 import paho.mqtt.client as paho
 
 from support.mosquitto import Mosquitto, TlsMaterial
+from support.provisioned import DARKNET_IMAGES
 
-IMAGES = Path("/usr/share/darknet/data")
 # Played in name order, so frame seq k shows IMAGES_IN_ORDER[(k - 1) % 3].
 IMAGES_IN_ORDER = [("dog.jpg", "dog"), ("eagle.jpg", "bird"), ("horses.jpg", "horse")]
 
@@ -107,7 +107,7 @@ def make_camera_dir(tmp_path: Path) -> Path:
     camera_dir = tmp_path / "camera"
     camera_dir.mkdir()
     for name, _ in IMAGES_IN_ORDER:
-        shutil.copy(IMAGES / name, camera_dir / name)
+        shutil.copy(DARKNET_IMAGES / name, camera_dir / name)
     return camera_dir
 
 
