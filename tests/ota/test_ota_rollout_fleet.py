@@ -27,6 +27,7 @@ from support.schemas import validate_message
 from support.wait import wait_until
 
 from appliance.ota.store import OtaStore
+from appliance.procs import stop_process
 
 FLEETDEVICE = Path(__file__).resolve().parents[1] / "support" / "fleetdevice.py"
 PREFIX = "plant"
@@ -84,13 +85,7 @@ class Fleet:
 
     def close(self) -> None:
         for proc in self.procs.values():
-            proc.terminate()
-        for name, proc in self.procs.items():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout_s=15)
         self.client.loop_stop()
         self.client.disconnect()
 

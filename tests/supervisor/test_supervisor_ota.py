@@ -62,11 +62,15 @@ class TimedSubscriber:
         return [(t, p) for t, _topic, p in list(self.messages) if t >= since and p.get("type") == kind]
 
     def wait(self, predicate: Any, timeout: float, daemon: subprocess.Popen, log: Path) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert daemon.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.1)
+        """Poll ``predicate`` until it holds; fail with the log's tail if the daemon exits or time runs out."""
+        def alive_and_done() -> Any:
+            assert daemon.poll() is None, f"the daemon exited with code {daemon.returncode}"
+            return predicate()
+
+        try:
+            wait_until(alive_and_done, timeout, 0.1, "the condition on the daemon's messages")
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}\n{log.read_text()[-3000:]}") from None
 
     def close(self) -> None:
         self.client.loop_stop()
@@ -111,13 +115,10 @@ def _retained(port: int, topic: str, timeout: float = 10.0) -> dict[str, Any]:
     client.subscribe(topic, qos=1)
     client.loop_start()
     try:
-        deadline = time.monotonic() + timeout
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: got, timeout, 0.05, f"a retained message on {topic}")
     finally:
         client.loop_stop()
         client.disconnect()
-    assert got, f"no retained message on {topic}"
     return got[0]
 
 
