@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from support.mosquitto import Mosquitto
-from support.provisioned import require_detector, require_triton
+from support.provisioned import require_darknet_images, require_detector, require_triton
 from support.shm import private_shm_dir
 
 from appliance.triton.locate import TritonDistribution
@@ -38,6 +38,12 @@ def shm_root() -> Iterator[Path]:
 def detector_onnx() -> Path:
     """The converted detector (.models/yolov3-tiny/model.onnx); the test fails, not skips, without it."""
     return require_detector()
+
+
+@pytest.fixture(scope="session")
+def darknet_images() -> Path:
+    """The folder of Debian's darknet test images (dog, eagle, ...); the test fails, not skips, without them."""
+    return require_darknet_images()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from support.wait import wait_until
+
 from appliance.procs import kill_process, stop_process
 
 _CHILD = """
@@ -49,10 +51,8 @@ def _mp(ignore_term: bool) -> multiprocessing.Process:
 
 
 def _wait_until_zombie(pid: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-        assert time.monotonic() < deadline, f"pid {pid} did not exit in {timeout_s}s"
-        time.sleep(0.01)
+    wait_until(lambda: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", timeout_s, 0.01,
+               f"pid {pid} to exit")
 
 
 def test_a_popen_child_that_exits_on_sigterm_is_not_killed() -> None:
@@ -93,8 +93,7 @@ def test_a_multiprocessing_child_that_ignores_sigterm_is_killed_after_the_timeou
 def test_a_child_that_already_exited_is_only_reaped() -> None:
     kills: list[int] = []
     done = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
-    while done.poll() is None:  # exited and reaped before stop_process sees it
-        time.sleep(0.01)
+    wait_until(lambda: done.poll() is not None, 30, 0.01, "the child to exit")  # reaped before stop_process sees it
     assert stop_process(done, timeout_s=30, on_kill=lambda: kills.append(1)) == 3
     zombie = subprocess.Popen([sys.executable, "-c", "raise SystemExit(4)"])
     _wait_until_zombie(zombie.pid)  # exited, not yet reaped

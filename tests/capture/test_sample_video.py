@@ -22,8 +22,7 @@ from appliance.capture.sample import (
     video_info,
 )
 
-pytestmark = pytest.mark.skipif(not all((DARKNET_IMAGES / f"{n}.jpg").is_file() for n in SAMPLE_IMAGES),
-                                reason="needs Debian's darknet test images (apt package darknet)")
+pytestmark = pytest.mark.usefixtures("darknet_images")  # fails, not skips, without the images (tests/conftest.py)
 
 PER_IMAGE = 20  # 2 s at 10 fps
 

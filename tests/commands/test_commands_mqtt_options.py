@@ -10,15 +10,15 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca, make_tls_material
+from support.wait import wait_until
 
 from appliance.mqtt.localbroker import free_port
 
@@ -98,9 +98,7 @@ def _delivered(received: Received) -> list[tuple[str, bytes]]:
 
 
 def _wait_for(received: Received, n: int) -> None:
-    deadline = time.monotonic() + 15
-    while len(received.messages) < n and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(received.messages) >= n, 15, 0.05, f"{n} message(s) delivered")
 
 
 def test_push_over_mutual_tls_with_a_password_file(tmp_path: Path, broker: Mosquitto, pki: TlsMaterial,

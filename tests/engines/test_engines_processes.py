@@ -7,10 +7,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from support.wait import wait_until
 
 from appliance.engines.cache import EngineCache
 from engines_helpers import EngineEnv
@@ -27,13 +27,14 @@ def _start(env: EngineEnv, markers: Path, *extra: str) -> subprocess.Popen[str]:
 
 
 def _wait_for(path_glob: str, markers: Path, count: int = 1) -> list[Path]:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
+    def enough() -> list[Path]:
         found = sorted(markers.glob(path_glob))
-        if len(found) >= count:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"no {count} x {path_glob} in {markers}: {sorted(p.name for p in markers.iterdir())}")
+        return found if len(found) >= count else []
+
+    try:
+        return wait_until(enough, WAIT_S, 0.05, f"{count} x {path_glob} in {markers}")
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}: {sorted(p.name for p in markers.iterdir())}") from None
 
 
 def _finish(proc: subprocess.Popen[str]) -> dict:

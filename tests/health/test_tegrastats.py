@@ -8,12 +8,12 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.wait import wait_until
 
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.tegrastats import CpuCore, TegrastatsMonitor, parse_line, system_fields
@@ -194,17 +194,6 @@ def monitors() -> Iterator[list[TegrastatsMonitor]]:
     yield made
     for m in made:
         m.stop(timeout=5)
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll until ``predicate()`` is truthy (generous timeout: the machine is shared; nothing here is timed)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def alive(pid: int) -> bool:

@@ -23,6 +23,7 @@ from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher, PublishResult
 from mqtt_helpers import Subscriber, frame, make_config, validate
 from support.mosquitto import Mosquitto, publish_as
+from support.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 ACL = REPO / "docs/examples/mosquitto/acl"
@@ -39,8 +40,8 @@ def _reader(broker: Mosquitto, user: str, topics: list[str]) -> Subscriber:
     return Subscriber(broker.host, broker.port, topics, username=user, password=PASSWORDS[user])
 
 
-def _as(broker: Mosquitto, user: str, topic: str, payload: str) -> None:
-    publish_as(broker, user, PASSWORDS[user], topic, payload)
+def _as(broker: Mosquitto, user: str, topic: str, payload: str, retain: bool = False) -> None:
+    publish_as(broker, user, PASSWORDS[user], topic, payload, retain=retain)
 
 
 def _payloads(sub: Subscriber) -> list[str]:
@@ -120,7 +121,7 @@ def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto
             _as(acl_broker, "dev2", topic, json.dumps({"request_id": marker, "marker": marker}))
         _as(acl_broker, "dev2", "appliance/dev2/status", json.dumps({"marker": "dev2-own"}))  # the barrier
         assert operator.wait_for(lambda ms: any("dev2-own" in p for p in _payloads(operator)))
-        time.sleep(0.5)
+        time.sleep(0.5)  # asserting absence: nothing to wait for; stragglers behind the barrier would come now
         leaked = [p for p in _payloads(operator) if "forged" in p]
         assert leaked == [] and calls == []
     finally:
@@ -130,17 +131,22 @@ def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto
 def test_only_an_operator_sets_a_groups_desired_state_and_a_device_reads_it(
         acl_broker: Mosquitto, device: Any) -> None:
     publisher, _calls = device
+    topic = "appliance/groups/line-1/ota/desired"
     received: list[bytes] = []
-    publisher.subscribe("appliance/groups/line-1/ota/desired", received.append)
-    time.sleep(0.5)  # the subscription goes out on the network thread
+
+    def markers() -> list[str]:
+        return [json.loads(p)["marker"] for p in list(received)]
+
+    # The operator's retained state reaches the device once its subscription is in place (the SUBACK comes first).
+    _as(acl_broker, "operator@ops", topic, json.dumps({"marker": "operator-retained"}), retain=True)
+    publisher.subscribe(topic, received.append)
+    wait_until(lambda: received, message="the retained desired state")
     for user in ("dashboard@ops", "dev2", "dev1"):
-        _as(acl_broker, user, "appliance/groups/line-1/ota/desired", json.dumps({"marker": f"forged-by-{user}"}))
-    _as(acl_broker, "operator@ops", "appliance/groups/line-1/ota/desired", json.dumps({"marker": "operator"}))
-    deadline = time.monotonic() + 10
-    while not received and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # let stragglers come
-    assert [json.loads(p)["marker"] for p in received] == ["operator"]
+        _as(acl_broker, user, topic, json.dumps({"marker": f"forged-by-{user}"}))
+    # The barrier: sent after the forged ones, so any that got through would arrive before it.
+    _as(acl_broker, "operator@ops", topic, json.dumps({"marker": "operator"}))
+    wait_until(lambda: "operator" in markers(), message="the operator's desired state")
+    assert markers() == ["operator-retained", "operator"]
 
 
 def test_password_file_written_by_the_python_tool_is_read_by_mosquitto(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.wait import wait_until
 
 from appliance.mqtt.config import SpoolConfig
 from appliance.mqtt.errors import SpoolError
@@ -121,9 +122,7 @@ def test_block_waits_for_acks_then_keeps_the_message(tmp_path: Path) -> None:
     result: list[int] = []
     writer = threading.Thread(target=lambda: result.append(spool.append([rec(999)])))
     writer.start()
-    deadline = time.monotonic() + 30
-    while spool.blocked == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: spool.blocked, 30, 0.01, "the writer to block")
     assert spool.blocked == 1 and result == []  # waiting, not refused
     oldest = spool.read_after(0, 2)
     spool.delete([r.id for r in oldest])  # the broker acknowledged two: room for the blocked one

@@ -27,6 +27,7 @@ from support.schemas import validate_message
 from support.wait import wait_until
 
 from appliance.ota.store import OtaStore
+from appliance.procs import stop_process
 
 FLEETDEVICE = Path(__file__).resolve().parents[1] / "support" / "fleetdevice.py"
 PREFIX = "plant"
@@ -84,13 +85,7 @@ class Fleet:
 
     def close(self) -> None:
         for proc in self.procs.values():
-            proc.terminate()
-        for name, proc in self.procs.items():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout_s=15)
         self.client.loop_stop()
         self.client.disconnect()
 
@@ -192,7 +187,7 @@ def test_a_rollout_goes_through_every_group_and_a_second_one_finds_the_fleet_alr
     assert result["ok"] is True and result["rollout_id"] == "r-2c"
     assert [(d["device"], d["state"], d["serving"]) for d in result["devices"]] == [
         ("can-1", "healthy", "2"), ("line-1", "healthy", "2"), ("line-2", "healthy", "2")]
-    time.sleep(1.0)
+    time.sleep(1.0)  # asserting absence: a status an update would publish has time to come; nothing to wait for
     assert {n: fleet.doc(f"{n}/ota/status") for n in before} == before  # no update ran: the same retained status
 
 
@@ -213,7 +208,8 @@ def test_a_canary_that_goes_offline_during_the_soak_stops_the_rollout_and_is_rol
         fleet.procs["can-1"].kill()  # the broker publishes its last will: offline
         fleet.procs["can-1"].wait()
         wait_until(lambda: (fleet.doc("can-1/status") or {}).get("state") == "offline", 15)
-        time.sleep(1.0)  # the rollback command is queued by the broker for the device's persistent session
+        # The broker has the rollback command (queued for the device's persistent session) once the watcher sees it.
+        wait_until(lambda: ((fleet.doc("can-1/command/ota") or {}).get("args") or {}).get("action") == "rollback", 60)
         fleet.start("can-1", "canary")  # back: it takes the queued rollback
         fleet.wait_online(["can-1"])
         out, err = cli.communicate(timeout=90)
@@ -252,5 +248,5 @@ def test_bad_input_exits_2_and_publishes_nothing(fleet, broker, keys, served_bun
         extra = ("--rollout-id", "no spaces")
     done = rollout(broker, keys, bundle, url, group, extra=extra)
     assert done.returncode == 2 and message in done.stderr, done.stderr
-    time.sleep(0.5)
+    time.sleep(0.5)  # asserting absence: a desired state the CLI published would have reached the watcher by now
     assert fleet.doc("groups/canary/ota/desired") is None

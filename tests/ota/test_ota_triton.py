@@ -117,13 +117,14 @@ class Live:
         return out
 
     def wait_outcome(self, version: str, timeout: float = 240) -> Any:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        def outcome() -> Any:
             done = [e for e in self.events if e.version == version and e.state in ("active", "rolled_back", "rejected")]
-            if done:
-                return done[-1]
-            time.sleep(0.1)
-        raise AssertionError(f"no outcome for {version}: {[(e.state, e.version) for e in self.events][-10:]}")
+            return done[-1] if done else None
+
+        try:
+            return wait_until(outcome, timeout, 0.1, f"an outcome for {version}")
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}: {[(e.state, e.version) for e in self.events][-10:]}") from None
 
     def received_between(self, t0: float, t1: float) -> list[float]:
         return [t for t, _ in self.received if t0 <= t <= t1]

@@ -29,8 +29,8 @@ DOG = Path("/usr/share/darknet/data/dog.jpg")
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not DOG.exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 

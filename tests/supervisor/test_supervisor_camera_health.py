@@ -5,12 +5,12 @@ are corrupt; its decode errors, reconnects and frames show up in /metrics (Prome
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.wait import wait_until
 
 from appliance.appconfig.app import AppConfig
 from appliance.mqtt.schema import load_schema
@@ -19,7 +19,7 @@ from appliance.supervisor.app import Appliance
 IMAGE = Path("/usr/share/darknet/data/dog.jpg")
 
 
-@pytest.mark.skipif(not IMAGE.exists(), reason="needs Debian's darknet test images")
+@pytest.mark.usefixtures("darknet_images")  # fails, not skips, without the images (tests/conftest.py)
 def test_decode_errors_reconnects_and_frames_are_exported(tmp_path: Path, shm_root: Path) -> None:
     folder = tmp_path / "camera"
     folder.mkdir()
@@ -37,14 +37,12 @@ def test_decode_errors_reconnects_and_frames_are_exported(tmp_path: Path, shm_ro
         app._start_cameras()
         app._max_inflight = 2  # what the model's layout would set; no frame is inferred here
         app._start_scheduler()
-        deadline = time.monotonic() + 30
-        while True:
+        def readings_after_a_reconnect() -> dict:
             app._refresh_cameras()
             readings = app.health_summary()["cameras"].get("c1", {})
-            if readings.get("reconnects", 0) >= 1 and readings.get("frames", 0) >= 1:
-                break
-            assert time.monotonic() < deadline, readings
-            time.sleep(0.1)
+            return readings if readings.get("reconnects", 0) >= 1 and readings.get("frames", 0) >= 1 else {}
+
+        readings = wait_until(readings_after_a_reconnect, 30, 0.1, "a frame and a reconnect of camera c1")
         assert readings["decode_errors"] >= 2
         samples = {s.name: s.value for family in text_string_to_metric_families(app.metrics.render().decode())
                    for s in family.samples if s.labels.get("camera") == "c1"}

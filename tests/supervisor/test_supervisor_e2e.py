@@ -11,12 +11,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jsonschema
 import pytest
-from support.daemon import IMAGES, IMAGES_IN_ORDER, NotifySocket, Subscriber, device_of, make_camera_dir, write_config
+from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.processes import children_of, running
 from support.wait import wait_until
@@ -31,16 +30,9 @@ SAMPLE_EXPECTED = {"dog": "dog", "eagle": "bird", "giraffe": "giraffe", "horses"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
-
-
-def _kill_if_running(daemon: subprocess.Popen) -> None:
-    """Teardown after a failed assertion left the daemon running: SIGKILL it and reap it."""
-    if daemon.poll() is None:
-        daemon.kill()
-        daemon.wait()
 
 
 def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
@@ -49,36 +41,25 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
     video = build_sample_video(tmp_path / "sample.mp4")
     config = write_config(tmp_path, broker, shm_root, camera_dir, video)
     device = device_of(config)
-    notify = NotifySocket(tmp_path / "notify.sock")
     subscriber = Subscriber(broker.port, f"appliance/{device}/#")
-    env = {**os.environ, "NOTIFY_SOCKET": str(notify.path), "PYTHONFAULTHANDLER": "1"}
-    log = (tmp_path / "daemon.log").open("w")
-    daemon = subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],
-                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    daemon = RunningDaemon(tmp_path, config, REPO)
+
+    def per_camera() -> dict[str, list[dict]]:
+        found: dict[str, list[dict]] = {"line1": [], "line2": []}
+        for m in subscriber.of_type("detections"):
+            found[m["camera_id"]].append(m)
+        return found
+
     try:
-        assert notify.wait_for("READY=1", 240), (tmp_path / "daemon.log").read_text()[-3000:]
-        deadline = time.monotonic() + 120
-        def per_camera() -> dict[str, list[dict]]:
-            found: dict[str, list[dict]] = {"line1": [], "line2": []}
-            for m in subscriber.of_type("detections"):
-                found[m["camera_id"]].append(m)
-            return found
-
-        while min(map(len, per_camera().values())) < 7 and time.monotonic() < deadline:
-            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
-            time.sleep(0.2)
+        assert daemon.notify.wait_for("READY=1", 240), daemon.tail()
+        daemon.wait(lambda: min(map(len, per_camera().values())) >= 7, 120, "7 detections from each camera")
         by_camera = per_camera()
-        assert min(map(len, by_camera.values())) >= 7, (tmp_path / "daemon.log").read_text()[-3000:]
         detections = by_camera["line1"] + by_camera["line2"]
-        stubs = children_of(daemon.pid)
-
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=90) == 0, (tmp_path / "daemon.log").read_text()[-3000:]
+        stubs = children_of(daemon.process.pid)
+        assert daemon.terminate() == 0, daemon.tail()
     finally:
-        _kill_if_running(daemon)
-        log.close()
+        daemon.close()
         subscriber.close()
-        notify.close()
 
     schema = load_schema("detections")
     for message in detections:
@@ -107,7 +88,7 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
     log = (tmp_path / "daemon.log").read_text()
     assert "detector layout: 2 detector instance(s)" in log and "offering 8 fps, model.detector_instances set" in log
     assert "3 request(s) in flight at most (enough to keep it busy)" in log
-    fields = notify.fields()
+    fields = daemon.notify.fields()
     assert any(f.startswith("STATUS=") and "cameras streaming" in f for f in fields)
     assert "STOPPING=1" in fields and "WATCHDOG=1" in fields
     statuses = subscriber.of_type("device_status")
@@ -135,40 +116,28 @@ def test_a_killed_capture_process_is_restarted_and_the_camera_recovers(
     config = write_config(tmp_path, broker, shm_root, camera_dir)
     device = device_of(config)
     subscriber = Subscriber(broker.port, f"appliance/{device}/line1/detections")
-    log_path = tmp_path / "daemon.log"
-    log = log_path.open("w")
-    daemon = subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],
-                              stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    daemon = RunningDaemon(tmp_path, config, REPO)
 
     def capture_pids() -> list[int]:
-        return [int(line.split("capture process ")[1].split()[0]) for line in log_path.read_text().splitlines()
+        return [int(line.split("capture process ")[1].split()[0]) for line in daemon.log_path.read_text().splitlines()
                 if "'line1': capture process " in line and line.rstrip().endswith("started")]
 
-    def wait(predicate, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert daemon.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"{what}: " + log_path.read_text()[-3000:]
-            time.sleep(0.2)
-
     try:
-        wait(lambda: len(subscriber.of_type("detections")) >= 3, 240, "first detections")
+        daemon.wait(lambda: len(subscriber.of_type("detections")) >= 3, 240, "first detections")
         first = capture_pids()[-1]
         os.kill(first, signal.SIGKILL)
         killed_at = len(subscriber.of_type("detections"))
-        wait(lambda: len(capture_pids()) >= 2, 60, "a new capture process")
-        wait(lambda: len(subscriber.of_type("detections")) >= killed_at + 3, 60, "detections after the restart")
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=90) == 0, log_path.read_text()[-3000:]
+        daemon.wait(lambda: len(capture_pids()) >= 2, 60, "a new capture process")
+        daemon.wait(lambda: len(subscriber.of_type("detections")) >= killed_at + 3, 60, "detections after the restart")
+        assert daemon.terminate() == 0, daemon.tail()
     finally:
-        _kill_if_running(daemon)
-        log.close()
+        daemon.close()
         subscriber.close()
     assert capture_pids()[-1] != first
     # one camera at 4 fps leaves one instance on every core time to spare: the lowest-latency layout, chosen from
     # the engine's build-time timing (modelrepo.layout)
     assert re.search(r"detector layout: 1 detector instance\(s\) x all cores, .* offering 4 fps, "
-                     r"[\d.]+ ms per frame on every core\); 2 request\(s\) in flight", log_path.read_text())
+                     r"[\d.]+ ms per frame on every core\); 2 request\(s\) in flight", daemon.log_path.read_text())
     seqs = [m["seq"] for m in subscriber.of_type("detections")]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)  # the ring's sequence goes on after the restart
     assert not running(first)

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.daemon import IMAGES, RunningDaemon, Subscriber, make_camera_dir
+from support.daemon import RunningDaemon, Subscriber, make_camera_dir
 from support.mosquitto import Mosquitto
 from support.mqttdocs import documented_commands, subscriber_check
 from support.schemas import validate_message
@@ -26,8 +26,8 @@ OUTAGE_S = 15.0
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 

@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -22,16 +21,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from support.daemon import IMAGES, IMAGES_IN_ORDER, RunningDaemon, Subscriber, make_camera_dir
+from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber, make_camera_dir
 from support.mosquitto import Mosquitto
 from support.processes import stubs_serving
+from support.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 
@@ -85,14 +85,16 @@ health:
         return self.log_path.read_text()
 
     def wait(self, what: str, predicate: Callable[[], Any], timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
+        """``predicate``'s first truthy value; fail with the log's tail if the daemon exits or time runs out."""
+        def alive_or_done() -> Any:
             value = predicate()
-            if value:
-                return value
-            assert self.process.poll() is None, f"the daemon exited waiting for {what}:\n{self.log()[-4000:]}"
-            assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{self.log()[-4000:]}"
-            time.sleep(0.2)
+            assert value or self.process.poll() is None, f"the daemon exited waiting for {what}"
+            return value
+
+        try:
+            return wait_until(alive_or_done, timeout, 0.2, what)
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}:\n{self.log()[-4000:]}") from None
 
     def detections(self) -> list[dict]:
         return self.subscriber.of_type("detections")

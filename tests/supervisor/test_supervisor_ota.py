@@ -23,7 +23,7 @@ import paho.mqtt.client as paho
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.bundles import detector_bundle
-from support.daemon import IMAGES, NotifySocket, device_of, make_camera_dir, write_config
+from support.daemon import NotifySocket, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.processes import children_of, running
 from support.schemas import validate_message
@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 MAX_GAP_S = 3.0  # the camera runs at 4 fps: 0.25 s between frames when nothing stalls
@@ -62,11 +62,15 @@ class TimedSubscriber:
         return [(t, p) for t, _topic, p in list(self.messages) if t >= since and p.get("type") == kind]
 
     def wait(self, predicate: Any, timeout: float, daemon: subprocess.Popen, log: Path) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert daemon.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.1)
+        """Poll ``predicate`` until it holds; fail with the log's tail if the daemon exits or time runs out."""
+        def alive_and_done() -> Any:
+            assert daemon.poll() is None, f"the daemon exited with code {daemon.returncode}"
+            return predicate()
+
+        try:
+            wait_until(alive_and_done, timeout, 0.1, "the condition on the daemon's messages")
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}\n{log.read_text()[-3000:]}") from None
 
     def close(self) -> None:
         self.client.loop_stop()
@@ -111,13 +115,10 @@ def _retained(port: int, topic: str, timeout: float = 10.0) -> dict[str, Any]:
     client.subscribe(topic, qos=1)
     client.loop_start()
     try:
-        deadline = time.monotonic() + timeout
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: got, timeout, 0.05, f"a retained message on {topic}")
     finally:
         client.loop_stop()
         client.disconnect()
-    assert got, f"no retained message on {topic}"
     return got[0]
 
 

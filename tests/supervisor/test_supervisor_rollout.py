@@ -24,7 +24,7 @@ import paho.mqtt.client as paho
 import pytest
 from support.bundles import detector_bundle
 from support.bundleserver import serve_directory
-from support.daemon import IMAGES, RunningDaemon, device_of, make_camera_dir, write_config
+from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 
 from appliance.ota.signing import generate_keypair
@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 FLEET = (("can-1", "canary"), ("line-1", "line"), ("line-2", "line"))
@@ -62,6 +62,11 @@ class Watch:
         """The model version of the device's newest detections message."""
         doc = self.latest.get(f"appliance/{device}/line1/detections")
         return doc["model"]["version"] if doc else None
+
+    def newest_seq(self, device: str) -> int:
+        """The frame seq of the device's newest detections message (-1 before the first)."""
+        doc = self.latest.get(f"appliance/{device}/line1/detections")
+        return doc["seq"] if doc else -1
 
     def close(self) -> None:
         self.client.loop_stop()
@@ -141,7 +146,11 @@ def test_a_rollout_stops_at_the_canary_that_fails_its_golden_frames_then_goes_th
         assert "group line: desired state" not in stopped.stdout
         status = watch.latest["appliance/can-1/ota/status"]
         assert (status["state"], status["code"], status["rollout_id"]) == ("rejected", "golden_mismatch", "fleet-2")
-        time.sleep(2)  # detections keep coming from what each daemon served before
+        # Fresh detections from every daemon after the refusal still come from what each served before.
+        refused_at = {n: watch.newest_seq(n) for n, _ in FLEET}
+        for name, _ in FLEET:
+            daemons[name].wait(lambda: watch.newest_seq(name) > refused_at[name], 30,  # called at once: name is current
+                               f"{name} detections after the refusal")
         assert [watch.served(n) for n, _ in FLEET] == ["base", "base", "base"]
         assert [OtaStore(tmp / n / "state").read_pointer().version for n, _ in FLEET] == [None, None, None]
         assert "appliance/line-1/ota/status" not in watch.latest

@@ -6,6 +6,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import pytest
+from support.wait import wait_until
 
 from appliance.supervisor.scheduler import Scheduler
 
@@ -99,8 +100,6 @@ def test_invalid_bounds_are_rejected() -> None:
 
 
 def test_a_failing_reader_does_not_stop_the_loop_for_the_other_cameras() -> None:
-    import time
-
     class Broken:
         def acquire_latest(self, after_seq=None):
             raise OSError("ring vanished")
@@ -112,9 +111,7 @@ def test_a_failing_reader_does_not_stop_the_loop_for_the_other_cameras() -> None
     good.capture(0.0)
     scheduler.start()
     try:
-        deadline = time.monotonic() + 10
-        while not submitted and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: submitted, 10, 0.01, "a frame submitted")
     finally:
         scheduler.stop(1)
     assert [(cam, seq) for cam, seq, _ in submitted] == [("good", 1)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.daemon import IMAGES, RunningDaemon, device_of, make_camera_dir, write_config
+from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.sparkplug_b import SparkplugSubscriber
 
@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 
@@ -26,7 +26,7 @@ def test_the_daemon_is_an_edge_node_and_its_camera_a_device(tmp_path: Path, shm_
     config = write_config(tmp_path, broker, shm_root, make_camera_dir(tmp_path))
     config.write_text(config.read_text().replace("mqtt:\n", "mqtt:\n  sparkplug: {group_id: plant1, interval_s: 0.5}\n"))
     node = device_of(config)
-    sub = SparkplugSubscriber(broker.host, broker.port, f"spBv1.0/plant1/#")
+    sub = SparkplugSubscriber(broker.host, broker.port, "spBv1.0/plant1/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
     try:
         assert daemon.notify.wait_for("READY=1", 240), daemon.tail()

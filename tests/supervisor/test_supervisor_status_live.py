@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.daemon import IMAGES, NotifySocket, Subscriber, device_of, make_camera_dir, write_config
+from support.daemon import NotifySocket, Subscriber, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.promql import load_dashboard, unknown_metrics
 from support.shm import private_shm_dir
@@ -40,8 +40,8 @@ DASHBOARD = REPO / "docs" / "grafana" / "appliance.json"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    # fails, not skips, without the detector or the darknet images (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),
 ]
 
 

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Callable, Sequence
@@ -20,8 +19,9 @@ from typing import Callable, Sequence
 import paho.mqtt.client as paho
 
 from support.mosquitto import Mosquitto, TlsMaterial
+from support.provisioned import DARKNET_IMAGES
+from support.wait import wait_until
 
-IMAGES = Path("/usr/share/darknet/data")
 # Played in name order, so frame seq k shows IMAGES_IN_ORDER[(k - 1) % 3].
 IMAGES_IN_ORDER = [("dog.jpg", "dog"), ("eagle.jpg", "bird"), ("horses.jpg", "horse")]
 
@@ -50,12 +50,12 @@ class NotifySocket:
         return [line for m in list(self.messages) for line in m.splitlines()]
 
     def wait_for(self, line: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if line in self.fields():
-                return True
-            time.sleep(0.05)
-        return False
+        """Whether ``line`` arrived within ``timeout`` seconds (callers assert it, adding the daemon's log)."""
+        try:
+            wait_until(lambda: line in self.fields(), timeout, 0.05, line)
+        except AssertionError:
+            return False
+        return True
 
     def close(self) -> None:
         self._stop.set()
@@ -107,7 +107,7 @@ def make_camera_dir(tmp_path: Path) -> Path:
     camera_dir = tmp_path / "camera"
     camera_dir.mkdir()
     for name, _ in IMAGES_IN_ORDER:
-        shutil.copy(IMAGES / name, camera_dir / name)
+        shutil.copy(DARKNET_IMAGES / name, camera_dir / name)
     return camera_dir
 
 
@@ -168,11 +168,15 @@ class RunningDaemon:
 
     def wait(self, predicate: Callable[[], object], timeout: float, what: str) -> None:
         """Poll ``predicate`` until it holds; fail with the log's tail if the daemon exits or time runs out."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert self.process.poll() is None, f"{what}: " + self.tail()
-            assert time.monotonic() < deadline, f"{what}: " + self.tail()
-            time.sleep(0.2)
+        def alive_and_done() -> object:
+            code = self.process.poll()
+            assert code is None, f"the daemon exited with code {code} while waiting for {what}"
+            return predicate()
+
+        try:
+            wait_until(alive_and_done, timeout, 0.2, what)
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}\n{self.tail()}") from None
 
     def terminate(self, timeout: float = 90) -> int:
         """SIGTERM, as systemd stops it; the exit code."""

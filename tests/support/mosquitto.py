@@ -172,9 +172,9 @@ class MosquittoFromFile(LocalBroker):
 
 
 def publish_as(broker: LocalBroker, username: str, password: str, topic: str, payload: str | bytes,
-               tls: Optional[TlsMaterial] = None) -> None:
+               tls: Optional[TlsMaterial] = None, retain: bool = False) -> None:
     """Connect as ``username`` (a fresh client, mutual TLS with ``tls``'s client certificate when given), publish
-    once with QoS 1 and wait for the broker's PUBACK or for it to drop the connection: either way the broker has
+    once with QoS 1 (retained with ``retain``) and wait for the broker's PUBACK or for it to drop the connection: either way the broker has
     handled the message. Under an ACL that denies it, MQTT 3.1.1 gives the sender no error (mosquitto drops the
     message, and may close the connection), so callers assert on what an allowed reader receives."""
     client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"as-{uuid.uuid4().hex[:8]}")
@@ -187,7 +187,7 @@ def publish_as(broker: LocalBroker, username: str, password: str, topic: str, pa
     client.loop_start()
     try:
         assert connected.wait(10), f"{username} could not connect"
-        info = client.publish(topic, payload, qos=1)
+        info = client.publish(topic, payload, qos=1, retain=retain)
         try:
             info.wait_for_publish(5)
         except RuntimeError:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -22,6 +21,8 @@ from paho.mqtt.properties import Properties
 from support.daemon import NotifySocket
 from support.processes import children_of
 from support.soakcheck import Sample, Seen, parse_status_rss_kib
+
+from appliance.procs import kill_process, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,18 +139,13 @@ class Daemon:
         assert self.proc is not None and self.current is not None
         self.note_children()
         self.current.ended = "SIGKILL"
-        self.proc.kill()
-        self.proc.wait()
+        kill_process(self.proc)
 
     def stop(self, timeout_s: float = 120.0) -> int:
         assert self.proc is not None and self.current is not None
         self.note_children()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
+        rc = stop_process(self.proc, timeout_s=timeout_s)  # SIGKILL after timeout_s, then waits for the exit
+        assert rc is not None
         self.current.ended = f"SIGTERM, exit {rc}"
         return rc
 
