@@ -107,6 +107,7 @@ class Soak:
         self.daemon = Daemon(workdir / "appliance.yaml", workdir)
         self.events: list[str] = []
         self.failed_events: list[str] = []
+        self.ota_done_at: float | None = None  # monotonic; a model switch (and its first engine build) moves RSS
         self.stop_rc: int | None = None
 
     def setup(self) -> None:
@@ -175,6 +176,7 @@ class Soak:
         if not wait_for(lambda: bool(ended()), self.args.ota_timeout_s):
             return f"no end state after {self.args.ota_timeout_s:.0f} s"
         last = ended()[-1]
+        self.ota_done_at = time.monotonic()
         return last["state"] + (f" ({last.get('code')})" if last.get("code") else "")
 
     def run(self) -> None:
@@ -266,6 +268,15 @@ def report(soak: Soak, shm: list[str], procs: list[int]) -> bool:
         print(f"daemon{inc.number}_pid={inc.pid}\ndaemon{inc.number}_ended={inc.ended}\n"
               f"daemon{inc.number}_rss_mib={rss}\ndaemon{inc.number}_fds={fds}\ndaemon{inc.number}_tree_rss_mib={tree}")
         g = growth(inc.samples, warmup_s=soak.args.sample_s)
+        if soak.ota_done_at is not None and inc.ready_at is not None and soak.ota_done_at > inc.ready_at and (
+                inc.samples and inc.samples[-1].t_s > soak.ota_done_at - inc.ready_at):
+            # The OTA switch built and loaded a model in this incarnation: a one-time step in RSS (the first
+            # in-process engine build maps ONNX Runtime's arenas), not growth. Growth counts from a full
+            # --sample-s after the switch; the whole span is printed beside it.
+            whole = g
+            g = growth(inc.samples, warmup_s=soak.ota_done_at - inc.ready_at + soak.args.sample_s)
+            print(f"daemon{inc.number}_rss_step_over_ota_switch_mib="
+                  f"{'n/a' if whole is None else f'{whole[0]:.1f}'} (growth below counts after the switch)")
         print(f"daemon{inc.number}_rss_growth_mib={'n/a' if g is None else f'{g[0]:.1f}'}\n"
               f"daemon{inc.number}_fd_growth={'n/a' if g is None else g[1]}")
         if g is not None:
