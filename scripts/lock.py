@@ -11,7 +11,9 @@ Python 3.10-3.12 on that architecture. Nothing is installed: pip resolves with `
 
 Refresh after changing a dependency in pyproject.toml, or to take newer releases, and commit the files; a test
 (tests/test_constraints.py) fails when a dependency has no pin that satisfies pyproject.toml.
-Needs Python 3.11+ (tomllib); standard library only.
+Markers are evaluated here for each target Python and machine (pip evaluates them for the Python running it), so
+a backport only Python 3.10 installs (tomli, exceptiongroup, async-timeout) is pinned with its marker:
+``tomli==2.3.0 ; python_version < "3.11"``. Needs Python 3.11+ (tomllib) and ``packaging`` (in the venv).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ import sys
 import tempfile
 import tomllib
 from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ("x86_64", "aarch64")
@@ -37,8 +43,17 @@ def requirements(pyproject: Path) -> list[str]:
     return [*project["dependencies"], *project.get("optional-dependencies", {}).get("test", [])]
 
 
-def resolve(reqs: list[str], machine: str, python: str, constraints: Path | None = None) -> dict[str, str]:
-    """{name: version} that pip would install for ``machine`` and ``python``, wheels only."""
+def environment(machine: str, python: str) -> dict[str, str]:
+    """The PEP 508 marker environment of a Linux ``machine`` running CPython ``python``. pip's
+    ``--python-version`` and ``--platform`` pick wheels but evaluate markers for the Python running pip, so a
+    backport gated on ``python_version < "3.11"`` (tomli, exceptiongroup, async-timeout) is missed by its report."""
+    return {**default_environment(), "python_version": python, "python_full_version": f"{python}.0",
+            "platform_machine": machine, "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+            "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+
+
+def resolve(reqs: list[str], machine: str, python: str, constraints: Path | None = None) -> list[dict]:
+    """The ``install`` items (metadata included) of pip's report for ``machine`` and ``python``, wheels only."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
@@ -49,27 +64,94 @@ def resolve(reqs: list[str], machine: str, python: str, constraints: Path | None
         result = subprocess.run([*cmd, *reqs], capture_output=True, text=True)
         if result.returncode != 0:
             raise SystemExit(f"error: pip could not resolve for {machine}, Python {python}:\n{result.stderr[-2000:]}")
-        installs = json.loads(report.read_text())["install"]
-    return {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in installs}
+        installs: list[dict] = json.loads(report.read_text())["install"]
+    return installs
 
 
-def render(pins: dict[str, str], machine: str) -> str:
-    body = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
-    return HEADER.format(machine=machine, pythons=f"{PYTHONS[0]}-{PYTHONS[-1]}") + body
+def versions(installs: list[dict]) -> dict[str, str]:
+    return {canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"] for item in installs}
+
+
+def unmet(installs: list[dict], reqs: list[str], env: dict[str, str], pinned: set[str]) -> list[str]:
+    """Requirements (markers dropped) that apply in ``env`` to the roots or an installed package but name no
+    pinned package: what pip's report left out because it evaluated markers for its own Python."""
+    wanted: dict[str, str] = {}
+
+    def consider(text: str, extras: list[str]) -> None:
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        if name in pinned or name in wanted:
+            return
+        if req.marker is None or any(req.marker.evaluate({**env, "extra": extra}) for extra in extras):
+            req.marker = None
+            wanted[name] = str(req)
+
+    for text in reqs:
+        consider(text, [""])
+    for item in installs:
+        for text in item["metadata"].get("requires_dist", []):
+            consider(text, ["", *item.get("requested_extras", [])])
+    return list(wanted.values())
+
+
+def marker(pythons: set[str]) -> str:
+    """The environment marker for a pin needed on some of PYTHONS only ("" when needed on all)."""
+    if set(PYTHONS) <= pythons:
+        return ""
+    needed = [p for p in PYTHONS if p in pythons]
+    if needed == list(PYTHONS[:len(needed)]):
+        return f'python_version < "{PYTHONS[len(needed)]}"'
+    if needed == list(PYTHONS[-len(needed):]):
+        return f'python_version >= "{needed[0]}"'
+    return " or ".join(f'python_version == "{p}"' for p in needed)
+
+
+def render(pins: dict[str, str], machine: str, only: dict[str, set[str]] | None = None) -> str:
+    """The constraints file; ``only`` gates a pin with a marker for the Pythons that need it."""
+    lines = []
+    for name, version in sorted(pins.items()):
+        gate = marker((only or {}).get(name, set(PYTHONS)))
+        lines.append(f"{name}=={version}" + (f" ; {gate}" if gate else ""))
+    return HEADER.format(machine=machine, pythons=f"{PYTHONS[0]}-{PYTHONS[-1]}") + "".join(f"{l}\n" for l in lines)
 
 
 def lock(machine: str, reqs: list[str]) -> str:
-    pins = resolve(reqs, machine, PYTHONS[0])
-    with tempfile.NamedTemporaryFile("w", suffix=".txt") as first:
-        first.write(render(pins, machine))
-        first.flush()
-        for python in PYTHONS[1:]:
-            # A newer Python may need a package the oldest did not (a backport's absence is fine); add it.
-            for name, version in resolve(reqs, machine, python, Path(first.name)).items():
+    installs = resolve(reqs, machine, PYTHONS[0])
+    pins = versions(installs)
+    everywhere = set(pins)  # what pip found (markers as its own Python sees them): pinned for every Python
+    only: dict[str, set[str]] = {}  # name -> the Pythons that need it, for a pin found by marker evaluation
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / "pins.txt"  # markerless: constraints for the resolves below
+
+        def add(found: dict[str, str], python: str, gated: bool) -> None:
+            for name, version in found.items():
                 if pins.setdefault(name, version) != version:
-                    raise SystemExit(f"error: {name} resolves to {version} on Python {python}, {pins[name]} on "
-                                     f"{PYTHONS[0]}, for {machine}")
-    return render(pins, machine)
+                    raise SystemExit(f"error: {name} resolves to {version} on Python {python}, {pins[name]} "
+                                     f"elsewhere, for {machine}")
+                if gated and name not in everywhere:
+                    only.setdefault(name, set()).add(python)
+                elif not gated:
+                    everywhere.add(name)
+            plain.write_text(render(pins, machine))
+
+        plain.write_text(render(pins, machine))
+        for python in PYTHONS:
+            if python != PYTHONS[0]:
+                # A newer Python may need a package the oldest did not (a backport's absence is fine); add it.
+                installs = resolve(reqs, machine, python, plain)
+                add(versions(installs), python, gated=False)
+            env = environment(machine, python)
+            for _ in range(5):  # a backport may have dependencies of its own
+                pinned_here = {name for name in pins if name not in only or python in only[name]}
+                missing = unmet(installs, reqs, env, pinned_here)
+                if not missing:
+                    break
+                extra = resolve(missing, machine, python, plain)
+                installs = [*installs, *extra]
+                add(versions(extra), python, gated=True)
+            else:
+                raise SystemExit(f"error: the backports for Python {python} on {machine} did not settle")
+    return render(pins, machine, only)
 
 
 def main(argv: list[str] | None = None) -> int:

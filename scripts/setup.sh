@@ -48,16 +48,10 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# Triton: a distribution that is already there (the igpu image's or JetPack's /opt/tritonserver, or
-# APPLIANCE_TRITON_HOME) is used as it is; otherwise the CPU build for this architecture (x86_64 or aarch64)
-# is laid out in .triton from PyPI.
-if [ -n "${APPLIANCE_TRITON_HOME:-}" ]; then
-  echo "setup: Triton from APPLIANCE_TRITON_HOME=$APPLIANCE_TRITON_HOME (not provisioning .triton)"
-elif [ -e /opt/tritonserver/lib/libtritonserver.so ]; then
-  echo "setup: Triton from /opt/tritonserver (not provisioning .triton)"
-else
-  .venv/bin/python scripts/provision_triton.py --dest .triton
-fi
+# Triton: a distribution that is already there (APPLIANCE_TRITON_HOME, or /opt/tritonserver: the igpu image's or
+# JetPack's) is used as it is; otherwise the CPU build for this architecture (x86_64 or aarch64) is laid out in
+# .triton from PyPI (scripts/setup-triton.sh).
+scripts/setup-triton.sh
 # numpy<2 for the Python-backend stub's embedded interpreter (its pybind11 predates NumPy 2; docs/triton.md).
 .venv/bin/python -m appliance.triton.stubsite
 
