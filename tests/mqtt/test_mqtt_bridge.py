@@ -1,8 +1,8 @@
 """A bridged edge broker (docs/fleet.md): the appliance's publisher talks to a local mosquitto run with the
 shipped docs/examples/mosquitto/bridge.conf (ports, central address and persistence directory substituted), which
 bridges to a central mosquitto. The central broker is down for 30 s while four cameras publish; the central
-subscriber still gets every seq of every camera, in order, and a command sent on the central broker reaches the
-appliance over the bridge and its reply comes back.
+subscriber still gets every seq of every camera (what the bridge queued in order), and a command sent on the
+central broker reaches the appliance over the bridge and its reply comes back.
 
 The appliance side is the real MqttPublisher with four cameras' numbered streams (20 fps each), not `appliance
 run` with four file cameras: Triton and four decoders do not fit beside the brokers on this 2-core machine."""
@@ -75,6 +75,7 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
         # The edge broker acknowledged everything: the appliance's spool is not what holds the outage.
         assert during.state is State.CONNECTED and during.connects == 1
         assert during.spool.backlog < 100
+        published_before_return = dict(streams.sent)
         central.start()
         wait_until(lambda: len(_payloads(sub)) > 40 + 0.8 * OUTAGE_S * 20 * len(CAMERAS), 60,
                    message="the edge broker's queue flushed over the bridge")
@@ -88,7 +89,12 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
         wait_until(complete, 60, message="every seq of every camera at the central subscriber")
         got = seqs_by_camera(_payloads(sub))  # duplicates (same message_id) dropped, as docs/mqtt.md says
         for cam in CAMERAS:
-            assert got[cam] == list(range(streams.sent[cam])), f"{cam}: lost or reordered sequence numbers"
+            assert sorted(got[cam]) == list(range(streams.sent[cam])), f"{cam}: lost or extra sequence numbers"
+            # What the bridge queued arrives in order. A message published once the central broker is back may
+            # overtake that queue (mosquitto 2.0.11; docs/fleet.md, "Order behind a bridge"): CI saw cam3's
+            # seq 716 arrive between 14 and 15 once, so only the queued part is held to its order here.
+            queued = [seq for seq in got[cam] if seq < published_before_return[cam]]
+            assert queued == list(range(published_before_return[cam])), f"{cam}: the bridge's queue reordered"
 
         # Commands come in over the same bridge; the reply goes out.
         replies = Subscriber(central.host, central.port, [f"appliance/{DEVICE}/reply"])
