@@ -11,8 +11,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from support.daemon import IMAGES, RunningDaemon, write_config
+from support.daemon import RunningDaemon, write_config
 from support.mosquitto import Mosquitto
+from support.provisioned import DARKNET_IMAGES
 
 from appliance.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.engines.calibration import read_frames
@@ -24,8 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),  # fail, not skip, without them (tests/conftest.py)
 ]
 
 
@@ -46,7 +46,7 @@ def test_the_running_appliance_keeps_camera_frames_for_the_next_int8_build(tmp_p
     camera_dir = tmp_path / "camera"
     camera_dir.mkdir()
     for name in ("dog.jpg", "eagle.jpg", "giraffe.jpg"):  # three scenes: two kept frames must differ
-        shutil.copy(IMAGES / name, camera_dir / name)
+        shutil.copy(DARKNET_IMAGES / name, camera_dir / name)
     engines = _engines_dir(tmp_path)
     config = write_config(tmp_path, broker, shm_root, camera_dir)
     config.write_text(config.read_text().replace("paths:\n", f"paths:\n  engines_dir: {engines}\n", 1))
@@ -71,7 +71,7 @@ def test_the_running_appliance_keeps_camera_frames_for_the_next_int8_build(tmp_p
     assert all(image is not None and image.shape == (480, 640, 3) for image in images)
     assert not np.array_equal(images[0], images[1])
     # Each kept frame is one of the camera's scenes (resized to 640x480, JPEG): closer to it than to the others.
-    scenes = [cv2.resize(cv2.imread(str(IMAGES / n)), (640, 480)).astype(np.float32)
+    scenes = [cv2.resize(cv2.imread(str(DARKNET_IMAGES / n)), (640, 480)).astype(np.float32)
               for n in ("dog.jpg", "eagle.jpg", "giraffe.jpg")]
     for image in images:
         errors = sorted(float(np.abs(image.astype(np.float32) - scene).mean()) for scene in scenes)

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.daemon import IMAGES, IMAGES_IN_ORDER, RunningDaemon, Subscriber
+from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber
 from support.mosquitto import Mosquitto
+from support.provisioned import DARKNET_IMAGES
 
 from appliance.commands.status import fetch_health
 from appliance.mqtt.localbroker import free_port
@@ -30,8 +31,7 @@ RESUME_S = 60.0  # the camera's backoff after its end: the quiet period the chec
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (IMAGES / "dog.jpg").exists(), reason="needs Debian's darknet test images"),
-    pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
+    pytest.mark.usefixtures("detector_onnx", "darknet_images"),  # fail, not skip, without them (tests/conftest.py)
 ]
 
 
@@ -40,7 +40,7 @@ def _camera_dir(tmp_path: Path) -> Path:
     folder.mkdir()
     for copy in range(COPIES):
         for index, (name, _) in enumerate(IMAGES_IN_ORDER):
-            shutil.copy(IMAGES / name, folder / f"{copy:02d}-{index}-{name}")
+            shutil.copy(DARKNET_IMAGES / name, folder / f"{copy:02d}-{index}-{name}")
     return folder
 
 
