@@ -16,7 +16,6 @@ OpenCV's vtest.avi (people walking), a real mosquitto that goes away for a while
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.request
 import uuid
@@ -30,6 +29,8 @@ from support.daemon import RunningDaemon, Subscriber
 from support.mosquitto import Mosquitto
 from support.schemas import validate_message
 
+from appliance.mqtt.localbroker import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"
 OUTAGE_S = 12.0
@@ -39,12 +40,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _config(tmp_path: Path, broker: Mosquitto, shm_root: Path, device: str, health_port: int) -> Path:
@@ -88,7 +83,7 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
     assert VTEST.is_file(), f"{VTEST} missing: scripts/setup.d/40-vtest.sh fetches it"
     broker = Mosquitto(tmp_path / "broker", persistence=True).start()
     device = f"an{uuid.uuid4().hex[:6]}"
-    port = _free_port()
+    port = free_port()
     config = _config(tmp_path, broker, shm_root, device, port)
     subscriber = Subscriber(broker.port, f"appliance/{device}/#", persistent=True)
     daemon = RunningDaemon(tmp_path, config, REPO)

@@ -8,7 +8,6 @@ as scripts/demo.sh sets them."""
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from support.mosquitto import Mosquitto
 from support.schemas import validate_message
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV
+from appliance.mqtt.localbroker import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"
@@ -29,12 +29,6 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_demo_config_raises_cross_and_enter_events(tmp_path: Path, shm_root: Path, broker: Mosquitto,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     assert VTEST.is_file(), f"{VTEST} missing: scripts/setup.d/40-vtest.sh fetches it"
@@ -43,7 +37,7 @@ def test_the_demo_config_raises_cross_and_enter_events(tmp_path: Path, shm_root:
     config = tmp_path / "demo.yaml"
     config.write_text(f"{text}\npaths:\n  state_dir: {tmp_path / 'state'}\n  shm_root: {shm_root}\n")
     monkeypatch.setenv("APPLIANCE_MQTT_PORT", str(broker.port))
-    monkeypatch.setenv("APPLIANCE_HEALTH_PORT", str(_free_port()))
+    monkeypatch.setenv("APPLIANCE_HEALTH_PORT", str(free_port()))
     monkeypatch.setenv(DEMO_VIDEO_ENV, str(VTEST))
     subscriber = Subscriber(broker.port, "appliance/demo/#")
     daemon = RunningDaemon(tmp_path, config, REPO)  # inherits the environment set above

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -26,6 +25,8 @@ from support.mosquitto import Mosquitto
 from support.processes import stubs_serving
 from support.wait import wait_until
 
+from appliance.mqtt.localbroker import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
@@ -35,12 +36,6 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Daemon(RunningDaemon):
     """`appliance run` with a notify socket, its health endpoint and its log (tests/support/daemon.py), and a
     subscriber on its topics."""
@@ -48,7 +43,7 @@ class Daemon(RunningDaemon):
     def __init__(self, tmp_path: Path, broker: Mosquitto, shm_root: Path, recovery: str, stall_s: int = 20) -> None:
         camera_dir = make_camera_dir(tmp_path)
         self.device = f"rec{uuid.uuid4().hex[:6]}"
-        self.port = _free_port()
+        self.port = free_port()
         self.state = tmp_path / "state"
         config = tmp_path / "appliance.yaml"
         config.write_text(f"""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from support.schemas import validate_message
 from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.localbroker import free_port
 from appliance.ota.push import chunk_payloads, push_mqtt
 from appliance.ota.signing import generate_keypair, load_private_key
 from appliance.ota.status import STATES, OtaStatus
@@ -79,12 +79,6 @@ class TimedSubscriber:
 
 def _bundle(tmp_path: Path, private_key: Path, version: str = "2") -> Path:
     return detector_bundle(tmp_path, private_key, version)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ota_cli(*args: str, refused: bool = False) -> subprocess.CompletedProcess[str]:
@@ -149,7 +143,7 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
     generate_keypair(tmp_path / "rogue.key", tmp_path / "rogue.pub")  # a key the device does not trust
     rogue = _bundle(tmp_path, tmp_path / "rogue.key", version="3")
     config = write_config(tmp_path, broker, shm_root, camera_dir)
-    health_port = _free_port()
+    health_port = free_port()
     config.write_text(config.read_text().replace("health:\n  port: 0\n", f"health:\n  port: {health_port}\n")
                       .replace("mqtt:\n", "mqtt:\n  health_interval_s: 2\n"))  # the refusal count, soon
     with config.open("a") as f:
