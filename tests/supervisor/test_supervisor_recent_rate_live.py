@@ -13,12 +13,11 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber
+from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber, device_of, write_config
 from support.mosquitto import Mosquitto
 from support.provisioned import DARKNET_IMAGES
 
@@ -44,30 +43,6 @@ def _camera_dir(tmp_path: Path) -> Path:
     return folder
 
 
-def _config(tmp_path: Path, broker: Mosquitto, shm_root: Path, device: str, port: int) -> Path:
-    path = tmp_path / "appliance.yaml"
-    path.write_text(f"""
-device: {{id: {device}}}
-paths:
-  state_dir: {tmp_path / 'state'}
-  shm_root: {shm_root}
-cameras:
-  - id: line1
-    source: {{type: images, path: {_camera_dir(tmp_path)}, loop: false, realtime: true}}
-    width: 640
-    height: 480
-    resize: true
-    fps: 4
-    backoff: {{initial_s: {RESUME_S:g}, max_s: {RESUME_S:g}, jitter: 0}}
-mqtt:
-  host: 127.0.0.1
-  port: {broker.port}
-health:
-  port: {port}
-""")
-    return path
-
-
 def _last_status(daemon: RunningDaemon) -> str:
     return [f for f in daemon.notify.fields() if f.startswith("STATUS=")][-1]
 
@@ -75,11 +50,14 @@ def _last_status(daemon: RunningDaemon) -> str:
 def test_the_reported_rate_falls_to_0_within_15_s_of_the_camera_stopping_while_the_average_stays_up(
         tmp_path: Path, shm_root: Path) -> None:
     broker = Mosquitto(tmp_path / "broker").start()
-    device = f"rate{uuid.uuid4().hex[:6]}"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    # The camera plays its frames once, then waits RESUME_S before it opens them again.
+    config = write_config(tmp_path, broker, shm_root, _camera_dir(tmp_path), loop=False, health_port=port,
+                          line1_keys=f"backoff: {{initial_s: {RESUME_S:g}, max_s: {RESUME_S:g}, jitter: 0}}")
+    device = device_of(config)
     subscriber = Subscriber(broker.port, f"appliance/{device}/#")
-    daemon = RunningDaemon(tmp_path, _config(tmp_path, broker, shm_root, device, port), REPO)
+    daemon = RunningDaemon(tmp_path, config, REPO)
 
     def summary() -> dict[str, Any]:
         return fetch_health(url)

@@ -117,9 +117,10 @@ def device_of(config: Path) -> str:
 
 
 def write_config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path,
-                 video: Path | None = None) -> Path:
-    """Camera line1 plays ``camera_dir``; with ``video``, camera line2 plays it and the detector runs two instances
-    (other daemon tests use one camera and the automatic layout: one instance at 4 fps)."""
+                 video: Path | None = None, *, loop: bool = True, line1_keys: str = "", health_port: int = 0) -> Path:
+    """Camera line1 plays ``camera_dir`` (again and again unless ``loop`` is false; ``line1_keys``: more of its
+    keys, a `key: value` line each); with ``video``, camera line2 plays it and the detector runs two instances (other
+    daemon tests use one camera and the automatic layout: one instance at 4 fps)."""
     device = f"e2e{uuid.uuid4().hex[:6]}"
     line2 = "" if video is None else f"""
   - id: line2
@@ -128,6 +129,7 @@ def write_config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: 
     height: 480
     fps: 4"""
     model = "" if video is None else "\nmodel: {detector_instances: 2}"
+    extra = "".join(f"\n    {line}" for line in line1_keys.splitlines())
     path = tmp_path / "appliance.yaml"
     path.write_text(f"""
 device: {{id: {device}}}{model}
@@ -136,16 +138,16 @@ paths:
   shm_root: {shm_root}
 cameras:
   - id: line1
-    source: {{type: images, path: {camera_dir}, loop: true, realtime: true}}
+    source: {{type: images, path: {camera_dir}, loop: {str(loop).lower()}, realtime: true}}
     width: 640
     height: 480
     resize: true
-    fps: 4{line2}
+    fps: 4{extra}{line2}
 mqtt:
   host: 127.0.0.1
   port: {broker.port}
 health:
-  port: 0
+  port: {health_port}
 """)
     return path
 
