@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from appliance.appconfig.app import AppConfig, RecoveryConfig
-from appliance.appconfig.check import check_config
+from appliance.appconfig.check import CheckReport, check_config
 
 BASE = {"device": {"id": "a"}, "mqtt": {"host": "localhost"},
         "cameras": [{"id": "c", "source": {"type": "file", "path": "/tmp/v.mp4"}, "width": 640, "height": 480}]}
@@ -53,22 +53,23 @@ def test_an_old_key_beside_a_backoff_section_without_it_joins_that_section() -> 
     assert (recovery.backoff.initial_s, recovery.backoff.max_s, recovery.backoff.factor) == (2.0, 8.0, 4.0)
 
 
-def test_both_names_for_one_value_is_an_error_at_its_line(tmp_path: Path) -> None:
+def _check_recovery(tmp_path: Path, recovery: str) -> tuple[Path, CheckReport]:
+    """check-config's report on an app config whose pipeline.recovery section is ``recovery`` (line 7 on)."""
     path = tmp_path / "app.yaml"
     path.write_text("device: {id: a}\nmqtt: {host: localhost}\ncameras:\n"
                     "  - {id: c, source: {type: file, path: /tmp/v.mp4}, width: 640, height: 480}\n"
-                    "pipeline:\n  recovery:\n    initial_backoff_s: 1\n    backoff: {initial_s: 2}\n")
-    report = check_config(path, environ={}, machine=False)
+                    "pipeline:\n  recovery:\n" + recovery)
+    return path, check_config(path, environ={}, machine=False)
+
+
+def test_both_names_for_one_value_is_an_error_at_its_line(tmp_path: Path) -> None:
+    path, report = _check_recovery(tmp_path, "    initial_backoff_s: 1\n    backoff: {initial_s: 2}\n")
     assert [str(i) for i in report.issues] == [
         f"{path}:6: pipeline.recovery: give backoff.initial_s only; initial_backoff_s is its deprecated name"]
 
 
 def test_max_below_initial_names_the_new_keys(tmp_path: Path) -> None:
-    path = tmp_path / "app.yaml"
-    path.write_text("device: {id: a}\nmqtt: {host: localhost}\ncameras:\n"
-                    "  - {id: c, source: {type: file, path: /tmp/v.mp4}, width: 640, height: 480}\n"
-                    "pipeline:\n  recovery:\n    max_backoff_s: 1\n    backoff: {initial_s: 2}\n")
-    report = check_config(path, environ={}, machine=False)
+    _, report = _check_recovery(tmp_path, "    max_backoff_s: 1\n    backoff: {initial_s: 2}\n")
     assert len(report.issues) == 1, report.issues
     assert "pipeline.recovery.backoff.max_s (1.0) must be >= pipeline.recovery.backoff.initial_s (2.0)" in str(
         report.issues[0])
