@@ -37,15 +37,22 @@ def lift_deprecated_keys(data: Any, section: str, renames: dict[str, str]) -> An
     if not isinstance(backoff, dict):
         return data  # the backoff section's own validation says what is wrong with it
     backoff = dict(backoff)
-    for old, new in renames.items():
-        if old not in lifted:
-            continue
-        if new in backoff:
-            raise ValueError(f"give backoff.{new} only; {old} is its deprecated name")
-        log.warning("config: %s key %r is deprecated; use %r (same meaning)", section, old, f"backoff.{new}")
-        backoff[new] = lifted.pop(old)
+    _move_deprecated(lifted, backoff, renames, section, "backoff.")
     lifted["backoff"] = backoff
     return lifted
+
+
+def _move_deprecated(source: dict[str, Any], target: dict[str, Any], renames: dict[str, str], section: str,
+                     prefix: str) -> None:
+    """Move each old key of ``source`` to its new name in ``target`` (``prefix`` names where that is), warning
+    once per key; an old key whose new name is also given is an error."""
+    for old, new in renames.items():
+        if old not in source:
+            continue
+        if new in target:
+            raise ValueError(f"give {prefix}{new} only; {old} is its deprecated name")
+        log.warning("config: %s key %r is deprecated; use %r (same meaning)", section, old, prefix + new)
+        target[new] = source.pop(old)
 
 
 def capped_exponential(initial_s: float, max_s: float, factor: float, attempt: int) -> float:
@@ -92,13 +99,7 @@ class BackoffConfig(StrictModel):
         if not isinstance(data, dict):
             return data
         renamed = dict(data)
-        for old, new in DEPRECATED_KEYS.items():
-            if old not in renamed:
-                continue
-            if new in renamed:
-                raise ValueError(f"give {new} only; {old} is its deprecated name")
-            log.warning("config: backoff key %r is deprecated; use %r (same meaning)", old, new)
-            renamed[new] = renamed.pop(old)
+        _move_deprecated(renamed, renamed, DEPRECATED_KEYS, "backoff", "")
         return renamed
 
     @model_validator(mode="after")
