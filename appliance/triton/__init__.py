@@ -3,7 +3,8 @@
 Layers: ``_capi`` (ctypes declarations over ``tritonserver.h``), ``errors`` (TRITONSERVER_Error ->
 typed exceptions), ``server`` / ``infer`` (the Pythonic API; ``server`` takes its ``options`` and calls
 ``modelcontrol``; ``infer`` is the façade over ``tensors``, ``allocator``, ``requests``, ``deadlines`` and
-``counters``), ``stubs`` (finding Python-backend stub processes and their shared-memory regions),
+``counters``), ``stubs`` (finding Python-backend stub processes and their shared-memory regions;
+``robustlocks`` picks the moment to kill one, outside the locks it shares with the server),
 ``locate`` (where Triton is) and ``pymodels`` (making the appliance's packages importable inside
 Python-backend models).
 

@@ -17,12 +17,17 @@ that a crashed child process orphaned (``tests/support/triton.py``).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from appliance.triton import robustlocks
+
+log = logging.getLogger(__name__)
 
 STUB_NAME = "triton_python_backend_stub"
 REGION_PREFIX = "appliance"
@@ -198,7 +203,10 @@ def wait_gone(
     scanner: StubScanner | None = None,
 ) -> list[int]:
     """Wait up to ``timeout`` s for our stubs under ``roots`` to exit; SIGKILL any left (if ``kill``) and
-    remove their shared-memory regions. Returns the pids still alive at the deadline."""
+    remove their shared-memory regions. Returns the pids still alive at the deadline.
+
+    A stub is killed only at a moment it holds none of the mutexes it shares with this process
+    (``robustlocks.stop_unlocked``): killed inside one, the next lock here aborts the whole process."""
     if not roots:
         raise ValueError("repository roots are needed: never touch stubs that belong to another server")
     scanner = scanner or StubScanner()
@@ -211,6 +219,8 @@ def wait_gone(
     for pid in left if kill else ():
         region = scanner.region_of(pid)
         try:
+            if robustlocks.stop_unlocked(pid) is False:
+                log.warning("stub %d kept holding a lock it shares with this process; killing it anyway", pid)
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)  # reap it: it is our child, and nothing else will wait for it now
         except (ProcessLookupError, ChildProcessError):
