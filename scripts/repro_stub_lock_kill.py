@@ -4,7 +4,7 @@
 
 Each round runs in a child process: a real Triton server on the ``slow`` test model, a request the model is busy
 with (it polls ``is_cancelled()``, a round trip to the server through shared locks), then the stub is SIGSTOPped
-again and again until one of its threads holds a robust mutex (``robustlocks.holds_robust_lock``). From there:
+again and again until one of its threads holds a robust mutex (``robustlocks.stop_and_look``). From there:
 
 - ``unguarded``: SIGKILL it there, then ``Server.stop()``. When the lock is one the server locks again, Boost
   throws ``lock_exception`` and the process aborts (exit -6).
@@ -46,9 +46,7 @@ def _round(mode: str, workdir: Path) -> int:
         time.sleep(0.02)
     (pid,) = server.stub_pids()
     for tries in range(1, 200_000):
-        os.kill(pid, signal.SIGSTOP)
-        robustlocks._wait_stopped(pid, Path("/proc"), 1.0)
-        if robustlocks.holds_robust_lock(pid):
+        if robustlocks.stop_and_look(pid):
             break
         os.kill(pid, signal.SIGCONT)
         time.sleep(0.0003 * (tries % 7))  # vary the phase against the stub's own timers

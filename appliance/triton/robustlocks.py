@@ -91,26 +91,35 @@ def _wait_stopped(pid: int, proc: Path, timeout: float) -> bool:
         time.sleep(0.0005)
 
 
+def stop_and_look(pid: int, proc: Path = Path("/proc")) -> bool | None:
+    """SIGSTOP ``pid`` (it is left stopped) and say whether one of its threads holds a robust mutex; None when that
+    cannot be known (its threads did not all stop within 1 s, or their lists cannot be read). Raises
+    ``ProcessLookupError`` when the process is gone."""
+    os.kill(pid, signal.SIGSTOP)
+    if not _wait_stopped(pid, proc, 1.0):
+        return None
+    try:
+        return holds_robust_lock(pid, proc)
+    except Unreadable as exc:
+        log.debug("cannot read the robust lists of %d (%s)", pid, exc)
+        return None
+
+
 def stop_unlocked(pid: int, attempts: int = 500, proc: Path = Path("/proc")) -> bool | None:
     """SIGSTOP ``pid`` at a moment none of its threads holds a robust mutex; it is left stopped.
 
-    True: stopped outside every robust lock. False: ``attempts`` tries each found a lock held (left stopped
-    anyway). None: the lists cannot be read here (left stopped); the caller cannot know and kills regardless.
-    Raises ``ProcessLookupError`` when the process is gone."""
-    for attempt in range(attempts):
-        os.kill(pid, signal.SIGSTOP)
-        if not _wait_stopped(pid, proc, 1.0):
-            return None
-        try:
-            held = holds_robust_lock(pid, proc)
-        except Unreadable as exc:
-            log.debug("cannot read the robust lists of %d (%s): killing without looking", pid, exc)
+    True: stopped outside every robust lock. False: ``attempts`` (at least 1) tries each found a lock held (left
+    stopped anyway). None: the lists cannot be read here (left stopped); the caller cannot know and kills
+    regardless. Raises ``ProcessLookupError`` when the process is gone."""
+    for attempt in range(1, attempts + 1):
+        held = stop_and_look(pid, proc)
+        if held is None:
             return None
         if not held:
-            if attempt:
-                log.info("process %d held a shared lock; stopped it outside the lock after %d tries", pid, attempt + 1)
+            if attempt > 1:
+                log.info("process %d held a shared lock; stopped it outside the lock after %d tries", pid, attempt)
             return True
-        os.kill(pid, signal.SIGCONT)
-        time.sleep(0.001)  # let it leave the lock
-    os.kill(pid, signal.SIGSTOP)
+        if attempt < attempts:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.001)  # let it leave the lock
     return False
