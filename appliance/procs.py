@@ -19,9 +19,21 @@ import multiprocessing.process
 import os
 import signal
 import subprocess
+from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 Child = Union["subprocess.Popen[Any]", multiprocessing.process.BaseProcess]
+
+
+def stat_fields(stat: Path) -> list[str]:
+    """The fields of a ``/proc/<pid>/stat`` (or ``/proc/<pid>/task/<tid>/stat``) file after ``(comm)``: the state
+    (``R``, ``S``, ``T``, ``Z``...), then the ppid, and so on. Empty when it cannot be read (the process is gone).
+    comm may hold spaces and parentheses, so the fields start after the last ')'."""
+    try:
+        text = stat.read_text()
+    except OSError:
+        return []
+    return text[text.rfind(")") + 1 :].split() if ")" in text else []
 
 
 def stop_process(proc: Child, *, timeout_s: float, kill_timeout_s: Optional[float] = None, resume: bool = False,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from support.wait import wait_until
 
-from appliance.procs import kill_process, stop_process
+from appliance.procs import kill_process, stat_fields, stop_process
 
 _CHILD = """
 import signal, sys, time
@@ -51,8 +52,7 @@ def _mp(ignore_term: bool) -> multiprocessing.Process:
 
 
 def _wait_until_zombie(pid: int, timeout_s: float = 30.0) -> None:
-    wait_until(lambda: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", timeout_s, 0.01,
-               f"pid {pid} to exit")
+    wait_until(lambda: stat_fields(Path(f"/proc/{pid}/stat"))[:1] == ["Z"], timeout_s, 0.01, f"pid {pid} to exit")
 
 
 def test_a_popen_child_that_exits_on_sigterm_is_not_killed() -> None:
@@ -119,3 +119,11 @@ def test_kill_process_kills_without_asking_and_reaps() -> None:
     assert kill_process(proc) == -signal.SIGKILL  # already gone: only its code
     mp_proc = _mp(ignore_term=True)
     assert kill_process(mp_proc) == -signal.SIGKILL and not mp_proc.is_alive()
+
+
+def test_stat_fields_start_after_comm_even_when_it_holds_spaces_and_parentheses(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("4242 (a) b (c) T 17 4242 4242 0 -1\n")
+    assert stat_fields(stat)[:2] == ["T", "17"]
+    assert stat_fields(Path(f"/proc/{os.getpid()}/stat"))[:2] == ["R", str(os.getppid())]
+    assert stat_fields(tmp_path / "gone") == []

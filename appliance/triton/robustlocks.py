@@ -24,6 +24,8 @@ import struct
 import time
 from pathlib import Path
 
+from appliance.procs import stat_fields
+
 log = logging.getLogger(__name__)
 
 # get_robust_list(2) by architecture: x86_64 has its own table; aarch64 uses the generic one.
@@ -78,10 +80,12 @@ def _wait_stopped(pid: int, proc: Path, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            tasks = (proc / str(pid) / "task").iterdir()
-            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks]
-        except (OSError, IndexError):
+            fields = [stat_fields(t / "stat") for t in (proc / str(pid) / "task").iterdir()]
+        except OSError:
             return False
+        if not all(fields):  # a thread gone meanwhile
+            return False
+        states = [f[0] for f in fields]
         if states and all(s in ("T", "t") for s in states):
             return True
         if any(s in ("Z", "X") for s in states):  # exiting: nothing to wait for

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.procs import stat_fields
 from appliance.triton import robustlocks
 
 log = logging.getLogger(__name__)
@@ -133,12 +134,7 @@ class StubScanner:
 
     @staticmethod
     def _stat(entry: Path) -> tuple[int | None, str | None]:
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            return None, None
-        # stat: "pid (comm) state ppid ..." - comm may hold spaces, so split after the last ')'
-        fields = stat[stat.rfind(")") + 2 :].split()
+        fields = stat_fields(entry / "stat")
         if len(fields) < 2 or not fields[1].isdigit():
             return None, None
         return int(fields[1]), fields[0]

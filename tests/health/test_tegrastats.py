@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.processes import running
 from support.wait import wait_until
 
 from appliance.health.metrics import ApplianceMetrics
@@ -196,14 +197,6 @@ def monitors() -> Iterator[list[TegrastatsMonitor]]:
         m.stop(timeout=5)
 
 
-def alive(pid: int) -> bool:
-    """Running and not a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def test_reads_lines_from_the_child_and_stops_it(fake: FakeTegrastats, monitors: list) -> None:
     monitor = TegrastatsMonitor(interval_ms=100)
     monitors.append(monitor)
@@ -222,7 +215,7 @@ def test_reads_lines_from_the_child_and_stops_it(fake: FakeTegrastats, monitors:
     (pid,) = fake.pids()
     assert monitor.status()["pid"] == pid and monitor.health() == "ok"
     monitor.stop(timeout=5)
-    assert not alive(pid) and monitor.status()["state"] == "stopped" and not monitor.active
+    assert not running(pid) and monitor.status()["state"] == "stopped" and not monitor.active
     assert not any(t.name.startswith("tegrastats") and t.is_alive() for t in threading.enumerate())
     assert fake.pids() == [pid]  # stopping is not a crash: no restart
 
@@ -239,7 +232,7 @@ def test_a_crashing_child_is_restarted_with_backoff_and_reported(fake: FakeTegra
     assert "exited with code 3: NvRmMemInitNvmap failed with Permission denied" in str(status["last_error"])
     assert monitor.latest() is not None  # lines of the children that ran
     monitor.stop(timeout=5)
-    assert not any(alive(pid) for pid in fake.pids())
+    assert not any(running(pid) for pid in fake.pids())
 
 
 def test_a_killed_child_is_replaced(fake: FakeTegrastats, monitors: list) -> None:
@@ -263,7 +256,7 @@ def test_a_child_that_ignores_sigterm_is_killed(fake: FakeTegrastats, monitors: 
     wait_until(monitor.latest)
     (pid,) = fake.pids()
     monitor.stop(timeout=0.5)
-    assert not alive(pid)
+    assert not running(pid)
 
 
 def test_no_binary_is_not_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -323,7 +316,7 @@ def test_the_supervisor_feeds_metrics_and_the_mqtt_health_system_section(tmp_pat
     jsonschema.Draft202012Validator(readings).validate(system)
     text = app.metrics.render().decode()
     assert "appliance_tegrastats_up 1.0" in text and "appliance_gpu_load_percent" in text
-    assert not any(alive(pid) for pid in fake.pids())  # stop() stopped the child
+    assert not any(running(pid) for pid in fake.pids())  # stop() stopped the child
 
 
 def test_the_supervisor_without_tegrastats_or_with_it_turned_off(tmp_path: Path, fake: FakeTegrastats,

@@ -6,14 +6,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from appliance.procs import stat_fields
 from appliance.triton.stubs import StubScanner
 
 def running(pid: int) -> bool:
     """Alive and not a zombie (an exited child waits for PID 1 to reap it; that is not a leak)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    fields = stat_fields(Path(f"/proc/{pid}/stat"))
+    return bool(fields) and fields[0] != "Z"
 
 
 def children_of(pid: int) -> list[int]:
