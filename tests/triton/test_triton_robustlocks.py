@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.procs import stat_fields
 from appliance.triton import robustlocks
 
 # The child: makes a robust, process-shared mutex in the file's first bytes, then either holds it until told
@@ -127,6 +128,17 @@ def test_killing_after_stop_unlocked_never_leaves_a_mutex_whose_owner_died(tmp_p
             _kill(child)
         guarded.append(_lock_after_death(tmp_path / f"guarded{round_}"))
     assert guarded == [0] * 8
+
+
+def test_a_process_that_exited_unreaped_cannot_be_looked_at() -> None:
+    # A stub that exits between wait_gone's scan and its kill: a zombie never stops, so nothing can be known.
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while stat_fields(Path(f"/proc/{child.pid}/stat"))[:1] != ["Z"]:
+            time.sleep(0.01)
+        assert robustlocks.stop_unlocked(child.pid) is None
+    finally:
+        child.wait()
 
 
 def test_a_thread_that_is_gone_cannot_be_read() -> None:
