@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from support.mosquitto import Mosquitto
+from support.engineseed import build_seed, seed_root
 from support.provisioned import require_darknet_images, require_detector, require_triton
 from support.shm import private_shm_dir
 
@@ -44,6 +45,13 @@ def detector_onnx() -> Path:
 def darknet_images() -> Path:
     """The folder of Debian's darknet test images (dog, eagle, ...); the test fails, not skips, without them."""
     return require_darknet_images()
+
+
+@pytest.fixture(scope="session")
+def engine_seed(tmp_path_factory: pytest.TempPathFactory, detector_onnx: Path) -> Path:
+    """A state directory holding the detector's engine, built once per run (tests/support/engineseed.py): daemon
+    tests that are not about first boot copy it into their own state directory with ``seed_state_dir``."""
+    return build_seed(seed_root(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture(scope="session")

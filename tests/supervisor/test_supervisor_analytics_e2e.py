@@ -25,6 +25,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon, Subscriber
 from support.mosquitto import Mosquitto
 from support.schemas import validate_message
@@ -79,12 +80,13 @@ def _get(url: str) -> bytes:
 
 
 def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_outage(
-        tmp_path: Path, shm_root: Path) -> None:
+        tmp_path: Path, shm_root: Path, engine_seed: Path) -> None:
     assert VTEST.is_file(), f"{VTEST} missing: scripts/setup.d/40-vtest.sh fetches it"
     broker = Mosquitto(tmp_path / "broker", persistence=True).start()
     device = f"an{uuid.uuid4().hex[:6]}"
     port = free_port()
     config = _config(tmp_path, broker, shm_root, device, port)
+    seed_state_dir(tmp_path / "state", engine_seed)
     subscriber = Subscriber(broker.port, f"appliance/{device}/#", persistent=True)
     daemon = RunningDaemon(tmp_path, config, REPO)
     wait, notify = daemon.wait, daemon.notify

@@ -36,10 +36,10 @@ pytestmark = [
 
 
 def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
-        tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+        tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path) -> None:
     camera_dir = make_camera_dir(tmp_path)
     video = build_sample_video(tmp_path / "sample.mp4")
-    config = write_config(tmp_path, broker, shm_root, camera_dir, video)
+    config = write_config(tmp_path, broker, shm_root, camera_dir, video, engine_seed=engine_seed)
     device = device_of(config)
     subscriber = Subscriber(broker.port, f"appliance/{device}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
@@ -111,9 +111,9 @@ def test_invalid_config_exits_2_and_names_the_line(tmp_path: Path) -> None:
 
 
 def test_a_killed_capture_process_is_restarted_and_the_camera_recovers(
-        tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+        tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path) -> None:
     camera_dir = make_camera_dir(tmp_path)
-    config = write_config(tmp_path, broker, shm_root, camera_dir)
+    config = write_config(tmp_path, broker, shm_root, camera_dir, engine_seed=engine_seed)
     device = device_of(config)
     subscriber = Subscriber(broker.port, f"appliance/{device}/line1/detections")
     daemon = RunningDaemon(tmp_path, config, REPO)

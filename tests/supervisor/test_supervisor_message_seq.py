@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon, Subscriber, make_camera_dir
 from support.mosquitto import Mosquitto
 from support.mqttdocs import documented_commands, subscriber_check
@@ -66,10 +67,11 @@ def _detections(subscriber: Subscriber) -> dict[str, list[dict]]:
 
 
 def test_message_seq_is_contiguous_across_a_broker_outage_and_seq_gaps_are_the_skipped_frames(
-        tmp_path: Path, shm_root: Path) -> None:
+        tmp_path: Path, shm_root: Path, engine_seed: Path) -> None:
     broker = Mosquitto(tmp_path / "broker", persistence=True).start()
     device = f"seq{uuid.uuid4().hex[:6]}"
     config = _config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), device)
+    seed_state_dir(tmp_path / "state", engine_seed)
     subscriber = Subscriber(broker.port, f"appliance/{device}/#", persistent=True)
     daemon = RunningDaemon(tmp_path, config, REPO)
     wait, notify = daemon.wait, daemon.notify

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from support.engineseed import seed_state_dir
 from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber, make_camera_dir
 from support.mosquitto import Mosquitto
 from support.processes import stubs_serving
@@ -40,7 +41,8 @@ class Daemon(RunningDaemon):
     """`appliance run` with a notify socket, its health endpoint and its log (tests/support/daemon.py), and a
     subscriber on its topics."""
 
-    def __init__(self, tmp_path: Path, broker: Mosquitto, shm_root: Path, recovery: str, stall_s: int = 20) -> None:
+    def __init__(self, tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path, recovery: str,
+                 stall_s: int = 20) -> None:
         camera_dir = make_camera_dir(tmp_path)
         self.device = f"rec{uuid.uuid4().hex[:6]}"
         self.port = free_port()
@@ -69,6 +71,7 @@ mqtt:
 health:
   port: {self.port}
 """)
+        seed_state_dir(self.state, engine_seed)
         self.subscriber = Subscriber(broker.port, f"appliance/{self.device}/#")
         super().__init__(tmp_path, config, REPO)
 
@@ -132,8 +135,9 @@ def _check_detection(message: dict) -> None:
     assert expected in names, f"frame {message['seq']} ({image}): expected a {expected}, got {names}"
 
 
-def test_a_killed_stub_is_reloaded_and_detections_resume(tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
-    daemon = Daemon(tmp_path, broker, shm_root, "{backoff: {initial_s: 0.5, max_s: 5}}")
+def test_a_killed_stub_is_reloaded_and_detections_resume(tmp_path: Path, broker: Mosquitto, shm_root: Path,
+                                                         engine_seed: Path) -> None:
+    daemon = Daemon(tmp_path, broker, shm_root, engine_seed, "{backoff: {initial_s: 0.5, max_s: 5}}")
     try:
         assert daemon.notify.wait_for("READY=1", 240), daemon.log()[-3000:]
         daemon.wait("detections", lambda: len(daemon.detections()) >= 3, 120)
@@ -164,8 +168,8 @@ def test_a_killed_stub_is_reloaded_and_detections_resume(tmp_path: Path, broker:
 
 
 def test_a_model_that_cannot_come_back_is_reported_as_a_crash_loop_with_backoff(
-        tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
-    daemon = Daemon(tmp_path, broker, shm_root,
+        tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path) -> None:
+    daemon = Daemon(tmp_path, broker, shm_root, engine_seed,
                     "{backoff: {initial_s: 0.5, max_s: 2}, max_failures: 3, window_s: 600}", stall_s=2)
     try:
         assert daemon.notify.wait_for("READY=1", 240), daemon.log()[-3000:]

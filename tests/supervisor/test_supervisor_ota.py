@@ -136,13 +136,13 @@ def _stop(daemon: subprocess.Popen, log: Path) -> list[int]:
 
 
 def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_restart(
-        tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+        tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path) -> None:
     camera_dir = make_camera_dir(tmp_path)
     generate_keypair(tmp_path / "ota.key", tmp_path / "ota.pub")
     bundle = _bundle(tmp_path, tmp_path / "ota.key")
     generate_keypair(tmp_path / "rogue.key", tmp_path / "rogue.pub")  # a key the device does not trust
     rogue = _bundle(tmp_path, tmp_path / "rogue.key", version="3")
-    config = write_config(tmp_path, broker, shm_root, camera_dir)
+    config = write_config(tmp_path, broker, shm_root, camera_dir, engine_seed=engine_seed)
     health_port = free_port()
     config.write_text(config.read_text().replace("health:\n  port: 0\n", f"health:\n  port: {health_port}\n")
                       .replace("mqtt:\n", "mqtt:\n  health_interval_s: 2\n"))  # the refusal count, soon

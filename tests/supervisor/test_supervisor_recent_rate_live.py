@@ -48,12 +48,13 @@ def _last_status(daemon: RunningDaemon) -> str:
 
 
 def test_the_reported_rate_falls_to_0_within_15_s_of_the_camera_stopping_while_the_average_stays_up(
-        tmp_path: Path, shm_root: Path) -> None:
+        tmp_path: Path, shm_root: Path, engine_seed: Path) -> None:
     broker = Mosquitto(tmp_path / "broker").start()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     # The camera plays its frames once, then waits RESUME_S before it opens them again.
     config = write_config(tmp_path, broker, shm_root, _camera_dir(tmp_path), loop=False, health_port=port,
+                          engine_seed=engine_seed,
                           line1_keys=f"backoff: {{initial_s: {RESUME_S:g}, max_s: {RESUME_S:g}, jitter: 0}}")
     device = device_of(config)
     subscriber = Subscriber(broker.port, f"appliance/{device}/#")

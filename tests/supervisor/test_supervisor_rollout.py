@@ -74,7 +74,7 @@ class Watch:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, broker: Mosquitto, shm_root: Path) -> Iterator[dict[str, Any]]:
+def fleet(tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path) -> Iterator[dict[str, Any]]:
     keys = tmp_path / "keys"
     generate_keypair(keys / "ota.key", keys / "ota.pub")
     camera_dir = make_camera_dir(tmp_path)
@@ -89,7 +89,8 @@ def fleet(tmp_path: Path, broker: Mosquitto, shm_root: Path) -> Iterator[dict[st
         for name, group in FLEET:
             home = tmp_path / name
             home.mkdir()
-            config = write_config(home, broker, shm_root / name, camera_dir)  # its own rings: cameras share ids
+            config = write_config(home, broker, shm_root / name, camera_dir,  # its own rings: cameras share ids
+                                  engine_seed=engine_seed)
             text = config.read_text().replace(f"device: {{id: {device_of(config)}}}", f"device: {{id: {name}}}")
             text = text.replace("fps: 4", "fps: 1")
             text += (f"ota:\n  group: {group}\n  trusted_keys: [{keys / 'ota.pub'}]\n  allow_http: true\n"

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon, Subscriber, make_camera_dir
 from support.mosquitto import Mosquitto, make_tls_material, publish_as
 from support.schemas import validate_message
@@ -47,7 +48,8 @@ def _status(*args: str) -> str:
     return done.stdout + done.stderr
 
 
-def test_the_appliance_works_under_the_acl_and_keeps_its_secrets(tmp_path: Path, shm_root: Path) -> None:
+def test_the_appliance_works_under_the_acl_and_keeps_its_secrets(tmp_path: Path, shm_root: Path,
+                                                                engine_seed: Path) -> None:
     device = f"sec{uuid.uuid4().hex[:6]}"
     secrets = {device: f"pw-{uuid.uuid4().hex}", "other-box": f"pw-{uuid.uuid4().hex}",
                "operator@ops": f"pw-{uuid.uuid4().hex}", "dashboard@ops": f"pw-{uuid.uuid4().hex}"}
@@ -82,6 +84,7 @@ health:
     config.write_text(config.read_text().replace("{port}", str(broker.port)))
     reader = Subscriber(broker.port, "appliance/#", tls=pki, username="dashboard@ops",
                         password=secrets["dashboard@ops"])
+    seed_state_dir(tmp_path / "state", engine_seed)
     daemon = RunningDaemon(tmp_path, config, REPO, global_args=["--log-level", "DEBUG"])
     wait = daemon.wait
 

@@ -60,13 +60,13 @@ class Running:
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory, detector_onnx: Path) -> Iterator[Running]:
+def running(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterator[Running]:
     """One daemon for the module's tests (a start costs a minute on a loaded host)."""
     tmp = tmp_path_factory.mktemp("status-live")
     shm = private_shm_dir("appliance-status", check_leaks=False)
     shm_root = next(shm)
     with Mosquitto(tmp / "broker") as broker:
-        config = write_config(tmp, broker, shm_root, make_camera_dir(tmp))
+        config = write_config(tmp, broker, shm_root, make_camera_dir(tmp), engine_seed=engine_seed)
         port = free_port()
         config.write_text(config.read_text().replace("health:\n  port: 0\n", f"health:\n  port: {port}\n"))
         # the journal of an install that a power cut stopped while building version 7 (written as OtaManager

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import paho.mqtt.client as paho
 
+from support.engineseed import seed_state_dir
 from support.mosquitto import Mosquitto, TlsMaterial
 from support.provisioned import DARKNET_IMAGES
 from support.wait import wait_until
@@ -117,10 +118,12 @@ def device_of(config: Path) -> str:
 
 
 def write_config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path,
-                 video: Path | None = None, *, loop: bool = True, line1_keys: str = "", health_port: int = 0) -> Path:
+                 video: Path | None = None, *, loop: bool = True, line1_keys: str = "", health_port: int = 0,
+                 engine_seed: Path | None = None) -> Path:
     """Camera line1 plays ``camera_dir`` (again and again unless ``loop`` is false; ``line1_keys``: more of its
     keys, a `key: value` line each); with ``video``, camera line2 plays it and the detector runs two instances (other
-    daemon tests use one camera and the automatic layout: one instance at 4 fps)."""
+    daemon tests use one camera and the automatic layout: one instance at 4 fps). With ``engine_seed`` (the
+    ``engine_seed`` fixture) the state directory starts with the run's engine, so the start is not a first boot."""
     device = f"e2e{uuid.uuid4().hex[:6]}"
     line2 = "" if video is None else f"""
   - id: line2
@@ -149,6 +152,8 @@ mqtt:
 health:
   port: {health_port}
 """)
+    if engine_seed is not None:
+        seed_state_dir(tmp_path / "state", engine_seed)
     return path
 
 
