@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Run the test suite (after making sure everything it needs is installed).
 #
-#   scripts/test.sh                 everything: one pytest process per folder of tests/ (and one for its top-level
-#                                   files), each folder's result on its own line at the end
+#   scripts/test.sh                 everything: the type check and one pytest process per folder of tests/ (and one
+#                                   for its top-level files), APPLIANCE_TEST_JOBS of them at a time (default 3),
+#                                   the longest first; each folder's output whole when it ends, a summary last
 #   scripts/test.sh -m slow ...     the same, with these pytest options for every process
-#   scripts/test.sh tests/ota/x.py  what you name (a path or a node id): one pytest process, as `pytest` would
+#   scripts/test.sh tests/ota/x.py  what you name (a path or a node id): the type check, then one pytest process
 #
 # Why a process per folder: the tests start and stop many embedded Triton servers, each leaving native threads and
 # state behind in its process; a process per folder keeps that history short, and a crash in one folder (a native
 # SIGSEGV) is reported with its folder while the other folders still run. Any failure still fails the run.
+# Why several at once: most of a folder's time is spent waiting (on cameras that play in real time, brokers,
+# daemons reaching READY), so a second and third process fill the cores the first leaves idle. The folders share
+# nothing on disk: each has its own pytest temporary root, ports come from the kernel, /dev/shm names are unique.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
-# The type checker first ([tool.mypy] in pyproject.toml): a type error fails the run like a failing test.
-.venv/bin/python -m mypy || { echo "error: mypy found type errors (above)" >&2; exit 1; }
 
 names_tests=false
 for arg in "$@"; do
@@ -23,6 +25,7 @@ for arg in "$@"; do
 done
 
 if $names_tests; then
+  .venv/bin/python -m mypy || { echo "error: mypy found type errors (above)" >&2; exit 1; }
   .venv/bin/python -m pytest "$@"
   rc=$?
   if [ "$rc" -eq 5 ]; then
@@ -32,33 +35,78 @@ if $names_tests; then
   exit "$rc"
 fi
 
-groups=()
+jobs_max=${APPLIANCE_TEST_JOBS:-3}
+run_dir=$(mktemp -d "${TMPDIR:-/tmp}/appliance-tests.XXXXXX")
+trap 'rm -rf "$run_dir"' EXIT
+# Built once for the whole run and shared by its processes (tests/support/engineseed.py).
+export APPLIANCE_TEST_CACHE="$run_dir/cache"
+mkdir -p "$run_dir/tmp"
+
+# The longest folders first (measured: docs/testing.md), so that the short ones fill in beside them at the end.
+groups=(tests/supervisor tests/ota tests/mqtt tests/triton tests/capture tests/engines tests/models tests/sparkplug)
 for dir in tests/*/; do
-  compgen -G "${dir}test_*.py" > /dev/null && groups+=("${dir%/}")
+  dir=${dir%/}
+  compgen -G "${dir}/test_*.py" > /dev/null || continue
+  [[ " ${groups[*]} " == *" $dir "* ]] || groups+=("$dir")
 done
 groups+=("$(ls tests/test_*.py | tr '\n' ' ')")
-summary=()
+groups=(mypy "${groups[@]}")  # the type check is one job of the pool: a type error fails the run like a test
+
+declare -A name_of started_at
+results=()
 worst=0
 collected=false
-for group in "${groups[@]}"; do
-  echo "=== pytest ${group}" >&2
-  # shellcheck disable=SC2086  # the last group is a list of files
-  .venv/bin/python -m pytest "$@" $group
-  rc=$?
+
+start_group() {  # $1: index into groups
+  local group=${groups[$1]} log="$run_dir/$1.log"
+  if [ "$group" = mypy ]; then
+    .venv/bin/python -m mypy > "$log" 2>&1 &
+  else
+    # shellcheck disable=SC2086  # the last group is a list of files
+    .venv/bin/python -m pytest "${@:2}" --basetemp "$run_dir/tmp/$1" $group > "$log" 2>&1 &
+  fi
+  name_of[$!]=$1
+  started_at[$1]=$(date +%s)
+}
+
+finish_group() {  # $1: index into groups, $2: exit status
+  local i=$1 rc=$2 group=${groups[$1]} took=$(($(date +%s) - ${started_at[$1]}))
+  echo "=== ${group} (${took} s)" >&2
+  cat "$run_dir/$i.log"
+  if [ "$group" = mypy ]; then
+    [ "$rc" -eq 0 ] && results+=("ok      ${took}s  mypy") || { results+=("FAILED  ${took}s  mypy: type errors (above)"); [ "$worst" -eq 0 ] && worst=1; }
+    return
+  fi
   case "$rc" in
-    0) collected=true; summary+=("ok      $group") ;;
-    5) summary+=("(none)  $group") ;;  # nothing selected here (e.g. -m aarch64): fine unless nowhere
+    0) collected=true; results+=("ok      ${took}s  $group") ;;
+    5) results+=("(none)  ${took}s  $group") ;;  # nothing selected here (e.g. -m aarch64): fine unless nowhere
     *) collected=true
        if [ "$rc" -gt 128 ]; then
-         summary+=("CRASHED $group (signal $((rc - 128)); the traceback above names the test)")
+         results+=("CRASHED ${took}s  $group (signal $((rc - 128)); the traceback above names the test)")
        else
-         summary+=("FAILED  $group (pytest exit $rc)")
+         results+=("FAILED  ${took}s  $group (pytest exit $rc)")
        fi
        [ "$worst" -eq 0 ] && worst=$rc ;;
   esac
+}
+
+wait_one() {
+  local pid rc
+  wait -n -p pid
+  rc=$?
+  finish_group "${name_of[$pid]}" "$rc"
+  unset "name_of[$pid]"
+}
+
+suite_started=$(date +%s)
+for i in "${!groups[@]}"; do
+  while [ "${#name_of[@]}" -ge "$jobs_max" ]; do wait_one; done
+  start_group "$i" "$@"
 done
-echo "=== summary" >&2
-printf '%s\n' "${summary[@]}" >&2
+while [ "${#name_of[@]}" -gt 0 ]; do wait_one; done
+
+echo "=== summary ($(($(date +%s) - suite_started)) s, ${jobs_max} at a time)" >&2
+printf '%s\n' "${results[@]}" >&2
 if ! $collected; then
   echo "error: pytest collected no tests; that is a failure, not a pass" >&2
   exit 1
