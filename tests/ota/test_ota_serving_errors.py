@@ -21,6 +21,7 @@ from appliance.serving.router import Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
 
 from ota_helpers import REPO  # noqa: E402
+from support.engineseed import seed_state_dir  # noqa: E402
 from support.provisioned import require_detector  # noqa: E402
 
 
@@ -57,7 +58,7 @@ class Live:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+def live(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterator[Live]:
     require_detector()
     from support.triton import started_server
 
@@ -67,6 +68,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 
     lv = Live()
     lv.tmp = tmp_path_factory.mktemp("ota-serving-errors")
+    seed_state_dir(lv.tmp / "engines", engine_seed)
     (engine,) = ensure_engines(REPO / "engines", state_dir=lv.tmp / "engines", models_root=REPO / ".models",
                                builder="onnxruntime", models=["yolov3-tiny"])
     lv.base = ModelSpec(None, load_profile(PROFILES / "yolov3-tiny.yaml"), engine)

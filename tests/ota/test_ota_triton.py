@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import cv2
 import numpy as np
 import pytest
+from support.engineseed import seed_state_dir
 from support.provisioned import require_detector
 from support.schemas import validate_ota_status
 from support.wait import wait_until
@@ -136,7 +137,7 @@ class Live:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, keys: Any) -> Iterator[Live]:
+def live(tmp_path_factory: pytest.TempPathFactory, keys: Any, engine_seed: Path) -> Iterator[Live]:
     require_detector()  # fails, not skips, without the detector
     import paho.mqtt.client as mqtt
 
@@ -151,7 +152,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any) -> Iterator[Live]:
 
     tmp = tmp_path_factory.mktemp("ota-live")
     lv = Live(tmp, keys)
-    state = tmp / "state"
+    state = seed_state_dir(tmp / "state", engine_seed)
     (engine,) = ensure_engines(REPO / "engines", state_dir=state, models_root=REPO / ".models",
                                builder="onnxruntime", models=["yolov3-tiny"])
     base = ModelSpec(None, load_profile(PROFILES / "yolov3-tiny.yaml"), engine)

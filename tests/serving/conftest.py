@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from support.engineseed import seed_state_dir
 from support.triton import started_server
 
 from appliance.engines import ensure_engines
@@ -19,9 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def base_engine(tmp_path_factory: pytest.TempPathFactory, detector_onnx: Path) -> InstalledEngine:
-    """The shipped detector built (or taken from this module's cache) by the ONNX Runtime builder."""
-    (engine,) = ensure_engines(REPO / "engines", state_dir=tmp_path_factory.mktemp("engines") / "state",
+def base_engine(tmp_path_factory: pytest.TempPathFactory, detector_onnx: Path, engine_seed: Path) -> InstalledEngine:
+    """The shipped detector by the ONNX Runtime builder, taken from the run's seed (tests/support/engineseed.py)."""
+    state = seed_state_dir(tmp_path_factory.mktemp("engines") / "state", engine_seed)
+    (engine,) = ensure_engines(REPO / "engines", state_dir=state,
                                models_root=detector_onnx.parents[1], builder="onnxruntime", models=["yolov3-tiny"])
     return engine
 

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import cv2
 import pytest
+from support.engineseed import seed_state_dir
 from support.processes import stubs_serving
 
 from appliance.backoff import RestartPolicy
@@ -41,7 +42,7 @@ class Live:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+def live(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterator[Live]:
     from support.triton import started_server
 
     from appliance.engines import ensure_engines
@@ -50,7 +51,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     from appliance.models.profile import load_profile
     from appliance.serving.switcher import ModelSpec, TritonSwitcher
 
-    state = tmp_path_factory.mktemp("recovery") / "state"
+    state = seed_state_dir(tmp_path_factory.mktemp("recovery") / "state", engine_seed)
     (engine,) = ensure_engines(REPO / "engines", state_dir=state, models_root=REPO / ".models",
                                builder="onnxruntime", models=["yolov3-tiny"])
     profile = load_profile(PROFILES / "yolov3-tiny.yaml")
