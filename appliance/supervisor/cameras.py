@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ _MQTT_STATE: dict[CaptureState, CameraState] = {
     CaptureState.STALLED: "stalled",
     CaptureState.FAILED: "error",
     CaptureState.STOPPED: "stopped",
+    CaptureState.WAITING: "waiting",
 }
 
 
@@ -47,10 +49,10 @@ class SupervisedCamera:
             return
         self.health = health
         state = mqtt_camera_state(health)
-        metrics.record_camera(self.id, health, streaming=state == "streaming")
+        metrics.record_camera(self.id, health, streaming=state == "streaming", waiting=state == "waiting")
         if state != self.published_state and publisher is not None:
             publisher.publish_camera_status(CameraStatus(self.id, state, round(health.fps, 2),
-                                                         health.last_error or None))
+                                                         health.last_error or None, waiting_since(health)))
             log.info("camera %s: %s%s", self.id, state, f" ({health.last_error})" if health.last_error else "",
                      extra={"camera": self.id, "stage": "capture"})
             self.published_state = state
@@ -66,6 +68,13 @@ class SupervisedCamera:
                 log.warning("camera %s: %s; left mapped until the appliance exits", self.id, exc,
                             extra={"camera": self.id, "stage": "capture"})
         self.capture.close()
+
+
+def waiting_since(health: CaptureHealth | None, wall: float | None = None) -> float | None:
+    """Epoch seconds a waiting camera started waiting for its source; None in any other state."""
+    if health is None or mqtt_camera_state(health) != "waiting":
+        return None
+    return (time.time() if wall is None else wall) - health.state_age_s
 
 
 def mqtt_camera_state(health: CaptureHealth) -> CameraState:
