@@ -39,6 +39,7 @@ class SupervisedCamera:
     reader: RingReader | None = None  # opened once the ring exists
     published_state: CameraState | None = None
     health: CaptureHealth | None = None  # the latest reading of the ring header
+    waiting_since: float | None = None  # epoch seconds it started waiting for its source; None unless waiting
 
     def refresh(self, metrics: ApplianceMetrics, publisher: MqttPublisher | None) -> None:
         """Read the ring header (once a tick): export its counters, publish the camera's state when it changed."""
@@ -49,10 +50,12 @@ class SupervisedCamera:
             return
         self.health = health
         state = mqtt_camera_state(health)
+        # Fixed once: wall time less the state's age moves a little with every reading.
+        self.waiting_since = (self.waiting_since or time.time() - health.state_age_s) if state == "waiting" else None
         metrics.record_camera(self.id, health, streaming=state == "streaming", waiting=state == "waiting")
         if state != self.published_state and publisher is not None:
             publisher.publish_camera_status(CameraStatus(self.id, state, round(health.fps, 2),
-                                                         health.last_error or None, waiting_since(health)))
+                                                         health.last_error or None, self.waiting_since))
             log.info("camera %s: %s%s", self.id, state, f" ({health.last_error})" if health.last_error else "",
                      extra={"camera": self.id, "stage": "capture"})
             self.published_state = state
@@ -68,13 +71,6 @@ class SupervisedCamera:
                 log.warning("camera %s: %s; left mapped until the appliance exits", self.id, exc,
                             extra={"camera": self.id, "stage": "capture"})
         self.capture.close()
-
-
-def waiting_since(health: CaptureHealth | None, wall: float | None = None) -> float | None:
-    """Epoch seconds a waiting camera started waiting for its source; None in any other state."""
-    if health is None or mqtt_camera_state(health) != "waiting":
-        return None
-    return (time.time() if wall is None else wall) - health.state_age_s
 
 
 def mqtt_camera_state(health: CaptureHealth) -> CameraState:

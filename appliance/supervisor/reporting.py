@@ -27,7 +27,7 @@ from appliance.health.tegrastats import TegrastatsMonitor, system_fields
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms, ota_status_payload
 from appliance.ota.status import STATES, OtaStatus
 from appliance.serving.recovery import PipelineRecovery, PipelineState
-from appliance.supervisor.cameras import SupervisedCamera, waiting_since
+from appliance.supervisor.cameras import SupervisedCamera
 from appliance.supervisor.scheduler import Scheduler
 from appliance.triton.errors import ServerStateError
 
@@ -50,12 +50,11 @@ def capture_readings(health: CaptureHealth | None) -> dict[str, Any]:
             "stalls": health.stalls}
 
 
-def waiting_readings(health: CaptureHealth | None) -> dict[str, Any]:
+def waiting_readings(camera: SupervisedCamera) -> dict[str, Any]:
     """For a camera waiting for its source: why (``waiting_for``) and since when (``waiting_since``, ISO UTC)."""
-    since = waiting_since(health)
-    if health is None or since is None:
+    if camera.waiting_since is None or camera.health is None:
         return {}
-    return {"waiting_for": health.last_error, "waiting_since": iso_utc_ms(epoch_ms(since))}
+    return {"waiting_for": camera.health.last_error, "waiting_since": iso_utc_ms(epoch_ms(camera.waiting_since))}
 
 
 def pipeline_progressing(scheduler: Scheduler | None, recovery: PipelineRecovery | None, now: float,
@@ -95,7 +94,7 @@ def health_summary(cameras: Mapping[str, SupervisedCamera], scheduler: Scheduler
         cam = cameras[slot.camera_id]
         per_camera[slot.camera_id] = {"state": cam.published_state, "inferred": slot.submitted,
                                       "skipped": slot.skipped, "dropped": slot.dropped, "errors": slot.errors,
-                                      **capture_readings(cam.health), **waiting_readings(cam.health)}
+                                      **capture_readings(cam.health), **waiting_readings(cam)}
     try:
         triton_ok = bool(server is not None and server.ready)
     except ServerStateError:  # stopping or stopped (the publisher's last health message comes after)
