@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the appliance as a systemd service (run as root, from a checkout where scripts/setup.sh has run).
 #
-#   /opt/appliance/src      this source tree (templates, profiles), installed editable into
+#   /opt/appliance/src      this source tree (templates, profiles; installed.json names the paths below), installed
+#                           editable into
 #   /opt/appliance/venv     the virtualenv the units run (plus numpy<2 for Triton's Python-backend stub)
 #   /opt/appliance/triton   Triton: a link to /opt/tritonserver (Jetson igpu image) or a CPU build from PyPI
 #   /etc/appliance/         appliance.yaml (kept if present) and engines/ (engine build profiles)
@@ -43,8 +44,14 @@ fi
 
 step "source -> $PREFIX/src"
 mkdir -p "$PREFIX/src"
-tar --exclude=.git --exclude=.venv --exclude=.state --exclude=.triton --exclude=.models --exclude=__pycache__ \
+tar --exclude=.git --exclude=.venv --exclude=.state --exclude=.triton --exclude=.models --exclude=__pycache__ --exclude=./installed.json \
     --exclude='*.egg-info' -cf - . | tar -xf - -C "$PREFIX/src"
+# Where the installed config and state are, so operator commands (`appliance ota status`, `spool list`,
+# `check-config`) find them without flags instead of treating /opt/appliance/src as a development checkout.
+cat > "$PREFIX/src/installed.json" <<EOF
+{"config": "$ROOT/etc/appliance/appliance.yaml", "state_dir": "$ROOT/var/lib/appliance",
+ "engines_dir": "$ROOT/etc/appliance/engines", "models_dir": "$ROOT/var/lib/appliance/models"}
+EOF
 
 # Pinned versions for this architecture; TensorRT's Python API (JetPack's python3-libnvinfer, never pip's) is
 # seen through the system site-packages where the system Python has it.

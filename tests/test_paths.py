@@ -67,3 +67,34 @@ def test_an_installed_copy_uses_the_device_defaults_and_the_environment(tmp_path
 def test_triton_is_found_in_the_checkout_when_the_system_has_none(tmp_path: Path) -> None:
     dist = locate(env={}, system_home=tmp_path / "no-system-triton")  # scripts/setup.sh provisions .triton
     assert dist.source == "checkout" and dist.home == (REPO / ".triton").resolve()
+
+
+def _installed_tree(root: Path) -> Path:
+    """A fixture tree standing in for a device that scripts/install-service.sh installed into ``root``: the source
+    copy at opt/appliance/src (a source tree, installed editable) with the installed.json the script writes."""
+    src = root / "opt" / "appliance" / "src"
+    (src / "appliance").mkdir(parents=True)
+    (src / "appliance" / "__init__.py").write_text("")
+    shutil.copy(REPO / "appliance" / "paths.py", src / "appliance" / "paths.py")
+    (src / "pyproject.toml").write_text("")
+    (src / "installed.json").write_text(json.dumps({
+        "config": f"{root}/etc/appliance/appliance.yaml", "state_dir": f"{root}/var/lib/appliance",
+        "engines_dir": f"{root}/etc/appliance/engines", "models_dir": f"{root}/var/lib/appliance/models"}))
+    return src
+
+
+def test_an_installed_source_tree_finds_the_installed_config_and_state_not_its_own(tmp_path: Path) -> None:
+    src = _installed_tree(tmp_path)
+    code = _REPORT.replace("'templates'", "'config': str(p.installed_config()), 'templates'")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(src)},
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    assert json.loads(out) == {
+        "checkout": str(src), "in_checkout": True, "state": f"{tmp_path}/var/lib/appliance",
+        "engines": f"{tmp_path}/etc/appliance/engines", "models": f"{tmp_path}/var/lib/appliance/models",
+        "config": f"{tmp_path}/etc/appliance/appliance.yaml", "templates": str(src / "repository")}
+    # The unit's environment still wins, and so does an explicit argument.
+    assert paths.state_dir(environ={"APPLIANCE_STATE_DIR": "/srv/s"}, checkout=src) == Path("/srv/s")
+    assert paths.state_dir("/x", environ={}, checkout=src) == Path("/x")
+    assert paths.state_dir(environ={}, checkout=src) == tmp_path / "var/lib/appliance"
+    # This checkout has no installed.json: its own .state and no installed config.
+    assert paths.installed_config() is None and paths.state_dir(environ={}) == REPO / ".state"

@@ -1,8 +1,10 @@
 """``appliance check-config``: validate a config file, then check it against this machine.
 
 Validation finds what the file itself gets wrong (every error, with line and key). The machine checks find what
-the file cannot know: a missing video file or camera tool, too little /dev/shm, no Triton, a model without its
-profiles or ONNX, TLS files that are not there. Everything found is reported at once, in file order.
+the file cannot know: a missing camera tool, too little /dev/shm, no Triton, a model without its
+profiles or ONNX, TLS files that are not there. Everything found is reported at once, in file order. A camera
+source that is not there now (no device node, no video file yet) is a warning, not a problem: the appliance starts
+without it and the camera waits for it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Mapping
 from appliance import paths
 from appliance.analytics.check import check_analytics
 from appliance.appconfig.app import AppConfig
-from appliance.capture.check import check_cameras
+from appliance.capture.check import absent_source, check_cameras
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
 from appliance.engines.profile import ProfileError, load_profile as load_engine_profile
@@ -28,6 +30,8 @@ class CheckReport:
     source: str
     issues: list[ConfigIssue] = field(default_factory=list)
     config: AppConfig | None = None
+    # What can heal by itself (a camera's source absent now): reported, but the config is still OK.
+    warnings: list[ConfigIssue] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -39,6 +43,8 @@ class CheckReport:
         c = self.config
         cameras = ", ".join(f"{cam.id} ({cam.source.type})" for cam in c.cameras)
         state = "OK" if self.ok else f"{len(self.issues)} problem(s)"
+        if self.warnings:
+            state += f", {len(self.warnings)} warning(s)"
         return (f"{self.source}: {state}: device {c.device.id}; cameras {cameras}; model {c.model.name}; "
                 f"{'brokers' if len(c.mqtt.brokers) > 1 else 'broker'} {', '.join(str(b) for b in c.mqtt.brokers)}")
 
@@ -139,8 +145,19 @@ def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: 
     found = _analytics_issues(report.config, doc)
     if machine:
         found += _machine_issues(report.config, doc)
+        report.warnings = _absent_source_warnings(report.config, doc)
     report.issues = sorted(found, key=lambda i: (i.line or 0, i.key))
     return report
+
+
+def _absent_source_warnings(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
+    found = []
+    for index, camera in enumerate(config.cameras):
+        reason = absent_source(camera)
+        if reason is not None:
+            path = ("cameras", index, "source")
+            found.append(ConfigIssue(doc.source, doc.line_of(path), path, reason))
+    return found
 
 
 def config_json_schema() -> str:

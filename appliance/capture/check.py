@@ -1,6 +1,7 @@
 """Machine-dependent checks for ``appliance check-config``: things the config models cannot know.
 
-Each check returns readable problems instead of raising, so one run reports all of them.
+Each check returns readable problems instead of raising, so one run reports all of them. A source that is not
+there now (an unplugged camera, a file not yet copied) is no problem but a warning: the camera waits for it.
 """
 
 from __future__ import annotations
@@ -20,22 +21,32 @@ def ring_bytes(camera: CameraConfig) -> int:
 
 
 def check_camera(camera: CameraConfig) -> list[str]:
-    """Problems with one camera's source on this machine (missing file, tool, device)."""
+    """Problems with one camera's source on this machine that a restart cannot fix (a missing tool)."""
     src, name, problems = camera.source, f"camera {camera.id!r}", []
+    if src.type == "gstreamer" and shutil.which("gst-launch-1.0") is None:
+        problems.append(f"{name}: gstreamer source needs gst-launch-1.0 on PATH (apt install gstreamer1.0-tools)")
+    return problems
+
+
+def absent_source(camera: CameraConfig) -> str | None:
+    """Why one camera's source is not there now (no device node, no file, an empty folder), or None.
+
+    Not a problem: the appliance starts without it and the camera waits, picking it up when it appears.
+    """
+    src, name = camera.source, f"camera {camera.id!r}"
+    waits = "the camera waits for it and starts when it appears"
     if src.type == "file" and not src.path.is_file():
-        problems.append(f"{name}: video file {src.path} does not exist")
-    elif src.type == "images":
+        return f"{name}: video file {src.path} does not exist now; {waits}"
+    if src.type == "images":
         from appliance.capture.sources.images import list_images
 
         if not src.path.is_dir():
-            problems.append(f"{name}: image folder {src.path} does not exist")
-        elif not list_images(src.path):
-            problems.append(f"{name}: image folder {src.path} has no .jpg/.jpeg/.png/.bmp files")
-    elif src.type == "gstreamer" and shutil.which("gst-launch-1.0") is None:
-        problems.append(f"{name}: gstreamer source needs gst-launch-1.0 on PATH (apt install gstreamer1.0-tools)")
-    elif src.type == "v4l2" and not os.path.exists(src.device):
-        problems.append(f"{name}: {src.device} does not exist now (capture will keep retrying until it appears)")
-    return problems
+            return f"{name}: image folder {src.path} does not exist now; {waits}"
+        if not list_images(src.path):
+            return f"{name}: image folder {src.path} has no .jpg/.jpeg/.png/.bmp files now; {waits}"
+    if src.type == "v4l2" and not os.path.exists(src.device):
+        return f"{name}: {src.device} does not exist now (unplugged?); {waits}"
+    return None
 
 
 def check_cameras(

@@ -43,6 +43,7 @@ class CaptureState(enum.IntEnum):
     BACKOFF = 4  # waiting before the next connect attempt
     FAILED = 5  # configuration error (wrong size/format): the writer exited and will not fix itself
     STOPPED = 6  # the writer exited cleanly
+    WAITING = 7  # the source is not there (no device node, no file yet); retried with backoff until it appears
 
 
 RING_HEADER = np.dtype(

@@ -4,6 +4,8 @@
 
     CONNECTING --first frame--> STREAMING --EOF / error / too many decode errors--> BACKOFF --delay--> CONNECTING
          |                           |
+         +---- source absent (no device node, no file) ----> WAITING --delay--> connect again (stays WAITING)
+         |                           |
          +---- no frame for stall_timeout_s ----> STALLED (source aborted) --> BACKOFF
     any state --size/format can never match--> FAILED (the loop returns; the process exits with EXIT_CONFIG)
 
@@ -25,7 +27,7 @@ from appliance.backoff import Backoff
 from appliance.capture.config import CameraConfig
 from appliance.capture.layout import CaptureState
 from appliance.capture.ring import RingWriter
-from appliance.capture.sources.base import DecodeError, FrameSource, SourceConfigError, SourceError
+from appliance.capture.sources.base import DecodeError, FrameSource, SourceAbsent, SourceConfigError, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +63,15 @@ class CaptureLoop:
         self._connecting = False
         self._done = threading.Event()
         self._hung_reported = False
+        self._waiting_since: float | None = None  # clock() when the source was first found absent, until it opens
 
     @property
     def name(self) -> str:
         return f"camera {self.camera.id!r}"
 
-    def _set_state(self, state: CaptureState, error: str | None = None) -> None:
+    def _set_state(self, state: CaptureState, error: str | None = None, since: float | None = None) -> None:
         with self._lock:
-            self.writer.set_state(state, self._clock(), error)
+            self.writer.set_state(state, self._clock() if since is None else since, error)
             if state != CaptureState.STREAMING:
                 self.writer.set_fps(0.0)
 
@@ -91,13 +94,15 @@ class CaptureLoop:
                 self._stalled_at = None
                 self._connecting = True
                 self._progress = self._clock()
-            self._set_state(CaptureState.CONNECTING)
+            if self._waiting_since is None:  # a waiting camera stays WAITING (and since when) while it looks again
+                self._set_state(CaptureState.CONNECTING)
             source = self._factory()
             with self._lock:
                 self._source = source
             try:
                 log.info("%s: connecting to %s", self.name, source.describe())
                 source.open()
+                self._waiting_since = None
                 with self._lock:
                     self._connecting = False
                     self._progress = self._clock()  # connected: the stall timer counts from here
@@ -107,8 +112,14 @@ class CaptureLoop:
                 log.error("%s: %s", self.name, exc)
                 self._set_state(CaptureState.FAILED, str(exc))
                 return CaptureState.FAILED
+            except SourceAbsent as exc:
+                error = str(exc)
+                if self._waiting_since is None:
+                    self._waiting_since = self._clock()
+                    log.warning("%s: waiting: %s", self.name, error)
             except SourceError as exc:
                 error = str(exc)
+                self._waiting_since = None  # there but failing: an ordinary reconnect
             finally:
                 with self._lock:
                     self._source = None
@@ -119,8 +130,13 @@ class CaptureLoop:
                 if self._stalled_at is not None:
                     error = f"no frame from {source.describe()} for {self.camera.stall_timeout_s:g}s ({error})"
             delay = self._backoff.next_delay()
-            log.warning("%s: %s; reconnecting in %.1fs (attempt %d)", self.name, error, delay, self._backoff.attempt)
-            self._set_state(CaptureState.BACKOFF, error)
+            if self._waiting_since is not None:  # said once when it started waiting; each retry is routine
+                log.debug("%s: still waiting; looking again in %.1fs", self.name, delay)
+                self._set_state(CaptureState.WAITING, error, since=self._waiting_since)
+            else:
+                log.warning("%s: %s; reconnecting in %.1fs (attempt %d)", self.name, error, delay,
+                            self._backoff.attempt)
+                self._set_state(CaptureState.BACKOFF, error)
             stop.wait(delay)
         self._set_state(CaptureState.STOPPED)
         return CaptureState.STOPPED

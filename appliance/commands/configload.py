@@ -1,6 +1,7 @@
 """Load the appliance's config for a command and report what is wrong with it, the same way for every command.
 
-Each problem is one line, ``FILE:LINE: key: message``, followed by a summary line. A command a person runs
+Each problem is one line, ``FILE:LINE: key: message``, followed by a summary line; warnings (a camera whose source
+is not there now) come first, and do not make the config bad. A command a person runs
 prints them (problems to stderr); ``appliance run``, which runs under systemd, logs them so the journal gets
 them at error priority.
 """
@@ -24,6 +25,11 @@ def load_and_report(path: Path, *, machine: bool = True, log: logging.Logger | N
     command whose stdout is its answer).
     """
     report = check_config(path, machine=machine)
+    for warning in report.warnings:
+        if log is not None:
+            log.warning("config: %s", warning)
+        else:
+            print(f"warning: {warning}", file=sys.stderr)
     if report.ok and report.config is not None:
         if not quiet_when_ok:
             if log is not None:

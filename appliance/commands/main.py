@@ -96,7 +96,8 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
             a.add_argument("--trusted-key", action="append", type=Path, required=True, help="public key (repeat)")
             a.add_argument("--no-golden", action="store_true", help="skip golden frames")
             a.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
-        a.add_argument("--state-dir", help="state directory (default: $APPLIANCE_STATE_DIR)")
+        a.add_argument("--state-dir", help="state directory (default: $APPLIANCE_STATE_DIR, else an installed "
+                                           "device's /var/lib/appliance)")
     return p
 
 
@@ -113,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("run"))
 
     p = sub.add_parser("check-config", help="validate a config file and check it against this machine")
-    p.add_argument("file", nargs="?", help="YAML config file")
+    p.add_argument("file", nargs="?", help="YAML config file (default on an installed device: its config)")
     p.add_argument("--schema", action="store_true", help="print the config's JSON Schema (for editors) and exit")
     p.add_argument("--no-machine", action="store_true", help="only validate the file; skip checks of this machine")
     p.set_defaults(func=_lazy("checkconfig"))
@@ -121,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("spool", help="MQTT messages the broker refused and the spool set aside: list, or requeue "
                                      "them (with the appliance stopped)")
     p.add_argument("action", choices=["list", "requeue"])
-    p.add_argument("--config", help="the appliance's YAML config (default: the bundled demo)")
+    p.add_argument("--config", help="the appliance's YAML config (default: an installed device's config, else "
+                                    "the bundled demo)")
     p.add_argument("--id", type=int, action="append", dest="ids", help="requeue only this message (repeatable)")
     p.add_argument("--payload", action="store_true", help="list: print each payload too")
     p.set_defaults(func=_lazy("spool"))

@@ -121,7 +121,8 @@ def _rollback(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     manager = _offline_manager(args)
-    print(json.dumps({**manager.status(), "serving_at_next_start": manager.store.serving()}, indent=2))
+    print(json.dumps({**manager.status(), "serving_at_next_start": manager.store.serving(),
+                      "state_dir": str(state_dir(args.state_dir))}, indent=2))
     return ExitCode.OK
 
 

@@ -19,11 +19,13 @@ from appliance.commands.exitcodes import ExitCode
 from appliance.mqtt.errors import SpoolError
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms
 from appliance.mqtt.spool import Spool
+from appliance.paths import installed_config
 
 
 def run(args: argparse.Namespace) -> int:
     # Only the file: the spool is on disk whether or not this machine could run the cameras in it.
-    config = load_and_report(Path(args.config) if args.config else DEMO_CONFIG, machine=False, quiet_when_ok=True)
+    config = load_and_report(Path(args.config) if args.config else installed_config() or DEMO_CONFIG, machine=False,
+                             quiet_when_ok=True)
     if config is None:
         return ExitCode.BAD_INPUT
     path = config.mqtt.spool_path(resolved_paths(config)["state_dir"])

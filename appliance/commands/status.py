@@ -56,6 +56,8 @@ def format_status(health: dict[str, Any]) -> str:
                         [[camera_id, _camera_state(cam.get("state")), _number(cam.get("fps"), "{:.1f}"),
                           *(_number(cam.get(k)) for k in ("inferred", "skipped", "dropped", "errors", "reconnects"))]
                          for camera_id, cam in sorted(cameras.items())])
+        lines += [f"  {camera_id}: waiting since {cam.get('waiting_since')}: {cam.get('waiting_for')}"
+                  for camera_id, cam in sorted(cameras.items()) if cam.get("state") == "waiting"]
     counts = _count_rows(health.get("analytics") or {})
     if counts:
         lines.append("")

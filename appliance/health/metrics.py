@@ -54,6 +54,8 @@ class ApplianceMetrics:
                                                    registry=r))
         self.camera_streaming = Gauge("appliance_camera_streaming", "1 while the camera delivers frames", ["camera"],
                                       registry=r)
+        self.camera_waiting = Gauge("appliance_camera_waiting", "1 while the camera's source is absent (no device "
+                                    "node, no file yet) and capture waits for it to appear", ["camera"], registry=r)
         self.frames_inferred = Counter("appliance_frames_inferred", "Frames run through the ensemble", ["camera"],
                                        registry=r)
         self.frames_skipped = _CountFrom(Counter("appliance_frames_skipped", "Frames skipped by backpressure "
@@ -114,11 +116,13 @@ class ApplianceMetrics:
                                triton_version=triton_version, builder=builder, triton_kind=triton_kind,
                                arch=platform.machine()).set(1)
 
-    def record_camera(self, camera_id: str, health: CaptureHealth, *, streaming: bool) -> None:
+    def record_camera(self, camera_id: str, health: CaptureHealth, *, streaming: bool, waiting: bool = False) -> None:
         """One camera's capture counters, read from its ring header (they count since the ring was created);
-        ``streaming`` is the camera's MQTT state (appliance.supervisor.cameras), not re-derived here."""
+        ``streaming`` and ``waiting`` come from the camera's MQTT state (appliance.supervisor.cameras), not
+        re-derived here."""
         self.camera_fps.labels(camera=camera_id).set(health.fps)
         self.camera_streaming.labels(camera=camera_id).set(int(streaming))
+        self.camera_waiting.labels(camera=camera_id).set(int(waiting))
         for counter, total in ((self.camera_frames, health.frames), (self.camera_drops, health.drops),
                                (self.camera_reconnects, health.reconnects),
                                (self.camera_decode_errors, health.decode_errors),

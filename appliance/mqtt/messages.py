@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-CameraState = Literal["starting", "streaming", "stalled", "stopped", "error"]
-CAMERA_STATES: tuple[str, ...] = ("starting", "streaming", "stalled", "stopped", "error")
+CameraState = Literal["starting", "streaming", "waiting", "stalled", "stopped", "error"]
+CAMERA_STATES: tuple[str, ...] = ("starting", "streaming", "waiting", "stalled", "stopped", "error")
 # What the frame path measures per frame, in ms: capture to submit (waiting in the ring and the scheduler),
 # submit to result (the whole ensemble in Triton: its queue, preprocess, detector, postprocess), capture to result.
 LATENCY_STAGES: tuple[str, ...] = ("queue", "inference", "total")
@@ -279,6 +279,7 @@ class CameraStatus:
     state: CameraState
     fps: Optional[float] = None
     detail: Optional[str] = None
+    since: Optional[float] = None  # epoch seconds the camera entered this state (sent for ``waiting``)
 
     def __post_init__(self) -> None:
         if self.state not in CAMERA_STATES:
@@ -295,6 +296,8 @@ def camera_status_payload(status: CameraStatus, device_id: str, now: float) -> d
         payload["fps"] = round(float(status.fps), 3)
     if status.detail is not None:
         payload["detail"] = status.detail
+    if status.since is not None:
+        payload.update(time_fields(status.since, "since"))
     return payload
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ _MQTT_STATE: dict[CaptureState, CameraState] = {
     CaptureState.STALLED: "stalled",
     CaptureState.FAILED: "error",
     CaptureState.STOPPED: "stopped",
+    CaptureState.WAITING: "waiting",
 }
 
 
@@ -37,6 +39,7 @@ class SupervisedCamera:
     reader: RingReader | None = None  # opened once the ring exists
     published_state: CameraState | None = None
     health: CaptureHealth | None = None  # the latest reading of the ring header
+    waiting_since: float | None = None  # epoch seconds it started waiting for its source; None unless waiting
 
     def refresh(self, metrics: ApplianceMetrics, publisher: MqttPublisher | None) -> None:
         """Read the ring header (once a tick): export its counters, publish the camera's state when it changed."""
@@ -47,10 +50,12 @@ class SupervisedCamera:
             return
         self.health = health
         state = mqtt_camera_state(health)
-        metrics.record_camera(self.id, health, streaming=state == "streaming")
+        # Fixed once: wall time less the state's age moves a little with every reading.
+        self.waiting_since = (self.waiting_since or time.time() - health.state_age_s) if state == "waiting" else None
+        metrics.record_camera(self.id, health, streaming=state == "streaming", waiting=state == "waiting")
         if state != self.published_state and publisher is not None:
             publisher.publish_camera_status(CameraStatus(self.id, state, round(health.fps, 2),
-                                                         health.last_error or None))
+                                                         health.last_error or None, self.waiting_since))
             log.info("camera %s: %s%s", self.id, state, f" ({health.last_error})" if health.last_error else "",
                      extra={"camera": self.id, "stage": "capture"})
             self.published_state = state

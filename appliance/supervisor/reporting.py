@@ -24,7 +24,7 @@ from appliance.engines.progress import ProgressEvent
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.system import SystemReading
 from appliance.health.tegrastats import TegrastatsMonitor, system_fields
-from appliance.mqtt.messages import ota_status_payload
+from appliance.mqtt.messages import epoch_ms, iso_utc_ms, ota_status_payload
 from appliance.ota.status import STATES, OtaStatus
 from appliance.serving.recovery import PipelineRecovery, PipelineState
 from appliance.supervisor.cameras import SupervisedCamera
@@ -50,6 +50,13 @@ def capture_readings(health: CaptureHealth | None) -> dict[str, Any]:
             "stalls": health.stalls}
 
 
+def waiting_readings(camera: SupervisedCamera) -> dict[str, Any]:
+    """For a camera waiting for its source: why (``waiting_for``) and since when (``waiting_since``, ISO UTC)."""
+    if camera.waiting_since is None or camera.health is None:
+        return {}
+    return {"waiting_for": camera.health.last_error, "waiting_since": iso_utc_ms(epoch_ms(camera.waiting_since))}
+
+
 def pipeline_progressing(scheduler: Scheduler | None, recovery: PipelineRecovery | None, now: float,
                          stall_s: float) -> bool:
     """Feed the watchdog while frames finish, or while no camera has frames to offer (a dead camera is
@@ -69,7 +76,9 @@ def status_line(cameras: Mapping[str, SupervisedCamera], configured: int, infere
     """``configured``: cameras in the config; ``inferences_per_s``: the recent rate (FramePath.rate, last 10 s)."""
     streaming = sum(1 for c in cameras.values() if c.published_state == "streaming")
     mqtt = publisher.stats().state.value if publisher else "off"
-    text = f"{streaming}/{configured} cameras streaming, {inferences_per_s:.1f} inferences/s, mqtt {mqtt}"
+    waiting = sum(1 for c in cameras.values() if c.published_state == "waiting")
+    text = (f"{streaming}/{configured} cameras streaming{f' ({waiting} waiting for their source)' if waiting else ''}, "
+            f"{inferences_per_s:.1f} inferences/s, mqtt {mqtt}")
     if recovery is not None and recovery.state is not PipelineState.SERVING:
         text += f"; {recovery.status().line()}"
         return text  # the pipeline's state is the error that matters now
@@ -85,7 +94,7 @@ def health_summary(cameras: Mapping[str, SupervisedCamera], scheduler: Scheduler
         cam = cameras[slot.camera_id]
         per_camera[slot.camera_id] = {"state": cam.published_state, "inferred": slot.submitted,
                                       "skipped": slot.skipped, "dropped": slot.dropped, "errors": slot.errors,
-                                      **capture_readings(cam.health)}
+                                      **capture_readings(cam.health), **waiting_readings(cam)}
     try:
         triton_ok = bool(server is not None and server.ready)
     except ServerStateError:  # stopping or stopped (the publisher's last health message comes after)

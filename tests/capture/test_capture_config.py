@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from appliance.capture.check import check_camera, check_cameras, ring_bytes
+from appliance.capture.check import absent_source, check_camera, check_cameras, ring_bytes
 from appliance.capture.config import CameraConfig, FileSource, GStreamerSource, RtspSource, V4l2Source
 
 
@@ -64,10 +64,19 @@ def test_cameras_list_embeds_in_a_parent_model():
     assert top.cameras[0].id == "a"
 
 
-def test_check_camera_reports_missing_file_folder_and_device(tmp_path):
-    assert "does not exist" in check_camera(cfg({"type": "file", "path": str(tmp_path / "none.mp4")}))[0]
-    assert "has no .jpg" in check_camera(cfg({"type": "images", "path": str(tmp_path)}, fps=1))[0]
-    assert "/dev/video99 does not exist" in check_camera(cfg({"type": "v4l2", "device": "/dev/video99"}))[0]
+def test_a_missing_file_folder_or_device_is_an_absent_source_not_a_problem(tmp_path, video):
+    absent = [cfg({"type": "file", "path": str(tmp_path / "none.mp4")}),
+              cfg({"type": "images", "path": str(tmp_path / "none")}, fps=1),
+              cfg({"type": "images", "path": str(tmp_path)}, fps=1),
+              cfg({"type": "v4l2", "device": "/dev/video99"})]
+    reasons = [absent_source(camera) for camera in absent]
+    assert "video file" in reasons[0] and "none.mp4 does not exist now" in reasons[0]
+    assert "image folder" in reasons[1] and "does not exist now" in reasons[1]
+    assert "has no .jpg/.jpeg/.png/.bmp files now" in reasons[2]
+    assert "/dev/video99 does not exist now" in reasons[3]
+    assert all("the camera waits for it" in reason for reason in reasons)
+    assert [check_camera(camera) for camera in absent] == [[]] * 4
+    assert absent_source(cfg({"type": "file", "path": str(video)})) is None
 
 
 def test_check_gstreamer_needs_gst_launch_on_path(monkeypatch, tmp_path):

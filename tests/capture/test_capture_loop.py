@@ -185,3 +185,33 @@ def test_gstreamer_pipeline_through_the_loop(camera, shm_root, order, pixel):
         wait_until(lambda: reader.health().frames >= 5, 30, 0.02, "5 frames")
         with reader.acquire_latest() as lease:
             assert lease.array[0, 0].tolist() == pixel and lease.meta.pixel_format == order
+
+
+def test_a_file_not_there_yet_is_waited_for_and_streamed_once_it_appears(camera, video, tmp_path, shm_root):
+    later = tmp_path / "later.mp4"
+    cam = camera({"type": "file", "path": str(later)}, backoff={"initial_s": 0.05, "max_s": 0.2})
+    with running(cam, shm_root) as (_, reader, _r):
+        wait_until(lambda: reader.health().reconnects >= 3, 30, 0.01, "three looks for the absent file")
+        h = reader.health()
+        assert h.state == CaptureState.WAITING and h.frames == 0
+        assert f"file {later} does not exist" in h.last_error
+        # Since when: the first look, not the latest one (each look stays WAITING instead of CONNECTING again).
+        assert h.state_age_s >= 0.05 * 2, h
+        later.write_bytes(video.read_bytes())  # the file is copied into place
+        wait_until(lambda: reader.health().frames >= 5, 30, 0.02, "frames once the file is there")
+        assert reader.health().state == CaptureState.STREAMING
+
+
+def test_a_v4l2_device_that_is_absent_is_waited_for(camera, shm_root):
+    cam = camera({"type": "v4l2", "device": "/dev/video97"}, backoff={"initial_s": 0.05, "max_s": 0.1})
+    seen = set()
+    with running(cam, shm_root) as (_, reader, _r):
+        def looked_twice() -> bool:
+            h = reader.health()
+            seen.add(h.state)
+            return h.reconnects >= 2
+
+        wait_until(looked_twice, 30, 0.002, "two looks for /dev/video97")
+        h = reader.health()
+        assert h.state == CaptureState.WAITING and "V4L2 device /dev/video97 does not exist" in h.last_error
+    assert CaptureState.BACKOFF not in seen  # an absent device is waited for, not counted as a failing one

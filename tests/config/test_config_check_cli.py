@@ -69,3 +69,33 @@ def test_the_old_recovery_backoff_keys_are_a_warning_in_check_config(tmp_path: P
     assert "recovery key 'initial_backoff_s' is deprecated; use 'backoff.initial_s'" in result.stderr
     assert "recovery key 'max_backoff_s' is deprecated; use 'backoff.max_s'" in result.stderr
     assert "WARNING" in result.stderr and "OK" in result.stdout
+
+
+def test_a_camera_absent_now_is_a_warning_and_the_config_is_ok(tmp_path: Path) -> None:
+    """An unplugged USB camera or a video not copied yet heals by itself: exit 0, a warning naming where."""
+    path = tmp_path / "appliance.yaml"
+    path.write_text(f"""\
+device: {{id: line1-box}}
+mqtt: {{host: localhost}}
+cameras:
+  - id: door
+    source: {{type: file, path: {REPO / '.models/sample/sample.mp4'}}}
+    width: 640
+    height: 480
+  - id: usb
+    source: {{type: v4l2, device: /dev/video97}}
+    width: 640
+    height: 480
+  - id: later
+    source: {{type: file, path: {tmp_path / 'later.mp4'}}}
+    width: 640
+    height: 480
+""")
+    result = subprocess.run([sys.executable, "-m", "appliance", "check-config", str(path)],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "OK, 2 warning(s)" in result.stdout, result.stdout
+    assert (f"warning: {path}:9: cameras.1.source: camera 'usb': /dev/video97 does not exist now (unplugged?); "
+            "the camera waits for it and starts when it appears") in result.stderr, result.stderr
+    assert f"warning: {path}:13: cameras.2.source: camera 'later': video file {tmp_path / 'later.mp4'} does not " \
+           "exist now" in result.stderr, result.stderr

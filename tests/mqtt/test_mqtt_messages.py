@@ -111,6 +111,10 @@ def test_every_schema_is_valid_and_every_builder_matches_it() -> None:
     validate("device_status", device_status_payload("dev1", "offline", None, versions, reason="connection lost"))
     validate("camera_status", camera_status_payload(CameraStatus("cam0", "stalled", 0.0, "no frame for 5 s"),
                                                     "dev1", 2.0))
+    waiting = camera_status_payload(CameraStatus("usb", "waiting", 0.0, "/dev/video7 does not exist", since=1.25),
+                                    "dev1", 9.0)
+    validate("camera_status", waiting)
+    assert (waiting["state"], waiting["since"], waiting["since_ms"]) == ("waiting", iso_utc_ms(1250), 1250)
     validate("command_reply", command_reply_payload("dev1", "x", "r", 3.0, result={"a": 1}))
     validate("command_reply", command_reply_payload("dev1", "x", None, 3.0, error=("bad_request", "why")))
     with pytest.raises(KeyError, match="no schema for message type 'nope'"):

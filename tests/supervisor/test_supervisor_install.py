@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from appliance.mqtt.config import SpoolConfig
+from appliance.mqtt.spool import Spool
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,6 +44,7 @@ def test_installed_tree_checks_its_config_finds_triton_and_builds_the_engine(tmp
                            timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
     assert (dest / "var/lib/appliance/engines").is_dir()
+    _operator_commands_find_the_installed_config_and_state(dest, bin_)
     # The installed units reference the installed venv and verify against it.
     for unit in ("appliance.service", "appliance-build-engines.service"):
         text = (dest / "etc/systemd/system" / unit).read_text().replace("/opt/appliance/venv", str(dest / "opt/appliance/venv"))
@@ -48,3 +53,28 @@ def test_installed_tree_checks_its_config_finds_triton_and_builds_the_engine(tmp
         verify = subprocess.run(["systemd-analyze", "verify", str(staged)], capture_output=True, text=True,
                                 timeout=60, cwd=tmp_path)
         assert verify.returncode == 0, verify.stderr
+
+
+def _operator_commands_find_the_installed_config_and_state(dest: Path, bin_: Path) -> None:
+    """An operator's shell has none of the unit's APPLIANCE_* variables and gives no flags: `ota status`,
+    `spool list` and `check-config` still find /etc/appliance/appliance.yaml and /var/lib/appliance (here
+    under DESTDIR), not the source copy's own .state or the bundled demo config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    state = dest / "var/lib/appliance"
+    spool = Spool(state / "mqtt-spool.sqlite3", SpoolConfig())  # what the appliance leaves after a run
+    spool.open()
+    spool.close()
+
+    def appliance(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(bin_), *args], env=env, capture_output=True, text=True, timeout=120, cwd=dest)
+
+    status = appliance("ota", "status")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["state_dir"] == str(state), status.stdout
+    listed = appliance("spool", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert f"0 message(s) set aside in {state / 'mqtt-spool.sqlite3'}" in listed.stderr, listed.stderr
+    checked = appliance("check-config", "--no-machine")
+    assert checked.returncode == 0 and checked.stdout.startswith(f"{dest / 'etc/appliance/appliance.yaml'}: OK"), \
+        checked.stdout + checked.stderr
+    assert not (dest / "opt/appliance/src/.state").exists()

@@ -53,3 +53,19 @@ def test_service_is_notify_with_watchdog_and_restart() -> None:
                  "NoNewPrivileges=yes", "DevicePolicy=closed"):
         assert re.search(rf"^{re.escape(line)}$", text, re.M), line
     assert re.search(r"^WatchdogSec=\d+", text, re.M)
+
+
+def test_no_start_step_before_run_refuses_a_config_whose_camera_is_unplugged(tmp_path: Path) -> None:
+    """An ExecStartPre= that fails stops the start, and only the main process's exit status is one
+    RestartPreventExitStatus= can act on: a camera absent at boot must not fail any step before `run`."""
+    config = tmp_path / "appliance.yaml"
+    config.write_text("device: {id: dev1}\nmqtt: {host: localhost}\ncameras:\n"
+                      "  - {id: usb, source: {type: v4l2, device: /dev/video97}, width: 640, height: 480}\n")
+    real_bin = str(Path(sys.executable).with_name("appliance"))
+    text = (REPO / "systemd" / "appliance.service").read_text()
+    for step in re.findall(r"^ExecStartPre=[-@:+!]*(.+)$", text, re.M):
+        argv = step.replace(INSTALLED_BIN, real_bin).replace("/etc/appliance/appliance.yaml", str(config)).split()
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert result.returncode == 0, f"{step}: {result.stdout}{result.stderr}"
+    exec_start = re.findall(r"^ExecStart=(.+)$", text, re.M)
+    assert exec_start == [f"{INSTALLED_BIN} run --config /etc/appliance/appliance.yaml"], exec_start

@@ -8,11 +8,13 @@ from appliance.capture.sources.base import (
     EndOfStream,
     FrameShape,
     FrameSource,
+    SourceAbsent,
     SourceConfigError,
     SourceError,
 )
 
-__all__ = ["DecodeError", "EndOfStream", "FrameSource", "SourceConfigError", "SourceError", "make_source"]
+__all__ = ["DecodeError", "EndOfStream", "FrameSource", "SourceAbsent", "SourceConfigError", "SourceError",
+           "make_source"]
 
 
 def make_source(camera: CameraConfig) -> FrameSource:

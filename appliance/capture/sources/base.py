@@ -12,6 +12,11 @@ class SourceError(Exception):
     """The source failed in a way that reconnecting may fix (unplugged, network down, server restarted)."""
 
 
+class SourceAbsent(SourceError):
+    """The source is not there yet (no device node, no file, nothing answering at the URL): the camera waits
+    for it, retrying with its backoff, instead of counting it as a failure."""
+
+
 class SourceConfigError(SourceError):
     """The source works but can never deliver what the config asks (size, format): do not retry."""
 
@@ -50,7 +55,8 @@ class FrameSource(abc.ABC):
 
     @abc.abstractmethod
     def open(self) -> None:
-        """Connect; raise SourceError (retry later) or SourceConfigError (never going to work)."""
+        """Connect; raise SourceAbsent (not there yet), SourceError (retry later) or SourceConfigError (never
+        going to work)."""
 
     @abc.abstractmethod
     def read_into(self, out: np.ndarray) -> None:

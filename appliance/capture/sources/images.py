@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from appliance.capture.sources.base import DecodeError, EndOfStream, FrameShape, FrameSource, SourceError, fit_frame
+from appliance.capture.sources.base import (DecodeError, EndOfStream, FrameShape, FrameSource, SourceAbsent,
+                                           SourceError, fit_frame)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; the Jetson runs Python 3.10
@@ -31,10 +32,10 @@ class ImageFolder(FrameSource):
 
     def open(self) -> None:
         if not self.path.is_dir():
-            raise SourceError(f"{self.describe()} does not exist or is not a folder")
+            raise SourceAbsent(f"{self.describe()} does not exist or is not a folder")
         self._files = list_images(self.path)
         if not self._files:
-            raise SourceError(f"{self.describe()} has no {'/'.join(sorted(IMAGE_SUFFIXES))} files")
+            raise SourceAbsent(f"{self.describe()} has no {'/'.join(sorted(IMAGE_SUFFIXES))} files")
         self._next = 0
 
     def read_into(self, out: np.ndarray) -> None:

@@ -16,6 +16,7 @@ from appliance.capture.sources.base import (
     EndOfStream,
     FrameShape,
     FrameSource,
+    SourceAbsent,
     SourceConfigError,
     SourceError,
     fit_frame,
@@ -109,7 +110,7 @@ class FileCapture(_OpenCvSource):
 
     def open(self) -> None:
         if not self.path.is_file():
-            raise SourceError(f"{self.describe()} does not exist or is not a file")
+            raise SourceAbsent(f"{self.describe()} does not exist or is not a file")
         cap = cv2.VideoCapture(str(self.path), cv2.CAP_FFMPEG)
         if not cap.isOpened():
             cap.release()
@@ -157,7 +158,7 @@ class V4l2Capture(_OpenCvSource):
 
     def open(self) -> None:
         if not os.path.exists(self.device):
-            raise SourceError(f"{self.describe()} does not exist (unplugged, or another /dev/video number?)")
+            raise SourceAbsent(f"{self.describe()} does not exist (unplugged, or another /dev/video number?)")
         cap = cv2.VideoCapture(self.device, cv2.CAP_V4L2)
         if not cap.isOpened():
             cap.release()
