@@ -33,11 +33,24 @@ class RingDirectory:
     def create(cls, shm_root: Path | str) -> "RingDirectory":
         """Reclaim directories of dead runs under ``shm_root``, then make and lock this run's own."""
         reclaim_stale_ring_dirs(shm_root)
-        path = Path(tempfile.mkdtemp(prefix=DIR_PREFIX, dir=shm_root))  # mode 0700; never an existing name
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held for life: a later start sees that this run is alive
-        log.info("frame rings are in %s", path)
-        return cls(path, fd)
+        for _ in range(3):
+            path = Path(tempfile.mkdtemp(prefix=DIR_PREFIX, dir=shm_root))  # mode 0700; never an existing name
+            # Until it is locked, another instance's start-up cleanup may take it for a dead run's and remove it.
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held for life: later starts see this run is alive
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            if os.fstat(fd).st_nlink == 0:  # removed between mkdtemp and the lock
+                os.close(fd)
+                continue
+            log.info("frame rings are in %s", path)
+            return cls(path, fd)
+        raise OSError(errno.EAGAIN, f"could not make a ring directory in {shm_root}: each was removed at once")
 
     def close(self) -> None:
         """Remove the (by now empty) directory and drop the lock; what is still inside is left and logged."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,21 @@ def test_a_dead_runs_directory_is_reclaimed_a_live_ones_and_foreign_ones_kept(sh
     live.close()
     theirs.rmdir()
     open_dir.rmdir()
+
+
+def test_a_start_whose_new_folder_another_starts_cleanup_removes_makes_another(shm_root: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between making its folder and locking it, another instance's cleanup may find it unlocked and remove it."""
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp_then_cleanup(**kw: str) -> str:
+        made.append(real_mkdtemp(**kw))
+        if len(made) == 1:
+            assert reclaim_stale_ring_dirs(shm_root) == [Path(made[0])]  # the other start lands in the window
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_cleanup)
+    with RingDirectory.create(shm_root) as rings:
+        assert len(made) == 2 and rings.path == Path(made[1]) and rings.path.is_dir()
+    assert list(shm_root.iterdir()) == []
