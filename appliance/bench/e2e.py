@@ -119,8 +119,7 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
 
-    shm_root = Path("/dev/shm") / f"appliance-bench-{os.getpid()}"
-    shm_root.mkdir(exist_ok=True)
+    shm_root = Path(tempfile.mkdtemp(prefix="appliance-bench-", dir="/dev/shm"))  # a fresh name nobody took first
     cams = "".join(f"""
   - id: cam{n}
     source: {{type: file, path: {video}, loop: true, realtime: true}}

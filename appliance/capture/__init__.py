@@ -1,6 +1,7 @@
 """Camera capture into per-camera shared-memory rings (see docs/capture.md).
 
-Supervisor side: :class:`CaptureProcess` (one per camera) and :func:`reclaim_stale_rings`.
+Supervisor side: :class:`RingDirectory` (the run's private ring folder), :class:`CaptureProcess` (one per camera)
+and :func:`reclaim_stale_rings`.
 Inference side: :class:`RingReader` -> :class:`FrameLease` (zero-copy view, release when done).
 """
 
@@ -14,9 +15,17 @@ from appliance.capture.process import (
     CaptureProcess,
     CaptureStartError,
 )
-from appliance.capture.errors import RingBusyError, RingError, RingFormatError, RingNotFoundError, ShmSpaceError
+from appliance.capture.errors import (
+    RingBusyError,
+    RingError,
+    RingForeignError,
+    RingFormatError,
+    RingNotFoundError,
+    ShmSpaceError,
+)
 from appliance.capture.health import CaptureHealth
 from appliance.capture.ring import FrameLease, FrameMeta, RingReader
+from appliance.capture.ringdir import RingDirectory
 from appliance.capture.ringfile import reclaim_stale_rings, ring_path
 
 __all__ = [
@@ -32,7 +41,9 @@ __all__ = [
     "FrameLease",
     "FrameMeta",
     "RingBusyError",
+    "RingDirectory",
     "RingError",
+    "RingForeignError",
     "RingFormatError",
     "RingGeometry",
     "RingNotFoundError",

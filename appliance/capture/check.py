@@ -13,7 +13,8 @@ from typing import Callable, Sequence
 
 from appliance.capture.config import CameraConfig
 from appliance.capture.layout import RingGeometry
-from appliance.capture.ringfile import ring_path, shm_free_bytes
+from appliance.capture.ringdir import find_rings
+from appliance.capture.ringfile import shm_free_bytes
 
 
 def ring_bytes(camera: CameraConfig) -> int:
@@ -63,7 +64,7 @@ def check_cameras(
     if not Path(shm_root).is_dir():
         return problems + [f"shared-memory root {shm_root} does not exist"]
     # Rings already there (a running or crashed appliance) are reused in place, so they need no new room.
-    needed = sum(ring_bytes(c) for c in cameras if not ring_path(shm_root, c.id).exists())
+    needed = sum(ring_bytes(c) for c in cameras if not find_rings(shm_root, c.id))
     free = shm_free_bytes(shm_root, statvfs)
     if needed > free:
         detail = ", ".join(f"{c.id}: {ring_bytes(c) / 2**20:.1f} MiB" for c in cameras)

@@ -17,6 +17,11 @@ class RingFormatError(RingError):
     """The file is not a ring this code understands."""
 
 
+class RingForeignError(RingError):
+    """Something that is not this appliance's own ring file sits where a ring must go (a directory, a link,
+    another user's file); it is never opened for writing, adopted or removed."""
+
+
 class RingNotFoundError(RingError):
     """No ring file for that camera (its capture was never started, or it was retired)."""
 

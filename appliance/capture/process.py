@@ -30,6 +30,7 @@ from appliance.capture.errors import RingBusyError
 from appliance.capture.health import CaptureHealth
 from appliance.capture.ring import RingReader
 from appliance.capture.ringfile import RingOwner, create_ring, ring_path
+from appliance.capture.stderrfilter import StderrRedactor
 from appliance.logs import JOURNAL_SOCKET
 from appliance.logs import configure as configure_logging
 from appliance.procs import stop_process
@@ -74,6 +75,7 @@ def capture_main(spec: CaptureSpec) -> None:
     camera = CameraConfig.model_validate_json(spec.camera_json)
     # The supervisor's handler (journald under systemd): CAMERA= on every record, warnings at priority 4.
     configure_logging(spec.log_level, journal_path=Path(spec.journal_socket), camera=camera.id)
+    redactor = StderrRedactor()  # what FFmpeg/OpenCV print natively goes through it too
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -83,10 +85,12 @@ def capture_main(spec: CaptureSpec) -> None:
     except RingBusyError as exc:
         log.error("%s", exc)
         sys.stdout.flush()
+        redactor.close()
         os._exit(EXIT_RING_BUSY)
 
     def hung(message: str) -> None:
         logging.shutdown()
+        redactor.close()
         os._exit(EXIT_HUNG)  # the blocked native call cannot be interrupted; the process is the unit of recovery
 
     on_frame = None
@@ -98,6 +102,7 @@ def capture_main(spec: CaptureSpec) -> None:
     final = loop.run(stop)
     writer.close(final)
     logging.shutdown()
+    redactor.close()
     sys.exit(EXIT_CONFIG if final == CaptureState.FAILED else EXIT_OK)
 
 

@@ -1,4 +1,4 @@
-"""A camera ring's file in /dev/shm: its name, the space it needs, its creation and removal by the owner.
+"""A camera ring's file in shared memory: its name, the space it needs, its creation and removal by the owner.
 
 :class:`RingOwner` (the supervisor side) creates the file, checks /dev/shm space first, reclaims a leftover of
 a crashed run, and removes the file when the camera is retired. The ring outlives capture process restarts,
@@ -12,6 +12,7 @@ import errno
 import logging
 import mmap
 import os
+import stat
 import time
 from pathlib import Path
 from typing import AbstractSet, Callable
@@ -19,7 +20,7 @@ from typing import AbstractSet, Callable
 import numpy as np
 
 from appliance.capture import locks
-from appliance.capture.errors import RingBusyError, RingFormatError, ShmSpaceError
+from appliance.capture.errors import RingBusyError, RingForeignError, RingFormatError, ShmSpaceError
 from appliance.capture.layout import (
     MAGIC,
     OWNER_LOCK,
@@ -142,13 +143,14 @@ def create_ring(
 ) -> RingOwner:
     """Create the ring at ``path``, or reclaim a leftover whose owner died; return its owner handle.
 
-    Raises :class:`ShmSpaceError` (with the MiB needed and free) before allocating anything, and
-    :class:`RingBusyError` if a live process still owns that ring.
+    Raises :class:`ShmSpaceError` (with the MiB needed and free) before allocating anything,
+    :class:`RingBusyError` if a live process still owns that ring, and :class:`RingForeignError` if something
+    other than this user's own private ring file is at ``path`` (it is left as it is).
     """
     path = Path(path)
     what = f"camera {camera_id!r} ring ({geometry.describe()})"
     for _ in range(3):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = _create_or_open_own(path)
         if not locks.try_lock(fd, OWNER_LOCK, locks.EXCLUSIVE):
             pid = _peek_pid(fd, "owner_pid")
             os.close(fd)
@@ -202,6 +204,43 @@ def create_ring(
     return RingOwner(path, fd, geometry)
 
 
+def _create_or_open_own(path: Path) -> int:
+    """A new ring file made exclusively, or else the existing one at ``path`` if it is provably ours."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return open_own_file(path, os.O_RDWR)
+
+
+def open_own_file(path: Path, flags: int) -> int:
+    """Open ``path`` only if it is a regular file (not a link) owned by this user that no one else may open.
+
+    Raises :class:`RingForeignError` otherwise, or FileNotFoundError when nothing is there."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EACCES):
+            raise RingForeignError(f"{path} is not this appliance's ring ({exc.strerror}); leaving it alone") from exc
+        raise
+    st = os.fstat(fd)
+    problem = foreign_reason(st)
+    if problem:
+        os.close(fd)
+        raise RingForeignError(f"{path} is not this appliance's ring ({problem}); leaving it alone")
+    return fd
+
+
+def foreign_reason(st: os.stat_result, kind: int = stat.S_IFREG) -> str:
+    """Why a file with this status is not one of ours to use (wrong type, owner, or open to others); "" if it is."""
+    if stat.S_IFMT(st.st_mode) != kind:
+        return f"not a {'directory' if kind == stat.S_IFDIR else 'regular file'}"
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not {os.geteuid()}"
+    if st.st_mode & 0o077:
+        return f"mode {stat.S_IMODE(st.st_mode):04o} lets other users in"
+    return ""
+
+
 def _peek_pid(fd: int, field: str) -> int | None:
     try:
         raw = os.pread(fd, RING_HEADER.itemsize, 0)
@@ -237,20 +276,24 @@ def _initialise(fd: int, geometry: RingGeometry, camera_id: str) -> None:
         mm.close()
 
 
-def reclaim_stale_rings(shm_root: Path | str, keep: AbstractSet[str] = frozenset()) -> list[Path]:
-    """Delete ring files under ``shm_root`` whose owner is dead, except those of cameras in ``keep``.
+def reclaim_stale_rings(ring_dir: Path | str, keep: AbstractSet[str] = frozenset()) -> list[Path]:
+    """Delete ring files under ``ring_dir`` whose owner is dead, except those of cameras in ``keep``.
 
     Call once at supervisor start with the configured camera ids: rings of cameras removed from the
     config since a crash would otherwise leak. Rings of kept cameras are reclaimed by :func:`create_ring`.
+    What is not provably one of our ring files (a link, a directory, another user's file) is logged and kept.
     """
     removed = []
-    for path in sorted(Path(shm_root).glob(f"{RING_PREFIX}*{RING_SUFFIX}")):
+    for path in sorted(Path(ring_dir).glob(f"{RING_PREFIX}*{RING_SUFFIX}")):
         camera_id = path.name[len(RING_PREFIX) : -len(RING_SUFFIX)]
         if camera_id in keep:
             continue
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            fd = open_own_file(path, os.O_RDWR)
         except FileNotFoundError:
+            continue
+        except RingForeignError as exc:
+            log.warning("%s", exc)
             continue
         try:
             if locks.try_lock(fd, OWNER_LOCK, locks.EXCLUSIVE):

@@ -22,7 +22,7 @@ from typing import Any, Callable, cast
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
 from appliance.backoff import RestartPolicy
-from appliance.capture import CaptureProcess, RingError, RingReader, reclaim_stale_rings
+from appliance.capture import CaptureProcess, RingDirectory, RingError, RingReader
 from appliance.capture.doorbell import Doorbell
 from appliance.engines.manager import InstalledEngine, ensure_engines
 from appliance.engines.progress import ProgressEvent
@@ -90,6 +90,7 @@ class Appliance:
         self._tegrastats = TegrastatsMonitor(interval_ms) if interval_ms else None
         self._cameras: dict[str, SupervisedCamera] = {}
         self._doorbell: Doorbell | None = None  # capture processes ring it to wake the scheduler
+        self._ring_dir: RingDirectory | None = None  # this run's private folder for the frame rings
         self.server: Server | None = None
         self.publisher: MqttPublisher | None = None
         self.sparkplug: EdgeNode | None = None  # when mqtt.sparkplug is set (docs/sparkplug.md)
@@ -246,12 +247,10 @@ class Appliance:
 
     def _start_cameras(self) -> None:
         doorbell = self._doorbell = Doorbell()
-        ids = {c.id for c in self.config.cameras}
-        for path in reclaim_stale_rings(self.config.paths.shm_root, keep=ids):
-            log.info("removed a leftover frame ring from an earlier run: %s", path)
+        rings = self._ring_dir = RingDirectory.create(self.config.paths.shm_root)  # private: see docs/capture.md
         for camera in self.config.cameras:
             self._step(f"camera {camera.id}")
-            process = CaptureProcess(camera, shm_root=self.config.paths.shm_root, doorbell=doorbell.address)
+            process = CaptureProcess(camera, shm_root=rings.path, doorbell=doorbell.address)
             self._cameras[camera.id] = SupervisedCamera(camera.id, process)
             self._children.register(f"camera:{camera.id}", functools.partial(CaptureChild, process), RestartPolicy(
                 initial_backoff_s=camera.backoff.initial_s, max_backoff_s=camera.backoff.max_s))
@@ -379,6 +378,8 @@ class Appliance:
             self.server.stop()
         for cam in self._cameras.values():
             cam.close()
+        if self._ring_dir is not None:
+            self._ring_dir.close()
         if self._doorbell is not None:
             self._doorbell.close()
             self._doorbell = None

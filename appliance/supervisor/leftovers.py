@@ -27,10 +27,15 @@ class Reclaimed:
 
 def reclaim_leftovers(prefix: str = REGION_PREFIX, proc: Path = Path("/proc"), shm_root: Path = Path("/dev/shm"),
                       kill: bool = True) -> Reclaimed:  # fmt: skip
-    """End stubs whose server died and remove shared-memory regions of dead servers; say what was done."""
+    """End stubs whose server died and remove shared-memory regions of dead servers; say what was done.
+
+    Only this user's stubs and regions are touched: a pid missing from ``proc`` may be another user's live process
+    (systemd's ``ProtectProc=invisible`` hides them), so what belongs to another user is logged and left."""
     scanner = StubScanner(proc, shm_root)
     done = Reclaimed()
     for stub in scanner.orphans():
+        if not _ours(proc / str(stub.pid), f"Triton model process {stub.pid}"):
+            continue
         if kill:
             try:
                 os.kill(stub.pid, signal.SIGKILL)
@@ -38,6 +43,8 @@ def reclaim_leftovers(prefix: str = REGION_PREFIX, proc: Path = Path("/proc"), s
                 continue
         done.stubs.append(stub.pid)
     for region in scanner.stale_regions(prefix):
+        if not _ours(region, "shared-memory region"):
+            continue
         try:
             region.unlink()
         except FileNotFoundError:
@@ -47,3 +54,15 @@ def reclaim_leftovers(prefix: str = REGION_PREFIX, proc: Path = Path("/proc"), s
         log.warning("cleaned up after an appliance that did not stop cleanly: ended %d Triton model process(es) "
                     "%s, removed %d shared-memory region(s)", len(done.stubs), done.stubs, len(done.regions))
     return done
+
+
+def _ours(path: Path, what: str) -> bool:
+    """Whether ``path`` (a /proc entry or a region file; a link is not followed) belongs to this user; else log."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return False
+    if st.st_uid == os.geteuid():  # unlinking a link of ours removes the link, never its target
+        return True
+    log.warning("leaving %s %s alone: it belongs to uid %d, not this appliance's user", what, path, st.st_uid)
+    return False

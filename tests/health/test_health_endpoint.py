@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
+import socket
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.wait import wait_until
 
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
@@ -93,21 +97,65 @@ def test_endpoint_serves_our_metrics_and_triton_text_and_health_status(jetson_ro
         server.close()
 
 
-def test_a_failing_collector_gives_500_and_the_endpoint_keeps_serving() -> None:
+def test_a_failing_collector_gives_a_plain_500_the_detail_goes_to_the_log(caplog: pytest.LogCaptureFixture) -> None:
     calls = {"n": 0}
 
     def flaky() -> bytes:
         calls["n"] += 1
         if calls["n"] == 1:
-            raise RuntimeError("triton metrics unavailable")
+            raise RuntimeError("triton metrics unavailable at /opt/secret/path")
         return b"ok 1\n"
 
     server = HealthServer("127.0.0.1", 0, flaky, lambda: {"ok": True})
     try:
-        assert _get(f"http://127.0.0.1:{server.port}/metrics") == (500, "error: triton metrics unavailable\n")
+        with caplog.at_level(logging.ERROR, logger="appliance.health.server"):
+            assert _get(f"http://127.0.0.1:{server.port}/metrics") == (500, "internal error: see the appliance's log\n")
         assert _get(f"http://127.0.0.1:{server.port}/metrics") == (200, "ok 1\n")
     finally:
         server.close()
+    assert "triton metrics unavailable at /opt/secret/path" in caplog.text  # with its traceback
+
+
+def test_connections_past_the_limit_get_503_and_silent_ones_time_out() -> None:
+    server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: {"ok": True}, max_connections=2, timeout_s=0.5)
+    silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(2)]
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as third:
+            assert third.recv(100).startswith(b"HTTP/1.0 503")  # the two silent ones hold both slots
+        for sock in silent:
+            assert sock.recv(100) == b""  # the server hung up on them after its socket timeout
+        assert _get(f"http://127.0.0.1:{server.port}/healthz") == (200, '{"ok": true}')  # their slots came back
+    finally:
+        for sock in silent:
+            sock.close()
+        server.close()
+
+
+def test_a_taken_port_is_retried_until_it_is_free(caplog: pytest.LogCaptureFixture) -> None:
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    with caplog.at_level(logging.INFO, logger="appliance.health.server"):
+        server = HealthServer("127.0.0.1", port, lambda: b"", lambda: {"ok": True}, retry_s=0.05)
+        try:
+            assert server.port is None
+            assert f"cannot listen on 127.0.0.1:{port}" in caplog.text and "trying again every 0.05 s" in caplog.text
+            blocker.close()
+            wait_until(lambda: server.port == port, 10, 0.02, "the health server to take the freed port")
+            assert _get(f"http://127.0.0.1:{port}/healthz") == (200, '{"ok": true}')
+        finally:
+            server.close()
+    assert f"listening on 127.0.0.1:{port} now" in caplog.text
+
+
+def test_closing_while_the_port_is_taken_stops_the_retries() -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        server = HealthServer("127.0.0.1", blocker.getsockname()[1], lambda: b"", lambda: {"ok": True}, retry_s=0.05)
+        server.close()
+        assert server.port is None and not any(t.name == "health-bind" for t in threading.enumerate())
 
 
 def test_metrics_registries_are_independent() -> None:

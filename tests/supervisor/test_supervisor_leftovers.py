@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from appliance.supervisor.leftovers import reclaim_leftovers
 
@@ -61,3 +64,16 @@ def test_regions_of_dead_servers_are_removed_and_others_kept(tmp_path: Path) -> 
 def test_nothing_to_do_is_quiet(tmp_path: Path) -> None:
     done = reclaim_leftovers(shm_root=tmp_path)
     assert done.stubs == [] and done.regions == []
+
+
+def test_another_users_region_is_kept_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A pid missing from /proc may be another user's live server (ProtectProc=invisible hides it): hands off."""
+    dead = _dead_pid()
+    ours, theirs = tmp_path / f"appliance_{dead}_1_abc", tmp_path / f"appliance_{dead}_2_abc"
+    for path in (ours, theirs):
+        path.write_bytes(b"x")
+    os.chown(theirs, 65534, 65534)  # nobody (the tests run as root)
+    with caplog.at_level(logging.WARNING):
+        done = reclaim_leftovers(shm_root=tmp_path)
+    assert done.regions == [ours] and theirs.exists()
+    assert any(f"{theirs} alone" in r.getMessage() and "uid 65534" in r.getMessage() for r in caplog.records)

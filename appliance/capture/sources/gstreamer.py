@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 GST_LAUNCH = "gst-launch-1.0"
 # Phrases gst-launch prints when the pipeline can never produce what we asked for.
+_STDERR_LINES = 20  # of gst-launch's last words, logged when it ends: its error, its debug info, the element
 _CONFIG_FAILURES = ("not-negotiated", "could not link", "no element", "erroneous pipeline", "no property")
 
 
@@ -86,7 +87,9 @@ class GStreamerPipe(FrameSource):
         except subprocess.TimeoutExpired:
             code = None
         stderr.seek(0)
-        text = stderr.read().decode("utf-8", "replace").strip()
+        text = redact_credentials(stderr.read().decode("utf-8", "replace").strip())  # a pipeline may hold a URL
+        if text:
+            log.info("%s printed:\n%s", GST_LAUNCH, "\n".join(text.splitlines()[-_STDERR_LINES:]))
         detail = text.splitlines()[-1] if text else f"exit code {code}"
         if any(phrase in text.lower() for phrase in _CONFIG_FAILURES):
             raise SourceConfigError(

@@ -1,0 +1,53 @@
+"""Camera passwords out of what native code in a capture process prints.
+
+FFmpeg and OpenCV (and any other library a source loads) write to file descriptor 2 directly, past Python's
+logging; a camera URL with its password can be in those lines (``OPENCV_VIDEOIO_DEBUG=1`` prints every URL it
+opens). :class:`StderrRedactor` puts a pipe on descriptor 2 and copies each line to the real stderr (the journal
+under systemd) through :func:`appliance.config.redact.redact_credentials`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from appliance.config.redact import redact_credentials
+
+
+class StderrRedactor:
+    """Redacts every line written to descriptor 2 of this process from now on; ``close()`` before exiting."""
+
+    def __init__(self) -> None:
+        read_fd, write_fd = os.pipe()
+        self._real = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(write_fd, 2)  # inheritable, like any stderr: child processes write through the filter too
+        os.close(write_fd)
+        self._thread = threading.Thread(target=copy_redacted, args=(read_fd, self._real), name="stderr-redact",
+                                         daemon=True)
+        self._thread.start()
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        """Put the real stderr back and let the copier finish the lines already written (up to ``timeout_s``)."""
+        sys.stderr.flush()
+        os.dup2(self._real, 2)  # the pipe loses its writer (unless a child still holds it), so the copier ends
+        self._thread.join(timeout_s)
+
+
+def copy_redacted(read_fd: int, sink_fd: int) -> None:
+    """Copy lines from ``read_fd`` to ``sink_fd`` with credentials redacted, until the pipe's writers are gone.
+
+    It never logs (its log lines would come back through the pipe) and keeps reading when the sink fails, so a
+    writer never blocks on a full pipe."""
+    sink_ok = True
+    with os.fdopen(read_fd, "rb") as source:
+        for line in source:
+            if not sink_ok:
+                continue
+            data = redact_credentials(line.decode("utf-8", "replace")).encode("utf-8")
+            try:
+                while data:
+                    data = data[os.write(sink_fd, data):]
+            except OSError:
+                sink_ok = False

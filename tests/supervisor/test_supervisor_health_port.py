@@ -1,0 +1,50 @@
+"""`appliance run` whose health port is taken: it starts anyway, says so, publishes health over MQTT, and takes
+the port once it is free."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from support.daemon import RunningDaemon, Subscriber, device_of, make_camera_dir, write_config
+from support.mosquitto import Mosquitto
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx", "darknet_images")]
+
+
+def _healthz(port: int) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            return dict(json.load(response))
+    except urllib.error.HTTPError as exc:
+        return dict(json.load(exc))
+    except OSError:
+        return None
+
+
+def test_a_taken_health_port_does_not_stop_the_appliance(tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    config = write_config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), health_port=port)
+    subscriber = Subscriber(broker.port, f"appliance/{device_of(config)}/#")
+    daemon = RunningDaemon(tmp_path, config, REPO)
+    try:
+        assert daemon.notify.wait_for("READY=1", 240), daemon.tail()
+        daemon.wait(lambda: subscriber.of_type("health"), 60, "health over MQTT")
+        assert f"cannot listen on 127.0.0.1:{port}" in daemon.log_path.read_text()
+        blocker.close()
+        daemon.wait(lambda: _healthz(port), 30, "/healthz once the port is free")
+        assert f"listening on 127.0.0.1:{port} now" in daemon.log_path.read_text()
+        assert daemon.terminate() == 0, daemon.tail()
+    finally:
+        blocker.close()
+        daemon.close()
+        subscriber.close()
