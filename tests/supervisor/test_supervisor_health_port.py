@@ -28,12 +28,14 @@ def _healthz(port: int) -> dict | None:
         return None
 
 
-def test_a_taken_health_port_does_not_stop_the_appliance(tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+def test_a_taken_health_port_does_not_stop_the_appliance(tmp_path: Path, broker: Mosquitto, shm_root: Path,
+                                                         engine_seed: Path) -> None:
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     port = blocker.getsockname()[1]
-    config = write_config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), health_port=port)
+    config = write_config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), health_port=port,
+                          engine_seed=engine_seed)
     subscriber = Subscriber(broker.port, f"appliance/{device_of(config)}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
     try:

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx", "darknet_images")]
 
 
-def test_squatters_in_the_shm_root_change_nothing(tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+def test_squatters_in_the_shm_root_change_nothing(tmp_path: Path, broker: Mosquitto, shm_root: Path,
+                                                  engine_seed: Path) -> None:
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious")
     squatters = {
@@ -28,7 +29,7 @@ def test_squatters_in_the_shm_root_change_nothing(tmp_path: Path, broker: Mosqui
     }
     for name, make in squatters.items():
         make(shm_root / name)
-    config = write_config(tmp_path, broker, shm_root, make_camera_dir(tmp_path))
+    config = write_config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), engine_seed=engine_seed)
     subscriber = Subscriber(broker.port, f"appliance/{device_of(config)}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
     try:

@@ -39,13 +39,13 @@ def _waiting_gauge(url: str, camera: str) -> float | None:
 
 
 def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_file_appears(
-        tmp_path: Path, broker: Mosquitto, shm_root: Path) -> None:
+        tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path) -> None:
     camera_dir = make_camera_dir(tmp_path)
     staged = build_sample_video(tmp_path / "staging" / "sample.mp4")
     later = tmp_path / "later.mp4"  # line2's video: not there when the appliance starts
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    config = write_config(tmp_path, broker, shm_root, camera_dir, later, health_port=port)
+    config = write_config(tmp_path, broker, shm_root, camera_dir, later, health_port=port, engine_seed=engine_seed)
     device = device_of(config)
     subscriber = Subscriber(broker.port, f"appliance/{device}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
