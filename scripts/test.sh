@@ -52,7 +52,8 @@ done
 groups+=("$(ls tests/test_*.py | tr '\n' ' ')")
 groups=(mypy "${groups[@]}")  # the type check is one job of the pool: a type error fails the run like a test
 
-declare -A name_of started_at
+declare -A name_of=() started_at=()
+running=0
 results=()
 worst=0
 collected=false
@@ -66,7 +67,12 @@ start_group() {  # $1: index into groups
     .venv/bin/python -m pytest "${@:2}" --basetemp "$run_dir/tmp/$1" $group > "$log" 2>&1 &
   fi
   name_of[$!]=$1
+  running=$((running + 1))
   started_at[$1]=$(date +%s)
+}
+
+record() {  # $1: verdict, $2: seconds, $3: what
+  results+=("$(printf '%-7s %4ss  %s' "$1" "$2" "$3")")
 }
 
 finish_group() {  # $1: index into groups, $2: exit status
@@ -74,17 +80,17 @@ finish_group() {  # $1: index into groups, $2: exit status
   echo "=== ${group} (${took} s)" >&2
   cat "$run_dir/$i.log"
   if [ "$group" = mypy ]; then
-    [ "$rc" -eq 0 ] && results+=("ok      ${took}s  mypy") || { results+=("FAILED  ${took}s  mypy: type errors (above)"); [ "$worst" -eq 0 ] && worst=1; }
+    if [ "$rc" -eq 0 ]; then record ok "$took" mypy; else record FAILED "$took" "mypy: type errors (above)"; worst=1; fi
     return
   fi
   case "$rc" in
-    0) collected=true; results+=("ok      ${took}s  $group") ;;
-    5) results+=("(none)  ${took}s  $group") ;;  # nothing selected here (e.g. -m aarch64): fine unless nowhere
+    0) collected=true; record ok "$took" "$group" ;;
+    5) record "(none)" "$took" "$group" ;;  # nothing selected here (e.g. -m aarch64): fine unless nowhere
     *) collected=true
        if [ "$rc" -gt 128 ]; then
-         results+=("CRASHED ${took}s  $group (signal $((rc - 128)); the traceback above names the test)")
+         record CRASHED "$took" "$group (signal $((rc - 128)); the traceback above names the test)"
        else
-         results+=("FAILED  ${took}s  $group (pytest exit $rc)")
+         record FAILED "$took" "$group (pytest exit $rc)"
        fi
        [ "$worst" -eq 0 ] && worst=$rc ;;
   esac
@@ -96,14 +102,15 @@ wait_one() {
   rc=$?
   finish_group "${name_of[$pid]}" "$rc"
   unset "name_of[$pid]"
+  running=$((running - 1))
 }
 
 suite_started=$(date +%s)
 for i in "${!groups[@]}"; do
-  while [ "${#name_of[@]}" -ge "$jobs_max" ]; do wait_one; done
+  while [ "$running" -ge "$jobs_max" ]; do wait_one; done
   start_group "$i" "$@"
 done
-while [ "${#name_of[@]}" -gt 0 ]; do wait_one; done
+while [ "$running" -gt 0 ]; do wait_one; done
 
 echo "=== summary ($(($(date +%s) - suite_started)) s, ${jobs_max} at a time)" >&2
 printf '%s\n' "${results[@]}" >&2
