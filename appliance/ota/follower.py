@@ -11,7 +11,7 @@ id, and remembered):
 5. the version floor itself, not active (served here, then rolled back from, e.g. by the rollout that stopped):
    nothing published, remembered;
 6. older than the version floor: refused as ``downgrade`` (floor.py), before anything is downloaded;
-7. download (``ota.allow_http``, ``max_bundle_bytes`` as for the ``url`` command), SHA-256 against the document
+7. download (download.py, the same limits as for the ``url`` command), SHA-256 against the document
    (``hash_mismatch``), then ``OtaManager.install``. An outcome other than ``active`` is remembered as failed.
 
 The failures are kept in ``<state>/ota/rollouts.json`` (the newest ``_REMEMBERED``), so a restart does not retry
@@ -33,7 +33,7 @@ from appliance.mqtt.publisher import MqttPublisher
 from appliance.mqtt.topics import group_desired
 from appliance.ota import floor
 from appliance.ota.config import OtaConfig
-from appliance.ota.delivery import download
+from appliance.ota.download import fetch
 from appliance.ota.desired import NAME, DesiredState, parse_desired
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
@@ -130,12 +130,12 @@ class DesiredStateFollower:
             return False  # an unreadable floor: _check_floor refuses and reports it
 
     def _install(self, state: DesiredState) -> str:
+        asked = self.manager.rollbacks()  # a rollback during the download cancels this update too
         bundle = self.incoming / f"rollout-{state.rollout_id}-{os.getpid()}.bundle"
         try:
             self._check_floor(state)
             self.incoming.mkdir(parents=True, exist_ok=True)
-            download(state.url, bundle, self.config.max_bundle_bytes, self.config.download_timeout_s,
-                     self.config.allow_http)
+            fetch(state.url, bundle, self.config, self.manager.free_space)
             got = sha256_file(bundle)
             if got != state.sha256:
                 raise OtaRejected("hash_mismatch", f"{state.url} has SHA-256 {got}, the desired state says "
@@ -148,7 +148,7 @@ class DesiredStateFollower:
             bundle.unlink(missing_ok=True)
             return "refused"
         try:
-            result = self.manager.install(bundle, rollout_id=state.rollout_id)
+            result = self.manager.install(bundle, rollout_id=state.rollout_id, since_rollback=asked)
         except OtaRejected as exc:  # reported by the manager
             self._remember(state, exc.code)
             return "refused"
