@@ -48,10 +48,10 @@ class HeldBuilder(OnnxRuntimeBuilder):
 class Device:
     """A real OtaManager (OfflineSwitcher) behind the real `ota` command on a real publisher, version 1 active."""
 
-    def __init__(self, broker: Mosquitto, tmp_path: Path, keys: Any, v1: Path) -> None:
+    def __init__(self, broker: Mosquitto, tmp_path: Path, keys: Any, v1: Path, rollback_wait_s: float) -> None:
         self.events: list[Any] = []
         self.builder = HeldBuilder()
-        cfg = OtaConfig(health=HealthPolicy(period_s=0), allow_http=True, rollback_wait_s=1)
+        cfg = OtaConfig(health=HealthPolicy(period_s=0), allow_http=True, rollback_wait_s=rollback_wait_s)
         state = tmp_path / "state"
         self.manager = OtaManager(state, keys.trusted(), OfflineSwitcher(), config=cfg, status_cb=self.events.append,
                                   base_spec=lambda: ModelSpec(None, None, None),  # type: ignore[arg-type]
@@ -76,8 +76,9 @@ class Device:
 
 
 @pytest.fixture
-def device(broker, tmp_path, keys, sign, tiny_source) -> Iterator[Device]:  # type: ignore[no-untyped-def]
-    dev = Device(broker, tmp_path, keys, sign(tiny_source("1"), "1.bundle"))
+def device(request, broker, tmp_path, keys, sign, tiny_source) -> Iterator[Device]:  # type: ignore[no-untyped-def]
+    wait_s = getattr(request, "param", 1.0)  # rollback_wait_s
+    dev = Device(broker, tmp_path, keys, sign(tiny_source("1"), "1.bundle"), wait_s)
     assert dev.publisher.wait_connected(20)
     try:
         yield dev
@@ -118,4 +119,23 @@ def test_a_rollback_during_an_engine_build_goes_ahead_of_it(device, sign, tiny_s
     assert "rollback goes ahead of the update" in caplog.text
     device.builder.release.set()
     wait_until(lambda: ("rejected", "cancelled") in device.states(), message="the build's update cancelled")
+    assert device.manager.store.serving() is None and "2" not in device.manager.store.installed()
+
+
+@pytest.mark.parametrize("device", [60.0], indirect=True)
+def test_an_update_that_reaches_its_next_step_in_time_is_cancelled_and_the_rollback_says_so(device, sign,
+                                                                                            tiny_source) -> None:
+    device.builder.hold = True
+    device.send({"path": str(sign(tiny_source("2"), "2.bundle"))}, reply_timeout_s=20)
+    assert device.builder.building.wait(30)
+    result: list[dict[str, Any]] = []
+    rollback = threading.Thread(target=lambda: result.append(device.manager.rollback("r-cancel")))
+    rollback.start()
+    wait_until(lambda: device.manager.rollbacks() == 1, message="the rollback to be asked for")
+    device.builder.release.set()  # the build ends well within rollback_wait_s; the update stops after it
+    rollback.join(60)
+    assert result and result[0]["state"] == "rolled_back" and result[0]["to"] is None, result
+    assert result[0]["cancelled"].startswith("bundle-") and "superseded" not in result[0], result
+    states = device.states()
+    assert states.index(("rejected", "cancelled")) < states.index(("rolled_back", "manual"))
     assert device.manager.store.serving() is None and "2" not in device.manager.store.installed()
