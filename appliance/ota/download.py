@@ -102,8 +102,9 @@ def fetch(url: str, dest: Path, config: OtaConfig, free_space: FreeSpace = disk_
 
 def _open(url: str, timeout_s: float, allow_http: bool,
           redirects: Redirects) -> tuple[http.client.HTTPConnection, socket.socket, http.client.HTTPResponse]:
-    """The connection, its socket and the 200 response for ``url``, after the redirects this policy allows. The socket is taken
-    before the response: http.client drops it from the connection when the server closes after the body."""
+    """The connection, its socket and the 200 response for ``url``, after the redirects this policy allows. The
+    socket is taken before the response: http.client drops it from the connection when the server closes after
+    the body."""
     current = url
     for _ in range(_MAX_REDIRECTS + 1):
         parts = urlsplit(current)
