@@ -59,7 +59,7 @@ class OtaManager:
         self._serving = threading.Lock()   # what is routed and the pointer: install's switch, a rollback
         self._rollbacks = 0                # rollbacks asked for so far; an update started before one is cancelled
         self._counting = threading.Lock()
-        self._updating: str | None = None  # the bundle an update in this process is working on
+        self._updating: str | None = None  # the update in this process: its bundle, then its version
         self._holds_store = threading.Event()
 
     @property
@@ -178,6 +178,7 @@ class OtaManager:
         self._report("verifying", "signature, manifest and compatibility", request_id=rid)
         opened = verify_bundle(bundle, self.trusted, self.config.max_bundle_bytes)
         m = opened.manifest
+        self._updating = m.version  # what a rollback's result names from now on
         try:
             compat.check_appliance_version(m, self._appliance_version)
             if self.store.read_pointer().version == m.version:
