@@ -109,6 +109,7 @@ def test_a_rollback_during_a_trickling_download_runs_and_cancels_that_update(dev
     device.send({"url": url}, reply_timeout_s=20)  # accepted at once: the download runs on its own worker
     assert http_server.trickling.wait(20)
     took = rolled_back_promptly(device)
+    print(f"rollback during a trickling download: ok reply after {took:.2f} s")
     assert took < 10, took  # the bundle alone would take hours at a byte per 0.2 s
     http_server.release.set()  # the rest of the bundle arrives; the update asked for before the rollback stops
     wait_until(lambda: ("rejected", "cancelled") in device.states(), message="the download's update cancelled")
@@ -121,6 +122,7 @@ def test_a_rollback_during_an_engine_build_goes_ahead_of_it(device, sign, tiny_s
     assert device.builder.building.wait(30)
     with caplog.at_level(logging.WARNING, logger="appliance.ota"):
         took = rolled_back_promptly(device)
+    print(f"rollback during an engine build: ok reply after {took:.2f} s")
     assert took < 10, took  # rollback_wait_s is 1 s; the build is held until after the reply
     assert "rollback goes ahead of the update" in caplog.text
     assert device.results[-1] == {"state": "rolled_back", "from": "1", "to": None, "superseded": "2"}
