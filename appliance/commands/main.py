@@ -48,6 +48,9 @@ def _add_rollout_parser(ota: Any) -> None:
                    help="seconds a group's devices have to become active on the version (default 1800)")
     r.add_argument("--rollback-wait", type=float, default=120.0,
                    help="after a stop, seconds to wait for rolled-back devices to say so (default 120)")
+    r.add_argument("--valid-for", type=float, default=7 * 86400.0, metavar="SECONDS",
+                   help="how long each group's desired state holds: a device offline longer does not install it "
+                        "(default 7 days)")
     r.add_argument("--discover-s", type=float, default=3.0, help="seconds to collect retained device status")
     r.add_argument("--rollout-id", help="name of this rollout (default: <version>-<random>)")
     r.add_argument("--json", action="store_true", help="the final table as JSON on stdout (progress on stderr)")

@@ -14,6 +14,7 @@ import queue
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -47,6 +48,9 @@ def run(args: argparse.Namespace, broker: MqttConfig) -> int:
     except (OtaError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    if args.valid_for <= 0:
+        print("error: --valid-for must be more than 0 seconds", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     rollout_id = args.rollout_id or f"{manifest.version}-{uuid.uuid4().hex[:6]}"
     if not NAME.match(rollout_id):
         print(f"error: --rollout-id must be 1-64 of A-Z a-z 0-9 _ . -, got {rollout_id!r}", file=sys.stderr)
@@ -75,7 +79,8 @@ def run(args: argparse.Namespace, broker: MqttConfig) -> int:
             _say(args, "discovered " + "; ".join(f"{n}: {', '.join(d)}" for n, d in groups if n in missing))
         plan = Rollout(groups, manifest.version, rollout_id, soak_s=args.soak, timeout_s=args.timeout,
                        clock=time.monotonic, rollback_wait_s=args.rollback_wait)
-        desired = {name: DesiredState(name, rollout_id, manifest.version, args.url, sha256) for name, _ in groups}
+        desired = {name: DesiredState(name, rollout_id, manifest.version, args.url, sha256, 0, 1)
+                   for name, _ in groups}  # times are set when each is published
         _say(args, f"rollout {rollout_id}: {manifest.label} to {' -> '.join(n for n, _ in groups)}, soak "
                    f"{args.soak:g} s per group")
         _feed_seen(plan, seen)
@@ -153,10 +158,19 @@ def _feed_seen(plan: Rollout, seen: dict[str, dict[str, dict[str, Any]]]) -> Non
 
 def _act(client: mqtt.Client, args: argparse.Namespace, action: Action, desired: dict[str, DesiredState],
          key: Ed25519PrivateKey, rollout_id: str) -> None:
-    if action.kind == "publish":
+    if action.kind in ("publish", "stop"):
         topic = group_desired(args.prefix, action.target)
+        now_ms = int(time.time() * 1000)
+        if action.kind == "publish":
+            desired[action.target] = replace(desired[action.target], issued_at_ms=now_ms,
+                                             expires_at_ms=now_ms + int(args.valid_for * 1000))
+        else:  # the retained document becomes a stop: a device that comes back later does not install it
+            was = desired[action.target]
+            desired[action.target] = replace(was, issued_at_ms=now_ms, state="stopped",
+                                             expires_at_ms=max(was.expires_at_ms, now_ms + 1))
         operator.publish_retained(client, topic, sign_desired(desired[action.target], key))
-        _say(args, f"group {action.target}: desired state published on {topic}")
+        _say(args, f"group {action.target}: {'stopped' if action.kind == 'stop' else 'desired'} state published "
+                   f"on {topic}")
     else:
         operator.send_command(client, args.prefix, action.target, "ota", {"action": "rollback"},
                               f"{rollout_id}-rollback-{action.target}", key)

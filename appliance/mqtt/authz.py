@@ -9,7 +9,8 @@ command signature from ever being a bundle signature (the two may share keys) an
 This package sits below ``ota``, so the signature itself is checked by a ``SignatureCheck`` callable given by the
 caller (``appliance.ota.commandsig.signature_check``); everything else is here: the target must be this device
 and this command (a signature for device A or for another command does not carry over), the time must be within
-``max_age_s`` (plus ``clock_skew_s``), and the nonce must be new (``NonceStore``, on disk).
+``max_age_s`` (plus ``clock_skew_s``) when the command *arrived*, and the nonce must be new (``NonceStore``, on
+disk). A nonce the caller still holds a reply for is a redelivery of the same signed command, not a refusal.
 
 Threading: the commands thread only, except ``refusals()`` (any thread, under the lock).
 """
@@ -55,6 +56,16 @@ def signed_bytes(request_id: Optional[str], args: Mapping[str, Any], auth: Mappi
 
 
 @dataclass(frozen=True)
+class Authorization:
+    """An accepted command: ``key_id`` and ``nonce`` of its signature (both None for an unsigned command where
+    signatures are not required); ``repeat`` when the caller said it has answered this nonce already."""
+
+    key_id: Optional[str] = None
+    nonce: Optional[str] = None
+    repeat: bool = False
+
+
+@dataclass(frozen=True)
 class Auth:
     topic_prefix: str
     device_id: str
@@ -92,9 +103,9 @@ def parse_auth(doc: Any) -> Auth:
 
 
 class CommandAuthorizer:
-    """``authorize(name, request_id, args, auth)`` before a state-changing command runs: returns the key id of a
-    good signature (None when signatures are not required and none was given), else raises CommandRefused after
-    logging it and counting it by code."""
+    """``authorize(name, request_id, args, auth, received_at)`` before a state-changing command runs: returns its
+    Authorization, else raises CommandRefused after logging it and counting it by code. ``received_at`` (epoch
+    seconds) is when the command arrived: its age is judged then, not after it waited in the queue."""
 
     def __init__(self, config: CommandsConfig, topics: Topics, clock: Clock, check: Optional[SignatureCheck],
                  nonces: NonceStore) -> None:
@@ -114,21 +125,22 @@ class CommandAuthorizer:
     def close(self) -> None:
         self._nonces.close()
 
-    def authorize(self, name: str, request_id: Optional[str], args: Mapping[str, Any],
-                  auth: Optional[Any]) -> Optional[str]:
+    def authorize(self, name: str, request_id: Optional[str], args: Mapping[str, Any], auth: Optional[Any],
+                  received_at: float, answered: Callable[[str], bool] = lambda _nonce: False) -> Authorization:
+        """``answered(nonce)``: True when the caller holds the reply to that nonce's command (a redelivery)."""
         try:
-            return self._authorize(name, request_id, args, auth)
+            return self._authorize(name, request_id, args, auth, int(received_at * 1000), answered)
         except CommandRefused as exc:
             with self._lock:
                 self._refused[exc.code] += 1
             log.warning("MQTT command %s request_id=%s refused (%s): %s", name, request_id, exc.code, exc.message)
             raise
 
-    def _authorize(self, name: str, request_id: Optional[str], args: Mapping[str, Any],
-                   auth_doc: Optional[Any]) -> Optional[str]:
+    def _authorize(self, name: str, request_id: Optional[str], args: Mapping[str, Any], auth_doc: Optional[Any],
+                   now_ms: int, answered: Callable[[str], bool]) -> Authorization:
         if auth_doc is None:
             if not self._config.require_signature:
-                return None
+                return Authorization()
             raise CommandRefused("unsigned", f"command {name!r} changes what this device serves and needs an "
                                  "operator's signature (mqtt.commands.require_signature); sign it with "
                                  "`appliance ota push --sign-key KEYFILE` (docs/mqtt.md, \"Signed commands\")")
@@ -142,10 +154,10 @@ class CommandAuthorizer:
         if got != want:
             raise CommandRefused("wrong_target", "signed for {}/{} command {!r}, received as {}/{} command {!r}"
                                  .format(*got, *want))
-        now_ms = int(self._clock.time() * 1000)
         max_age_ms, skew_ms = int(self._config.max_age_s * 1000), int(self._config.clock_skew_s * 1000)
         age_ms = now_ms - auth.issued_at_ms
-        if age_ms > max_age_ms + skew_ms:
+        # Valid while younger than the window; the nonce store forgets a nonce at the same instant (nonces.py).
+        if age_ms >= max_age_ms + skew_ms:
             raise CommandRefused("expired", f"issued {age_ms / 1000:.0f} s ago; the limit is mqtt.commands.max_age_s "
                                  f"{self._config.max_age_s:g} s + clock_skew_s {self._config.clock_skew_s:g} s "
                                  "(send a new one; check both clocks if it was just made)")
@@ -154,11 +166,18 @@ class CommandAuthorizer:
                                  f"clock; the allowance is mqtt.commands.clock_skew_s {self._config.clock_skew_s:g} s "
                                  "(check the operator's and the device's clocks)")
         if not self._opened:
-            self._nonces.open(now_ms)
+            self._nonces.open(now_ms, max_age_ms + skew_ms)
             self._opened = True
+        if answered(auth.nonce):
+            return Authorization(auth.key_id, auth.nonce, repeat=True)
+        reset_ms = self._nonces.reset_ms
+        if reset_ms is not None and auth.issued_at_ms <= reset_ms:
+            raise CommandRefused("replayed", f"issued before {reset_ms / 1000:.0f} (epoch s), when this device's "
+                                 "nonce store was found damaged and reset; it could be a replay of a command whose "
+                                 "nonce was lost. Send a new one")
         if self._nonces.seen(auth.nonce, now_ms):
             raise CommandRefused("replayed", f"nonce {auth.nonce} was used before (a command runs once; "
                                  "send a new one)")
         # Spent before the handler runs: a crash during the handler leaves it spent, never reusable.
         self._nonces.add(auth.nonce, auth.issued_at_ms + max_age_ms + skew_ms, now_ms)
-        return auth.key_id
+        return Authorization(auth.key_id, auth.nonce)

@@ -3,10 +3,14 @@
 Job: keep the registry of command handlers; take command messages from paho (ignoring retained ones: a stale
 command must not run on reconnect); run the handlers one at a time, in arrival order, on the commands thread;
 answer each with a reply payload (result or error), on the MQTT 5 response topic with its correlation data when
-given, else on <prefix>/<device>/reply. A repeated request_id gets the first reply again without running twice
-(the last _RECENT_REQUESTS ids are remembered). A command that is not read-only (registered ``read_only``, or
-read-only for these args) runs only once the authorizer accepts its signature (authz.py); a refusal is not
-remembered by request_id, so it cannot shadow a later, signed command with the same id.
+given, else on <prefix>/<device>/reply.
+
+A command that is not read-only (registered ``read_only``, or read-only for these args) runs only once the
+authorizer accepts its signature (authz.py), judged by the time it arrived. Repeats get the first reply again
+without running twice, and only after that check: a signed command is known by its nonce (a QoS 1 redelivery
+carries the same one), any other by (command name, request_id). So no message, signed or not, can answer for
+another command by borrowing its request_id; a refusal is not remembered at all. The last _RECENT_REQUESTS of
+each are kept.
 
 Threading contract:
 - caller thread, before start(): ``register``.
@@ -23,7 +27,7 @@ import collections
 import json
 import logging
 import queue
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, TypeVar
 
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -47,7 +51,8 @@ CommandHandler = Callable[[Command], Optional[Mapping[str, Any]]]
 # True for a command (or, given its args, a use of one) that changes nothing: it needs no signature.
 ReadOnly = Callable[[Mapping[str, Any]], bool]
 _RECENT_REQUESTS = 256
-_Item = tuple[str, bytes, Optional[str], Optional[bytes]]  # name, payload, response topic, correlation data
+# name, payload, response topic, correlation data, arrival (epoch seconds)
+_Item = tuple[str, bytes, Optional[str], Optional[bytes], float]
 
 
 class CommandRunner:
@@ -61,7 +66,8 @@ class CommandRunner:
         self._handlers: dict[str, CommandHandler] = {}
         self._read_only: dict[str, ReadOnly] = {}
         self._queue: queue.Queue[Optional[_Item]] = queue.Queue()
-        self._recent: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        self._recent: _Replies[tuple[str, str]] = _Replies()  # (name, request_id) of unsigned commands
+        self._by_nonce: _Replies[str] = _Replies()              # nonce of signed commands
 
     def register(self, name: str, handler: CommandHandler, read_only: bool | ReadOnly = False) -> None:
         """``read_only``: True, or a predicate on the args; anything else must be signed (secure by default)."""
@@ -84,7 +90,7 @@ class CommandRunner:
         props = getattr(msg, "properties", None)
         response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
         correlation = getattr(props, "CorrelationData", None) if props is not None else None
-        self._queue.put((name, bytes(msg.payload), response_topic, correlation))
+        self._queue.put((name, bytes(msg.payload), response_topic, correlation, self._clock.time()))
 
     def close(self) -> None:
         self._queue.put(None)
@@ -94,53 +100,59 @@ class CommandRunner:
             item = self._queue.get()
             if item is None:
                 return
-            name, payload, response_topic, correlation = item
+            name, payload, response_topic, correlation, received_at = item
             try:
-                self._run_command(name, payload, response_topic, correlation)
+                reply = self._run_command(name, payload, received_at)
+                self._send_reply(reply, response_topic, correlation)
             except Exception:
                 log.exception("MQTT command %r: could not reply", name)
 
-    def _run_command(self, name: str, raw: bytes, response_topic: Optional[str],
-                     correlation: Optional[bytes]) -> None:
-        result: Optional[Mapping[str, Any]] = None
+    def _run_command(self, name: str, raw: bytes, received_at: float) -> bytes:
+        """The reply to one command: checked, authorized, answered from memory when it is a repeat, else run."""
         request_id, args, auth, error = parse_command(raw)
-        if request_id is not None and request_id in self._recent:
-            log.info("MQTT command %s request_id=%s is a repeat; resending the first reply", name, request_id)
-            self._send_reply(self._recent[request_id], response_topic, correlation)
-            return
         handler = self._handlers.get(name)
         if error is None and handler is None:
             known = ", ".join(sorted(self._handlers)) or "none"
             error = ("unknown_command", f"unknown command {name!r}; known: {known}")
-        if error is None and not self._read_only[name](args):
+        if error is not None or handler is None:
+            return self._reply(name, request_id, None, error)
+        nonce: Optional[str] = None
+        if not self._read_only[name](args):
             try:
-                self._authorizer.authorize(name, request_id, args, auth)
+                accepted = self._authorizer.authorize(name, request_id, args, auth, received_at,
+                                                      answered=self._by_nonce.__contains__)
             except CommandRefused as exc:
-                self._send_reply(self._reply(name, request_id, None, (exc.code, exc.message)), response_topic,
-                                 correlation)
-                return
+                return self._reply(name, request_id, None, (exc.code, exc.message))
             except Exception as exc:  # e.g. the nonce file cannot be written: fail closed, and say why
                 log.exception("MQTT command %s request_id=%s: could not check its signature", name, request_id)
-                self._send_reply(self._reply(name, request_id, None, (
-                    "internal", f"could not check the signature ({type(exc).__name__}: {exc}); it did not run")),
-                    response_topic, correlation)
-                return
-        if error is None and handler is not None:
-            try:
-                result = handler(Command(name, request_id, args, self._topics.command(name))) or {}
-                if not isinstance(result, Mapping):
-                    raise TypeError(f"handler returned {type(result).__name__}, not a mapping")
-            except CommandError as exc:
-                error = (exc.code, exc.message)
-            except Exception as exc:
-                log.exception("MQTT command %s request_id=%s failed", name, request_id)
-                error = ("internal", f"{type(exc).__name__}: {exc}")
-        reply = self._reply(name, request_id, result, error)
-        if request_id is not None:
-            self._recent[request_id] = reply
-            while len(self._recent) > _RECENT_REQUESTS:
-                self._recent.popitem(last=False)
-        self._send_reply(reply, response_topic, correlation)
+                return self._reply(name, request_id, None, (
+                    "internal", f"could not check the signature ({type(exc).__name__}: {exc}); it did not run"))
+            nonce = accepted.nonce
+        first = self._by_nonce.get(nonce) if nonce is not None else \
+            self._recent.get((name, request_id)) if request_id is not None else None
+        if first is not None:
+            log.info("MQTT command %s request_id=%s is a repeat; resending the first reply", name, request_id)
+            return first
+        reply = self._reply(name, request_id, *self._call(handler, name, request_id, args))
+        if nonce is not None:
+            self._by_nonce.keep(nonce, reply)
+        elif request_id is not None:
+            self._recent.keep((name, request_id), reply)
+        return reply
+
+    def _call(self, handler: CommandHandler, name: str, request_id: Optional[str],
+              args: dict[str, Any]) -> tuple[Optional[Mapping[str, Any]], Optional[tuple[str, str]]]:
+        """(result, error) of running the handler."""
+        try:
+            result = handler(Command(name, request_id, args, self._topics.command(name))) or {}
+            if not isinstance(result, Mapping):
+                raise TypeError(f"handler returned {type(result).__name__}, not a mapping")
+            return result, None
+        except CommandError as exc:
+            return None, (exc.code, exc.message)
+        except Exception as exc:
+            log.exception("MQTT command %s request_id=%s failed", name, request_id)
+            return None, ("internal", f"{type(exc).__name__}: {exc}")
 
     def _reply(self, name: str, request_id: Optional[str], result: Optional[Mapping[str, Any]],
                error: Optional[tuple[str, str]]) -> bytes:
@@ -163,6 +175,18 @@ class CommandRunner:
         client.publish(response_topic or self._topics.reply, reply, qos=self._config.qos.replies, properties=props)
 
 
+_K = TypeVar("_K")
+
+
+class _Replies(collections.OrderedDict[_K, bytes]):
+    """The first replies to the last _RECENT_REQUESTS commands of one kind, oldest first."""
+
+    def keep(self, key: _K, reply: bytes) -> None:
+        self[key] = reply
+        while len(self) > _RECENT_REQUESTS:
+            self.popitem(last=False)
+
+
 def _always(flag: bool) -> ReadOnly:
     return lambda _args: flag
 
@@ -177,8 +201,8 @@ def parse_command(raw: bytes) -> _Parsed:
         return None, {}, None, None
     try:
         doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, {}, None, ("bad_request", f"payload is not UTF-8 JSON: {exc}")
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: also integers over 4300 digits
+        return None, {}, None, ("bad_request", f"payload is not UTF-8 JSON that can be read: {str(exc)[:200]}")
     if not isinstance(doc, dict):
         return None, {}, None, ("bad_request", f"payload must be a JSON object, got {type(doc).__name__}")
     request_id = doc.get("request_id")

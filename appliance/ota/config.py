@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -33,7 +34,16 @@ class OtaConfig(StrictModel):
     inbox_poll_s: float = Field(2.0, gt=0, le=3600)
     max_bundle_bytes: int = Field(2 << 30, gt=0, description="largest bundle accepted (any delivery)")
     allow_http: bool = Field(False, description="accept plain http:// URLs (https:// always allowed)")
-    download_timeout_s: float = Field(60.0, gt=0, le=3600)
+    download_timeout_s: float = Field(60.0, gt=0, le=3600, description="a download that sends nothing for this "
+                                                                      "long fails")
+    download_deadline_s: float = Field(1800.0, gt=0, le=86400, description="a download not finished in this "
+                                                                          "time fails, however slowly data comes")
+    download_redirects: Literal["any_host", "same_host", "none"] = Field(
+        "any_host", description="which redirects a download follows (never https -> http): to any host, only "
+                                "to the URL's own host and port, or none")
+    rollback_wait_s: float = Field(10.0, ge=0, le=600, description="how long a rollback waits for an update in "
+                                                                   "progress to stop at its next step before it "
+                                                                   "goes ahead of it (the update is cancelled)")
     chunk_timeout_s: float = Field(600.0, gt=0, description="an incomplete chunked upload is dropped after this")
     keep_versions: int = Field(3, ge=1, le=50, description="verified versions kept on disk, the active one included; "
                                                            "rollback reaches the others, then the base model")

@@ -3,7 +3,7 @@
 MQTT command ``<prefix>/<device>/command/ota`` (register with ``publisher.on_command("ota", handler)``), args:
 
 * ``{"path": "/data/model.bundle"}``   a bundle already on the device
-* ``{"url": "https://host/model.bundle"}``   downloaded with a size limit (http:// only with ``allow_http``)
+* ``{"url": "https://host/model.bundle"}``   downloaded (download.py: size limit, deadline, redirects)
 * ``{"upload_id": "u1", "index": 0, "count": 140, "data": "<base64>"}``   one chunk; the last one installs
 * ``{"action": "rollback"}`` / ``{"action": "status"}``
 
@@ -12,9 +12,10 @@ with ``read_only=is_read_only``; docs/mqtt.md, "Signed commands"): chunks too, o
 captured off the broker is validly signed and above the version floor, and would otherwise install on any device
 that anyone could push it to.
 
-Installs run on background threads, one at a time (bundles that arrive during an install wait for it, in no
-guaranteed order); the reply says the bundle was accepted, and progress and the outcome follow on the status
-callback (``ota/status``).
+Downloads and installs run on background threads, never on the commands thread, and installs one at a time
+(bundles that arrive during an install wait for it, in no guaranteed order); the reply says the bundle was
+accepted, and progress and the outcome follow on the status callback (``ota/status``). A rollback cancels every
+update asked for before it, also one still downloading (``OtaManager.rollback``).
 """
 
 from __future__ import annotations
@@ -27,53 +28,23 @@ import re
 import shutil
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from appliance.ota.config import OtaConfig
+from appliance.ota.download import DeliveryError, check_scheme, fetch
 from appliance.ota.errors import OtaError, OtaRejected, out_of_space
+
+__all__ = ["ChunkAssembler", "DeliveryError", "InboxWatcher", "OtaCommandHandler", "clear_leftovers", "is_read_only"]
 
 log = logging.getLogger("appliance.ota")
 _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-class DeliveryError(OtaError):
-    """A command's arguments are wrong (reply code bad_request)."""
-
-
 def is_read_only(args: Mapping[str, Any]) -> bool:
     """True for the one ``ota`` use that changes nothing and needs no signature: ``{"action": "status"}``."""
     return dict(args) == {"action": "status"}
-
-
-def download(url: str, dest: Path, max_bytes: int, timeout_s: float, allow_http: bool = False) -> Path:
-    """Stream ``url`` into ``dest``; refuse more than ``max_bytes`` (by Content-Length or while reading)."""
-    if not (url.startswith("https://") or (allow_http and url.startswith("http://"))):
-        raise DeliveryError(f"url must be https://{' or http://' if allow_http else ''}, got {url[:80]!r}")
-    tmp = dest.with_name(f".{dest.name}.part")
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (scheme checked above)
-            length = resp.headers.get("Content-Length")
-            if length is not None and int(length) > max_bytes:
-                raise OtaRejected("too_large", f"{url} is {length} bytes, the limit is {max_bytes}")
-            got = 0
-            with open(tmp, "wb") as out:
-                for block in iter(lambda: resp.read(1 << 20), b""):
-                    got += len(block)
-                    if got > max_bytes:
-                        raise OtaRejected("too_large", f"{url} sent more than the limit of {max_bytes} bytes")
-                    out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
-        os.replace(tmp, dest)
-        return dest
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise OtaRejected("delivery", f"download of {url} failed: {exc}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 @dataclass
@@ -197,6 +168,7 @@ class OtaCommandHandler:
         self.chunks = ChunkAssembler(self.incoming / "chunks", config.max_bundle_bytes, config.chunk_timeout_s, clock)
         self._threads: list[threading.Thread] = []
         self._seq = 0
+        self._naming = threading.Lock()  # commands thread and download workers
         clear_leftovers(self.incoming)
 
     def __call__(self, command: Any) -> dict[str, Any]:
@@ -215,10 +187,15 @@ class OtaCommandHandler:
             raise DeliveryError("give exactly one of: path, url, upload_id (with index, count, data), action")
         if "action" in args:
             if args["action"] == "rollback":
-                return self.manager.rollback(request_id)
+                return dict(self.manager.rollback(request_id))
             if args["action"] == "status":
-                return self.manager.status()
+                return dict(self.manager.status())
             raise DeliveryError(f"action must be 'rollback' or 'status', got {args['action']!r}")
+        asked = self.manager.rollbacks()
+        if "url" in args:
+            url = str(args["url"])
+            check_scheme(url, self.config.allow_http)
+            return self._start(lambda: self._download(url, request_id), request_id, asked, url[:200])
         try:
             bundle = self._receive(args)
         except OtaRejected as exc:  # the update ends here: say so on ota/status too, not only in the reply
@@ -226,7 +203,22 @@ class OtaCommandHandler:
             raise
         if isinstance(bundle, dict):
             return bundle
-        return self._start(bundle, request_id)
+        return self._start(lambda: bundle, request_id, asked, bundle.name)
+
+    def _download(self, url: str, request_id: str | None) -> Path:
+        with self._naming:
+            self._seq += 1
+            dest = self.incoming / f"download-{os.getpid()}-{self._seq}.bundle"
+        try:
+            self.incoming.mkdir(parents=True, exist_ok=True)
+            return fetch(url, dest, self.config, self.manager.free_space)
+        except OSError as exc:  # the incoming directory
+            rejected = OtaRejected("disk_full" if out_of_space(exc) else "delivery", f"download of {url}: {exc}")
+            self.manager.report_rejected(rejected, request_id)
+            raise rejected from None
+        except OtaRejected as exc:
+            self.manager.report_rejected(exc, request_id)
+            raise
 
     def _receive(self, args: Mapping[str, Any]) -> Path | dict[str, Any]:
         """The bundle, or the reply to a chunk that did not complete its upload. Bad arguments raise
@@ -240,10 +232,6 @@ class OtaCommandHandler:
                 if src.stat().st_size > self.config.max_bundle_bytes:
                     raise OtaRejected("too_large", f"{src} is over {self.config.max_bundle_bytes} bytes")
                 return self._claim(src, copy=True)
-            if "url" in args:
-                self._seq += 1
-                return download(str(args["url"]), self.incoming / f"download-{os.getpid()}-{self._seq}.bundle",
-                                self.config.max_bundle_bytes, self.config.download_timeout_s, self.config.allow_http)
             try:
                 index, count = int(args["index"]), int(args["count"])
                 data = base64.b64decode(str(args["data"]), validate=True)
@@ -256,8 +244,9 @@ class OtaCommandHandler:
                               f"receiving the bundle failed: {exc}") from None
 
     def _claim(self, src: Path, copy: bool) -> Path:
-        self._seq += 1
-        dest = self.incoming / f"bundle-{os.getpid()}-{self._seq}.bundle"
+        with self._naming:
+            self._seq += 1
+            dest = self.incoming / f"bundle-{os.getpid()}-{self._seq}.bundle"
         tmp = dest.with_name(f".{dest.name}.part")
         try:
             shutil.copyfile(src, tmp) if copy else os.replace(src, tmp)
@@ -266,10 +255,14 @@ class OtaCommandHandler:
             tmp.unlink(missing_ok=True)  # a copy that failed half-way
         return dest
 
-    def _start(self, bundle: Path, request_id: str | None) -> dict[str, Any]:
+    def _start(self, receive: Callable[[], Path], request_id: str | None, asked: int,
+               label: str) -> dict[str, Any]:
+        """Receive the bundle (a download, or the one at hand) and install it; on a worker thread unless
+        ``background`` is off. ``asked``: the manager's rollbacks() when the command came."""
         def run() -> dict[str, Any]:
+            bundle = receive()
             try:
-                return self.manager.install(bundle, request_id=request_id)
+                return dict(self.manager.install(bundle, request_id=request_id, since_rollback=asked))
             finally:
                 bundle.unlink(missing_ok=True)
 
@@ -282,12 +275,12 @@ class OtaCommandHandler:
             except OtaError:
                 pass  # reported through the status callback
             except Exception:
-                log.exception("OTA install of %s crashed", bundle.name)
+                log.exception("OTA update from %s crashed", label)
 
-        thread = threading.Thread(target=guarded, name=f"ota-install-{bundle.name}", daemon=True)
+        thread = threading.Thread(target=guarded, name="ota-update", daemon=True)
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
-        return {"accepted": True, "bundle": bundle.name}
+        return {"accepted": True, "bundle": label}
 
     def join(self, timeout: float | None = None) -> None:
         for thread in list(self._threads):

@@ -6,6 +6,11 @@ signature, by a key in ``ota.trusted_keys`` (the same trust as bundles), over th
 fields: JSON with sorted keys, no spaces, ASCII only. So a publisher with broker access can neither point a group
 at another URL nor move a document meant for one group onto another (the group is signed too). The bundle itself
 is still verified as always; ``sha256`` pins the exact bytes the operator meant.
+
+Each document carries when it was issued and until when it holds (``issued_at_ms``, ``expires_at_ms``, signed):
+a device does not act on an expired one, nor on one older than a document it already handled. A stopped rollout
+replaces its retained document with a signed one whose ``state`` is ``stopped``: a device that comes back later
+reads it and does not install the version.
 """
 
 from __future__ import annotations
@@ -23,19 +28,29 @@ from appliance.ota.signing import TrustedKeys, sign_manifest
 DOC_TYPE = "ota_desired"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_FIELDS = ("schema_version", "type", "group", "rollout_id", "version", "url", "sha256", "signature")
+_FIELDS = ("schema_version", "type", "group", "rollout_id", "version", "url", "sha256", "issued_at_ms",
+           "expires_at_ms", "state", "signature")
+_STATES = ("active", "stopped")
 
 
 @dataclass(frozen=True)
 class DesiredState:
     """What a group should serve. ``rollout_id`` names one rollout (the operator's run), ``version`` the bundle's
-    manifest version, ``url`` where to download it, ``sha256`` its bytes' hash."""
+    manifest version, ``url`` where to download it, ``sha256`` its bytes' hash; epoch milliseconds
+    ``issued_at_ms`` and ``expires_at_ms`` (a device ignores it from then on); ``state`` ``stopped``: the rollout
+    of this version was stopped and no device should install it."""
 
     group: str
     rollout_id: str
     version: str
     url: str
     sha256: str
+    issued_at_ms: int
+    expires_at_ms: int
+    state: str = "active"
+
+    def expired(self, now: float) -> bool:
+        return now * 1000 >= self.expires_at_ms
 
     def unsigned(self) -> dict[str, Any]:
         return {"schema_version": 1, "type": DOC_TYPE, **asdict(self)}
@@ -72,7 +87,7 @@ def parse_desired(raw: bytes, trusted: TrustedKeys, group: str) -> DesiredState:
     if not isinstance(signature, dict):
         raise OtaRejected("corrupt", "the desired state's signature is not an object")
     try:
-        state = DesiredState(**{k: doc[k] for k in ("group", "rollout_id", "version", "url", "sha256")})
+        state = DesiredState(**{k: doc[k] for k in _FIELDS if k not in ("schema_version", "type", "signature")})
     except KeyError as exc:
         raise OtaRejected("corrupt", f"the desired state has no {exc.args[0]!r}") from None
     _check_fields(state)
@@ -93,4 +108,10 @@ def _check_fields(state: DesiredState) -> None:
         raise OtaRejected("corrupt", f"the desired state's url must be http(s)://..., got {str(state.url)[:80]!r}")
     if not isinstance(state.sha256, str) or not _SHA256.match(state.sha256):
         raise OtaRejected("corrupt", "the desired state's sha256 must be 64 lowercase hex digits")
+    times = (state.issued_at_ms, state.expires_at_ms)
+    if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in times) or times[1] <= times[0]:
+        raise OtaRejected("corrupt", "the desired state's issued_at_ms and expires_at_ms must be epoch milliseconds, "
+                                     "expiring after it was issued")
+    if state.state not in _STATES:
+        raise OtaRejected("corrupt", f"the desired state's state must be one of {_STATES}, got {state.state!r}")
 

@@ -26,6 +26,7 @@ REJECT_CODES = (
     "delivery",         # the bundle could not be fetched (download, chunks, path)
     "internal",         # an unexpected error in the appliance; the message names it
     "interrupted",      # the appliance stopped (power cut, kill, restart) in the middle of the update
+    "cancelled",        # a rollback came while the update was on its way; it stopped before becoming active
 )
 
 

@@ -6,12 +6,14 @@ What it does with a document, in order (each refusal is reported on ota/status a
 id, and remembered):
 1. the same bytes as the last document handled: nothing (the retained message comes again on every reconnect);
 2. not a valid document, not signed by a trusted key, or signed for another group: refused;
+   issued before a document already handled (an old one put back on the topic): nothing;
+   ``stopped`` (the rollout was stopped) or expired: nothing, logged;
 3. the version is the active one: nothing (already there);
 4. this rollout id and version failed here before: nothing (no retry loop; a new rollout id tries again);
 5. the version floor itself, not active (served here, then rolled back from, e.g. by the rollout that stopped):
    nothing published, remembered;
 6. older than the version floor: refused as ``downgrade`` (floor.py), before anything is downloaded;
-7. download (``ota.allow_http``, ``max_bundle_bytes`` as for the ``url`` command), SHA-256 against the document
+7. download (download.py, the same limits as for the ``url`` command), SHA-256 against the document
    (``hash_mismatch``), then ``OtaManager.install``. An outcome other than ``active`` is remembered as failed.
 
 The failures are kept in ``<state>/ota/rollouts.json`` (the newest ``_REMEMBERED``), so a restart does not retry
@@ -25,15 +27,16 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from appliance.durable import sha256_file, write_json_durably
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.mqtt.topics import group_desired
 from appliance.ota import floor
 from appliance.ota.config import OtaConfig
-from appliance.ota.delivery import download
+from appliance.ota.download import fetch
 from appliance.ota.desired import NAME, DesiredState, parse_desired
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
@@ -47,8 +50,11 @@ class DesiredStateFollower:
     """``offer(payload)`` from the subscription; ``start()``/``stop()`` the worker; ``handle(payload)`` does one
     document synchronously (the worker's step; tests call it)."""
 
-    def __init__(self, manager: OtaManager, config: OtaConfig, group: str, incoming_dir: Path) -> None:
+    def __init__(self, manager: OtaManager, config: OtaConfig, group: str, incoming_dir: Path,
+                 clock: Callable[[], float] = time.time) -> None:
         self.manager = manager
+        self._clock = clock
+        self._newest_issued = -1  # issued_at_ms of the newest document handled
         self.config = config
         self.group = group
         self.incoming = Path(incoming_dir)
@@ -95,8 +101,8 @@ class DesiredStateFollower:
                 log.exception("OTA group %s: handling the desired state failed", self.group)
 
     def handle(self, payload: bytes) -> str:
-        """One document; returns what was done (``ignored``, ``refused``, ``current``, ``failed_before``,
-        ``rolled_away``, ``active``, ``rolled_back``)."""
+        """One document; returns what was done (``ignored``, ``refused``, ``older``, ``stopped``, ``expired``,
+        ``current``, ``failed_before``, ``rolled_away``, ``active``, ``rolled_back``)."""
         if payload == self._last or not payload.strip():
             return "ignored"  # a redelivery of the retained document, or the topic cleared
         self._last = payload
@@ -106,6 +112,9 @@ class DesiredStateFollower:
             log.warning("OTA group %s: desired state refused: %s", self.group, exc)
             self.manager.report_rejected(exc, rollout_id=_readable_rollout_id(payload))
             return "refused"
+        seen = self._seen(state)
+        if seen is not None:
+            return seen
         if self.manager.store.read_pointer().version == state.version:
             log.info("OTA group %s: rollout %s wants %s, which is already active", self.group, state.rollout_id,
                      state.version)
@@ -121,6 +130,23 @@ class DesiredStateFollower:
             return "rolled_away"
         return self._install(state)
 
+    def _seen(self, state: DesiredState) -> str | None:
+        """What to return for a document that is not to be followed (older, stopped, expired), else None."""
+        if state.issued_at_ms < self._newest_issued:
+            log.warning("OTA group %s: ignoring a desired state issued at %d ms, before the one handled last (%d ms): "
+                        "an old document put back on the topic?", self.group, state.issued_at_ms, self._newest_issued)
+            return "older"
+        self._newest_issued = state.issued_at_ms
+        if state.state == "stopped":
+            log.info("OTA group %s: rollout %s of version %s was stopped; not installing it", self.group,
+                     state.rollout_id, state.version)
+            return "stopped"
+        if state.expired(self._clock()):
+            log.info("OTA group %s: rollout %s (version %s) expired at %d ms; not installing it (a new rollout "
+                     "does)", self.group, state.rollout_id, state.version, state.expires_at_ms)
+            return "expired"
+        return None
+
     def _rolled_away(self, state: DesiredState) -> bool:
         """The version is the floor itself but not active: served here, then rolled back from (the rollback's
         status stays the last word on ota/status; a version below the floor is a refusal, reported)."""
@@ -130,12 +156,12 @@ class DesiredStateFollower:
             return False  # an unreadable floor: _check_floor refuses and reports it
 
     def _install(self, state: DesiredState) -> str:
+        asked = self.manager.rollbacks()  # a rollback during the download cancels this update too
         bundle = self.incoming / f"rollout-{state.rollout_id}-{os.getpid()}.bundle"
         try:
             self._check_floor(state)
             self.incoming.mkdir(parents=True, exist_ok=True)
-            download(state.url, bundle, self.config.max_bundle_bytes, self.config.download_timeout_s,
-                     self.config.allow_http)
+            fetch(state.url, bundle, self.config, self.manager.free_space)
             got = sha256_file(bundle)
             if got != state.sha256:
                 raise OtaRejected("hash_mismatch", f"{state.url} has SHA-256 {got}, the desired state says "
@@ -148,7 +174,7 @@ class DesiredStateFollower:
             bundle.unlink(missing_ok=True)
             return "refused"
         try:
-            result = self.manager.install(bundle, rollout_id=state.rollout_id)
+            result = self.manager.install(bundle, rollout_id=state.rollout_id, since_rollback=asked)
         except OtaRejected as exc:  # reported by the manager
             self._remember(state, exc.code)
             return "refused"

@@ -2,6 +2,12 @@
 
 One update at a time (a thread lock plus ``OtaStore.lock``'s flock across processes). Every step is reported
 through ``status_cb``; a refusal is ``OtaRejected`` with a code, and leaves what is served unchanged.
+
+A rollback cancels every update asked for before it: an update checks between its steps (and while it watches
+health) and stops as ``cancelled``. The rollback waits ``rollback_wait_s`` for it to stop; an update still inside
+a step that cannot be interrupted (an engine build) is *superseded*: the rollback goes ahead under the serving
+lock, which an update holds from the moment it routes traffic until it commits or undoes, and the update stops
+at its next check.
 """
 
 from __future__ import annotations
@@ -49,7 +55,21 @@ class OtaManager:
         self._free_space = free_space
         self._appliance_version = appliance_version
         self._builder = builder
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()      # one update (or rollback) at a time
+        self._serving = threading.Lock()   # what is routed and the pointer: install's switch, a rollback
+        self._rollbacks = 0                # rollbacks asked for so far; an update started before one is cancelled
+        self._counting = threading.Lock()
+        self._updating: str | None = None  # the update in this process: its bundle, then its version
+        self._holds_store = threading.Event()
+
+    @property
+    def free_space(self) -> FreeSpace:
+        return self._free_space
+
+    def rollbacks(self) -> int:
+        """How many rollbacks were asked for: pass it to ``install(since_rollback=...)`` when an update is asked
+        for, so that a rollback that comes while it is still being delivered cancels it too."""
+        return self._rollbacks
 
     @property
     def last_status(self) -> OtaStatus | None:
@@ -109,20 +129,24 @@ class OtaManager:
 
     # -- install ---------------------------------------------------------------------------------------------
     def install(self, bundle: Path, request_id: str | None = None, wait: bool = True,
-                rollout_id: str | None = None) -> dict[str, Any]:
+                rollout_id: str | None = None, since_rollback: int | None = None) -> dict[str, Any]:
         """Run the whole pipeline for one bundle. Returns {"state": "active"|"rolled_back", ...}; raises
         OtaRejected. With ``wait=False`` a busy manager rejects instead of queueing. ``rollout_id``: the fleet
-        rollout that asked for it, carried by every status of this install."""
+        rollout that asked for it, carried by every status of this install. ``since_rollback``: ``rollbacks()``
+        when the update was asked for (default: now); a rollback after that cancels it."""
         bundle = Path(bundle)
+        asked = self._rollbacks if since_rollback is None else since_rollback
         if not self._lock.acquire(blocking=wait):
             raise OtaRejected("busy", "another update is in progress")
         self._reporter.tag_this_thread(rollout_id)
+        self._updating = bundle.name
         try:
             self._report("received", f"bundle {bundle.name}", request_id=request_id)
             try:
                 with self.store.lock(blocking=wait):
+                    self._holds_store.set()
                     self._reporter.journal_this_thread()
-                    return self._install(bundle, request_id)
+                    return self._install(bundle, request_id, asked)
             except OtaRejected as exc:
                 self.report_rejected(exc, request_id)
                 raise
@@ -132,19 +156,29 @@ class OtaManager:
                 self.report_rejected(rejected, request_id)
                 raise rejected from exc
         finally:
+            self._holds_store.clear()
+            self._updating = None
             self._reporter.stop_journaling()
             self._reporter.tag_this_thread(None)
             self._lock.release()
+
+    def _check_cancel(self, asked: int) -> None:
+        """Between steps: a rollback since the update was asked for stops it."""
+        if self._rollbacks != asked:
+            raise OtaRejected("cancelled", "a rollback was asked for after this update; it stopped before "
+                                           "becoming active (send it again to install it)")
 
     def report_rejected(self, exc: OtaRejected, request_id: str | None = None, rollout_id: str | None = None) -> None:
         """Report a refusal as the final ``rejected`` status (also for refusals before install(), at delivery)."""
         self._reporter.rejected(exc, request_id, rollout_id)
 
-    def _install(self, bundle: Path, rid: str | None) -> dict[str, Any]:
+    def _install(self, bundle: Path, rid: str | None, asked: int) -> dict[str, Any]:
+        self._check_cancel(asked)
         self.store.ensure()
         self._report("verifying", "signature, manifest and compatibility", request_id=rid)
         opened = verify_bundle(bundle, self.trusted, self.config.max_bundle_bytes)
         m = opened.manifest
+        self._updating = m.version  # what a rollback's result names from now on
         try:
             compat.check_appliance_version(m, self._appliance_version)
             if self.store.read_pointer().version == m.version:
@@ -154,9 +188,11 @@ class OtaManager:
                                rid)
             try:
                 compat.check_onnx(m, vdir / m.onnx)
+                self._check_cancel(asked)
                 engine = steps.build(m, vdir, self._builder, self.config.builder, self._clock, self._report, rid)
+                self._check_cancel(asked)
                 spec = ModelSpec(m.version, m.model_profile, engine)
-                return self._switch(spec, m, engine, opened.key_id, rid)
+                return self._switch(spec, m, engine, opened.key_id, rid, asked)
             except BaseException:
                 if not self.store.is_verified(m.version) or self.store.read_pointer().version != m.version:
                     self.store.remove_version(m.version)
@@ -174,7 +210,8 @@ class OtaManager:
         """The anti-rollback floor (see :mod:`appliance.ota.floor`)."""
         return floor.version_floor(self.store)
 
-    def _switch(self, spec: ModelSpec, m: Manifest, engine: InstalledEngine, key_id: str, rid: str | None) -> dict[str, Any]:
+    def _switch(self, spec: ModelSpec, m: Manifest, engine: InstalledEngine, key_id: str, rid: str | None,
+                asked: int) -> dict[str, Any]:
         self._report("switching", f"loading {m.label} beside the current model", m, request_id=rid)
         old = self.switcher.current()
         new = self._load(spec)
@@ -190,16 +227,23 @@ class OtaManager:
         except BaseException:
             self.switcher.retire(new)
             raise
+        with self._serving:
+            return self._route_and_watch(new, old, m, summary, rid, asked)
+
+    def _route_and_watch(self, new: Route, old: Route | None, m: Manifest, summary: str, rid: str | None,
+                         asked: int) -> dict[str, Any]:
+        """Move traffic to ``new``, watch its health, then commit it or go back to ``old`` (under ``_serving``)."""
         policy = self.config.health
         routed = False
         try:
+            self._check_cancel(asked)  # a rollback that went ahead while this update was busy
             t_switch = self._monotonic()
             baseline = self.switcher.health(old, since=t_switch - policy.period_s) if old is not None else None
             self.switcher.route(new)
             routed = True
             self._report("watching", f"traffic moved to {new.ensemble}; watching health for {policy.period_s:g} s",
                          m, request_id=rid)
-            problem = self._watch(new, baseline, t_switch) if old is not None else None
+            problem = self._watch(new, baseline, t_switch, asked) if old is not None else None
             if problem is None:
                 history = self._history(self.store.read_pointer())
                 self.store.write_pointer(Pointer(m.version, history))
@@ -249,9 +293,10 @@ class OtaManager:
         keep = versions[-(self.config.keep_versions - 1):] if self.config.keep_versions > 1 else []
         return (*((None,) if None in served else ()), *keep)
 
-    def _watch(self, route: Route, baseline: Any, since: float) -> str | None:
+    def _watch(self, route: Route, baseline: Any, since: float, asked: int) -> str | None:
         policy = self.config.health
         while True:
+            self._check_cancel(asked)
             elapsed = self._monotonic() - since
             final = elapsed >= policy.period_s
             problem = breach(policy, self.switcher.health(route, since), baseline, final)
@@ -261,27 +306,50 @@ class OtaManager:
 
     # -- rollback / status -----------------------------------------------------------------------------------
     def rollback(self, request_id: str | None = None) -> dict[str, Any]:
-        """Serve the previous complete, verified version (or the base model)."""
-        with self._lock, self.store.lock():
-            pointer = self.store.read_pointer()
-            history = list(pointer.history)
-            while history and history[-1] is not None and not self.store.is_verified(history[-1]):
-                history.pop()
-            if not history:
-                raise RollbackError(f"nothing to roll back to from {pointer.version or 'the base model'}")
-            target = history.pop()
-            if pointer.version is not None:  # in case a power cut came between pointer and floor at install
-                floor.raise_floor(self.store, pointer.version)
-            old = self.switcher.current()
-            new = self._load(self.spec(target))
-            self.switcher.route(new)
-            self.store.write_pointer(Pointer(target, tuple(history)))
-            if old is not None:
-                self.switcher.retire(old)
-            label = target or "base"
-            self._report("rolled_back", f"rolled back from {pointer.version or 'base'} to {label}", code="manual",
-                         version=target, request_id=request_id)
-            return {"state": "rolled_back", "from": pointer.version, "to": target}
+        """Serve the previous complete, verified version (or the base model). An update in progress is cancelled
+        (it stopped at its next step: ``"cancelled"`` names it) or, when it does not stop within
+        ``rollback_wait_s``, superseded (``"superseded"``: it stops when its step ends, never becoming active)."""
+        with self._counting:
+            self._rollbacks += 1
+        updating = self._updating
+        if self._lock.acquire(timeout=self.config.rollback_wait_s):
+            try:
+                last = self.last_status
+                stopped = updating is not None and last is not None and last.code == "cancelled"
+                with self.store.lock():
+                    result = self._roll_back(request_id)
+            finally:
+                self._lock.release()
+            return {**result, **({"cancelled": updating} if stopped else {})}
+        if not self._holds_store.is_set():
+            raise RollbackError(f"an update is waiting for the OTA store lock, held by another process, for over "
+                                f"{self.config.rollback_wait_s:g} s; send the rollback again")
+        log.warning("OTA: rollback goes ahead of the update of %s, busy in a step that cannot stop (it stops when "
+                    "the step ends)", updating)
+        with self._serving:  # the update holds the store's flock and cannot switch while this is held
+            result = self._roll_back(request_id)
+        return {**result, "superseded": updating}
+
+    def _roll_back(self, request_id: str | None) -> dict[str, Any]:
+        pointer = self.store.read_pointer()
+        history = list(pointer.history)
+        while history and history[-1] is not None and not self.store.is_verified(history[-1]):
+            history.pop()
+        if not history:
+            raise RollbackError(f"nothing to roll back to from {pointer.version or 'the base model'}")
+        target = history.pop()
+        if pointer.version is not None:  # in case a power cut came between pointer and floor at install
+            floor.raise_floor(self.store, pointer.version)
+        old = self.switcher.current()
+        new = self._load(self.spec(target))
+        self.switcher.route(new)
+        self.store.write_pointer(Pointer(target, tuple(history)))
+        if old is not None:
+            self.switcher.retire(old)
+        label = target or "base"
+        self._report("rolled_back", f"rolled back from {pointer.version or 'base'} to {label}", code="manual",
+                     version=target, request_id=request_id)
+        return {"state": "rolled_back", "from": pointer.version, "to": target}
 
     def status(self) -> dict[str, Any]:
         pointer = self.store.read_pointer()

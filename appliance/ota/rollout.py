@@ -8,9 +8,10 @@ Groups go one at a time, in the order given (the first is the canary):
 3. soak for ``soak_s``: every device of the group must stay active on the version, online (its retained status)
    and not degraded (its health's ``pipeline_state`` is ``serving`` when it says); one that turns bad stops it;
 4. the next group; after the last one the rollout is done.
-On a stop nothing more is published; devices of the group that switched to the new version and then turned
-unhealthy get a ``rollback`` command (action ``rollback``), and the rollout waits up to ``rollback_wait_s`` for
-them to say ``rolled_back``. Devices of later groups are never touched: they stay on what they serve.
+On a stop every group started so far gets a signed ``stopped`` desired state in place of its retained one (action
+``stop``), so a device that comes back later does not install the version; devices of the group that switched to
+the new version and then turned unhealthy get a ``rollback`` command (action ``rollback``), and the rollout waits
+up to ``rollback_wait_s`` for them to say ``rolled_back``. Devices of later groups are never touched: they stay on what they serve.
 
 A device's verdict (the table's STATE): ``waiting`` (its group has not started), ``pending`` (desired state
 published, nothing heard for this rollout yet), ``updating`` (a step of the install), ``soaking`` (active on the
@@ -53,7 +54,7 @@ class DeviceView:
 
 @dataclass(frozen=True)
 class Action:
-    kind: str     # "publish" (target: a group) or "rollback" (target: a device)
+    kind: str     # "publish" or "stop" (target: a group) or "rollback" (target: a device)
     target: str
 
 
@@ -144,7 +145,7 @@ class Rollout:
 
     def _stop(self, now: float, reason: str) -> list[Action]:
         self.reason, self._stopped_at = reason, now
-        actions = []
+        actions = [Action("stop", name) for name, _ in self.groups[:self.current + 1]]
         for d in self.groups[self.current][1]:
             view = self.devices[d]
             # only what still serves the new version: one that already left it must not be taken further back

@@ -39,7 +39,9 @@ def _members(tar: tarfile.TarFile, max_bytes: int) -> dict[str, tarfile.TarInfo]
             raise OtaRejected("corrupt", f"member {info.name!r} is not a regular file")
         if info.name in members:
             raise OtaRejected("corrupt", f"member {info.name!r} appears twice")
-        total += info.size
+        # Header blocks too (GNU long names, PAX records: ``offset`` is where the first of them starts): they are
+        # read into memory, and an archive of headers alone must not pass as small.
+        total += (info.offset_data - info.offset) + info.size
         if total > max_bytes:
             raise OtaRejected("too_large", f"bundle contents exceed the limit of {max_bytes} bytes")
         members[info.name] = info

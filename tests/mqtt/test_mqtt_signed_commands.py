@@ -10,6 +10,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.errors import CommandRefused
 from appliance.mqtt.messages import Command
 from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.publisher import MqttPublisher
@@ -27,6 +29,7 @@ from appliance.ota.push import PushError, PushRefused, push_mqtt
 from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
 from mqtt_helpers import Subscriber, make_config, validate
 from support.mosquitto import Mosquitto
+from support.wait import wait_until
 
 ROLLBACK = {"action": "rollback"}
 
@@ -156,8 +159,9 @@ def test_a_replay_is_refused_also_after_a_restart(broker, tmp_path, keys, sub) -
     with_id = signed(key, request_id="r7")
     dev = Device(broker, tmp_path, trusted).start(sub)
     try:
-        assert ask(sub, once)["ok"] is True
-        assert refused(ask(sub, once)) == "replayed"
+        first_once = ask(sub, once)
+        assert first_once["ok"] is True
+        assert ask(sub, once) == first_once              # a redelivery, known by its nonce: not run again
         first = ask(sub, with_id)
         assert first["ok"] is True
         assert ask(sub, with_id) == first                # a QoS 1 redelivery: the first reply again, no second run
@@ -230,13 +234,13 @@ def test_the_nonce_store_forgets_expired_nonces_and_skips_a_torn_line(tmp_path: 
     path = tmp_path / "nonces.log"
     path.write_text(f"2000 {a}\n500 {b}\n3000 {c[:7]}")  # b expired at 500; the last line torn by a power cut
     store = NonceStore(path)
-    store.open(now_ms=1000)
+    store.open(now_ms=1000, window_ms=330_000)
     assert store.seen(a, 1000) and not store.seen(b, 1000)
     assert path.read_text() == f"2000 {a}\n"      # compacted on open
     store.add(d, expires_ms=5000, now_ms=1000)
     store.close()
     again = NonceStore(path)
-    again.open(now_ms=2500)                       # a has expired since
+    again.open(now_ms=2500, window_ms=330_000)                       # a has expired since
     assert again.seen(d, 2500) and not again.seen(a, 2500)
     assert path.read_text() == f"5000 {d}\n"
     again.close()
@@ -265,3 +269,88 @@ def test_a_nonce_that_cannot_be_recorded_fails_closed(broker: Mosquitto, tmp_pat
         assert dev.ran == []
     finally:
         dev.publisher.stop()
+
+
+def test_an_unsigned_command_with_a_signed_commands_request_id_does_not_stop_it(sub, device, keys) -> None:
+    """Push ids are predictable: whoever can write the command topic may send them first, unsigned."""
+    rid = "push-5f2c91ab-0"
+    assert ask(sub, {"request_id": rid}, name="status")["ok"] is True
+    assert refused(ask(sub, {"request_id": rid, "args": ROLLBACK})) == "unsigned"
+    assert ask(sub, {"request_id": rid, "args": {"action": "status"}})["ok"] is True  # read-only `ota`
+    reply = ask(sub, signed(keys[0], request_id=rid))
+    assert reply["ok"] is True and reply["command"] == "ota" and reply["result"] == {"done": True}, reply
+    assert [dict(c.args) for c in device.ran if c.name == "ota"] == [{"action": "status"}, ROLLBACK]
+
+
+def test_a_signed_command_is_judged_by_when_it_arrived_not_by_its_wait_in_the_queue(
+        broker: Mosquitto, tmp_path: Path, keys: Any, sub: Subscriber) -> None:
+    dev = Device(broker, tmp_path, keys[1], max_age_s=2, clock_skew_s=0)
+    release = threading.Event()
+    dev.publisher.on_command("slow", lambda _cmd: {"released": release.wait(30)}, read_only=True)
+    dev.start(sub)
+    try:
+        sub.client.publish("plant/dev1/command/slow", json.dumps({"request_id": "slow-1"}), qos=1)
+        issued = time.time()
+        sub.client.publish("plant/dev1/command/ota", json.dumps(signed(keys[0], request_id="r-late", now=issued)),
+                           qos=1)
+        wait_until(lambda: time.time() > issued + 2.5, message="the rollback's window to pass while it waits")
+        release.set()
+        assert sub.wait_for(lambda ms: any(b'"r-late"' in m.payload for m in ms if m.topic.endswith("/reply")))
+        reply = next(r for r in sub.json_on("/reply") if r["request_id"] == "r-late")
+        assert reply["ok"] is True, reply
+    finally:
+        release.set()
+        dev.publisher.stop()
+
+
+def test_a_payload_json_cannot_read_gets_a_bad_request_reply(sub, device) -> None:
+    for raw in ('{"request_id": "big", "args": {"n": ' + "9" * 5000 + "}}", "[" * 100_000):
+        before = len(sub.on_topic("/reply"))
+        sub.client.publish("plant/dev1/command/status", raw, qos=1)
+        assert sub.wait_for(lambda ms: len([m for m in ms if m.topic.endswith("/reply")]) > before)
+        reply = sub.json_on("/reply")[-1]
+        validate("command_reply", reply)
+        assert reply["error"]["code"] == "bad_request", reply
+    assert device.ran == []
+
+
+def test_a_damaged_nonce_store_fails_closed_and_takes_new_commands(broker, tmp_path, keys, sub, caplog) -> None:
+    key, trusted = keys
+    old = signed(key, now=time.time() - 1)
+    dev = Device(broker, tmp_path, trusted).start(sub)
+    try:
+        assert ask(sub, old)["ok"] is True
+    finally:
+        dev.publisher.stop()
+    path = tmp_path / "state" / "nonces.log"
+    path.write_bytes(path.read_bytes().replace(old["auth"]["nonce"].encode(), b"\xff" * 32))  # a bad sector
+    again = Device(broker, tmp_path, trusted).start(sub)
+    try:
+        with caplog.at_level(logging.ERROR, logger="appliance.mqtt"):
+            assert refused(ask(sub, old)) == "replayed"
+        assert "is damaged" in caplog.text and "refused as replayed" in caplog.text
+        assert [p.name for p in path.parent.glob("nonces.log.damaged-*")] != []
+        assert ask(sub, signed(key, now=time.time() + 1))["ok"] is True  # issued after the reset: it runs
+        assert len(again.ran) == 1
+    finally:
+        again.publisher.stop()
+
+
+def test_a_command_expires_at_the_instant_its_nonce_is_forgotten(tmp_path: Path, keys: Any) -> None:
+    from appliance.mqtt.authz import CommandAuthorizer
+    from appliance.mqtt.config import CommandsConfig
+    from appliance.mqtt.shared import SystemClock
+    from appliance.mqtt.topics import Topics
+
+    key, trusted = keys
+    config = CommandsConfig(max_age_s=300, clock_skew_s=30)
+    authz = CommandAuthorizer(config, Topics("plant", "dev1"), SystemClock(), signature_check(trusted),
+                              NonceStore(tmp_path / "nonces.log"))
+    payload = signed(key, now=1_700_000_000)
+    issued = payload["auth"]["issued_at_ms"] / 1000
+    args = ("ota", None, payload["args"], payload["auth"])
+    assert authz.authorize(*args, received_at=issued + 10).nonce == payload["auth"]["nonce"]
+    with pytest.raises(CommandRefused) as info:
+        authz.authorize(*args, received_at=issued + 330)  # the store forgets the nonce at this instant
+    assert info.value.code == "expired"
+    authz.close()

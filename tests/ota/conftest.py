@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
-from support.bundleserver import serve_directory
+from support.bundleserver import Server, serve_directory
 
 from appliance.ota.bundle import build_bundle
 from ota_helpers import Keys, make_tiny_detector, tiny_engine_profile, tiny_model_profile, write_source
@@ -68,3 +68,13 @@ def bundle_server(tmp_path: Path):  # type: ignore[no-untyped-def]
     served.mkdir()
     with serve_directory(served) as url:
         yield url, served
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[Server]:
+    """A real HTTP ``Server`` (tests/support/bundleserver.py) serving ``tmp_path/www``."""
+    server = Server(tmp_path / "www")
+    try:
+        yield server
+    finally:
+        server.close()

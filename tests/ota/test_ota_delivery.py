@@ -6,15 +6,11 @@ model, ONNX Runtime builder) behind the command handler."""
 from __future__ import annotations
 
 import base64
-import datetime
-import http.server
-import ipaddress
-import ssl
-import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
+from support.bundleserver import Server, tls_server
 from support.schemas import validate_ota_status
 
 from appliance.ota.config import HealthPolicy, OtaConfig
@@ -229,108 +225,13 @@ def test_bad_arguments_are_a_bad_request_not_an_update(tmp_path: Path, keys: Any
 
 # -- downloads from a real HTTP(S) server on loopback ------------------------------------------------------------
 
-class Server:
-    """http.server on 127.0.0.1 in a thread. ``/files/<name>`` serves a file with its Content-Length;
-    ``/endless`` sends no Content-Length and streams ``endless_bytes`` (a server that sends more than it should)."""
-
-    def __init__(self, root: Path, tls: ssl.SSLContext | None = None) -> None:
-        self.root = root
-        self.endless_bytes = 0
-        self.requests: list[str] = []
-        self.sent = 0
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                server.requests.append(self.path)
-                if self.path == "/endless":
-                    self.send_response(200)
-                    self.end_headers()  # no Content-Length: the body ends when the connection closes
-                    block = b"e" * 65536
-                    try:
-                        while server.sent < server.endless_bytes:
-                            self.wfile.write(block)
-                            server.sent += len(block)
-                    except OSError:
-                        pass  # the client hung up at its limit
-                    return
-                path = server.root / self.path.removeprefix("/files/")
-                if not self.path.startswith("/files/") or not path.is_file():
-                    self.send_error(404)
-                    return
-                data = path.read_bytes()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except OSError:
-                    pass  # the client refused it by its Content-Length
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        if tls is not None:
-            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
-        self.scheme = "https" if tls else "http"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self._thread.start()
-
-    def url(self, path: str) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.httpd.server_port}{path}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(10)
-
-
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[Server]:
-    server = Server(tmp_path / "www")
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and its key (PEM files)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 def publish(server: Server, bundle: Path) -> str:
-    server.root.mkdir(parents=True, exist_ok=True)
-    (server.root / bundle.name).write_bytes(bundle.read_bytes())
-    return server.url(f"/files/{bundle.name}")
+    return server.publish(bundle)
 
 
 def test_a_good_https_download_installs(tmp_path, keys, sign, tiny_source, monkeypatch) -> None:
-    cert, key = self_signed(tmp_path)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(cert, key)
+    server, cert = tls_server(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the device trusts this server's certificate
-    server = Server(tmp_path / "www", tls)
     try:
         url = publish(server, sign(tiny_source("2")))
         assert url.startswith("https://")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +48,19 @@ class Device:
 
 @pytest.fixture
 def publish(bundle_server, keys, sign, tiny_source):  # type: ignore[no-untyped-def]
-    """publish(version, rollout_id, **changes) -> the signed document's bytes, its bundle served over HTTP."""
+    """publish(version, rollout_id, **changes) -> the signed document's bytes, its bundle served over HTTP.
+    ``times``: (issued_at_ms, expires_at_ms), by default now and an hour from now."""
     base_url, served = bundle_server
 
     def _publish(version: str, rollout_id: str, *, key: Path | None = None, group: str = "line-1",
-                 source: Path | None = None, sha256: str | None = None, url: str | None = None) -> bytes:
+                 source: Path | None = None, sha256: str | None = None, url: str | None = None,
+                 times: tuple[int, int] | None = None, state_: str = "active") -> bytes:
         bundle = sign(source or tiny_source(version), f"{version}-{rollout_id}.bundle")
         shutil.copy(bundle, served / bundle.name)
+        now_ms = int(time.time() * 1000)
+        issued, expires = times or (now_ms, now_ms + 3_600_000)
         state = DesiredState(group, rollout_id, version, url or f"{base_url}/{bundle.name}",
-                             sha256 or sha256_file(bundle))
+                             sha256 or sha256_file(bundle), issued, expires, state_)
         doc = sign_desired(state, load_private_key(key or keys.private))
         validate_message("ota_desired", doc)
         return json.dumps(doc).encode()
@@ -123,7 +128,7 @@ def test_a_document_that_is_not_trusted_or_not_ours_is_refused_and_nothing_is_do
 
 
 def test_the_signature_covers_the_canonical_form_whatever_the_key_order(keys) -> None:
-    doc = sign_desired(DesiredState("g", "r", "2", "https://x/b", "0" * 64), load_private_key(keys.private))
+    doc = sign_desired(DesiredState("g", "r", "2", "https://x/b", "0" * 64, 1, 2), load_private_key(keys.private))
     shuffled = dict(reversed(list(doc.items())))
     assert parse_desired(json.dumps(shuffled, indent=3).encode(), keys.trusted(), "g").version == "2"
     unsigned = {k: v for k, v in doc.items() if k != "signature"}
@@ -204,3 +209,30 @@ def test_the_documented_desired_state_validates_against_its_schema() -> None:
     assert [name for name, _ in examples] == ["ota_desired"]
     for name, body in examples:
         validate_message(name, json.loads(body))
+
+
+def test_a_stopped_rollout_is_not_installed_by_a_device_that_comes_back(tmp_path, keys, publish) -> None:
+    """The rollout stopped while this device was away: the retained document it finds is the signed stop."""
+    dev = Device(tmp_path / "state", keys)
+    assert dev.follower.handle(publish("2", "r2", state_="stopped")) == "stopped"
+    assert dev.active is None and dev.events == []  # nothing downloaded, nothing published
+    assert dev.manager.store.installed() == []
+
+
+def test_an_expired_or_older_desired_state_is_not_followed(tmp_path, keys, publish, tiny_source) -> None:
+    dev = Device(tmp_path / "state", keys)
+    now_ms, src = int(time.time() * 1000), tiny_source("2")
+    assert dev.follower.handle(publish("2", "r2", source=src, times=(now_ms - 7_200_000, now_ms - 1))) == "expired"
+    assert dev.active is None and dev.events == []
+    stop = publish("2", "r2b", source=src, state_="stopped", times=(now_ms, now_ms + 60_000))
+    assert dev.follower.handle(stop) == "stopped"
+    # the rollout's earlier, still valid document put back on the topic after the stop: older, not followed
+    older = publish("2", "r2b", source=src, times=(now_ms - 1000, now_ms + 60_000))
+    assert dev.follower.handle(older) == "older"
+    assert dev.active is None and dev.events == []
+
+
+def test_a_desired_state_whose_expiry_is_not_after_its_issue_is_corrupt(keys) -> None:
+    doc = sign_desired(DesiredState("g", "r", "2", "https://x/b", "0" * 64, 5, 5), load_private_key(keys.private))
+    with pytest.raises(OtaRejected, match="corrupt"):
+        parse_desired(json.dumps(doc).encode(), keys.trusted(), "g")

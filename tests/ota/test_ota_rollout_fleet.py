@@ -157,9 +157,11 @@ def test_a_canary_that_fails_its_golden_frames_stops_the_rollout_and_the_rest_st
     assert [fleet.active(n) for n in ("can-1", "line-1", "line-2")] == [None, None, None]
     assert fleet.doc("line-1/ota/status") is None and fleet.doc("line-2/ota/status") is None
     assert fleet.doc("groups/line/ota/desired") is None
+    # the retained desired state is now the rollout's signed stop: a canary that comes back does not install it
     desired = fleet.doc("groups/canary/ota/desired")
-    assert desired is not None and desired["rollout_id"] == "r-2a"
+    assert desired is not None and (desired["rollout_id"], desired["state"]) == ("r-2a", "stopped"), desired
     validate_message("ota_desired", desired)
+    assert "group canary: stopped state published on plant/groups/canary/ota/desired" in out
     assert fleet.doc("can-1/status")["group"] == "canary"  # type: ignore[index]
 
 

@@ -76,7 +76,8 @@ def test_a_canary_that_turns_unhealthy_during_the_soak_stops_it_and_is_rolled_ba
     else:
         r.on_ota_status("c2", ota("rolled_back", "5", None, "health"))
     actions = r.step()
-    assert actions == ([Action("rollback", "c2")] if turn != "left the version" else [])
+    # the retained desired state becomes a signed stop, so a device that comes back later does not install it
+    assert actions == [Action("stop", "canary"), *([Action("rollback", "c2")] if turn != "left the version" else [])]
     assert r.reason is not None and r.reason.startswith("group canary: c2 unhealthy")
     assert not r.finished or turn == "left the version"  # waits for the rollback to be confirmed
     clock.t += 5
@@ -99,7 +100,7 @@ def test_a_rollback_that_is_never_confirmed_ends_after_the_wait() -> None:
     activate(r, "c1", "c2")
     r.step()
     r.on_status("c1", {"state": "offline"})
-    assert r.step() == [Action("rollback", "c1")]
+    assert r.step() == [Action("stop", "canary"), Action("rollback", "c1")]
     clock.t += 29
     r.step()
     assert not r.finished
@@ -114,7 +115,7 @@ def test_a_refused_update_stops_it_without_a_rollback() -> None:
     r.step()
     r.on_ota_status("c1", ota("building"))
     r.on_ota_status("c2", ota("rejected", code="golden_mismatch"))
-    assert r.step() == [] and r.finished and not r.ok
+    assert r.step() == [Action("stop", "canary")] and r.finished and not r.ok
     assert r.reason == "group canary: c2 failed (rejected golden_mismatch: ...)"
     assert [v["state"] for v in r.table()] == ["updating", "failed", "waiting"]
 
@@ -125,7 +126,7 @@ def test_devices_that_do_not_get_there_in_time_stop_it() -> None:
     r.step()
     activate(r, "c1")
     clock.t += 101
-    assert r.step() == []
+    assert r.step() == [Action("stop", "canary")]
     assert r.finished and r.reason == "group canary: c2 not active on 5 within 100 s"
 
 
@@ -143,3 +144,16 @@ def test_an_earlier_refusal_of_another_rollout_does_not_count_and_a_device_alrea
 def test_a_group_without_devices_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one device"):
         Rollout([("canary", [])], "5", "r5", soak_s=1, timeout_s=1, clock=Clock())
+
+
+def test_a_stop_replaces_the_desired_state_of_every_group_started_and_no_later_one() -> None:
+    clock = Clock()
+    r = plan(clock)
+    r.step()
+    activate(r, "c1", "c2")
+    r.step()
+    clock.t += 60
+    assert r.step() == [Action("publish", "line")]
+    r.on_ota_status("l1", ota("rejected", code="build_failed"))
+    assert r.step() == [Action("stop", "canary"), Action("stop", "line")]
+    assert r.finished and not r.ok
