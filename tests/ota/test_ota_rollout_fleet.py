@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -82,6 +83,13 @@ class Fleet:
 
     def log(self, name: str) -> str:
         return (self.root / f"{name}.log").read_text()
+
+    def sentinel(self) -> None:
+        """Publish a marker to ourselves and wait for it: anything the broker handled before (a PUBACKed publish
+        by any client) was routed to this subscriber first, and its one connection keeps the QoS 1 order."""
+        topic, marker = f"{PREFIX}/test/sentinel", uuid.uuid4().hex.encode()
+        self.client.publish(topic, marker, qos=1)
+        wait_until(lambda: self.latest.get(topic) == marker, 15, message="the sentinel")
 
     def close(self) -> None:
         for proc in self.procs.values():
@@ -187,7 +195,10 @@ def test_a_rollout_goes_through_every_group_and_a_second_one_finds_the_fleet_alr
     assert result["ok"] is True and result["rollout_id"] == "r-2c"
     assert [(d["device"], d["state"], d["serving"]) for d in result["devices"]] == [
         ("can-1", "healthy", "2"), ("line-1", "healthy", "2"), ("line-2", "healthy", "2")]
-    time.sleep(1.0)  # asserting absence: a status an update would publish has time to come; nothing to wait for
+    # No sentinel can follow a decision to do nothing, so wait for the decision itself: each follower logs that
+    # r-2c's version is already active (and publishes nothing for it); an update would have logged otherwise.
+    wait_until(lambda: all("rollout r-2c wants 2, which is already active" in fleet.log(n) for n in before), 30,
+               message="every device to find r-2c already active")
     assert {n: fleet.doc(f"{n}/ota/status") for n in before} == before  # no update ran: the same retained status
 
 
@@ -248,5 +259,5 @@ def test_bad_input_exits_2_and_publishes_nothing(fleet, broker, keys, served_bun
         extra = ("--rollout-id", "no spaces")
     done = rollout(broker, keys, bundle, url, group, extra=extra)
     assert done.returncode == 2 and message in done.stderr, done.stderr
-    time.sleep(0.5)  # asserting absence: a desired state the CLI published would have reached the watcher by now
+    fleet.sentinel()  # the CLI waits for the PUBACK of what it publishes, so that came before the sentinel
     assert fleet.doc("groups/canary/ota/desired") is None
