@@ -11,6 +11,7 @@ A canary that goes offline during its soak stops the rollout and takes the rollb
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -213,9 +214,16 @@ def test_a_canary_that_goes_offline_during_the_soak_stops_the_rollout_and_is_rol
            "--discover-s", "1.5", "--rollback-wait", "60", "--rollout-id", "r-2d", "--group", "canary",
            "--group", "line"]
     cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []  # the CLI's progress, read as it comes (the test acts on it)
+    errors: list[str] = []
+    readers = [threading.Thread(target=lambda: lines.extend(cli.stdout or ()), daemon=True),
+               threading.Thread(target=lambda: errors.extend(cli.stderr or ()), daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
         wait_until(lambda: (fleet.doc("can-1/ota/status") or {}).get("state") == "active", 60)
-        time.sleep(1.0)  # soaking now
+        wait_until(lambda: any(re.search(r"canary\s+can-1\s+soaking", line) for line in list(lines)), 60,
+                   message="the CLI to soak the canary")
         fleet.procs["can-1"].kill()  # the broker publishes its last will: offline
         fleet.procs["can-1"].wait()
         wait_until(lambda: (fleet.doc("can-1/status") or {}).get("state") == "offline", 15)
@@ -223,11 +231,14 @@ def test_a_canary_that_goes_offline_during_the_soak_stops_the_rollout_and_is_rol
         wait_until(lambda: ((fleet.doc("can-1/command/ota") or {}).get("args") or {}).get("action") == "rollback", 60)
         fleet.start("can-1", "canary")  # back: it takes the queued rollback
         fleet.wait_online(["can-1"])
-        out, err = cli.communicate(timeout=90)
+        cli.wait(timeout=90)
+        for reader in readers:
+            reader.join(10)
+        out, err = "".join(lines), "".join(errors)
     finally:
         if cli.poll() is None:
             cli.kill()
-            cli.communicate()
+            cli.wait()
     print(out, err)
     assert cli.returncode == 1, err
     assert "stopped: group canary: can-1 unhealthy (offline)" in out
