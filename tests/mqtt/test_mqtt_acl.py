@@ -101,9 +101,10 @@ def test_a_subscriber_cannot_command_a_device(acl_broker: Mosquitto, device: Any
     operator = _reader(acl_broker, "operator@ops", ["appliance/dev1/reply"])
     try:
         _as(acl_broker, "dashboard@ops", "appliance/dev1/command/status", json.dumps({"request_id": "dash-1"}))
+        # The sentinel: the broker had handled dash-1 before op-2 was sent on the same topic, so it reaches the
+        # device first; the device answers commands in order on one connection (MQTT keeps its QoS 1 order).
         _as(acl_broker, "operator@ops", "appliance/dev1/command/status", json.dumps({"request_id": "op-2"}))
         assert operator.wait_for(lambda ms: any(json.loads(m.payload)["request_id"] == "op-2" for m in ms))
-        time.sleep(0.5)  # a reply to a command that arrived first would already be here; let stragglers come
         assert [c.request_id for c in calls] == ["op-2"]
         assert [json.loads(p)["request_id"] for p in _payloads(operator)] == ["op-2"]
     finally:
@@ -117,13 +118,20 @@ def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto
         forged = {"appliance/dev1/status": "forged-status", "appliance/dev1/cam0/detections": "forged-detections",
                   "appliance/dev1/health": "forged-health", "appliance/dev1/command/status": "forged-command",
                   "appliance/other/status": "forged-elsewhere"}
+        # No same-connection sentinel: mosquitto closes a connection after a denied publish. Each _as returns once
+        # the broker has handled its message (routed to subscribers when allowed), so a reader's one connection
+        # gets anything forged that got through before the barrier sent after it.
         for topic, marker in forged.items():
             _as(acl_broker, "dev2", topic, json.dumps({"request_id": marker, "marker": marker}))
         _as(acl_broker, "dev2", "appliance/dev2/status", json.dumps({"marker": "dev2-own"}))  # the barrier
+        # A forged command would have reached dev1 before this one on the same topic (the broker had handled it),
+        # and dev1 answers in order: once this reply is here, a forged command's reply would be too.
+        _as(acl_broker, "operator@ops", "appliance/dev1/command/status", json.dumps({"request_id": "op-3"}))
         assert operator.wait_for(lambda ms: any("dev2-own" in p for p in _payloads(operator)))
-        time.sleep(0.5)  # asserting absence: nothing to wait for; stragglers behind the barrier would come now
+        assert operator.wait_for(lambda ms: any(m.topic == "appliance/dev1/reply"
+                                                and json.loads(m.payload)["request_id"] == "op-3" for m in ms))
         leaked = [p for p in _payloads(operator) if "forged" in p]
-        assert leaked == [] and calls == []
+        assert leaked == [] and [c.request_id for c in calls] == ["op-3"]
     finally:
         operator.stop()
 

@@ -11,11 +11,13 @@ A canary that goes offline during its soak stops the rollout and takes the rollb
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -82,6 +84,13 @@ class Fleet:
 
     def log(self, name: str) -> str:
         return (self.root / f"{name}.log").read_text()
+
+    def sentinel(self) -> None:
+        """Publish a marker to ourselves and wait for it: anything the broker handled before (a PUBACKed publish
+        by any client) was routed to this subscriber first, and its one connection keeps the QoS 1 order."""
+        topic, marker = f"{PREFIX}/test/sentinel", uuid.uuid4().hex.encode()
+        self.client.publish(topic, marker, qos=1)
+        wait_until(lambda: self.latest.get(topic) == marker, 15, message="the sentinel")
 
     def close(self) -> None:
         for proc in self.procs.values():
@@ -189,7 +198,10 @@ def test_a_rollout_goes_through_every_group_and_a_second_one_finds_the_fleet_alr
     assert result["ok"] is True and result["rollout_id"] == "r-2c"
     assert [(d["device"], d["state"], d["serving"]) for d in result["devices"]] == [
         ("can-1", "healthy", "2"), ("line-1", "healthy", "2"), ("line-2", "healthy", "2")]
-    time.sleep(1.0)  # asserting absence: a status an update would publish has time to come; nothing to wait for
+    # No sentinel can follow a decision to do nothing, so wait for the decision itself: each follower logs that
+    # r-2c's version is already active (and publishes nothing for it); an update would have logged otherwise.
+    wait_until(lambda: all("rollout r-2c wants 2, which is already active" in fleet.log(n) for n in before), 30,
+               message="every device to find r-2c already active")
     assert {n: fleet.doc(f"{n}/ota/status") for n in before} == before  # no update ran: the same retained status
 
 
@@ -204,9 +216,16 @@ def test_a_canary_that_goes_offline_during_the_soak_stops_the_rollout_and_is_rol
            "--discover-s", "1.5", "--rollback-wait", "60", "--rollout-id", "r-2d", "--group", "canary",
            "--group", "line"]
     cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []  # the CLI's progress, read as it comes (the test acts on it)
+    errors: list[str] = []
+    readers = [threading.Thread(target=lambda: lines.extend(cli.stdout or ()), daemon=True),
+               threading.Thread(target=lambda: errors.extend(cli.stderr or ()), daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
         wait_until(lambda: (fleet.doc("can-1/ota/status") or {}).get("state") == "active", 60)
-        time.sleep(1.0)  # soaking now
+        wait_until(lambda: any(re.search(r"canary\s+can-1\s+soaking", line) for line in list(lines)), 60,
+                   message="the CLI to soak the canary")
         fleet.procs["can-1"].kill()  # the broker publishes its last will: offline
         fleet.procs["can-1"].wait()
         wait_until(lambda: (fleet.doc("can-1/status") or {}).get("state") == "offline", 15)
@@ -214,11 +233,14 @@ def test_a_canary_that_goes_offline_during_the_soak_stops_the_rollout_and_is_rol
         wait_until(lambda: ((fleet.doc("can-1/command/ota") or {}).get("args") or {}).get("action") == "rollback", 60)
         fleet.start("can-1", "canary")  # back: it takes the queued rollback
         fleet.wait_online(["can-1"])
-        out, err = cli.communicate(timeout=90)
+        cli.wait(timeout=90)
+        for reader in readers:
+            reader.join(10)
+        out, err = "".join(lines), "".join(errors)
     finally:
         if cli.poll() is None:
             cli.kill()
-            cli.communicate()
+            cli.wait()
     print(out, err)
     assert cli.returncode == 1, err
     assert "stopped: group canary: can-1 unhealthy (offline)" in out
@@ -250,5 +272,5 @@ def test_bad_input_exits_2_and_publishes_nothing(fleet, broker, keys, served_bun
         extra = ("--rollout-id", "no spaces")
     done = rollout(broker, keys, bundle, url, group, extra=extra)
     assert done.returncode == 2 and message in done.stderr, done.stderr
-    time.sleep(0.5)  # asserting absence: a desired state the CLI published would have reached the watcher by now
+    fleet.sentinel()  # the CLI waits for the PUBACK of what it publishes, so that came before the sentinel
     assert fleet.doc("groups/canary/ota/desired") is None

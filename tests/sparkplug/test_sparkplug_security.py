@@ -5,7 +5,6 @@ request, while a subscriber's or another device's request, and another device's 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -87,13 +86,23 @@ def test_under_the_shipped_acl_only_an_operator_can_ask_for_a_rebirth_and_no_dev
             assert node.wait_connected(20), node.last_error
             host.wait_for(lambda m: [x for x in m if x.kind == "DBIRTH" and x.device == "cam1"], message="births")
             ncmd = "spBv1.0/plant1/NCMD/dev1"
-            publish_as(broker, "dashboard@ops", USERS["dashboard@ops"], ncmd, rebirth_command(True))
-            publish_as(broker, "dev2", USERS["dev2"], ncmd, rebirth_command(True))
-            publish_as(broker, "dev2", USERS["dev2"], "spBv1.0/plant1/NBIRTH/dev1", rebirth_command(True))
-            publish_as(broker, "operator@ops", USERS["operator@ops"], ncmd, rebirth_command(True))
-            host.wait_for(lambda m: len([x for x in m if x.kind == "NBIRTH"]) >= 2, message="the operator's rebirth")
-            time.sleep(1.0)  # a rebirth asked for earlier, or a forged birth, would have arrived by now
+            # Each publish_as returns once the broker has handled its message (routed to every subscriber when
+            # allowed, to none when denied), so a later one reaches the host's one connection after it: the
+            # sentinels. (No same-connection sentinel: mosquitto closes a connection after a denied publish.)
+            publish_as(broker, "dashboard@ops", USERS["dashboard@ops"], ncmd, rebirth_command(True, timestamp=101))
+            publish_as(broker, "dev2", USERS["dev2"], ncmd, rebirth_command(True, timestamp=102))
+            publish_as(broker, "dev2", USERS["dev2"], "spBv1.0/plant1/NBIRTH/dev1", rebirth_command(True, 103))
+            publish_as(broker, "dev2", USERS["dev2"], "spBv1.0/plant1/NDATA/dev2", rebirth_command(True, 104))
+            publish_as(broker, "operator@ops", USERS["operator@ops"], ncmd, rebirth_command(True, timestamp=105))
+            host.wait_for(lambda m: [x for x in m if x.topic == "spBv1.0/plant1/NDATA/dev2"], message="dev2's own")
+            wait_until(lambda: [c for c in host.commands if c.payload.timestamp == 105], message="the operator's NCMD")
+            assert [(c.topic, c.payload.timestamp) for c in host.commands] == [(ncmd, 105)]  # only it reached dev1
+            # so the node has exactly one rebirth to answer, and no other birth comes after it
+            host.wait_for(lambda m: len([x for x in m if x.kind == "NBIRTH"]) >= 2
+                          and len([x for x in m if x.kind == "DBIRTH" and x.device == "cam1"]) >= 2,
+                          message="the operator's rebirth")
             assert len(host.of("NBIRTH")) == 2 and len(host.of("DBIRTH", "cam1")) == 2
+            assert 103 not in [x.payload.timestamp for x in host.of("NBIRTH")]  # the node's own births, no forged one
             assert node.connects == 1  # never dropped for a publish the ACL denies
         finally:
             node.stop()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,15 +20,20 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def _fake_stub(server_pid: int) -> subprocess.Popen:
+# The fake stub answers SIGUSR1 with a line: a signal sent after a SIGKILL is never handled (kill() marks the
+# whole process as exiting before it returns), so an answer proves no SIGKILL came before that signal.
+_STUB_CODE = ("import signal, time; signal.signal(signal.SIGUSR1, lambda *_: print('alive', flush=True)); "
+              "print('ready', flush=True); time.sleep(600)")
+
+
+def _fake_stub(server_pid: int) -> subprocess.Popen[str]:
     """A real process whose argv looks like a stub's (the stub binary itself needs a live server):
     argv[0] ends in the stub's name and argv[5] is the server pid."""
-    argv = ["-c", "import time; time.sleep(600)", "1048576", "1048576", str(server_pid), "/b"]
-    proc = subprocess.Popen(["bash", "-c", 'exec -a /x/triton_python_backend_stub "$0" "$@"', sys.executable, *argv])
-    deadline = time.monotonic() + 30
-    while not Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"/x/triton_python_backend_stub"):
-        assert time.monotonic() < deadline, "the fake stub never exec'd"
-        time.sleep(0.01)  # bash has not exec'd yet
+    argv = ["-c", _STUB_CODE, "1048576", "1048576", str(server_pid), "/b"]
+    proc = subprocess.Popen(["bash", "-c", 'exec -a /x/triton_python_backend_stub "$0" "$@"', sys.executable, *argv],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # exec'd, its handler in place
+    assert Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"/x/triton_python_backend_stub")
     return proc
 
 
@@ -40,12 +45,15 @@ def test_stubs_of_a_dead_server_are_ended_and_live_ones_kept(tmp_path: Path) -> 
         # Other orphaned stubs on this machine (a crashed run elsewhere) may be reclaimed too; ours must not be.
         assert orphan.pid in done.stubs and ours.pid not in done.stubs
         assert orphan.wait(timeout=10) == -9
-        time.sleep(0.1)  # deliberate: a wrongly sent SIGKILL would land in this time; there is nothing to poll for
+        os.kill(ours.pid, signal.SIGUSR1)  # the sentinel, sent after anything reclaim_leftovers sent
+        assert ours.stdout is not None and ours.stdout.readline() == "alive\n"
         assert ours.poll() is None
     finally:
         for p in (orphan, ours):
             p.kill()
             p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
 
 
 def test_regions_of_dead_servers_are_removed_and_others_kept(tmp_path: Path) -> None:

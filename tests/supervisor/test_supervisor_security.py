@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -101,7 +100,10 @@ health:
         statuses = reader.of_type("device_status")
         assert statuses and statuses[-1]["state"] == "online", statuses
 
-        # Denied first, allowed last: when the allowed command's reply is here, the device was listening.
+        # Denied first, allowed last. Each as_user returns once the broker has handled its message (routed to
+        # every subscriber when allowed), so the reader's one connection would get a forged message before the
+        # barrier, and the device a denied command before the operator's on the same topic; the device answers
+        # commands in order on one connection, so the operator's reply is the sentinel for theirs.
         base = f"appliance/{device}"
         as_user("dashboard@ops", f"{base}/command/status", {"request_id": "from-subscriber"})
         as_user("other-box", f"{base}/command/status", {"request_id": "from-other-device"})
@@ -110,7 +112,6 @@ health:
         as_user("operator@ops", f"{base}/command/status", {"request_id": "from-operator"})
         as_user("other-box", "appliance/other-box/status", {"type": "barrier"})
         wait(lambda: replies("from-operator") and reader.of_type("barrier"), 60, "the operator's reply")
-        time.sleep(1.0)  # anything that got through would have come before the reply; give stragglers a second
         reply = replies("from-operator")[0]
         validate_message("command_reply", reply)
         assert reply["ok"] is True, reply

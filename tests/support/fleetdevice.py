@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from appliance import logs
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.messages import ota_status_payload
 from appliance.mqtt.publisher import MqttPublisher
@@ -32,6 +33,7 @@ from appliance.serving.switcher import ModelSpec
 
 
 def main(config_path: str) -> int:
+    logs.configure("INFO", environ={})  # to stderr (the test's log file): the tests read the follower's decisions
     cfg: dict[str, Any] = json.loads(Path(config_path).read_text())
     state = Path(cfg["state_dir"])
     state.mkdir(parents=True, exist_ok=True)

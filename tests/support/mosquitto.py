@@ -24,12 +24,13 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.mqtt.localbroker import LocalBroker, free_port
+from support.wait import wait_until
 
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
 
@@ -174,24 +175,28 @@ class MosquittoFromFile(LocalBroker):
 def publish_as(broker: LocalBroker, username: str, password: str, topic: str, payload: str | bytes,
                tls: Optional[TlsMaterial] = None, retain: bool = False) -> None:
     """Connect as ``username`` (a fresh client, mutual TLS with ``tls``'s client certificate when given), publish
-    once with QoS 1 (retained with ``retain``) and wait for the broker's PUBACK or for it to drop the connection: either way the broker has
-    handled the message. Under an ACL that denies it, MQTT 3.1.1 gives the sender no error (mosquitto drops the
-    message, and may close the connection), so callers assert on what an allowed reader receives."""
+    once with QoS 1 (retained with ``retain``) and wait for the broker's PUBACK or for it to drop the connection:
+    either way the broker has handled the message, and routed it to its subscribers if it was allowed. Under an
+    ACL that denies it, MQTT 3.1.1 gives the sender no error (mosquitto drops the message, and closes the
+    connection), so callers assert on what an allowed reader receives."""
     client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"as-{uuid.uuid4().hex[:8]}")
     if tls is not None:
         client.tls_set(ca_certs=str(tls.ca.cert), certfile=str(tls.client.cert), keyfile=str(tls.client.key))
     client.username_pw_set(username, password)
-    connected = threading.Event()
+    connected, closed = threading.Event(), threading.Event()
     client.on_connect = lambda c, u, f, reason, p: connected.set() if not reason.is_failure else None
+    client.on_disconnect = lambda *_: closed.set()
+
+    def served(done: Callable[[], bool]) -> bool:
+        """One turn of the client's network loop, here rather than on a thread: no thread to join afterwards."""
+        client.loop(0.05)
+        return done()
+
     client.connect(broker.host, broker.port)
-    client.loop_start()
     try:
-        assert connected.wait(10), f"{username} could not connect"
+        wait_until(lambda: served(connected.is_set), 10, 0, f"{username} to connect")
         info = client.publish(topic, payload, qos=1, retain=retain)
-        try:
-            info.wait_for_publish(5)
-        except RuntimeError:
-            pass  # the broker closed the connection: it has seen the message
+        wait_until(lambda: served(lambda: info.is_published() or closed.is_set()), 10, 0,
+                   f"the broker to acknowledge {username}'s publish on {topic} or close the connection")
     finally:
-        client.loop_stop()
         client.disconnect()

@@ -112,10 +112,11 @@ def metrics_of(payload: Any) -> dict[str, Any]:
     return {m.name: metric_value(m) for m in payload.metrics}
 
 
-def rebirth_command(value: bool = True) -> bytes:
-    """An NCMD as a host (Ignition's MQTT Engine) sends it, encoded by google.protobuf."""
+def rebirth_command(value: bool = True, timestamp: int = 1) -> bytes:
+    """An NCMD as a host (Ignition's MQTT Engine) sends it, encoded by google.protobuf (``timestamp`` tells one
+    command from another)."""
     message = Payload()
-    message.timestamp = 1
+    message.timestamp = timestamp
     metric = message.metrics.add()
     metric.name, metric.datatype, metric.boolean_value = "Node Control/Rebirth", DATATYPES["Boolean"], value
     return bytes(message.SerializeToString())
@@ -147,6 +148,7 @@ class SparkplugSubscriber:
     def __init__(self, host: str, port: int, topic: str = "spBv1.0/#", *, username: Optional[str] = None,
                  password: Optional[str] = None) -> None:
         self.messages: list[Received] = []
+        self.commands: list[Received] = []  # NCMD and DCMD that decode (the node's subscription gets the same)
         self.undecodable: list[str] = []
         self._lock = threading.Lock()
         self.client = paho.Client(callback_api_version=CallbackAPIVersion.VERSION2,
@@ -163,7 +165,15 @@ class SparkplugSubscriber:
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         parts = msg.topic.split("/")
-        if parts[2] not in NODE_KINDS:  # commands (ours included, malformed ones too) and host STATE
+        if parts[2] in ("NCMD", "DCMD"):  # ours included; malformed ones are left out
+            try:
+                command = Received(msg.topic, parts[2], parts[4] if len(parts) > 4 else None, parse(msg.payload))
+            except DecodeError:
+                return
+            with self._lock:
+                self.commands.append(command)
+            return
+        if parts[2] not in NODE_KINDS:  # host STATE
             return
         try:
             payload = parse(msg.payload)

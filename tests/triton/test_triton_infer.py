@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.shm import private_shm_dir
+from support.wait import wait_until
 
 from appliance.capture.layout import RingGeometry
 from appliance.capture.ring import FrameLease, RingReader, RingWriter
@@ -21,6 +22,7 @@ from appliance.capture.ringfile import create_ring, ring_path
 from appliance.supervisor.scheduler import Scheduler
 from appliance.triton import errors
 from appliance.triton.infer import InputBuffer, prepare_input
+from appliance.triton.requests import InferFuture
 from appliance.triton.server import Server
 
 WAIT = 120.0  # generous: only for waiting, never asserted on
@@ -117,10 +119,7 @@ def test_shared_memory_input_is_not_copied_and_released_once(server: Server) -> 
         released: list[int] = []
         fut = server.infer_async("frame", {"FRAME": buf}, on_inputs_released=lambda: released.append(1))
         assert int(fut.result(WAIT)["CHECKSUM"][0]) == expected
-        deadline = time.monotonic() + WAIT
-        while not released and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert released == [1]
+        assert wait_released(fut, released) == [1]
         del buf, fut
     finally:
         shm.close()  # raises BufferError if anything still held the mapping
@@ -177,9 +176,8 @@ def test_a_capture_lease_goes_to_triton_in_place_and_its_slot_returns_to_the_wri
                 writer.publish(claim, time.monotonic(), time.time())
             assert int(futures[0].result(WAIT)["CHECKSUM"][0]) == expected
             assert [int(f.result(WAIT)["CHECKSUM"][0]) for f in busy] == [ones.size] * 3
-            deadline = time.monotonic() + WAIT
-            while reader.leases_held and time.monotonic() < deadline:  # the release may follow the response
-                time.sleep(0.01)
+            # the release may follow the response
+            wait_until(lambda: reader.leases_held == 0, WAIT, message="the frame's lease released")
             assert reader.leases_held == 0 and lease.released
             assert scheduler.stop(drain_timeout_s=WAIT) and handed_on == [1]
             reused = []
@@ -288,11 +286,10 @@ def test_model_error_response(server: Server) -> None:
         server.infer("raiser", {"X": -np.ones(2, np.float32)})
 
 
-def wait_released(released: list[int], count: int = 1) -> list[int]:
-    deadline = time.monotonic() + WAIT
-    while len(released) < count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)  # a second (wrong) call would land here
+def wait_released(fut: InferFuture, released: list[int]) -> list[int]:
+    """``released`` once the runtime has forgotten ``fut``'s request: Triton's release and response callbacks,
+    the only places a second (wrong) call could come from, are over by then."""
+    wait_until(lambda: released and fut._pending is None, WAIT, message="the request released and forgotten")
     return released
 
 
@@ -301,7 +298,7 @@ def test_errors_are_futures_exceptions_not_raised_at_submit(server: Server) -> N
     fut = server.infer_async("no_such_model", {"X": np.ones((1, 2), np.float32)},
                              on_inputs_released=lambda: released.append(1))  # fmt: skip
     assert isinstance(fut.exception(WAIT), errors.NotFoundError)
-    assert wait_released(released) == [1]
+    assert wait_released(fut, released) == [1]
 
 
 @pytest.mark.parametrize(
@@ -315,7 +312,7 @@ def test_inputs_released_exactly_once_on_error_paths(server: Server, model: str,
     released: list[int] = []
     fut = server.infer_async(model, inputs, on_inputs_released=lambda: released.append(1))
     assert isinstance(fut.exception(WAIT), error)
-    assert wait_released(released) == [1]
+    assert wait_released(fut, released) == [1]
 
 
 # -- timeout and cancellation -------------------------------------------------------------------------
@@ -326,14 +323,11 @@ def slow_inputs(seconds: float, marker: Path) -> dict[str, np.ndarray]:
 
 
 def wait_for_marker(marker: Path, expected: str) -> str:
-    deadline = time.monotonic() + WAIT
-    text = ""
-    while time.monotonic() < deadline:
-        text = marker.read_text() if marker.exists() else ""
-        if text == expected:
-            break
-        time.sleep(0.02)
-    return text
+    def text() -> str:
+        return marker.read_text() if marker.exists() else ""
+
+    wait_until(lambda: text() == expected, WAIT, message=f"the model to write {expected!r}")
+    return text()
 
 
 def test_timeout_fails_the_request_and_cancels_it_in_triton(server: Server, tmp_path: Path) -> None:
@@ -344,10 +338,7 @@ def test_timeout_fails_the_request_and_cancels_it_in_triton(server: Server, tmp_
     with pytest.raises(errors.InferTimeoutError, match="exceeded 0.5 s"):
         fut.result(WAIT)
     assert wait_for_marker(marker, "cancelled") == "cancelled"  # the model saw is_cancelled()
-    deadline = time.monotonic() + WAIT
-    while not released and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert released == [1]
+    assert wait_released(fut, released) == [1]
 
 
 def test_cancel_reaches_the_model(server: Server, tmp_path: Path) -> None:
@@ -420,9 +411,7 @@ def test_dropped_result_is_freed_without_waiting_for_gc(server: Server) -> None:
     while isinstance(owner.base, np.ndarray):
         owner = owner.base
     ref = weakref.ref(owner)
-    deadline = time.monotonic() + WAIT
-    while fut._pending is not None and time.monotonic() < deadline:  # until Triton has released the request
-        time.sleep(0.01)
+    wait_until(lambda: fut._pending is None, WAIT, message="Triton to release the request")
     gc.disable()
     try:
         del y, owner, fut

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from support.wait import wait_until
 
 from appliance.procs import stat_fields
 from appliance.triton import robustlocks
@@ -134,8 +135,7 @@ def test_a_process_that_exited_unreaped_cannot_be_looked_at() -> None:
     # A stub that exits between wait_gone's scan and its kill: a zombie never stops, so nothing can be known.
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        while stat_fields(Path(f"/proc/{child.pid}/stat"))[:1] != ["Z"]:
-            time.sleep(0.01)
+        wait_until(lambda: stat_fields(Path(f"/proc/{child.pid}/stat"))[:1] == ["Z"], message="the child a zombie")
         assert robustlocks.stop_unlocked(child.pid) is None
     finally:
         child.wait()

@@ -8,12 +8,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from support.triton import copy_models, ensure_stub_site, started_server
+from support.wait import wait_until
 
 from appliance.triton import errors, stubs
 from appliance.triton.server import Server, ServerOptions, ServerState
@@ -126,12 +127,11 @@ def test_lifecycle_model_control_and_introspection(tmp_path: Path, models_src: P
 
         server.infer("echo", X)
         # The backend reports statistics just after it sends the response: wait for them to land.
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            stats = server.model_statistics("echo")["model_stats"][0]
-            if int(stats["inference_stats"]["success"]["count"]) >= 1:
-                break
-            time.sleep(0.02)
+        def counted_stats() -> dict[str, Any] | None:
+            stats: dict[str, Any] = server.model_statistics("echo")["model_stats"][0]
+            return stats if int(stats["inference_stats"]["success"]["count"]) >= 1 else None
+
+        stats = wait_until(counted_stats, WAIT, message="echo's statistics")
         assert stats["name"] == "echo" and int(stats["inference_stats"]["success"]["count"]) == 1
         # Triton's metrics registry is process-wide: other servers' "echo" models count here too.
         assert re.search(r'^nv_inference_request_success\{model="echo",version="1"\} [1-9]', server.metrics(), re.M)
@@ -144,9 +144,7 @@ def test_lifecycle_model_control_and_introspection(tmp_path: Path, models_src: P
         assert len(stubs_before) == 3  # echo has two instances, raiser one
         server.unload_model("raiser")
         assert not server.model_ready("raiser")
-        deadline = time.monotonic() + WAIT
-        while len(server.stub_pids()) > 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: len(server.stub_pids()) <= 2, WAIT, message="the raiser's stub to exit")
         assert len(server.stub_pids()) == 2  # the raiser's stub has exited, echo's two remain
         with pytest.raises(errors.NotFoundError, match="'raiser' has no available versions"):
             server.infer("raiser", {"X": np.ones(2, np.float32)})
@@ -206,9 +204,7 @@ def test_stop_with_a_stuck_model_fails_its_requests_and_kills_its_stub(
                                    on_inputs_released=lambda: released.append("first"))  # fmt: skip
         rest = [server.infer_async("slow", slow_inputs(600), on_inputs_released=lambda i=i: released.append(str(i)))
                 for i in range(2)]  # fmt: skip
-        deadline = time.monotonic() + WAIT
-        while not marker.exists() and time.monotonic() < deadline:  # the model is busy with the first one
-            time.sleep(0.02)
+        wait_until(marker.exists, WAIT, message="the model to be busy with the first one")
         assert marker.exists()
         (pid,) = server.stub_pids()
         region = stubs.StubScanner().region_of(pid)
@@ -239,9 +235,7 @@ def test_exit_without_stop_neither_hangs_nor_leaves_stubs(tmp_path: Path, models
                           env=os.environ | {"PYTHONUNBUFFERED": "1"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[[2.0, 2.0]]" in proc.stdout
-    deadline = time.monotonic() + 30
-    while stubs_mentioning(str(repo)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: not stubs_mentioning(str(repo)), 30, 0.1, "the exited process's stubs to go")
     assert stubs_mentioning(str(repo)) == []
 
 
