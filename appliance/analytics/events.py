@@ -6,11 +6,16 @@
 2. Track (:class:`~appliance.analytics.tracker.ByteTracker`): each kept detection gets a ``track_id``, or
    ``NO_TRACK`` (-1) while its track is not confirmed yet.
 3. For every confirmed track seen in this frame, its box's anchor point (bottom centre by default) decides:
-   - zones: ``enter`` when the point moves into a zone, ``exit`` when it moves out; ``dwell`` once per stay, at
-     the first frame the track is seen after having been inside for the zone's ``dwell_s``;
-   - lines: ``cross`` when the point's move since the track was last seen meets the line segment and ends on
-     the other side; ``direction`` is ``in`` when it ends on the configured ``in_side``, else ``out``. A move
-     that ends exactly on the line is not a crossing yet; the side it came from is remembered.
+   - zones: ``enter`` when the point has moved into a zone, ``exit`` when it has moved out, each once the
+     zone's hysteresis agrees (below); ``dwell`` once per stay, at the first frame the track is seen after
+     having been inside (since its ``enter``) for the zone's ``dwell_s``;
+   - lines: a crossing starts when the point's move since the track was last seen meets the line segment and
+     ends on the other side, and ``cross`` fires once the line's hysteresis agrees; ``direction`` is ``in``
+     when it ends on the configured ``in_side``, else ``out``. A move that ends exactly on the line is not a
+     crossing yet; the side it came from is remembered.
+   Hysteresis: the event waits until the point is ``margin`` x its box's height past the line (or inside or
+   outside the zone's edge), or has been seen on the new side ``frames`` times in a row; a step back to the
+   old side first cancels it. The event carries the frame that settled it.
    A lost track (occluded, not seen this frame) keeps its zones and sides: nothing fires for it until it is
    seen again or removed; a removed track ``exit``s every zone it was in (``track_lost: true``).
 4. Counters: per zone ``current`` (confirmed tracks inside, lost ones included), ``entered``, ``exited``; per
@@ -107,7 +112,10 @@ class Analytics:
         self._inside: np.ndarray = np.zeros((0, nz), dtype=bool)
         self._since: np.ndarray = np.zeros((0, nz))                    # capture time of the frame it entered
         self._dwelt: np.ndarray = np.zeros((0, nz), dtype=bool)
-        self._side: np.ndarray = np.zeros((0, nl), dtype=np.int8)      # last side seen off the line, 0 before any
+        self._side: np.ndarray = np.zeros((0, nl), dtype=np.int8)      # side counted for, 0 before any
+        self._pending: np.ndarray = np.zeros((0, nl), dtype=np.int8)   # side crossed to, not counted yet; 0 none
+        self._line_frames: np.ndarray = np.zeros((0, nl), dtype=np.int32)  # frames seen on the pending side
+        self._zone_frames: np.ndarray = np.zeros((0, nz), dtype=np.int32)  # frames seen across from _inside
         self._last: np.ndarray = np.zeros((0, 2))                      # anchor where last seen
         self._class: np.ndarray = np.zeros(0, dtype=np.int32)  # class and score when last seen, for a lost exit
         self._score: np.ndarray = np.zeros(0, dtype=np.float32)
@@ -170,6 +178,8 @@ class Analytics:
         keep = ~gone
         self._ids, self._inside, self._since = self._ids[keep], self._inside[keep], self._since[keep]
         self._dwelt, self._side, self._last = self._dwelt[keep], self._side[keep], self._last[keep]
+        self._pending, self._line_frames = self._pending[keep], self._line_frames[keep]
+        self._zone_frames = self._zone_frames[keep]
         self._class, self._score = self._class[keep], self._score[keep]
 
     def _align(self, ids: np.ndarray, first_boxes: np.ndarray) -> None:
@@ -194,6 +204,9 @@ class Analytics:
         self._since = take(self._since, np.zeros(nz))
         self._dwelt = take(self._dwelt, np.zeros(nz, dtype=bool))
         self._side = take(self._side, np.zeros(nl, dtype=np.int8))
+        self._pending = take(self._pending, np.zeros(nl, dtype=np.int8))
+        self._line_frames = take(self._line_frames, np.zeros(nl, dtype=np.int32))
+        self._zone_frames = take(self._zone_frames, np.zeros(nz, dtype=np.int32))
         self._last = take(self._last, np.full(2, np.nan))
         self._class = take(self._class, np.zeros((), dtype=np.int32))
         self._score = take(self._score, np.zeros((), dtype=np.float32))
@@ -209,9 +222,17 @@ class Analytics:
                ctx: tuple[int, float]) -> None:
         if not self.layout.zone_names:
             return
-        now = self.layout.inside(points)
         was = self._inside[rows]
-        exits, enters = was & ~now, now & ~was
+        across = self.layout.inside(points) != was
+        frames = np.where(across, self._zone_frames[rows] + 1, 0)
+        due = np.zeros_like(across)
+        if across.any():
+            r, z = np.nonzero(across)
+            heights = info[3][r, 3] - info[3][r, 1]
+            far = self.layout.edge_distance(points[r], z) >= self.layout.zone_margin[z] * heights
+            due[r, z] = far | (frames[r, z] >= self.layout.zone_frames[z])
+        now = was ^ due
+        exits, enters = due & was, due & ~was
         for r, z in zip(*np.nonzero(exits)):
             events.append(self._seen_event("exit", ctx, info, r, zone=self.layout.zone_names[z]))
             self._count_zone(z, "exited", -1)
@@ -222,28 +243,44 @@ class Analytics:
         since[enters] = ctx[1]
         dwelt = self._dwelt[rows] & now
         stayed = ctx[1] - since
-        due = now & ~dwelt & (stayed >= self.layout.dwell_s[None, :])
-        for r, z in zip(*np.nonzero(due)):
+        due_dwell = now & ~dwelt & (stayed >= self.layout.dwell_s[None, :])
+        for r, z in zip(*np.nonzero(due_dwell)):
             events.append(self._seen_event("dwell", ctx, info, r, zone=self.layout.zone_names[z],
                                            dwell_s=float(stayed[r, z])))
-        self._inside[rows], self._since[rows], self._dwelt[rows] = now, since, dwelt | due
+        self._inside[rows], self._since[rows], self._dwelt[rows] = now, since, dwelt | due_dwell
+        self._zone_frames[rows] = np.where(due, 0, frames)
 
     def _lines(self, rows: np.ndarray, points: np.ndarray, info: tuple, events: list[Event],
                ctx: tuple[int, float]) -> None:
         if not self.layout.line_names:
             return
-        now = self.layout.sides(points)
-        was = self._side[rows]
-        flipped = (was != 0) & (now != 0) & (now != was)
-        for line in np.flatnonzero(flipped.any(axis=0)):
-            movers = np.nonzero(flipped[:, line])[0]
+        offsets = self.layout.offsets(points)
+        now = np.sign(offsets).astype(np.int8)
+        side, pending = self._side[rows], self._pending[rows]
+        starts = (pending == 0) & (side != 0) & (now != 0) & (now != side)
+        if not (starts.any() or pending.any()):
+            self._side[rows] = np.where(side != 0, side, now)  # a track born on a line takes its first side
+            return
+        for line in np.flatnonzero(starts.any(axis=0)):
+            movers = np.nonzero(starts[:, line])[0]
             met = self.layout.crossed(self._last[rows[movers]], points[movers], int(line))
-            for r in movers[met]:
-                direction: Literal["in", "out"] = "in" if now[r, line] == self.layout.in_sign[line] else "out"
-                events.append(self._seen_event("cross", ctx, info, r, line=self.layout.line_names[line],
-                                               direction=direction))
-                self.counts.lines[self.layout.line_names[line]][direction] += 1
-        self._side[rows] = np.where(now != 0, now, was)
+            pending[movers[met], line] = now[movers[met], line]
+            side[movers[~met], line] = now[movers[~met], line]  # around the line's end: no crossing
+        pending[(pending != 0) & (now == side)] = 0  # stepped back before it counted
+        on_new = (pending != 0) & (now == pending)
+        frames = np.where(on_new, self._line_frames[rows] + 1, 0)
+        heights = info[3][:, 3] - info[3][:, 1]
+        far = np.abs(offsets) >= self.layout.line_margin[None, :] * heights[:, None]
+        due = on_new & (far | (frames >= self.layout.line_frames[None, :]))
+        for r, line in zip(*np.nonzero(due)):
+            direction: Literal["in", "out"] = "in" if pending[r, line] == self.layout.in_sign[line] else "out"
+            events.append(self._seen_event("cross", ctx, info, r, line=self.layout.line_names[line],
+                                           direction=direction))
+            self.counts.lines[self.layout.line_names[line]][direction] += 1
+        side = np.where(due, pending, side)
+        self._side[rows] = np.where(side != 0, side, now)
+        self._pending[rows] = np.where(due, 0, pending)
+        self._line_frames[rows] = np.where(due, 0, frames)
 
     # -- events and counters --------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """A camera's zones and lines in frame pixels, and the per-frame questions asked of them for all tracks at once:
-which zones each anchor point is in, which side of each line it is on, and whether a move crossed a line."""
+which zones each anchor point is in, which side of each line it is on and how far, whether a move crossed a
+line, and how far a point is from a zone's edge."""
 
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ class Layout:
         dy = ends[:, 1] - starts[:, 1]
         self._slope = (ends[:, 0] - starts[:, 0]) / np.where(dy == 0, 1.0, dy)  # dx/dy; horizontal edges never count
         self._zone_start = np.cumsum([0] + [len(p) for p in self.polygons[:-1]]).astype(np.intp)
+        self._edge_start, self._edge = starts, ends - starts
+        self._edge_len2 = np.maximum((self._edge ** 2).sum(axis=1), 1e-12)
+        self.zone_margin = np.array([z.hysteresis.margin for z in config.zones], dtype=np.float64)
+        self.zone_frames = np.array([z.hysteresis.frames for z in config.zones], dtype=np.int32)
         self.lines = []
         for line in config.lines:
             a, b = _pixels((line.a, line.b), line.units, width, height)
@@ -64,6 +69,9 @@ class Layout:
         self.in_sign = np.array([ln.in_sign for ln in self.lines], dtype=np.int8)
         self._a = np.array([ln.a for ln in self.lines]).reshape(-1, 2)
         self._ab = np.array([ln.b - ln.a for ln in self.lines]).reshape(-1, 2)
+        self._ab_len = np.hypot(self._ab[:, 0], self._ab[:, 1])
+        self.line_margin = np.array([ln.hysteresis.margin for ln in config.lines], dtype=np.float64)
+        self.line_frames = np.array([ln.hysteresis.frames for ln in config.lines], dtype=np.int32)
 
     def inside(self, points: np.ndarray) -> np.ndarray:
         """``[N, 2]`` -> ``[N, Z]`` bool (even-odd ray casting against every zone's edges at once)."""
@@ -76,8 +84,22 @@ class Layout:
 
     def sides(self, points: np.ndarray) -> np.ndarray:
         """``[N, 2]`` -> ``[N, L]`` int8: +1 right of a->b (as displayed, y down), -1 left, 0 on the line."""
-        d = (self._ab[:, 0] * (points[:, 1:2] - self._a[:, 1]) - self._ab[:, 1] * (points[:, 0:1] - self._a[:, 0]))
-        return np.sign(d).astype(np.int8)
+        return np.sign(self._cross(points)).astype(np.int8)
+
+    def offsets(self, points: np.ndarray) -> np.ndarray:
+        """``[N, 2]`` -> ``[N, L]`` signed pixels from each (infinite) line, its sign that of :meth:`sides`."""
+        return self._cross(points) / self._ab_len
+
+    def _cross(self, points: np.ndarray) -> np.ndarray:
+        return self._ab[:, 0] * (points[:, 1:2] - self._a[:, 1]) - self._ab[:, 1] * (points[:, 0:1] - self._a[:, 0])
+
+    def edge_distance(self, points: np.ndarray, zones: np.ndarray) -> np.ndarray:
+        """``[M, 2]`` points and ``[M]`` zone indices -> ``[M]`` pixels from each point to its zone's nearest edge."""
+        rel = points[:, None, :] - self._edge_start[None]                                   # [M, E, 2]
+        t = np.clip((rel * self._edge).sum(axis=2) / self._edge_len2, 0.0, 1.0)             # [M, E]
+        gap = rel - t[..., None] * self._edge
+        dist = np.hypot(gap[..., 0], gap[..., 1])
+        return np.minimum.reduceat(dist, self._zone_start, axis=1)[np.arange(len(points)), zones]
 
     def crossed(self, before: np.ndarray, after: np.ndarray, line: int) -> np.ndarray:
         """``[N, 2]`` moves -> ``[N]`` bool: the move met line ``line`` between its two ends."""
