@@ -44,14 +44,15 @@ def _check_pixels(points: list[PointXY], key: str) -> None:
 
 class HysteresisConfig(StrictModel):
     """When a move across a line (or a zone's edge) counts: once the anchor is ``margin`` past it, or once it has
-    been seen on the new side ``frames`` times in a row, whichever comes first. Until then the event waits, and
-    a step back cancels it: someone lingering on the line, whose box jitters across it, counts nothing."""
+    stayed across for ``frames`` frames, whichever comes first. Until then the event waits, and being seen back
+    on the old side cancels it: someone lingering on the line, whose box jitters across it, counts nothing."""
 
     margin: float = Field(0.2, ge=0, le=5, description="how far past the line (inside or outside the zone's edge) the "
                           "anchor must be, as a fraction of the box's height, so it scales with the object and the "
                           "resolution; 0 counts the first frame past")
-    frames: int = Field(15, ge=1, le=10_000, description="or: seen on the new side this many frames in a row, "
-                        "however close to the line (for someone who stops just past it); 1 counts the first frame")
+    frames: int = Field(15, ge=1, le=10_000, description="or: across for this many of the camera's frames, "
+                        "however close to the line (someone who stops just past it), each time seen still across "
+                        "(frames it is lost in count); 1 counts the first frame")
 
 
 class ZoneConfig(StrictModel):

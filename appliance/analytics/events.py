@@ -14,8 +14,9 @@
      when it ends on the configured ``in_side``, else ``out``. A move that ends exactly on the line is not a
      crossing yet; the side it came from is remembered.
    Hysteresis: the event waits until the point is ``margin`` x its box's height past the line (or inside or
-   outside the zone's edge), or has been seen on the new side ``frames`` times in a row; a step back to the
-   old side first cancels it. The event carries the frame that settled it.
+   outside the zone's edge), or has stayed across for ``frames`` of the camera's frames (``frame_seq``: a
+   frame it was lost in counts, as long as it is across each time it is seen); being seen back on the old
+   side first cancels it. The event carries the frame that settled it.
    A lost track (occluded, not seen this frame) keeps its zones and sides: nothing fires for it until it is
    seen again or removed; a removed track ``exit``s every zone it was in (``track_lost: true``).
 4. Counters: per zone ``current`` (confirmed tracks inside, lost ones included), ``entered``, ``exited``; per
@@ -111,11 +112,13 @@ class Analytics:
         self._ids: np.ndarray = np.zeros(0, dtype=np.int64)            # confirmed tracks, ascending
         self._inside: np.ndarray = np.zeros((0, nz), dtype=bool)
         self._since: np.ndarray = np.zeros((0, nz))                    # capture time of the frame it entered
-        self._dwelt: np.ndarray = np.zeros((0, nz), dtype=bool)
+        self._dwell_at: np.ndarray = np.zeros((0, nz))   # capture time its dwell is due; inf: outside, done or none
         self._side: np.ndarray = np.zeros((0, nl), dtype=np.int8)      # side counted for, 0 before any
-        self._pending: np.ndarray = np.zeros((0, nl), dtype=np.int8)   # side crossed to, not counted yet; 0 none
-        self._line_frames: np.ndarray = np.zeros((0, nl), dtype=np.int32)  # frames seen on the pending side
-        self._zone_frames: np.ndarray = np.zeros((0, nz), dtype=np.int32)  # frames seen across from _inside
+        # Hysteresis: per line (zone), the frame_seq the anchor went across from the side (membership) counted
+        # and the frame_seq it was last seen across; a run goes on while the track is seen across every time.
+        self._seen_at: np.ndarray = np.zeros(0, dtype=np.int64)        # frame_seq where last seen
+        self._line_run: np.ndarray = np.zeros((0, nl, 2), dtype=np.int64)
+        self._zone_run: np.ndarray = np.zeros((0, nz, 2), dtype=np.int64)
         self._last: np.ndarray = np.zeros((0, 2))                      # anchor where last seen
         self._class: np.ndarray = np.zeros(0, dtype=np.int32)  # class and score when last seen, for a lost exit
         self._score: np.ndarray = np.zeros(0, dtype=np.float32)
@@ -161,7 +164,7 @@ class Analytics:
             info = (ids[rows], det_classes, det_scores, det_boxes)
             self._zones(rows, points, info, events, ctx)
             self._lines(rows, points, info, events, ctx)
-            self._last[rows] = points
+            self._last[rows], self._seen_at[rows] = points, frame_seq
             self._class[rows], self._score[rows] = det_classes, det_scores
         return tracked, events, bool(events)
 
@@ -177,9 +180,8 @@ class Analytics:
             self._count_zone(z, "exited", -1)
         keep = ~gone
         self._ids, self._inside, self._since = self._ids[keep], self._inside[keep], self._since[keep]
-        self._dwelt, self._side, self._last = self._dwelt[keep], self._side[keep], self._last[keep]
-        self._pending, self._line_frames = self._pending[keep], self._line_frames[keep]
-        self._zone_frames = self._zone_frames[keep]
+        self._dwell_at, self._side, self._last = self._dwell_at[keep], self._side[keep], self._last[keep]
+        self._seen_at, self._line_run, self._zone_run = self._seen_at[keep], self._line_run[keep], self._zone_run[keep]
         self._class, self._score = self._class[keep], self._score[keep]
 
     def _align(self, ids: np.ndarray, first_boxes: np.ndarray) -> None:
@@ -202,11 +204,11 @@ class Analytics:
 
         self._inside = take(self._inside, np.zeros(nz, dtype=bool))
         self._since = take(self._since, np.zeros(nz))
-        self._dwelt = take(self._dwelt, np.zeros(nz, dtype=bool))
+        self._dwell_at = take(self._dwell_at, np.full(nz, np.inf))
         self._side = take(self._side, np.zeros(nl, dtype=np.int8))
-        self._pending = take(self._pending, np.zeros(nl, dtype=np.int8))
-        self._line_frames = take(self._line_frames, np.zeros(nl, dtype=np.int32))
-        self._zone_frames = take(self._zone_frames, np.zeros(nz, dtype=np.int32))
+        self._seen_at = take(self._seen_at, np.full((), -1, dtype=np.int64))
+        self._line_run = take(self._line_run, np.full((nl, 2), -2, dtype=np.int64))
+        self._zone_run = take(self._zone_run, np.full((nz, 2), -2, dtype=np.int64))
         self._last = take(self._last, np.full(2, np.nan))
         self._class = take(self._class, np.zeros((), dtype=np.int32))
         self._score = take(self._score, np.zeros((), dtype=np.float32))
@@ -224,63 +226,92 @@ class Analytics:
             return
         was = self._inside[rows]
         across = self.layout.inside(points) != was
-        frames = np.where(across, self._zone_frames[rows] + 1, 0)
-        due = np.zeros_like(across)
         if across.any():
-            r, z = np.nonzero(across)
-            heights = info[3][r, 3] - info[3][r, 1]
-            far = self.layout.edge_distance(points[r], z) >= self.layout.zone_margin[z] * heights
-            due[r, z] = far | (frames[r, z] >= self.layout.zone_frames[z])
-        now = was ^ due
-        exits, enters = due & was, due & ~was
-        for r, z in zip(*np.nonzero(exits)):
-            events.append(self._seen_event("exit", ctx, info, r, zone=self.layout.zone_names[z]))
-            self._count_zone(z, "exited", -1)
-        for r, z in zip(*np.nonzero(enters)):
-            events.append(self._seen_event("enter", ctx, info, r, zone=self.layout.zone_names[z]))
-            self._count_zone(z, "entered", +1)
-        since = self._since[rows]
-        since[enters] = ctx[1]
-        dwelt = self._dwelt[rows] & now
-        stayed = ctx[1] - since
-        due_dwell = now & ~dwelt & (stayed >= self.layout.dwell_s[None, :])
-        for r, z in zip(*np.nonzero(due_dwell)):
-            events.append(self._seen_event("dwell", ctx, info, r, zone=self.layout.zone_names[z],
-                                           dwell_s=float(stayed[r, z])))
-        self._inside[rows], self._since[rows], self._dwelt[rows] = now, since, dwelt | due_dwell
-        self._zone_frames[rows] = np.where(due, 0, frames)
+            changed = self._zones_settled(rows, across, points, info[3], ctx[0])
+            if changed:
+                self._zone_events(rows, was, changed, info, events, ctx)
+        due = self._dwell_at[rows] <= ctx[1]
+        if due.any():
+            for r, z in np.argwhere(due).tolist():
+                track = int(rows[r])
+                events.append(self._seen_event("dwell", ctx, info, r, zone=self.layout.zone_names[z],
+                                               dwell_s=ctx[1] - float(self._since[track, z])))
+                self._dwell_at[track, z] = np.inf
+
+    def _zones_settled(self, rows: np.ndarray, across: np.ndarray, points: np.ndarray, boxes: np.ndarray,
+                       frame_seq: int) -> list[tuple[int, int]]:
+        """The (row, zone) memberships that change now: of those ``across`` (the anchor on the other side of the
+        zone's edge from the membership counted), the ones the zone's hysteresis lets through. Few cells: plain
+        Python, numpy's per-call cost would dominate."""
+        changed = []
+        for r, z in np.argwhere(across).tolist():
+            track = int(rows[r])
+            first = self._across(self._zone_run, track, z, frame_seq)
+            margin, frames = self.layout.zone_hysteresis[z]
+            if frame_seq - first + 1 >= frames or \
+                    self.layout.edge_distance(z, points[r]) >= margin * float(boxes[r, 3] - boxes[r, 1]):
+                self._zone_run[track, z, 1] = -2
+                changed.append((r, z))
+        return changed
+
+    def _across(self, runs: np.ndarray, track: int, item: int, frame_seq: int, start: bool = True) -> int:
+        """The frame_seq the run of ``track`` across ``item`` began, this frame added to it (``runs[track, item]``
+        holds [first, last] frame_seq). It goes on when the track was across the last time it was seen; else
+        one starts now, or, when not ``start``, -1 says none goes on."""
+        first, last = runs[track, item].tolist()
+        if last == self._seen_at[track] and first <= frame_seq:
+            runs[track, item, 1] = frame_seq
+            return int(first)
+        if not start:
+            return -1
+        runs[track, item] = frame_seq
+        return frame_seq
+
+    def _zone_events(self, rows: np.ndarray, was: np.ndarray, changed: list[tuple[int, int]], info: tuple,
+                     events: list[Event], ctx: tuple[int, float]) -> None:
+        """Exits, then enters, of the ``changed`` (row, zone) memberships, in row order."""
+        for r, z in changed:
+            self._inside[rows[r], z] = not was[r, z]
+        for r, z in changed:
+            if was[r, z]:
+                events.append(self._seen_event("exit", ctx, info, r, zone=self.layout.zone_names[z]))
+                self._count_zone(z, "exited", -1)
+                self._dwell_at[rows[r], z] = np.inf
+        for r, z in changed:
+            if not was[r, z]:
+                events.append(self._seen_event("enter", ctx, info, r, zone=self.layout.zone_names[z]))
+                self._count_zone(z, "entered", +1)
+                self._since[rows[r], z] = ctx[1]
+                self._dwell_at[rows[r], z] = ctx[1] + self.layout.dwell_s[z]
 
     def _lines(self, rows: np.ndarray, points: np.ndarray, info: tuple, events: list[Event],
                ctx: tuple[int, float]) -> None:
         if not self.layout.line_names:
             return
-        offsets = self.layout.offsets(points)
-        now = np.sign(offsets).astype(np.int8)
-        side, pending = self._side[rows], self._pending[rows]
-        starts = (pending == 0) & (side != 0) & (now != 0) & (now != side)
-        if not (starts.any() or pending.any()):
-            self._side[rows] = np.where(side != 0, side, now)  # a track born on a line takes its first side
-            return
-        for line in np.flatnonzero(starts.any(axis=0)):
-            movers = np.nonzero(starts[:, line])[0]
-            met = self.layout.crossed(self._last[rows[movers]], points[movers], int(line))
-            pending[movers[met], line] = now[movers[met], line]
-            side[movers[~met], line] = now[movers[~met], line]  # around the line's end: no crossing
-        pending[(pending != 0) & (now == side)] = 0  # stepped back before it counted
-        on_new = (pending != 0) & (now == pending)
-        frames = np.where(on_new, self._line_frames[rows] + 1, 0)
-        heights = info[3][:, 3] - info[3][:, 1]
-        far = np.abs(offsets) >= self.layout.line_margin[None, :] * heights[:, None]
-        due = on_new & (far | (frames >= self.layout.line_frames[None, :]))
-        for r, line in zip(*np.nonzero(due)):
-            direction: Literal["in", "out"] = "in" if pending[r, line] == self.layout.in_sign[line] else "out"
-            events.append(self._seen_event("cross", ctx, info, r, line=self.layout.line_names[line],
-                                           direction=direction))
-            self.counts.lines[self.layout.line_names[line]][direction] += 1
-        side = np.where(due, pending, side)
-        self._side[rows] = np.where(side != 0, side, now)
-        self._pending[rows] = np.where(due, 0, pending)
-        self._line_frames[rows] = np.where(due, 0, frames)
+        reach = self.layout.reach(points)
+        side = self._side[rows]
+        across = np.sign(reach) * side < 0   # off the line, on the other side from the one counted for
+        if across.any():
+            for r, line in np.argwhere(across).tolist():
+                track = int(rows[r])
+                first = self._across(self._line_run, track, line, ctx[0], start=False)
+                if first < 0:   # a new run: only a move that met the line starts one
+                    if not self.layout.crossed_once(self._last[track], points[r], line):
+                        side[r, line] *= -1   # around the line's end: on the other side, no crossing
+                        continue
+                    first = self._line_run[track, line] = ctx[0]   # [first, last] seen across: now
+                margin, frames = self.layout.line_hysteresis[line]
+                if ctx[0] - first + 1 < frames and \
+                        abs(float(reach[r, line])) < margin * float(info[3][r, 3] - info[3][r, 1]):
+                    continue
+                self._line_run[track, line, 1], side[r, line] = -2, -side[r, line]
+                direction: Literal["in", "out"] = "in" if side[r, line] == self.layout.in_sign[line] else "out"
+                events.append(self._seen_event("cross", ctx, info, r, line=self.layout.line_names[line],
+                                               direction=direction))
+                self.counts.lines[self.layout.line_names[line]][direction] += 1
+        if not side.all():  # a track born exactly on a line takes the first side it is seen on
+            side = np.where(side != 0, side, np.sign(reach)).astype(np.int8)
+        self._side[rows] = side
 
     # -- events and counters --------------------------------------------------------------------------------
 

@@ -4,12 +4,13 @@ line, and how far a point is from a zone's edge."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from appliance.analytics.config import Anchor, AnalyticsConfig, PointXY
-from appliance.analytics.geometry import crosses_segment
+from appliance.analytics.geometry import segments_touch
 
 
 def anchor_points(boxes: np.ndarray, anchor: Anchor) -> np.ndarray:
@@ -57,10 +58,10 @@ class Layout:
         dy = ends[:, 1] - starts[:, 1]
         self._slope = (ends[:, 0] - starts[:, 0]) / np.where(dy == 0, 1.0, dy)  # dx/dy; horizontal edges never count
         self._zone_start = np.cumsum([0] + [len(p) for p in self.polygons[:-1]]).astype(np.intp)
-        self._edge_start, self._edge = starts, ends - starts
-        self._edge_len2 = np.maximum((self._edge ** 2).sum(axis=1), 1e-12)
-        self.zone_margin = np.array([z.hysteresis.margin for z in config.zones], dtype=np.float64)
-        self.zone_frames = np.array([z.hysteresis.frames for z in config.zones], dtype=np.int32)
+        self._edges = [[(float(a[0]), float(a[1]), float(b[0] - a[0]), float(b[1] - a[1]),
+                         1.0 / float((b[0] - a[0]) ** 2 + (b[1] - a[1]) ** 2)) for a, b in zip(p, np.roll(p, -1, axis=0))]
+                       for p in self.polygons]   # per zone: start x, y, direction dx, dy, 1 / length^2
+        self.zone_hysteresis = [(z.hysteresis.margin, z.hysteresis.frames) for z in config.zones]
         self.lines = []
         for line in config.lines:
             a, b = _pixels((line.a, line.b), line.units, width, height)
@@ -70,8 +71,7 @@ class Layout:
         self._a = np.array([ln.a for ln in self.lines]).reshape(-1, 2)
         self._ab = np.array([ln.b - ln.a for ln in self.lines]).reshape(-1, 2)
         self._ab_len = np.hypot(self._ab[:, 0], self._ab[:, 1])
-        self.line_margin = np.array([ln.hysteresis.margin for ln in config.lines], dtype=np.float64)
-        self.line_frames = np.array([ln.hysteresis.frames for ln in config.lines], dtype=np.int32)
+        self.line_hysteresis = [(ln.hysteresis.margin, ln.hysteresis.frames) for ln in config.lines]
 
     def inside(self, points: np.ndarray) -> np.ndarray:
         """``[N, 2]`` -> ``[N, Z]`` bool (even-odd ray casting against every zone's edges at once)."""
@@ -86,22 +86,26 @@ class Layout:
         """``[N, 2]`` -> ``[N, L]`` int8: +1 right of a->b (as displayed, y down), -1 left, 0 on the line."""
         return np.sign(self._cross(points)).astype(np.int8)
 
-    def offsets(self, points: np.ndarray) -> np.ndarray:
+    def reach(self, points: np.ndarray) -> np.ndarray:
         """``[N, 2]`` -> ``[N, L]`` signed pixels from each (infinite) line, its sign that of :meth:`sides`."""
         return self._cross(points) / self._ab_len
 
     def _cross(self, points: np.ndarray) -> np.ndarray:
         return self._ab[:, 0] * (points[:, 1:2] - self._a[:, 1]) - self._ab[:, 1] * (points[:, 0:1] - self._a[:, 0])
 
-    def edge_distance(self, points: np.ndarray, zones: np.ndarray) -> np.ndarray:
-        """``[M, 2]`` points and ``[M]`` zone indices -> ``[M]`` pixels from each point to its zone's nearest edge."""
-        rel = points[:, None, :] - self._edge_start[None]                                   # [M, E, 2]
-        t = np.clip((rel * self._edge).sum(axis=2) / self._edge_len2, 0.0, 1.0)             # [M, E]
-        gap = rel - t[..., None] * self._edge
-        dist = np.hypot(gap[..., 0], gap[..., 1])
-        return np.minimum.reduceat(dist, self._zone_start, axis=1)[np.arange(len(points)), zones]
+    def edge_distance(self, zone: int, point: np.ndarray) -> float:
+        """Pixels from ``point`` to the nearest edge of zone ``zone``. One point in plain Python: it is asked
+        only of the few tracks whose membership is about to change, where numpy's per-call cost would dominate."""
+        x, y = float(point[0]), float(point[1])
+        nearest = math.inf
+        for ax, ay, dx, dy, inv_length2 in self._edges[zone]:
+            t = min(1.0, max(0.0, ((x - ax) * dx + (y - ay) * dy) * inv_length2))
+            ex, ey = x - ax - t * dx, y - ay - t * dy
+            nearest = min(nearest, ex * ex + ey * ey)
+        return math.sqrt(nearest)
 
-    def crossed(self, before: np.ndarray, after: np.ndarray, line: int) -> np.ndarray:
-        """``[N, 2]`` moves -> ``[N]`` bool: the move met line ``line`` between its two ends."""
+    def crossed_once(self, before: np.ndarray, after: np.ndarray, line: int) -> bool:
+        """The one move before->after met line ``line`` (ends included)."""
         ln = self.lines[line]
-        return crosses_segment(before, after, ln.a, ln.b)
+        return segments_touch((float(before[0]), float(before[1])), (float(after[0]), float(after[1])),
+                              (float(ln.a[0]), float(ln.a[1])), (float(ln.b[0]), float(ln.b[1])))
