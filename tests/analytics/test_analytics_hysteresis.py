@@ -151,3 +151,34 @@ def test_hysteresis_keys_have_bounds() -> None:
             LineConfig(**DOOR, hysteresis=bad)
         with pytest.raises(ValidationError):
             ZoneConfig(**CELL, hysteresis=bad)
+
+
+def run_with_gaps(a: Analytics, xs: list[float | None]) -> tuple[list[Event], set[int]]:
+    """Like run, but None is a frame where the walker is not detected (occluded); also the track ids seen."""
+    events: list[Event] = []
+    ids: set[int] = set()
+    for i, x in enumerate(xs):
+        tracked, evs, _ = a.step(i, i / FPS, frame(box_at(x, 300)) if x is not None else frame())
+        ids |= {int(t) for t in tracked.track_ids if t >= 0}
+        events += evs
+    return events, ids
+
+
+def test_frames_a_track_is_lost_in_count_while_it_stays_across() -> None:
+    # 5 px past the door from frame 11 and standing, not detected at 17..21 (5 frames, kept: lost_frames 5),
+    # seen again at 305: across since frame 11, so the 15th frame is 25 as if it had been seen all along.
+    stays: list[float | None] = [*walk(195, 305), *[305.0] * 5, *[None] * 5, *[305.0] * 15]
+    events, ids = run_with_gaps(analytics(lines=[LineConfig(**DOOR)]), stays)
+    assert ids == {1} and crossings(events) == [("in", 25)]
+    # Seen back on its own side (2 px) after a 3-frame occlusion: the move across is forgotten, and stays so.
+    back: list[float | None] = [*walk(195, 305), *[305.0] * 5, *[None] * 3, *[298.0] * 15]
+    events, ids = run_with_gaps(analytics(lines=[LineConfig(**DOOR)]), back)
+    assert ids == {1} and crossings(events) == []
+
+
+def test_a_track_removed_before_its_enter_settled_never_entered() -> None:
+    # 5 px into the zone from frame 11, then gone for good: removed at 19 (missed > 5) without enter or exit.
+    a = analytics(zones=[ZoneConfig(**CELL)])
+    gone: list[float | None] = [*walk(195, 305), 305.0, *[None] * 10]
+    assert zone_events(run_with_gaps(a, gone)[0]) == []
+    assert a.counts.zones["cell"] == {"current": 0, "entered": 0, "exited": 0} and a.active_tracks == 0
