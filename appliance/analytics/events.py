@@ -296,7 +296,7 @@ class Analytics:
                 track = int(rows[r])
                 first = self._across(self._line_run, track, line, ctx[0], start=False)
                 if first < 0:   # a new run: only a move that met the line starts one
-                    if not self.layout.crossed_once(self._last[track], points[r], line):
+                    if not self.layout.crossed(self._last[track], points[r], line):
                         side[r, line] *= -1   # around the line's end: on the other side, no crossing
                         continue
                     first = self._line_run[track, line] = ctx[0]   # [first, last] seen across: now

@@ -31,6 +31,14 @@ def _pixels(points: list[PointXY] | tuple[PointXY, ...], units: str, width: int,
     return array * np.array([width, height], dtype=np.float64) if units == "normalized" else array
 
 
+def _edges(polygon: np.ndarray) -> list[tuple[float, float, float, float, float]]:
+    """A ring's edges as plain floats: start x, y, direction dx, dy, 1 / length^2 (no edge has length 0)."""
+    edges = []
+    for (ax, ay), (bx, by) in zip(polygon.tolist(), np.roll(polygon, -1, axis=0).tolist()):
+        edges.append((ax, ay, bx - ax, by - ay, 1.0 / ((bx - ax) ** 2 + (by - ay) ** 2)))
+    return edges
+
+
 @dataclass(frozen=True)
 class Line:
     name: str
@@ -58,9 +66,7 @@ class Layout:
         dy = ends[:, 1] - starts[:, 1]
         self._slope = (ends[:, 0] - starts[:, 0]) / np.where(dy == 0, 1.0, dy)  # dx/dy; horizontal edges never count
         self._zone_start = np.cumsum([0] + [len(p) for p in self.polygons[:-1]]).astype(np.intp)
-        self._edges = [[(float(a[0]), float(a[1]), float(b[0] - a[0]), float(b[1] - a[1]),
-                         1.0 / float((b[0] - a[0]) ** 2 + (b[1] - a[1]) ** 2)) for a, b in zip(p, np.roll(p, -1, axis=0))]
-                       for p in self.polygons]   # per zone: start x, y, direction dx, dy, 1 / length^2
+        self._edges = [_edges(p) for p in self.polygons]
         self.zone_hysteresis = [(z.hysteresis.margin, z.hysteresis.frames) for z in config.zones]
         self.lines = []
         for line in config.lines:
@@ -104,7 +110,7 @@ class Layout:
             nearest = min(nearest, ex * ex + ey * ey)
         return math.sqrt(nearest)
 
-    def crossed_once(self, before: np.ndarray, after: np.ndarray, line: int) -> bool:
+    def crossed(self, before: np.ndarray, after: np.ndarray, line: int) -> bool:
         """The one move before->after met line ``line`` (ends included)."""
         ln = self.lines[line]
         return segments_touch((float(before[0]), float(before[1])), (float(after[0]), float(after[1])),
