@@ -24,7 +24,7 @@
 
 Events carry the triggering frame's ``frame_seq``, its ``capture_time`` and the box of that frame's detection,
 so a snapshot of that frame shows exactly what decided the event. Within a frame events come in the order
-exits of removed tracks, exits, enters, crossings, dwells, each by track id then zone or line order; ``seq``
+exits of removed tracks, exits, enters, dwells, crossings, each by track id then zone or line order; ``seq``
 counts a camera's events from 1 without gaps.
 """
 
