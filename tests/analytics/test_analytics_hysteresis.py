@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 from appliance.analytics.config import AnalyticsConfig, HysteresisConfig, LineConfig, TrackerConfig, ZoneConfig
@@ -64,6 +65,29 @@ def test_lingering_on_a_line_counts_no_crossing(step: int, frames: int) -> None:
     # The same track without hysteresis: out across the line and back in, the two counts hysteresis removes.
     b = analytics(lines=[LineConfig(**DOOR, hysteresis=NO_HYSTERESIS)])
     assert [d for d, _ in crossings(run(b, xs))] == ["in", "out"]
+
+
+def flickering(frames: int, seed: int) -> list[float]:
+    """Walks up to the line and stands on it for ``frames`` frames, its anchor jumping 4-6 px from one side to
+    the other every 1 to 3 frames (a box that jitters on someone standing still), then walks back."""
+    rng = np.random.default_rng(seed)
+    xs, side = [200.0 + 10 * i for i in range(10)], -1
+    while len(xs) < 10 + frames:
+        jump = rng.uniform(4, 6)
+        xs += [300.0 + side * jump / 2] * int(rng.integers(1, 4))
+        side = -side
+    return xs[:10 + frames] + [297.0 - 10 * i for i in range(10)]
+
+
+@pytest.mark.parametrize("frames, seed", [(7, 0), (10, 1), (13, 2), (13, 3)])
+def test_flickering_across_a_line_and_a_zone_edge_counts_nothing(frames: int, seed: int) -> None:
+    xs = flickering(frames, seed)
+    a = analytics(lines=[LineConfig(**DOOR)], zones=[ZoneConfig(**CELL)])
+    assert run(a, xs) == []
+    b = analytics(lines=[LineConfig(**DOOR, hysteresis=NO_HYSTERESIS)],
+                  zones=[ZoneConfig(**CELL, hysteresis=NO_HYSTERESIS)])
+    plain = run(b, xs)
+    assert len(crossings(plain)) >= 2 and len(zone_events(plain)) >= 2   # what hysteresis takes away
 
 
 def test_a_walk_across_a_line_counts_once_each_way() -> None:
