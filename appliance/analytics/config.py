@@ -42,6 +42,19 @@ def _check_pixels(points: list[PointXY], key: str) -> None:
             raise ConfigFieldError((key, i), f"pixel coordinates must not be negative, got [{x}, {y}]")
 
 
+class HysteresisConfig(StrictModel):
+    """When a move across a line (or a zone's edge) counts: once the anchor is ``margin`` past it, or once it has
+    stayed across for ``frames`` frames, whichever comes first. Until then the event waits, and being seen back
+    on the old side cancels it: someone lingering on the line, whose box jitters across it, counts nothing."""
+
+    margin: float = Field(0.2, ge=0, le=5, description="how far past the line (inside or outside the zone's edge) the "
+                          "anchor must be, as a fraction of the box's height, so it scales with the object and the "
+                          "resolution; 0 counts the first frame past")
+    frames: int = Field(15, ge=1, le=10_000, description="or: across for this many of the camera's frames, "
+                        "however close to the line (someone who stops just past it), each time seen still across "
+                        "(frames it is lost in count); 1 counts the first frame")
+
+
 class ZoneConfig(StrictModel):
     """A polygon; a track is in it while its anchor point is inside."""
 
@@ -50,6 +63,8 @@ class ZoneConfig(StrictModel):
     points: list[PointXY] = Field(description="polygon corners [x, y] in order, at least 3; the last joins the first")
     dwell_s: float | None = Field(None, gt=0, le=86_400,
                                   description="a track inside longer than this raises one `dwell` event per stay")
+    hysteresis: HysteresisConfig = Field(default_factory=HysteresisConfig,
+                                         description="when an `enter` or `exit` counts (margin or frames)")
 
     @model_validator(mode="after")
     def _simple_polygon(self) -> "ZoneConfig":
@@ -72,6 +87,8 @@ class LineConfig(StrictModel):
     b: PointXY = Field(description="end of the line [x, y]")
     in_side: Literal["left", "right"] = Field(
         description="which side of a->b is 'in', looking from a towards b on the picture as displayed (y down)")
+    hysteresis: HysteresisConfig = Field(default_factory=HysteresisConfig,
+                                         description="when a `cross` counts (margin or frames)")
 
     @model_validator(mode="after")
     def _two_points(self) -> "LineConfig":

@@ -6,11 +6,17 @@
 2. Track (:class:`~appliance.analytics.tracker.ByteTracker`): each kept detection gets a ``track_id``, or
    ``NO_TRACK`` (-1) while its track is not confirmed yet.
 3. For every confirmed track seen in this frame, its box's anchor point (bottom centre by default) decides:
-   - zones: ``enter`` when the point moves into a zone, ``exit`` when it moves out; ``dwell`` once per stay, at
-     the first frame the track is seen after having been inside for the zone's ``dwell_s``;
-   - lines: ``cross`` when the point's move since the track was last seen meets the line segment and ends on
-     the other side; ``direction`` is ``in`` when it ends on the configured ``in_side``, else ``out``. A move
-     that ends exactly on the line is not a crossing yet; the side it came from is remembered.
+   - zones: ``enter`` when the point has moved into a zone, ``exit`` when it has moved out, each once the
+     zone's hysteresis agrees (below); ``dwell`` once per stay, at the first frame the track is seen after
+     having been inside (since its ``enter``) for the zone's ``dwell_s``;
+   - lines: a crossing starts when the point's move since the track was last seen meets the line segment and
+     ends on the other side, and ``cross`` fires once the line's hysteresis agrees; ``direction`` is ``in``
+     when it ends on the configured ``in_side``, else ``out``. A move that ends exactly on the line is not a
+     crossing yet; the side it came from is remembered.
+   Hysteresis: the event waits until the point is ``margin`` x its box's height past the line (or inside or
+   outside the zone's edge), or has stayed across for ``frames`` of the camera's frames (``frame_seq``: a
+   frame it was lost in counts, as long as it is across each time it is seen); being seen back on the old
+   side first cancels it. The event carries the frame that settled it.
    A lost track (occluded, not seen this frame) keeps its zones and sides: nothing fires for it until it is
    seen again or removed; a removed track ``exit``s every zone it was in (``track_lost: true``).
 4. Counters: per zone ``current`` (confirmed tracks inside, lost ones included), ``entered``, ``exited``; per
@@ -18,7 +24,7 @@
 
 Events carry the triggering frame's ``frame_seq``, its ``capture_time`` and the box of that frame's detection,
 so a snapshot of that frame shows exactly what decided the event. Within a frame events come in the order
-exits of removed tracks, exits, enters, crossings, dwells, each by track id then zone or line order; ``seq``
+exits of removed tracks, exits, enters, dwells, crossings, each by track id then zone or line order; ``seq``
 counts a camera's events from 1 without gaps.
 """
 
@@ -106,8 +112,13 @@ class Analytics:
         self._ids: np.ndarray = np.zeros(0, dtype=np.int64)            # confirmed tracks, ascending
         self._inside: np.ndarray = np.zeros((0, nz), dtype=bool)
         self._since: np.ndarray = np.zeros((0, nz))                    # capture time of the frame it entered
-        self._dwelt: np.ndarray = np.zeros((0, nz), dtype=bool)
-        self._side: np.ndarray = np.zeros((0, nl), dtype=np.int8)      # last side seen off the line, 0 before any
+        self._dwell_at: np.ndarray = np.zeros((0, nz))   # capture time its dwell is due; inf: outside, done or none
+        self._side: np.ndarray = np.zeros((0, nl), dtype=np.int8)      # side counted for, 0 before any
+        # Hysteresis: per line (zone), the frame_seq the anchor went across from the side (membership) counted
+        # and the frame_seq it was last seen across; a run goes on while the track is seen across every time.
+        self._seen_at: np.ndarray = np.zeros(0, dtype=np.int64)        # frame_seq where last seen
+        self._line_run: np.ndarray = np.zeros((0, nl, 2), dtype=np.int64)
+        self._zone_run: np.ndarray = np.zeros((0, nz, 2), dtype=np.int64)
         self._last: np.ndarray = np.zeros((0, 2))                      # anchor where last seen
         self._class: np.ndarray = np.zeros(0, dtype=np.int32)  # class and score when last seen, for a lost exit
         self._score: np.ndarray = np.zeros(0, dtype=np.float32)
@@ -153,7 +164,7 @@ class Analytics:
             info = (ids[rows], det_classes, det_scores, det_boxes)
             self._zones(rows, points, info, events, ctx)
             self._lines(rows, points, info, events, ctx)
-            self._last[rows] = points
+            self._last[rows], self._seen_at[rows] = points, frame_seq
             self._class[rows], self._score[rows] = det_classes, det_scores
         return tracked, events, bool(events)
 
@@ -169,7 +180,8 @@ class Analytics:
             self._count_zone(z, "exited", -1)
         keep = ~gone
         self._ids, self._inside, self._since = self._ids[keep], self._inside[keep], self._since[keep]
-        self._dwelt, self._side, self._last = self._dwelt[keep], self._side[keep], self._last[keep]
+        self._dwell_at, self._side, self._last = self._dwell_at[keep], self._side[keep], self._last[keep]
+        self._seen_at, self._line_run, self._zone_run = self._seen_at[keep], self._line_run[keep], self._zone_run[keep]
         self._class, self._score = self._class[keep], self._score[keep]
 
     def _align(self, ids: np.ndarray, first_boxes: np.ndarray) -> None:
@@ -192,8 +204,11 @@ class Analytics:
 
         self._inside = take(self._inside, np.zeros(nz, dtype=bool))
         self._since = take(self._since, np.zeros(nz))
-        self._dwelt = take(self._dwelt, np.zeros(nz, dtype=bool))
+        self._dwell_at = take(self._dwell_at, np.full(nz, np.inf))
         self._side = take(self._side, np.zeros(nl, dtype=np.int8))
+        self._seen_at = take(self._seen_at, np.full((), -1, dtype=np.int64))
+        self._line_run = take(self._line_run, np.full((nl, 2), -2, dtype=np.int64))
+        self._zone_run = take(self._zone_run, np.full((nz, 2), -2, dtype=np.int64))
         self._last = take(self._last, np.full(2, np.nan))
         self._class = take(self._class, np.zeros((), dtype=np.int32))
         self._score = take(self._score, np.zeros((), dtype=np.float32))
@@ -209,41 +224,94 @@ class Analytics:
                ctx: tuple[int, float]) -> None:
         if not self.layout.zone_names:
             return
-        now = self.layout.inside(points)
         was = self._inside[rows]
-        exits, enters = was & ~now, now & ~was
-        for r, z in zip(*np.nonzero(exits)):
-            events.append(self._seen_event("exit", ctx, info, r, zone=self.layout.zone_names[z]))
-            self._count_zone(z, "exited", -1)
-        for r, z in zip(*np.nonzero(enters)):
-            events.append(self._seen_event("enter", ctx, info, r, zone=self.layout.zone_names[z]))
-            self._count_zone(z, "entered", +1)
-        since = self._since[rows]
-        since[enters] = ctx[1]
-        dwelt = self._dwelt[rows] & now
-        stayed = ctx[1] - since
-        due = now & ~dwelt & (stayed >= self.layout.dwell_s[None, :])
-        for r, z in zip(*np.nonzero(due)):
-            events.append(self._seen_event("dwell", ctx, info, r, zone=self.layout.zone_names[z],
-                                           dwell_s=float(stayed[r, z])))
-        self._inside[rows], self._since[rows], self._dwelt[rows] = now, since, dwelt | due
+        across = self.layout.inside(points) != was
+        if across.any():
+            changed = self._zones_settled(rows, across, points, info[3], ctx[0])
+            if changed:
+                self._zone_events(rows, was, changed, info, events, ctx)
+        due = self._dwell_at[rows] <= ctx[1]
+        if due.any():
+            for r, z in np.argwhere(due).tolist():
+                track = int(rows[r])
+                events.append(self._seen_event("dwell", ctx, info, r, zone=self.layout.zone_names[z],
+                                               dwell_s=ctx[1] - float(self._since[track, z])))
+                self._dwell_at[track, z] = np.inf
+
+    def _zones_settled(self, rows: np.ndarray, across: np.ndarray, points: np.ndarray, boxes: np.ndarray,
+                       frame_seq: int) -> list[tuple[int, int]]:
+        """The (row, zone) memberships that change now: of those ``across`` (the anchor on the other side of the
+        zone's edge from the membership counted), the ones the zone's hysteresis lets through. Few cells: plain
+        Python, numpy's per-call cost would dominate."""
+        changed = []
+        for r, z in np.argwhere(across).tolist():
+            track = int(rows[r])
+            first = self._across(self._zone_run, track, z, frame_seq)
+            margin, frames = self.layout.zone_hysteresis[z]
+            if frame_seq - first + 1 >= frames or \
+                    self.layout.edge_distance(z, points[r]) >= margin * float(boxes[r, 3] - boxes[r, 1]):
+                self._zone_run[track, z, 1] = -2
+                changed.append((r, z))
+        return changed
+
+    def _across(self, runs: np.ndarray, track: int, item: int, frame_seq: int, start: bool = True) -> int:
+        """The frame_seq the run of ``track`` across ``item`` began, this frame added to it (``runs[track, item]``
+        holds [first, last] frame_seq). It goes on when the track was across the last time it was seen; else
+        one starts now, or, when not ``start``, -1 says none goes on."""
+        first, last = runs[track, item].tolist()
+        if last == self._seen_at[track] and first <= frame_seq:
+            runs[track, item, 1] = frame_seq
+            return int(first)
+        if not start:
+            return -1
+        runs[track, item] = frame_seq
+        return frame_seq
+
+    def _zone_events(self, rows: np.ndarray, was: np.ndarray, changed: list[tuple[int, int]], info: tuple,
+                     events: list[Event], ctx: tuple[int, float]) -> None:
+        """Exits, then enters, of the ``changed`` (row, zone) memberships, in row order."""
+        for r, z in changed:
+            self._inside[rows[r], z] = not was[r, z]
+        for r, z in changed:
+            if was[r, z]:
+                events.append(self._seen_event("exit", ctx, info, r, zone=self.layout.zone_names[z]))
+                self._count_zone(z, "exited", -1)
+                self._dwell_at[rows[r], z] = np.inf
+        for r, z in changed:
+            if not was[r, z]:
+                events.append(self._seen_event("enter", ctx, info, r, zone=self.layout.zone_names[z]))
+                self._count_zone(z, "entered", +1)
+                self._since[rows[r], z] = ctx[1]
+                self._dwell_at[rows[r], z] = ctx[1] + self.layout.dwell_s[z]
 
     def _lines(self, rows: np.ndarray, points: np.ndarray, info: tuple, events: list[Event],
                ctx: tuple[int, float]) -> None:
         if not self.layout.line_names:
             return
-        now = self.layout.sides(points)
-        was = self._side[rows]
-        flipped = (was != 0) & (now != 0) & (now != was)
-        for line in np.flatnonzero(flipped.any(axis=0)):
-            movers = np.nonzero(flipped[:, line])[0]
-            met = self.layout.crossed(self._last[rows[movers]], points[movers], int(line))
-            for r in movers[met]:
-                direction: Literal["in", "out"] = "in" if now[r, line] == self.layout.in_sign[line] else "out"
+        reach = self.layout.reach(points)
+        side = self._side[rows]
+        across = np.sign(reach) * side < 0   # off the line, on the other side from the one counted for
+        if across.any():
+            for r, line in np.argwhere(across).tolist():
+                track = int(rows[r])
+                first = self._across(self._line_run, track, line, ctx[0], start=False)
+                if first < 0:   # a new run: only a move that met the line starts one
+                    if not self.layout.crossed(self._last[track], points[r], line):
+                        side[r, line] *= -1   # around the line's end: on the other side, no crossing
+                        continue
+                    first = self._line_run[track, line] = ctx[0]   # [first, last] seen across: now
+                margin, frames = self.layout.line_hysteresis[line]
+                if ctx[0] - first + 1 < frames and \
+                        abs(float(reach[r, line])) < margin * float(info[3][r, 3] - info[3][r, 1]):
+                    continue
+                self._line_run[track, line, 1], side[r, line] = -2, -side[r, line]
+                direction: Literal["in", "out"] = "in" if side[r, line] == self.layout.in_sign[line] else "out"
                 events.append(self._seen_event("cross", ctx, info, r, line=self.layout.line_names[line],
                                                direction=direction))
                 self.counts.lines[self.layout.line_names[line]][direction] += 1
-        self._side[rows] = np.where(now != 0, now, was)
+        if not side.all():  # a track born exactly on a line takes the first side it is seen on
+            side = np.where(side != 0, side, np.sign(reach)).astype(np.int8)
+        self._side[rows] = side
 
     # -- events and counters --------------------------------------------------------------------------------
 

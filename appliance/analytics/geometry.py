@@ -1,14 +1,12 @@
 """Plane geometry for zones and lines, in frame pixels (x right, y down, as the picture is displayed).
 
-The config checks use the scalar functions (a polygon is checked once); the per-frame functions take every
-track's point at once as an ``[N, 2]`` array so a frame costs a few numpy operations, not a loop over tracks.
+Scalar functions: the config checks use them (a polygon is checked once), and the analytics ask them about the
+one move of a track that may have crossed a line. Questions about every track at once are in zones.Layout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import numpy as np
 
 Point = tuple[float, float]
 
@@ -59,12 +57,3 @@ def polygon_problem(points: Sequence[Point]) -> str | None:
             elif segments_touch(a1, a2, b1, b2):
                 return f"edges {i} and {j} cross or touch (the polygon intersects itself)"
     return None
-
-
-def crosses_segment(p: np.ndarray, q: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``[N, 2]`` moves p->q -> ``[N]`` bool: the move meets the closed segment a-b (ends included)."""
-    def orient(o: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        return np.sign((u[..., 0] - o[..., 0]) * (v[..., 1] - o[..., 1]) - (u[..., 1] - o[..., 1]) * (v[..., 0] - o[..., 0]))
-
-    # a and b are on different sides of (or on) the move's line, and p and q of the segment's line: they meet.
-    return (orient(p, q, a) * orient(p, q, b) <= 0) & (orient(a, b, p) * orient(a, b, q) <= 0)

@@ -1,14 +1,16 @@
 """A camera's zones and lines in frame pixels, and the per-frame questions asked of them for all tracks at once:
-which zones each anchor point is in, which side of each line it is on, and whether a move crossed a line."""
+which zones each anchor point is in, which side of each line it is on and how far, whether a move crossed a
+line, and how far a point is from a zone's edge."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from appliance.analytics.config import Anchor, AnalyticsConfig, PointXY
-from appliance.analytics.geometry import crosses_segment
+from appliance.analytics.geometry import segments_touch
 
 
 def anchor_points(boxes: np.ndarray, anchor: Anchor) -> np.ndarray:
@@ -27,6 +29,14 @@ def anchor_points(boxes: np.ndarray, anchor: Anchor) -> np.ndarray:
 def _pixels(points: list[PointXY] | tuple[PointXY, ...], units: str, width: int, height: int) -> np.ndarray:
     array = np.asarray(points, dtype=np.float64).reshape(-1, 2)
     return array * np.array([width, height], dtype=np.float64) if units == "normalized" else array
+
+
+def _edges(polygon: np.ndarray) -> list[tuple[float, float, float, float, float]]:
+    """A ring's edges as plain floats: start x, y, direction dx, dy, 1 / length^2 (no edge has length 0)."""
+    edges = []
+    for (ax, ay), (bx, by) in zip(polygon.tolist(), np.roll(polygon, -1, axis=0).tolist()):
+        edges.append((ax, ay, bx - ax, by - ay, 1.0 / ((bx - ax) ** 2 + (by - ay) ** 2)))
+    return edges
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,8 @@ class Layout:
         dy = ends[:, 1] - starts[:, 1]
         self._slope = (ends[:, 0] - starts[:, 0]) / np.where(dy == 0, 1.0, dy)  # dx/dy; horizontal edges never count
         self._zone_start = np.cumsum([0] + [len(p) for p in self.polygons[:-1]]).astype(np.intp)
+        self._edges = [_edges(p) for p in self.polygons]
+        self.zone_hysteresis = [(z.hysteresis.margin, z.hysteresis.frames) for z in config.zones]
         self.lines = []
         for line in config.lines:
             a, b = _pixels((line.a, line.b), line.units, width, height)
@@ -64,6 +76,8 @@ class Layout:
         self.in_sign = np.array([ln.in_sign for ln in self.lines], dtype=np.int8)
         self._a = np.array([ln.a for ln in self.lines]).reshape(-1, 2)
         self._ab = np.array([ln.b - ln.a for ln in self.lines]).reshape(-1, 2)
+        self._ab_len = np.hypot(self._ab[:, 0], self._ab[:, 1])
+        self.line_hysteresis = [(ln.hysteresis.margin, ln.hysteresis.frames) for ln in config.lines]
 
     def inside(self, points: np.ndarray) -> np.ndarray:
         """``[N, 2]`` -> ``[N, Z]`` bool (even-odd ray casting against every zone's edges at once)."""
@@ -76,10 +90,28 @@ class Layout:
 
     def sides(self, points: np.ndarray) -> np.ndarray:
         """``[N, 2]`` -> ``[N, L]`` int8: +1 right of a->b (as displayed, y down), -1 left, 0 on the line."""
-        d = (self._ab[:, 0] * (points[:, 1:2] - self._a[:, 1]) - self._ab[:, 1] * (points[:, 0:1] - self._a[:, 0]))
-        return np.sign(d).astype(np.int8)
+        return np.sign(self._cross(points)).astype(np.int8)
 
-    def crossed(self, before: np.ndarray, after: np.ndarray, line: int) -> np.ndarray:
-        """``[N, 2]`` moves -> ``[N]`` bool: the move met line ``line`` between its two ends."""
+    def reach(self, points: np.ndarray) -> np.ndarray:
+        """``[N, 2]`` -> ``[N, L]`` signed pixels from each (infinite) line, its sign that of :meth:`sides`."""
+        return self._cross(points) / self._ab_len
+
+    def _cross(self, points: np.ndarray) -> np.ndarray:
+        return self._ab[:, 0] * (points[:, 1:2] - self._a[:, 1]) - self._ab[:, 1] * (points[:, 0:1] - self._a[:, 0])
+
+    def edge_distance(self, zone: int, point: np.ndarray) -> float:
+        """Pixels from ``point`` to the nearest edge of zone ``zone``. One point in plain Python: it is asked
+        only of the few tracks whose membership is about to change, where numpy's per-call cost would dominate."""
+        x, y = float(point[0]), float(point[1])
+        nearest = math.inf
+        for ax, ay, dx, dy, inv_length2 in self._edges[zone]:
+            t = min(1.0, max(0.0, ((x - ax) * dx + (y - ay) * dy) * inv_length2))
+            ex, ey = x - ax - t * dx, y - ay - t * dy
+            nearest = min(nearest, ex * ex + ey * ey)
+        return math.sqrt(nearest)
+
+    def crossed(self, before: np.ndarray, after: np.ndarray, line: int) -> bool:
+        """The one move before->after met line ``line`` (ends included)."""
         ln = self.lines[line]
-        return crosses_segment(before, after, ln.a, ln.b)
+        return segments_touch((float(before[0]), float(before[1])), (float(after[0]), float(after[1])),
+                              (float(ln.a[0]), float(ln.a[1])), (float(ln.b[0]), float(ln.b[1])))

@@ -78,7 +78,8 @@ def encode_snapshot(job: SnapshotJob, config: SnapshotConfig) -> bytes:
         image = cv2.resize(image, (round(width * scale), round(height * scale)), interpolation=cv2.INTER_AREA)
     else:
         image = image.copy()
-    for drawn in job.boxes:
+    # The event's objects last: a neighbour's box drawn over them would hide what the snapshot proves.
+    for drawn in sorted(job.boxes, key=lambda d: d.track_id in job.event_tracks):
         x1, y1, x2, y2 = (round(v * scale) for v in drawn.box)
         color = EVENT_BGR if drawn.track_id in job.event_tracks else BOX_BGR
         cv2.rectangle(image, (x1, y1), (x2, y2), color, LINE_PX)

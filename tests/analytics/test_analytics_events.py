@@ -1,11 +1,14 @@
 """Zones, lines and tracks on synthetic but physically plausible motion: a person-sized box walking at a steady
-10 px per frame at 10 fps. The expected frames follow from the geometry by hand (written next to each)."""
+10 px per frame at 10 fps. The expected frames follow from the geometry by hand (written next to each), with the
+default hysteresis: an enter, exit or cross counts once the anchor is 0.2 x the box's height (20 px for these
+100 px boxes) past the edge or line."""
 
 from __future__ import annotations
 
 import itertools
 
 import numpy as np
+import pytest
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig, ZoneConfig
 from appliance.analytics.events import Analytics, Event
@@ -42,18 +45,19 @@ def run(a: Analytics, frames: list[Detections]) -> list[Event]:
 
 
 def test_enter_dwell_exit_of_a_walk_through_a_zone() -> None:
-    # Bottom centre at x = 55 + 10 i: inside the zone (200..400) from frame 15 (x=205) to 34 (x=395).
+    # Bottom centre at x = 55 + 10 i: inside the zone (200..400) from frame 15 (x=205) to 34 (x=395), 20 px
+    # inside from frame 17 (x=225), 20 px outside from frame 37 (x=425).
     a = analytics()
     frames = [frame(box_at(55 + 10 * i)) for i in range(45)]
     events = run(a, frames)
-    # Enter at frame 15 (t=1.5); dwell when t - 1.5 >= 1.45, first at frame 30; exit at frame 35 (x=405).
-    assert [(e.type, e.frame_seq, e.zone) for e in events] == [("enter", 15, "cell"), ("dwell", 30, "cell"),
-                                                               ("exit", 35, "cell")]
+    # Enter at frame 17 (t=1.7); dwell when t - 1.7 >= 1.45, first at frame 32; exit at frame 37.
+    assert [(e.type, e.frame_seq, e.zone) for e in events] == [("enter", 17, "cell"), ("dwell", 32, "cell"),
+                                                               ("exit", 37, "cell")]
     assert [e.seq for e in events] == [1, 2, 3]
     assert [e.event_id for e in events] == ["id-0", "id-1", "id-2"]
     assert {e.track_id for e in events} == {1} and {e.class_name for e in events} == {"person"}
-    assert [e.capture_time for e in events] == [1.5, 3.0, 3.5]
-    assert events[1].dwell_s == 1.5
+    assert [e.capture_time for e in events] == [1.7, 3.2, 3.7]
+    assert events[1].dwell_s == pytest.approx(1.5)
     for e in events:  # the box that decided it is the detection of the triggering frame
         assert e.box == tuple(float(v) for v in frames[e.frame_seq].boxes[0])
     assert a.counts.zones["cell"] == {"current": 0, "entered": 1, "exited": 1}
@@ -63,7 +67,7 @@ def test_occupancy_counts_while_inside() -> None:
     a = analytics()
     changed = [a.step(i, i / FPS, frame(box_at(55 + 10 * i)))[2] for i in range(20)]
     assert a.counts.zones["cell"] == {"current": 1, "entered": 1, "exited": 0}
-    assert changed.index(True) == 15 and changed.count(True) == 1
+    assert changed.index(True) == 17 and changed.count(True) == 1
 
 
 def test_a_short_occlusion_keeps_the_track_and_its_zone() -> None:
@@ -93,11 +97,11 @@ def test_line_direction_follows_in_side() -> None:
     line = {"name": "door", "a": (300, 0), "b": (300, 480)}
     for in_side, rightwards, leftwards in (("right", "out", "in"), ("left", "in", "out")):
         a = analytics(zones=[], lines=[LineConfig(**line, in_side=in_side)])
-        events = run(a, [frame(box_at(55 + 10 * i)) for i in range(40)])   # x=295 at 24, 305 at 25
-        assert [(e.type, e.direction, e.frame_seq) for e in events] == [("cross", rightwards, 25)]
+        events = run(a, [frame(box_at(55 + 10 * i)) for i in range(40)])   # x=305 at 25, 20 px past at 27
+        assert [(e.type, e.direction, e.frame_seq) for e in events] == [("cross", rightwards, 27)]
         b = analytics(zones=[], lines=[LineConfig(**line, in_side=in_side)])
-        events = run(b, [frame(box_at(555 - 10 * i)) for i in range(40)])  # x=305 at 25, 295 at 26
-        assert [(e.type, e.direction, e.frame_seq) for e in events] == [("cross", leftwards, 26)]
+        events = run(b, [frame(box_at(555 - 10 * i)) for i in range(40)])  # x=295 at 26, 20 px past at 28
+        assert [(e.type, e.direction, e.frame_seq) for e in events] == [("cross", leftwards, 28)]
         assert b.counts.lines["door"] == {"in": int(leftwards == "in"), "out": int(leftwards == "out")}
 
 
@@ -154,10 +158,11 @@ def test_a_narrow_fast_walker_keeps_one_track() -> None:
 
 
 def test_a_line_crossed_during_the_birth_buffer_counts_once_confirmed() -> None:
-    # First seen at x=295 (frame 0, left of the door at 300), confirmed at frame 2 (birth_frames=3) at x=315.
+    # First seen at x=295 (frame 0, left of the door at 300), confirmed at frame 2 (birth_frames=3) at x=315,
+    # 20 px past the door at frame 3 (x=325).
     a = analytics(zones=[], lines=[LineConfig(name="door", a=(300, 0), b=(300, 480), in_side="left")])
     events = run(a, [frame(box_at(295 + 10 * i)) for i in range(6)])
-    assert [(e.type, e.direction, e.frame_seq, e.track_id) for e in events] == [("cross", "in", 2, 1)]
+    assert [(e.type, e.direction, e.frame_seq, e.track_id) for e in events] == [("cross", "in", 3, 1)]
 
 
 def test_frames_missing_from_the_sequence_move_the_prediction_on() -> None:
@@ -172,12 +177,13 @@ def test_frames_missing_from_the_sequence_move_the_prediction_on() -> None:
 
 
 def test_a_gap_in_the_sequence_longer_than_lost_frames_removes_the_track() -> None:
-    # Inside the zone (x=205..245 at frames 15..19), then 20 frames never reach the analytics (> lost_frames
-    # 5). Someone else stands at frame 40 right where the old track's one-frame prediction (x~255) would be:
-    # the old track is gone before matching (exit with track_lost at frame 40), the newcomer gets a new id.
+    # Inside the zone (x=205..245 at frames 15..19, entered at 17), then 20 frames never reach the analytics (>
+    # lost_frames 5). Someone else stands at frame 40 right where the old track's one-frame prediction (x~255)
+    # would be: the old track is gone before matching (exit with track_lost at frame 40), the newcomer gets a
+    # new id and enters as soon as it is confirmed (50 px inside).
     a = analytics()
     events = run(a, [frame(box_at(55 + 10 * i)) for i in range(20)])
-    assert [(e.type, e.frame_seq) for e in events] == [("enter", 15)]
+    assert [(e.type, e.frame_seq) for e in events] == [("enter", 17)]
     ids, later = [], []
     for s in range(40, 45):
         tracked, evs, _ = a.step(s, s / FPS, frame(box_at(255)))

@@ -10,12 +10,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
 from appliance.analytics.config import SnapshotConfig
 from appliance.health.server import HealthServer
-from appliance.supervisor.snapshots import DrawnBox, SnapshotJob, SnapshotStore, SnapshotWorker
+from appliance.supervisor.snapshots import DrawnBox, SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
 
 W, H = 160, 120
 
@@ -130,3 +131,18 @@ def test_the_index_is_rebuilt_after_a_restart(tmp_path: Path, serve: list[Http])
     more = _save(again, [_job(5)])
     assert web.get("/cameras/cam/latest.jpg") == (200, more[0])
     assert web.get("/events/ev-cam-3-a.jpg")[0] == 404 and web.get("/events/ev-cam-4-a.jpg")[0] == 200
+
+
+def test_the_event_box_is_drawn_over_the_boxes_that_overlap_it() -> None:
+    # Two walkers side by side, the event's one listed first: its red edge stays whole where the other's green
+    # box crosses it (x=40 and 70 cross the event box's top and bottom edges).
+    pixels = np.zeros((H, W, 3), np.uint8)
+    boxes = [DrawnBox((20.0, 20.0, 60.0, 100.0), 1, "person", 0.9),
+             DrawnBox((40.0, 10.0, 70.0, 110.0), 2, "person", 0.9)]
+    job = SnapshotJob("snapoverlap", "cam", 1, 1000.0, pixels, "bgr", boxes, ["ev"], frozenset({1}))
+    image = cv2.imdecode(np.frombuffer(encode_snapshot(job, SnapshotConfig(max_width=W, jpeg_quality=100)), np.uint8),
+                         cv2.IMREAD_COLOR).astype(int)
+    top, bottom = image[20, 20:61], image[100, 20:61]
+    for edge in (top, bottom):
+        red = (edge[:, 2] > 150) & (edge[:, 1] < 110) & (edge[:, 0] < 110)
+        assert red.all(), edge[~red]
