@@ -7,27 +7,12 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig, ZoneConfig
 from appliance.analytics.events import Analytics, Event
 from appliance.processing.pipeline import Detections
-
-FPS = 10.0
-CLASSES = ["person", "bicycle", "car"]
-
-
-def box_at(x_bottom: float, y_bottom: float = 300.0, w: float = 40.0, h: float = 100.0) -> list[float]:
-    return [x_bottom - w / 2, y_bottom - h, x_bottom + w / 2, y_bottom]
-
-
-def frame(*boxes: list[float], scores: list[float] | None = None, classes: list[int] | None = None) -> Detections:
-    n = len(boxes)
-    return Detections(np.asarray(boxes, dtype=np.float32).reshape(n, 4),
-                      np.asarray(scores or [0.9] * n, dtype=np.float32),
-                      np.asarray(classes or [0] * n, dtype=np.int32))
-
+from support.tracks import CLASSES, FPS, box_at, frame
 
 def analytics(**overrides: object) -> Analytics:
     config = {"zones": [ZoneConfig(name="cell", points=[(200, 250), (400, 250), (400, 350), (200, 350)], dwell_s=1.45)],
