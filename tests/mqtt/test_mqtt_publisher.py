@@ -46,6 +46,9 @@ def test_every_message_type_on_the_wire_validates(tmp_path: Path, broker: Mosqui
     publisher.publish_camera_status(CameraStatus("cam0", "streaming", fps=9.5))
     publisher.publish_camera_status(CameraStatus("cam1", "error", detail="RTSP 401 Unauthorized"))
     publisher.publish_health_now()
+    # The session subscribes to its commands before it publishes "online" on the same connection, and the broker
+    # handles a connection's packets in order: once "online" is here, a command published now is delivered.
+    assert sub.wait_for(lambda ms: any(m.topic == "plant/dev1/status" and b'"online"' in m.payload for m in ms))
     sub.client.publish("plant/dev1/command/ping", json.dumps({"request_id": "r1", "args": {"n": 3}}), qos=1)
     sub.client.publish("plant/dev1/command/nope", b"{}", qos=1)
     assert sub.wait_for(lambda ms: len([m for m in ms if m.topic.endswith("/reply")]) >= 2)
