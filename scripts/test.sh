@@ -42,8 +42,17 @@ trap 'rm -rf "$run_dir"' EXIT
 export APPLIANCE_TEST_CACHE="$run_dir/cache"
 mkdir -p "$run_dir/tmp"
 
-# The longest folders first (measured: docs/testing.md), so that the short ones fill in beside them at the end.
-groups=(tests/supervisor tests/ota tests/mqtt tests/triton tests/capture tests/engines tests/models tests/sparkplug)
+# Files of the longest folder that run in processes of their own, so that no one process holds the whole run up
+# (each process still runs one file's tests in order, as a folder's process does).
+split_off=(
+  "tests/supervisor/test_supervisor_bench_e2e.py"
+  "tests/supervisor/test_supervisor_install.py tests/supervisor/test_supervisor_rollout.py
+   tests/supervisor/test_supervisor_ota.py tests/supervisor/test_supervisor_model_recovery_daemon.py"
+)
+# The longest first (each group's seconds are in the summary), so that the short ones fill in at the end; a folder
+# not named here comes after them, and a group is a folder less the files split off from it.
+groups=(tests/supervisor "${split_off[@]}" tests/ota tests/mqtt tests/triton tests/engines tests/appconfig
+        tests/serving tests/models tests/capture)
 for dir in tests/*/; do
   dir=${dir%/}
   compgen -G "${dir}/test_*.py" > /dev/null || continue
@@ -51,6 +60,17 @@ for dir in tests/*/; do
 done
 groups+=("$(ls tests/test_*.py | tr '\n' ' ')")
 groups=(mypy "${groups[@]}")  # the type check is one job of the pool: a type error fails the run like a test
+
+# The pytest arguments of group $1: the folder less the files split off from it, or the files as they are.
+pytest_args_of() {
+  local group=$1 file
+  echo "$group"
+  [ -d "$group" ] || return 0
+  for file in ${split_off[*]}; do
+    [[ $file == "$group"/* ]] && echo "--ignore=$file"
+  done
+  return 0
+}
 
 declare -A name_of=() started_at=()
 running=0
@@ -63,8 +83,8 @@ start_group() {  # $1: index into groups
   if [ "$group" = mypy ]; then
     .venv/bin/python -m mypy > "$log" 2>&1 &
   else
-    # shellcheck disable=SC2086  # the last group is a list of files
-    .venv/bin/python -m pytest "${@:2}" --basetemp "$run_dir/tmp/$1" $group > "$log" 2>&1 &
+    # shellcheck disable=SC2046  # a group is a list of files and options
+    .venv/bin/python -m pytest "${@:2}" --basetemp "$run_dir/tmp/$1" $(pytest_args_of "$group") > "$log" 2>&1 &
   fi
   name_of[$!]=$1
   running=$((running + 1))
@@ -76,7 +96,9 @@ record() {  # $1: verdict, $2: seconds, $3: what
 }
 
 finish_group() {  # $1: index into groups, $2: exit status
-  local i=$1 rc=$2 group=${groups[$1]} took=$(($(date +%s) - ${started_at[$1]}))
+  local i=$1 rc=$2 group took=$(($(date +%s) - ${started_at[$1]}))
+  group=$(echo ${groups[$1]})  # one line
+  [ "$(pytest_args_of "$group" | wc -l)" -gt 1 ] && group="$group (less the files split off)"
   echo "=== ${group} (${took} s)" >&2
   cat "$run_dir/$i.log"
   if [ "$group" = mypy ]; then

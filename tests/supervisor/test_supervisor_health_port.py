@@ -36,6 +36,8 @@ def test_a_taken_health_port_does_not_stop_the_appliance(tmp_path: Path, broker:
     port = blocker.getsockname()[1]
     config = write_config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), health_port=port,
                           engine_seed=engine_seed)
+    # health over MQTT every 2 s, not the default 30 s: the test waits for the first one
+    config.write_text(config.read_text().replace("mqtt:\n", "mqtt:\n  health_interval_s: 2\n"))
     subscriber = Subscriber(broker.port, f"appliance/{device_of(config)}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
     try:
