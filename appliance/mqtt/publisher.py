@@ -160,7 +160,11 @@ class MqttPublisher:
         return self._shared.state
 
     def wait_connected(self, timeout: float) -> bool:
-        return self._shared.connected_evt.wait(timeout)
+        """True once connected and the broker has acknowledged the subscription to this device's commands (a
+        command published from then on is delivered); False if that did not happen within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        return (self._shared.connected_evt.wait(timeout)
+                and self._shared.commands_live.wait(max(0.0, deadline - time.monotonic())))
 
     def wait_idle(self, timeout: float) -> bool:
         """True once the spool is empty and nothing is in flight (all detections acknowledged)."""

@@ -88,6 +88,7 @@ class Session:
         self._connack: Optional[tuple[Any, Any]] = None
         self._disconnect_reason: Optional[str] = None
         self._socket_error: Optional[str] = None  # paho reports socket/TLS read errors only through on_log
+        self._commands_mid: Optional[int] = None  # the SUBSCRIBE to the command topics in this session
         self._brokers = config.brokers
         self._rotation = BrokerRotation(self._brokers, Backoff(config.backoff, rng))  # network thread only
         shared.broker = str(self._brokers[0])
@@ -102,6 +103,7 @@ class Session:
         client.on_publish = self._on_publish
         client.on_message = self._on_message
         client.on_log = self._on_log
+        client.on_subscribe = self._on_subscribe
         return client
 
     # -- caller threads ------------------------------------------------------------------------------------
@@ -160,6 +162,10 @@ class Session:
     def _on_publish(self, client: paho.Client, userdata: Any, mid: int, reason: Any, properties: Any) -> None:
         self._window.on_puback(mid, reason)
         self._shared.nudge()
+
+    def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int, reasons: Any, properties: Any) -> None:
+        if mid == self._commands_mid:
+            self._shared.commands_live.set()
 
     def _on_log(self, client: paho.Client, userdata: Any, level: int, buf: str) -> None:
         # Keep the first error of a session: it is the cause; later ones are consequences.
@@ -270,7 +276,7 @@ class Session:
         receive_max = getattr(properties, "ReceiveMaximum", None) if properties is not None else None
         window = self._window.resize(cfg.inflight_window, receive_max)
         qos = cfg.qos
-        client.subscribe(self._topics.command_filter, qos=qos.commands)
+        _, self._commands_mid = client.subscribe(self._topics.command_filter, qos=qos.commands)
         with shared.lock:
             extra = list(self._subscriptions)
         for topic in extra:

@@ -91,6 +91,7 @@ class Shared:
         self.wake = threading.Event()
         self.sender_idle = False              # True only while the sender waits; producers wake it only then
         self.connected_evt = threading.Event()
+        self.commands_live = threading.Event()  # the broker acknowledged this session's command subscription
         self.client: Optional[paho.Client] = None
         self.state = State.NEW
         self.closing = False
@@ -107,6 +108,7 @@ class Shared:
             self.connected_evt.set()
         else:
             self.connected_evt.clear()
+            self.commands_live.clear()
 
     def nudge(self) -> None:
         if self.sender_idle:
