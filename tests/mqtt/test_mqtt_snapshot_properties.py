@@ -63,6 +63,10 @@ def test_mqtt311_snapshot_is_the_bare_jpeg(tmp_path: Path, broker: Mosquitto, su
     try:
         assert publisher.wait_connected(20)
         publisher.publish_snapshot("cam0", JPEG, snapshot_properties("a" * 32, ["b" * 32], 1.0, 1))
+        # the publish is queued, not sent: once a first subscriber has it (live or retained), the broker holds it,
+        # and a subscriber that comes after gets it as a retained message
+        probe = subscriber_factory(broker, [TOPIC])
+        assert probe.wait_for(lambda ms: len(ms) >= 1)
         sub = subscriber_factory(broker, [TOPIC], protocol=paho.MQTTv5)  # a v5 reader sees no properties
         assert sub.wait_for(lambda ms: len(ms) >= 1)
     finally:
