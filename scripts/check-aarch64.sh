@@ -79,6 +79,12 @@ took "copy and host detections"
 echo "aarch64: Dockerfile.igpu's RUN steps, in order, in the root (Docker's engine cannot run here)"
 .venv/bin/python scripts/dockerfile_steps.py Dockerfile.igpu --src "$SRC" > "$ROOT/tmp/dockerfile-steps.sh"
 scripts/arm64-root.sh run "bash /tmp/dockerfile-steps.sh"
+# The detector the Dockerfile's step just converted under emulation must be the host's, byte for byte: the one
+# lent to the root's checkout above (and compared on images below) is then exactly what arm64 makes itself.
+converted=$ROOT/var/lib/appliance/models/yolov3-tiny/model.onnx
+cmp "$converted" .models/yolov3-tiny/model.onnx \
+  || { echo "aarch64: $converted differs from the host's .models/yolov3-tiny/model.onnx" >&2; exit 1; }
+echo "aarch64: the detector converted under emulation is byte-identical to the host's"
 took "Dockerfile steps"
 
 scripts/arm64-root.sh run "cd $SRC && scripts/aarch64-smoke.sh /tmp/x86-detections.json ${IMAGES[*]}"
