@@ -2,12 +2,17 @@
 # An arm64 Debian 12 root run through qemu-user emulation, for the aarch64 check (scripts/check-aarch64.sh).
 #
 #   scripts/arm64-root.sh ensure          install qemu-user-static + debootstrap, register qemu-aarch64 with
-#                                         binfmt_misc, and build the root once (cached; about 3 minutes)
+#                                         binfmt_misc, and build the root unless a current one is there
 #   scripts/arm64-root.sh run CMD...      run CMD as root inside it (bash -c), with /proc, /dev and a private
 #                                         /dev/shm mounted and the host's CA bundle, DNS and pip settings
+#   scripts/arm64-root.sh path            where the root is
+#   scripts/arm64-root.sh state           `current KEY`, `stale KEY` or `missing KEY` (KEY: see below)
 #
 # The root lives outside the checkout ($APPLIANCE_ARM64_ROOT, default ~/.cache/appliance/arm64-root) and is
 # kept between runs: what setup installs in it (apt packages, the virtualenv, Triton, the detector) is reused.
+# It is reused only while KEY, a hash of the files that build and fill it (KEY_FILES), is the one it was built
+# from: after a change to any of them it is rebuilt from debootstrap, so nothing an older setup left in it (a
+# package since dropped from the constraints, an apt package) can make the check pass.
 # The host's /sys is never mounted: ONNX Runtime's cpuinfo would read the x86 topology there and crash; two plain
 # files stand in for the CPU lists it needs (run_inside). Needs root (debootstrap, mount, chroot).
 set -euo pipefail
@@ -18,10 +23,36 @@ SUITE=bookworm
 INCLUDE=python3,python3-venv,ca-certificates,libpython3.11
 BINFMT=/proc/sys/fs/binfmt_misc
 
+# Relative to the checkout: this script, the Dockerfile steps and setup that run in the root, what they pin.
+KEY_FILES=(scripts/arm64-root.sh Dockerfile.igpu scripts/setup.sh scripts/setup.d/*.sh scripts/setup-triton.sh
+           scripts/provision_triton.py pyproject.toml constraints/linux-aarch64.txt)
+
 say() { echo "arm64-root: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
-[ "$(id -u)" -eq 0 ] || die "run as root (debootstrap, mount and chroot need it)"
+need_root() { [ "$(id -u)" -eq 0 ] || die "run as root (debootstrap, mount and chroot need it)"; }
+
+root_key() {
+  (cd "$(dirname "$0")/.." && sha256sum "${KEY_FILES[@]}") | sha256sum | cut -c1-16
+}
+
+# current: built from this KEY; stale: built from another (or before keys); missing: not built.
+root_state() {
+  local marker=$ROOT/.appliance-root
+  if [ ! -f "$marker" ]; then echo missing
+  elif grep -qx "key $(root_key)" "$marker"; then echo current
+  else echo stale
+  fi
+}
+
+# rm -rf never follows a bind mount: a run killed before its unmount would otherwise take the host's /dev.
+remove_tree() {
+  [ -e "$1" ] || return 0
+  if findmnt -rn -o TARGET | grep -q "^$1\(/\|\$\)"; then
+    die "something is still mounted under $1 (an interrupted run?): umount it, then run again"
+  fi
+  rm -rf --one-file-system "$1"
+}
 
 host_tools() {
   local missing=()
@@ -57,15 +88,24 @@ host_mirror() {
 }
 
 build_root() {
-  [ -f "$ROOT/.appliance-root" ] && return 0
+  local state key
+  state=$(root_state) key=$(root_key)
+  [ "$state" = current ] && return 0
+  [ "$state" = stale ] && say "$ROOT was built from other scripts or constraints than these (key $key): rebuilding"
   local mirror=${APPLIANCE_DEBIAN_MIRROR:-$(host_mirror)} started=$SECONDS tmp="$ROOT.partial"
   say "building an arm64 Debian 12 root in $ROOT (debootstrap, about 3 minutes)"
-  rm -rf "$tmp"
+  remove_tree "$tmp"
   mkdir -p "$(dirname "$ROOT")"
-  debootstrap --arch=arm64 --variant=minbase --include="$INCLUDE" "$SUITE" "$tmp" "$mirror" >"$tmp.log" 2>&1 \
-    || { tail -n 20 "$tmp.log" >&2; die "debootstrap failed (log: $tmp.log)"; }
-  echo "built $(date -u +%FT%TZ) from $SUITE" > "$tmp/.appliance-root"
-  rm -rf "$ROOT"
+  # Two stages, so dpkg skips its per-file fsync from the start (the second stage and every apt step later run
+  # it under emulation). The root is a cache: a host crash mid-build leaves $tmp, which the next build removes.
+  debootstrap --foreign --arch=arm64 --variant=minbase --include="$INCLUDE" "$SUITE" "$tmp" "$mirror" \
+    >"$tmp.log" 2>&1 || { tail -n 20 "$tmp.log" >&2; die "debootstrap failed (log: $tmp.log)"; }
+  echo force-unsafe-io > "$tmp/etc/dpkg/dpkg.cfg.d/appliance-unsafe-io"
+  say "first stage (host) done in $((SECONDS - started)) s; second stage under emulation"
+  chroot "$tmp" /debootstrap/debootstrap --second-stage >>"$tmp.log" 2>&1 \
+    || { tail -n 20 "$tmp.log" >&2; die "debootstrap's second stage failed (log: $tmp.log)"; }
+  printf 'built %s from %s\nkey %s\n' "$(date -u +%FT%TZ)" "$SUITE" "$key" > "$tmp/.appliance-root"
+  remove_tree "$ROOT"
   mv "$tmp" "$ROOT"
   rm -f "$tmp.log"
   say "root ready in $((SECONDS - started)) s"
@@ -112,8 +152,11 @@ run_inside() {
 }
 
 case ${1:-} in
-  ensure) host_tools; register_binfmt; build_root ;;
-  run) shift; [ $# -gt 0 ] || die "usage: $0 run CMD..."; host_tools; register_binfmt; build_root; run_inside "$@" ;;
+  ensure) need_root; host_tools; register_binfmt; build_root ;;
+  run)
+    shift; [ $# -gt 0 ] || die "usage: $0 run CMD..."
+    need_root; host_tools; register_binfmt; build_root; run_inside "$@" ;;
   path) echo "$ROOT" ;;
-  *) die "usage: $0 ensure | run CMD... | path" ;;
+  state) echo "$(root_state) $(root_key)" ;;
+  *) die "usage: $0 ensure | run CMD... | path | state" ;;
 esac

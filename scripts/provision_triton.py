@@ -184,7 +184,15 @@ def main(argv: list[str] | None = None) -> int:
         "--cache", type=Path, default=Path.home() / ".cache" / "appliance" / "wheels",
         help="where the downloaded wheel is kept between runs",
     )
+    parser.add_argument(
+        "--fetch-only", metavar="MACHINE", choices=sorted(WHEELS),
+        help="only put MACHINE's wheel (checked) into --cache, laying out nothing: the aarch64 check downloads "
+             "it on the host for the emulated root, whose own run then finds it there",
+    )
     args = parser.parse_args(argv)
+    if args.fetch_only:
+        print(_fetch_wheel(args.cache, args.fetch_only))
+        return 0
     tag = _python_tag()
     changed = provision(args.dest.resolve(), args.cache, tag)
     state = "provisioned" if changed else "already provisioned"
