@@ -28,7 +28,6 @@ from typing import Any, Callable, Mapping, Optional
 from appliance.mqtt.config import CommandsConfig
 from appliance.mqtt.errors import REFUSAL_CODES, CommandRefused
 from appliance.mqtt.nonces import NonceStore
-from appliance.mqtt.shared import Clock
 from appliance.mqtt.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -58,11 +57,11 @@ def signed_bytes(request_id: Optional[str], args: Mapping[str, Any], auth: Mappi
 @dataclass(frozen=True)
 class Authorization:
     """An accepted command: ``key_id`` and ``nonce`` of its signature (both None for an unsigned command where
-    signatures are not required); ``repeat`` when the caller said it has answered this nonce already."""
+    signatures are not required). A nonce the caller has answered already is accepted as it is: the caller sends
+    its first reply again."""
 
     key_id: Optional[str] = None
     nonce: Optional[str] = None
-    repeat: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,11 +106,10 @@ class CommandAuthorizer:
     Authorization, else raises CommandRefused after logging it and counting it by code. ``received_at`` (epoch
     seconds) is when the command arrived: its age is judged then, not after it waited in the queue."""
 
-    def __init__(self, config: CommandsConfig, topics: Topics, clock: Clock, check: Optional[SignatureCheck],
+    def __init__(self, config: CommandsConfig, topics: Topics, check: Optional[SignatureCheck],
                  nonces: NonceStore) -> None:
         self._config = config
         self._topics = topics
-        self._clock = clock
         self._check = check
         self._nonces = nonces
         self._opened = False
@@ -169,7 +167,7 @@ class CommandAuthorizer:
             self._nonces.open(now_ms, max_age_ms + skew_ms)
             self._opened = True
         if answered(auth.nonce):
-            return Authorization(auth.key_id, auth.nonce, repeat=True)
+            return Authorization(auth.key_id, auth.nonce)
         reset_ms = self._nonces.reset_ms
         if reset_ms is not None and auth.issued_at_ms <= reset_ms:
             raise CommandRefused("replayed", f"issued before {reset_ms / 1000:.0f} (epoch s), when this device's "

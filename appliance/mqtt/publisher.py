@@ -78,7 +78,7 @@ class MqttPublisher:
         self._shared = Shared()
         self._window = InflightWindow(config.inflight_window, self._shared, self._spool, self.topics.base)
         nonces = NonceStore(nonce_path or Path(spool_path).with_name("command-nonces.log"))
-        self._authorizer = CommandAuthorizer(config.commands, self.topics, self._clock, signature_check, nonces)
+        self._authorizer = CommandAuthorizer(config.commands, self.topics, signature_check, nonces)
         self._commands = CommandRunner(config, self.topics, self._clock, self._shared, self._authorizer)
         self._session = Session(config, self.topics, self._clock, rng or random.Random(), self._versions,
                                 self._shared, self._spool, self._window, self._commands, group)

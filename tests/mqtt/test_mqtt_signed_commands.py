@@ -339,12 +339,11 @@ def test_a_damaged_nonce_store_fails_closed_and_takes_new_commands(broker, tmp_p
 def test_a_command_expires_at_the_instant_its_nonce_is_forgotten(tmp_path: Path, keys: Any) -> None:
     from appliance.mqtt.authz import CommandAuthorizer
     from appliance.mqtt.config import CommandsConfig
-    from appliance.mqtt.shared import SystemClock
     from appliance.mqtt.topics import Topics
 
     key, trusted = keys
     config = CommandsConfig(max_age_s=300, clock_skew_s=30)
-    authz = CommandAuthorizer(config, Topics("plant", "dev1"), SystemClock(), signature_check(trusted),
+    authz = CommandAuthorizer(config, Topics("plant", "dev1"), signature_check(trusted),
                               NonceStore(tmp_path / "nonces.log"))
     payload = signed(key, now=1_700_000_000)
     issued = payload["auth"]["issued_at_ms"] / 1000
