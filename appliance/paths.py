@@ -74,11 +74,12 @@ def _pick(explicit: str | Path | None, env_name: str, key: str, checkout_rel: st
         return Path(explicit)
     if env.get(env_name):
         return Path(env[env_name])
-    layout = installed_layout(checkout)
+    root = CHECKOUT if checkout is None else checkout
+    layout = installed_layout(root)
     if key in layout:
         return layout[key]
-    if in_checkout() if checkout is None else _is_source_tree(checkout):
-        return (CHECKOUT if checkout is None else checkout) / checkout_rel
+    if _is_source_tree(root):
+        return root / checkout_rel
     return Path(installed)
 
 
