@@ -10,7 +10,7 @@ checkout's own directory (when the package runs from one), the installed default
 environment in the unit file (systemd/appliance.service sets all three); operator commands on an installed device
 find the installed config and state without flags through ``installed.json``.
 
-Ground floor: the standard library only, so triton/, modelrepo/ and engines/ all find their roots here.
+Ground floor: the standard library only, so triton/ and detector/ find their roots here.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ host_wheelhouse() {
   local build stub sdist
   build=$(.venv/bin/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")')
   stub=$(.venv/bin/python -c 'from appliance.triton.stubsite import REQUIREMENT; print(REQUIREMENT)')
-  sdist=$(.venv/bin/python -c 'from appliance.models.fetch import SDIST; print(SDIST)')
+  sdist=$(.venv/bin/python -c 'from appliance.detector.source.fetch import SDIST; print(SDIST)')
   mkdir -p "$dest"
   "${pip[@]}" --only-binary=:all: "${tags[@]}" -r constraints/linux-aarch64.txt $build pip
   "${pip[@]}" --only-binary=:all: "${tags[@]}" --no-deps "$stub"

@@ -26,9 +26,9 @@ import cv2
 import numpy as np
 
 from appliance.paths import models_dir
-from appliance.engines.repository import PROFILES
-from appliance.modelrepo.materialize import DetectorSource, RepositoryOptions, materialize
-from appliance.models.profile import load_profile
+from appliance.detector.engines.devicerepo import PROFILES
+from appliance.detector.repository.materialize import DetectorSource, RepositoryOptions, materialize
+from appliance.detector.profile import load_profile
 from appliance.triton import Server, ServerOptions
 
 BOX_PX, SCORE = 1.0, 1e-3

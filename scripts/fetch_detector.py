@@ -16,7 +16,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     # A script, not a module: put its checkout's package first on the path (also when not pip-installed).
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from appliance.models.fetch import FetchError, fetch_and_convert
+    from appliance.detector.source.fetch import FetchError, fetch_and_convert
     from appliance.paths import models_dir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

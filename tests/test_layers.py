@@ -13,14 +13,14 @@ PACKAGE = REPO / "appliance"
 
 # Lowest first. Within a floor, packages do not import each other.
 FLOORS: list[set[str]] = [
-    {"config", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "__init__"},  # the toolkit
-    {"backoff", "analytics", "models", "triton"},                                # pure libraries, the C API
-    {"processing", "capture", "mqtt"},                                           # frames in, messages out
-    {"health", "modelrepo", "sparkplug"},                                      # sparkplug: a second MQTT face
-    {"engines"},
-    {"serving"},                                                                 # which model serves a frame
-    {"ota"},
-    {"appconfig"},                                                               # the whole config file
+    {"config", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "__init__", "detector"},  # the toolkit
+    {"backoff", "analytics", "triton", "detector.profile", "detector.buildprofile", "detector.source"},  # libraries
+    {"detector.prepost", "capture", "mqtt"},                                     # frames in, messages out
+    {"health", "detector.repository", "detector.calibration", "sparkplug"},     # sparkplug: a second MQTT face
+    {"detector.engines"},
+    {"detector.serving"},                                                        # which model serves a frame
+    {"ota"},                                                                     # the device's side of updates
+    {"appconfig", "fleet"},                                                      # the config file; the operator's side
     {"supervisor"},
     {"bench"},
     {"commands"},                                                                # the CLI
@@ -30,7 +30,10 @@ FLOOR = {package: n for n, floor in enumerate(FLOORS) for package in floor}
 
 
 def _package(path: Path) -> str:
+    """A top-level package (``mqtt``), or for the detector's subpackages ``detector.<sub>``: each has its floor."""
     parts = path.relative_to(PACKAGE).parts
+    if parts[0] == "detector" and len(parts) > 1:
+        return "detector." + parts[1].removesuffix(".py") if parts[1] != "__init__.py" else "detector"
     return parts[0].removesuffix(".py")
 
 
@@ -48,7 +51,7 @@ def imported_modules(path: Path, node: ast.stmt) -> list[str]:
         if node.level > len(package):
             raise ValueError(f"{path}:{node.lineno}: relative import climbs above appliance")
         base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
-    if base == "appliance" or node.module is None:  # `from appliance import x` / `from .. import x`: x is a module
+    if base in ("appliance", "appliance.detector") or node.module is None:  # `from appliance import x`: x is a module
         return [f"{base}.{alias.name}" for alias in node.names]
     return [base]
 
@@ -63,8 +66,11 @@ def imports() -> list[tuple[str, str, str]]:
                 continue
             for name in imported_modules(path, node):
                 parts = name.split(".")
-                if parts[0] == "appliance" and len(parts) > 1 and parts[1] != source:
-                    found.append((source, parts[1], f"{path.relative_to(REPO)}:{node.lineno}"))
+                if parts[0] != "appliance" or len(parts) < 2:
+                    continue
+                target = f"detector.{parts[2]}" if parts[1] == "detector" and len(parts) > 2 else parts[1]
+                if target != source:
+                    found.append((source, target, f"{path.relative_to(REPO)}:{node.lineno}"))
     return found
 
 
@@ -79,10 +85,11 @@ def test_relative_imports_are_resolved_against_the_files_package() -> None:
     assert _resolved("supervisor/app.py", "from .. import mqtt, ota") == ["appliance.mqtt", "appliance.ota"]
     assert _resolved("supervisor/app.py", "from . import cameras") == ["appliance.supervisor.cameras"]
     assert _resolved("supervisor/__init__.py", "from .cameras import Cameras") == ["appliance.supervisor.cameras"]
-    assert _resolved("modelrepo/stages/common.py", "from ...config import base") == ["appliance.config"]
+    assert _resolved("detector/repository/stages/common.py", "from ....config import base") == ["appliance.config"]
+    assert _resolved("detector/engines/manager.py", "from .. import prepost") == ["appliance.detector.prepost"]
     assert _resolved("paths.py", "from .config import base") == ["appliance.config"]
-    assert _resolved("ota/manager.py", "from appliance import serving") == ["appliance.serving"]
-    assert _resolved("ota/manager.py", "import appliance.serving.router") == ["appliance.serving.router"]
+    assert _resolved("ota/manager.py", "from appliance.detector import serving") == ["appliance.detector.serving"]
+    assert _resolved("ota/manager.py", "import appliance.detector.serving.router") == ["appliance.detector.serving.router"]
     # And an upward relative import is caught like an absolute one.
     names = _resolved("config/base.py", "from .. import supervisor")
     edges = [("config", name.split(".")[1], "x.py:1") for name in names]
@@ -113,3 +120,4 @@ def test_an_import_back_up_or_sideways_is_caught() -> None:
     assert upward([("config", "supervisor", "c.py:3")]) == ["c.py:3: config (floor 0) imports supervisor (floor 8)"]
     assert upward([("capture", "mqtt", "d.py:4")]) == ["d.py:4: capture (floor 2) imports mqtt (floor 2)"]
     assert upward([("ota", "newpackage", "e.py:5")]) != []
+    assert upward([("detector.prepost", "detector.engines", "f.py:6")]) != []

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from appliance import paths
-from appliance.engines.repository import PROFILES
-from appliance.modelrepo.materialize import TEMPLATES
+from appliance.detector.engines.devicerepo import PROFILES
+from appliance.detector.repository.materialize import TEMPLATES
 from appliance.triton.locate import locate
 
 REPO = Path(__file__).resolve().parents[1]

@@ -45,7 +45,7 @@ EventType = Literal["enter", "exit", "cross", "dwell"]
 
 
 class DetectionArrays(Protocol):
-    """What a frame's detections look like (appliance.processing.pipeline.Detections fits)."""
+    """What a frame's detections look like (appliance.detector.prepost.pipeline.Detections fits)."""
 
     @property
     def boxes(self) -> np.ndarray: ...     # [K, 4] xyxy frame pixels

@@ -20,8 +20,8 @@ from appliance.appconfig.app import AppConfig
 from appliance.capture.check import absent_source, check_cameras
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
-from appliance.engines.profile import ProfileError, load_profile as load_engine_profile
-from appliance.models.profile import load_profile as load_model_profile
+from appliance.detector.buildprofile import ProfileError, load_profile as load_engine_profile
+from appliance.detector.profile import load_profile as load_model_profile
 from appliance.triton.locate import TritonNotFound, locate
 
 

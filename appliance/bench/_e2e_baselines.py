@@ -41,7 +41,7 @@ def video_frames(video: Path, every: int = 1) -> list[np.ndarray]:
 def _session(onnx: Path):
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()  # the appliance's detector setting (appliance.modelrepo: ort_spinning off)
+    opts = ort.SessionOptions()  # the appliance's detector setting (appliance.detector.repository: ort_spinning off)
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(onnx), opts, providers=["CPUExecutionProvider"])
 
@@ -72,8 +72,8 @@ def bench_naive(repo, dist, video: Path, port: int, seconds: float, workdir: Pat
     import tritonclient.http as httpclient
 
     from appliance.bench.triton import BinaryServer
-    from appliance.models.profile import load_profile
-    from appliance.processing.pipeline import Postprocessor, Preprocessor
+    from appliance.detector.profile import load_profile
+    from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
 
     profile = load_profile(PROFILE)
     pre, post = Preprocessor(profile), Postprocessor(profile)

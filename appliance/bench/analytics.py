@@ -23,7 +23,7 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, ZoneConfig
 from appliance.analytics.events import Analytics
-from appliance.processing.pipeline import Detections
+from appliance.detector.prepost.pipeline import Detections
 
 WIDTH, HEIGHT = 1920, 1080
 SIZES = (1, 100, 20)  # 20 last: its line is the benchmark's last line

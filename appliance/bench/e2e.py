@@ -21,7 +21,7 @@ ceiling ``e2e_vs_naive`` would reach at the detector alone's rate. Last line:
 ``e2e_vs_detector_alone=<ratio>``.
 
 In-graph pre/post (issue 21): the appliance serves its detector engine with the pre/post inside
-(appliance.engines.ingraph). The same appliance runs a second time, right after, with today's Python stages
+(appliance.detector.engines.ingraph). The same appliance runs a second time, right after, with today's Python stages
 (the engine profile's ``in_graph: false``), on the same cameras and video: ``e2e_python_stages_vs_detector_alone``
 and ``in_graph_vs_python_stages_e2e`` say what the in-graph design is worth end to end, and the
 ``stage_ms_<design>`` lines give each stage's time per frame inside its stub (its own timer) in both runs,
@@ -225,9 +225,9 @@ def main(argv: list[str]) -> int:
     seconds = 8.0 if args.quick else args.seconds
 
     from appliance.capture.sample import ensure_sample_video
-    from appliance.modelrepo.materialize import DetectorSource, materialize
-    from appliance.models.profile import load_profile
-    from appliance.processing.pipeline import Preprocessor
+    from appliance.detector.repository.materialize import DetectorSource, materialize
+    from appliance.detector.profile import load_profile
+    from appliance.detector.prepost.pipeline import Preprocessor
     from appliance.triton import stubsite
     from appliance.triton.locate import locate
 

@@ -63,10 +63,10 @@ def _median_ratio(num: list[float], den: list[float]) -> float:
 
 def _build_int8(profile: Any, models_root: Path, work: Path) -> tuple[Path, Any, Any, Any, dict[str, object]]:
     """The int8 engine as build-engines makes it, its gate report, and the gate frames and model profile."""
-    from appliance.engines.acceptance import calibration_frames, gate_frames
-    from appliance.engines.builders.ort import OnnxRuntimeBuilder, reference_session
-    from appliance.engines.gate import run_gate
-    from appliance.engines.onnxinfo import inspect_onnx
+    from appliance.detector.engines.acceptance import calibration_frames, gate_frames
+    from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder, reference_session
+    from appliance.detector.engines.gate import run_gate
+    from appliance.detector.engines.onnxinfo import inspect_onnx
 
     int8 = profile.model_copy(update={"onnxruntime": profile.onnxruntime.model_copy(update={"precision": "int8"})})
     onnx = inspect_onnx(int8.onnx_path(models_root))
@@ -104,10 +104,10 @@ def main(argv: list[str]) -> int:
         parser.error("--rounds, --frames and --in-flight must be at least 1")
 
     from appliance.appconfig.app import ModelConfig, TritonConfig
-    from appliance.engines.calibration import CalibrationError
-    from appliance.engines.profile import ProfileError, load_profile
-    from appliance.modelrepo.layout import detector_layout
-    from appliance.modelrepo.materialize import DetectorSource, RepositoryOptions, materialize
+    from appliance.detector.calibration.frames import CalibrationError
+    from appliance.detector.buildprofile import ProfileError, load_profile
+    from appliance.detector.repository.layout import detector_layout
+    from appliance.detector.repository.materialize import DetectorSource, RepositoryOptions, materialize
     from appliance.triton import stubsite
     from appliance.triton.locate import locate
     from appliance.triton.server import Server, ServerOptions

@@ -4,7 +4,7 @@
 loop doing the same work with the same functions and the same ONNX Runtime settings.
 
 The ensemble runs in the detector layout the appliance picks for cameras that send frames as fast as they can, as
-here (appliance.modelrepo.layout: two instances on half the cores each, where there are two cores), and in the
+here (appliance.detector.repository.layout: two instances on half the cores each, where there are two cores), and in the
 lowest-latency layout (one instance on every core, what it runs while the cameras' frame rate leaves that instance
 time to spare), materialized side by side in one server, each with
 one frame in flight per camera (the next frame goes in when the previous result is back) and with
@@ -19,7 +19,7 @@ processes cannot swing; fps columns are totals. ``ensemble_vs_plain_loop=<fps ra
 the layout the appliance runs there, pipelined as the appliance drives it.
 
 In-graph pre/post (issue 21): the ensembles above serve the detector wrapped with its pre/post
-(appliance.modelrepo.wrap: preprocess hands it the uint8 letterboxed frame, it answers final boxes). Each layout
+(appliance.detector.repository.wrap: preprocess hands it the uint8 letterboxed frame, it answers final boxes). Each layout
 also runs with today's Python stages (``<layout>-py``: float tensor out of preprocess, decode and NMS in
 postprocess) in the same rounds, pipelined; their per-stage columns are the before/after CPU time of the stages.
 The last line is ``in_graph_vs_python_stages=<fps ratio at the most cameras>`` in the appliance's layout.
@@ -40,8 +40,8 @@ import cv2
 import numpy as np
 
 from appliance.exitcodes import ExitCode
-from appliance.modelrepo.materialize import Repository, RepositoryOptions
-from appliance.models.profile import ModelProfile
+from appliance.detector.repository.materialize import Repository, RepositoryOptions
+from appliance.detector.profile import ModelProfile
 from appliance.paths import models_dir, profiles_dir
 from appliance.triton.server import Server
 
@@ -90,7 +90,7 @@ class PlainLoop:
     def __init__(self, profile: ModelProfile, onnx_path: Path, spinning: bool) -> None:
         import onnxruntime as ort
 
-        from appliance.processing.pipeline import Postprocessor, Preprocessor
+        from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
 
         self.pre, self.post = Preprocessor(profile), Postprocessor(profile)
         opts = ort.SessionOptions()  # the same session settings the ensemble's detector uses
@@ -100,7 +100,7 @@ class PlainLoop:
 
     def time_detector(self, frame: np.ndarray) -> float:
         """ms per frame on every core, timed as the engine build times it: what the appliance's layout weighs."""
-        from appliance.engines.manager import time_engine
+        from appliance.detector.engines.manager import time_engine
 
         feeds = {self.input: self.pre.frame(frame, "BGR")[0][None]}
         return time_engine(lambda f: self.session.run(None, f), feeds, batch=1)["frame_ms"]
@@ -189,12 +189,12 @@ def _table(results: dict[int, dict[str, Run]]) -> str:
 def _layouts(args: argparse.Namespace, camera_counts: list[int], frame_ms: float
              ) -> tuple[dict[str, RepositoryOptions], dict[int, str], dict[str, int]]:
     """The detector layouts to compare, by name: the one the appliance runs for each camera count when the
-    cameras send as fast as they can, as here (appliance.modelrepo.layout, with the detector's ``frame_ms``), and
+    cameras send as fast as they can, as here (appliance.detector.repository.layout, with the detector's ``frame_ms``), and
     the lowest-latency one (one instance on every core) beside it; or the one layout the flags describe, for every
     count. Also the name of the appliance's layout per count, and by name the requests in flight in all that keep
     the layout busy (the appliance scheduler's default bound)."""
     from appliance.appconfig.app import ModelConfig
-    from appliance.modelrepo.layout import DetectorLayout, detector_layout
+    from appliance.detector.repository.layout import DetectorLayout, detector_layout
 
     base = RepositoryOptions(ort_spinning=args.ort_spinning, max_batch_size=ModelConfig().max_batch_size,
                              queue_delay_us=0)
@@ -255,8 +255,8 @@ def main(argv: list[str]) -> int:
         return ExitCode.BAD_INPUT
 
     from appliance.appconfig.app import TritonConfig
-    from appliance.modelrepo.materialize import DetectorSource, materialize
-    from appliance.models.profile import load_profile
+    from appliance.detector.repository.materialize import DetectorSource, materialize
+    from appliance.detector.profile import load_profile
     from appliance.triton import stubsite
     from appliance.triton.locate import locate
     from appliance.triton.server import ServerOptions

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.engines import ensure_engines
-from appliance.engines.repository import PROFILES
-from appliance.modelrepo.materialize import RepositoryOptions
-from appliance.models.profile import load_profile
+from appliance.detector.engines import ensure_engines
+from appliance.detector.engines.devicerepo import PROFILES
+from appliance.detector.repository.materialize import RepositoryOptions
+from appliance.detector.profile import load_profile
 from appliance.paths import engines_dir, models_dir
-from appliance.serving.router import Router
-from appliance.serving.switcher import ModelSpec, TritonSwitcher
-from appliance.serving.warmup import FrameShape, WarmupPlan, warmup_frame
+from appliance.detector.serving.router import Router
+from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.detector.serving.warmup import FrameShape, WarmupPlan, warmup_frame
 from appliance.triton import stubsite
 from appliance.triton.server import Server, ServerOptions
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from appliance import paths
 from appliance.commands.exitcodes import ExitCode
-from appliance.engines.builders import BuilderUnavailable
-from appliance.engines.cache import CacheError
-from appliance.engines.manager import EngineBuildError, ensure_engines
-from appliance.engines.profile import ProfileError
-from appliance.engines.repository import materialize_for_device
-from appliance.modelrepo.materialize import RepositoryOptions
+from appliance.detector.engines.builders import BuilderUnavailable
+from appliance.detector.engines.cache import CacheError
+from appliance.detector.engines.manager import EngineBuildError, ensure_engines
+from appliance.detector.buildprofile import ProfileError
+from appliance.detector.engines.devicerepo import materialize_for_device
+from appliance.detector.repository.materialize import RepositoryOptions
 from appliance.sdnotify import Notifier
 
 log = logging.getLogger("appliance.engines")

@@ -16,14 +16,14 @@ from appliance.commands import rollout
 from appliance.commands.exitcodes import ExitCode
 from appliance.commands.mqttoptions import MqttOptionsError, mqtt_config_from_args
 from appliance.paths import state_dir
-from appliance.ota import push
-from appliance.ota.bundle import build_bundle
+from appliance.fleet import push
+from appliance.fleet.bundle import build_bundle
 from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
-from appliance.serving.switcher import ModelSpec
+from appliance.detector.serving.switcher import ModelSpec
 
 
 def run(args: argparse.Namespace) -> int:

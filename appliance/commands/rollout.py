@@ -1,6 +1,6 @@
 """``appliance ota rollout``: roll a bundle out to device groups in stages (the first group is the canary), watching
 each group's ota/status and health for a soak time before widening, stopping (and rolling back the devices that
-switched and turned unhealthy) when one fails. The decisions are :class:`appliance.ota.rollout.Rollout`'s; this
+switched and turned unhealthy) when one fails. The decisions are :class:`appliance.fleet.rollout.Rollout`'s; this
 module talks to the broker and prints (docs/fleet-rollout.md).
 
 Exit codes: 0 every group is on the version and passed its soak, 1 the rollout stopped, 2 bad input.
@@ -25,11 +25,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from appliance.commands.exitcodes import ExitCode
 from appliance.durable import sha256_file
 from appliance.mqtt.topics import group_desired
-from appliance.ota import operator
-from appliance.ota.desired import NAME, DesiredState, sign_desired
+from appliance.fleet.broker import connect, publish_retained, send_command
+from appliance.fleet.desiredstate import sign_desired
+from appliance.ota.desired import NAME, DesiredState
 from appliance.ota.errors import OtaError
 from appliance.mqtt.config import MqttConfig
-from appliance.ota.rollout import Action, DeviceView, Rollout
+from appliance.fleet.rollout import Action, DeviceView, Rollout
 from appliance.ota.signing import TrustedKeys, key_id, load_private_key
 from appliance.ota.unpack import verify_bundle
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace, broker: MqttConfig) -> int:
         return ExitCode.BAD_INPUT
     inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
     try:
-        cli = operator.connect(broker, "ota-rollout", lambda topic, payload: inbox.put((topic, payload)))
+        cli = connect(broker, "ota-rollout", lambda topic, payload: inbox.put((topic, payload)))
     except OtaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.FAILED
@@ -168,11 +169,11 @@ def _act(client: mqtt.Client, args: argparse.Namespace, action: Action, desired:
             was = desired[action.target]
             desired[action.target] = replace(was, issued_at_ms=now_ms, state="stopped",
                                              expires_at_ms=max(was.expires_at_ms, now_ms + 1))
-        operator.publish_retained(client, topic, sign_desired(desired[action.target], key))
+        publish_retained(client, topic, sign_desired(desired[action.target], key))
         _say(args, f"group {action.target}: {'stopped' if action.kind == 'stop' else 'desired'} state published "
                    f"on {topic}")
     else:
-        operator.send_command(client, args.prefix, action.target, "ota", {"action": "rollback"},
+        send_command(client, args.prefix, action.target, "ota", {"action": "rollback"},
                               f"{rollout_id}-rollback-{action.target}", key)
         _say(args, f"{action.target}: rollback sent")
 

@@ -180,7 +180,7 @@ _PIPELINE_STATES = {"crash_loop": "CRASH LOOP", "recovering": "RECOVERING"}  # s
 
 
 def format_pipeline(pipeline: dict[str, Any]) -> str:
-    """The served pipeline's model recovery (appliance.serving.recovery.RecoveryStatus.to_dict())."""
+    """The served pipeline's model recovery (appliance.detector.serving.recovery.RecoveryStatus.to_dict())."""
     state = pipeline.get("state", "unknown")
     head = _PIPELINE_STATES.get(state, state)
     head += f" ({pipeline.get('route')})" if pipeline.get("route") else ""

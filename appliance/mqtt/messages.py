@@ -57,7 +57,7 @@ def encode(payload: Mapping[str, Any]) -> bytes:
 @dataclass(frozen=True)
 class ModelInfo:
     """The served model; ``hash`` is ``sha256:<hex>`` of the detector engine file Triton loaded
-    (``appliance.serving.router.Route.model_hash``)."""
+    (``appliance.detector.serving.router.Route.model_hash``)."""
 
     name: str
     version: str
@@ -325,7 +325,7 @@ def engine_status_payload(device_id: str, event: Mapping[str, Any], now: float) 
     return payload
 
 
-# The detection gate's numbers on engines/status (appliance.engines.gate.GateReport; schema engine_status).
+# The detection gate's numbers on engines/status (appliance.detector.engines.gate.GateReport; schema engine_status).
 GATE_FIELDS = ("passed", "recall", "precision", "mean_score_diff", "reference_detections", "candidate_detections",
                "matched", "frames", "min_recall", "min_precision", "max_score_diff")
 

@@ -5,7 +5,7 @@ Modules: ``manifest`` (the signed manifest), ``signing`` (Ed25519 keys), ``bundl
 ``store`` (state directory, crash-safe active pointer), ``golden`` (detection comparison), ``offline`` (the
 switcher for installs while the appliance is stopped), ``health`` (health-watch policy), ``manager`` (the
 pipeline), ``delivery`` (MQTT command handler, inbox watcher, downloads), ``push`` and ``cli`` (the command
-line). What is served, and the Triton switch, are ``appliance.serving``'s: OTA sits on it and maps its
+line). What is served, and the Triton switch, are ``appliance.detector.serving``'s: OTA sits on it and maps its
 ``ServingError`` to ``OtaRejected``. Importing this package has no side effects.
 """
 

@@ -17,7 +17,7 @@ def check_appliance_version(manifest: Manifest, appliance_version: str) -> None:
 def check_onnx(manifest: Manifest, onnx_path: Path) -> None:
     """The detector's single input must be [batch, 3, H, W] (NCHW) or [batch, H, W, 3] (NHWC) at the profile's
     size, and its output must have room for the profile's classes."""
-    from appliance.engines.onnxinfo import OnnxModelError, inspect_onnx
+    from appliance.detector.engines.onnxinfo import OnnxModelError, inspect_onnx
 
     try:
         info = inspect_onnx(onnx_path)

@@ -20,10 +20,9 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from appliance.ota.errors import OtaRejected
-from appliance.ota.signing import TrustedKeys, sign_manifest
+from appliance.ota.signing import TrustedKeys
 
 DOC_TYPE = "ota_desired"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -59,13 +58,6 @@ class DesiredState:
 def canonical(fields: dict[str, Any]) -> bytes:
     """The bytes that are signed: sorted keys, no whitespace, ASCII (the same on every side)."""
     return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-
-
-def sign_desired(state: DesiredState, private_key: Ed25519PrivateKey) -> dict[str, Any]:
-    """The retained document for ``state``, signed with ``private_key``."""
-    doc = state.unsigned()
-    doc["signature"] = json.loads(sign_manifest(canonical(doc), private_key))
-    return doc
 
 
 def parse_desired(raw: bytes, trusted: TrustedKeys, group: str) -> DesiredState:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 
-from appliance.serving.errors import ServingError
+from appliance.detector.serving.errors import ServingError
 
 REJECT_CODES = (
     "corrupt",          # not a readable bundle: bad tar, missing member, unsafe path, bad JSON

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from appliance.ota.config import HealthPolicy
-from appliance.serving.router import HealthSample
+from appliance.detector.serving.router import HealthSample
 
 
 def breach(policy: HealthPolicy, new: HealthSample, baseline: HealthSample | None, final: bool) -> str | None:

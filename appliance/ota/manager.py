@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import appliance
-from appliance.engines.manager import InstalledEngine
+from appliance.detector.engines.manager import InstalledEngine
 from appliance.ota import compat, floor, steps
 from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaRejected, RollbackError, rejection_for
@@ -30,9 +30,9 @@ from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus, StatusCallback
 from appliance.ota.store import OtaStore, Pointer
 from appliance.ota.unpack import FreeSpace, disk_free, verify_bundle
-from appliance.serving.errors import ServingError
-from appliance.serving.router import Route
-from appliance.serving.switcher import ModelSpec, ModelSwitcher
+from appliance.detector.serving.errors import ServingError
+from appliance.detector.serving.router import Route
+from appliance.detector.serving.switcher import ModelSpec, ModelSwitcher
 
 log = logging.getLogger("appliance.ota")
 

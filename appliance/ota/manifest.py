@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from appliance.config import StrictModel
-from appliance.engines.profile import EngineProfile
-from appliance.models.profile import ModelProfile
+from appliance.detector.buildprofile import EngineProfile
+from appliance.detector.profile import ModelProfile
 from appliance.ota.errors import OtaRejected
 
 FORMAT = 1

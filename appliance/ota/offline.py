@@ -1,5 +1,5 @@
 """The switcher OTA uses while the appliance is stopped (``appliance ota install``): it serves nothing.
-The running appliance uses ``appliance.serving.switcher.TritonSwitcher``."""
+The running appliance uses ``appliance.detector.serving.switcher.TritonSwitcher``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any, Callable
 import numpy as np
 
 from appliance.ota.errors import OtaRejected
-from appliance.serving.router import HealthSample, Route, Router
-from appliance.serving.switcher import Detected, ModelSpec, prefix_for
+from appliance.detector.serving.router import HealthSample, Route, Router
+from appliance.detector.serving.switcher import Detected, ModelSpec, prefix_for
 
 
 class OfflineSwitcher:
@@ -26,7 +26,7 @@ class OfflineSwitcher:
         return self.router.current()
 
     def load(self, spec: ModelSpec) -> Route:
-        from appliance.engines.builders.ort import reference_session
+        from appliance.detector.engines.builders.ort import reference_session
 
         if spec.profile is None:  # the base model, when only the pointer moves (offline rollback)
             return Route("detect", (), "base", None, ())
@@ -38,7 +38,7 @@ class OfflineSwitcher:
         return route
 
     def detect(self, route: Route, frame: np.ndarray) -> Detected:
-        from appliance.processing.pipeline import Postprocessor, Preprocessor
+        from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
 
         if route.ensemble not in self._runners:
             raise OtaRejected("golden_mismatch", f"{route.label}: golden frames need ONNX Runtime offline "

@@ -13,7 +13,7 @@ from appliance.ota.errors import OtaRejected
 from appliance.ota.manifest import Manifest
 from appliance.ota.status import FINAL_STATES, OtaStatus, StatusCallback
 from appliance.ota.store import OtaStore
-from appliance.serving.router import Route
+from appliance.detector.serving.router import Route
 
 log = logging.getLogger("appliance.ota")
 

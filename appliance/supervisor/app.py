@@ -24,23 +24,23 @@ from appliance.appconfig.check import resolved_paths
 from appliance.backoff import RestartPolicy
 from appliance.capture import CaptureProcess, RingDirectory, RingError, RingReader
 from appliance.capture.doorbell import Doorbell
-from appliance.engines.manager import InstalledEngine, ensure_engines
-from appliance.engines.progress import ProgressEvent
-from appliance.engines.repository import PROFILES
+from appliance.detector.engines.manager import InstalledEngine, ensure_engines
+from appliance.detector.engines.progress import ProgressEvent
+from appliance.detector.engines.devicerepo import PROFILES
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
 from appliance.health.system import SystemMonitor
 from appliance.health.tegrastats import TegrastatsMonitor
-from appliance.modelrepo.materialize import RepositoryOptions
-from appliance.models.profile import load_profile
+from appliance.detector.repository.materialize import RepositoryOptions
+from appliance.detector.profile import load_profile
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.status import OtaStatus
 from appliance.sdnotify import Notifier
-from appliance.serving.recovery import PipelineRecovery
-from appliance.serving.router import Router
-from appliance.serving.switcher import ModelSpec
+from appliance.detector.serving.recovery import PipelineRecovery
+from appliance.detector.serving.router import Router
+from appliance.detector.serving.switcher import ModelSpec
 from appliance.sparkplug.node import EdgeNode
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
@@ -48,7 +48,7 @@ from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorplan import plan_detector, plan_warmup
 from appliance.supervisor.enginestatus import EngineStatusForwarder
 from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
-from appliance.supervisor.calibframes import start_calibration_feed
+from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.leftovers import reclaim_leftovers
 from appliance.supervisor.mqttface import make_publisher

@@ -1,7 +1,7 @@
 """How the detector is laid out for this device's cameras, how many requests the scheduler keeps in flight, and
 how a freshly loaded model is warmed up for them.
 
-Chosen once at start from the config and the engine's build-time timing (appliance.modelrepo.layout), and logged
+Chosen once at start from the config and the engine's build-time timing (appliance.detector.repository.layout), and logged
 with why, so the start log says what the appliance will do with the machine.
 """
 
@@ -11,9 +11,9 @@ import logging
 import math
 
 from appliance.appconfig.app import AppConfig
-from appliance.engines.manager import InstalledEngine
-from appliance.modelrepo.layout import DetectorLayout, detector_layout
-from appliance.serving.warmup import FrameShape, WarmupPlan
+from appliance.detector.engines.manager import InstalledEngine
+from appliance.detector.repository.layout import DetectorLayout, detector_layout
+from appliance.detector.serving.warmup import FrameShape, WarmupPlan
 
 log = logging.getLogger("appliance.supervisor")
 WARMUP_MAX_CONCURRENCY = 32  # a larger max_inflight only queues in Triton: no new batch size or instance to warm

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
-from appliance.engines.progress import FINAL_PHASES, ProgressEvent
+from appliance.detector.engines.progress import FINAL_PHASES, ProgressEvent
 from appliance.mqtt.messages import engine_status_payload
 
 TOPIC = "engines/status"

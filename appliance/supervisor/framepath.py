@@ -11,7 +11,7 @@ capture to result) go to the metrics and the message. A camera with analytics
 (``appliance.supervisor.eventstage``) runs them on its result before the detections are published, so each
 detection carries its ``track_id``; with snapshots on, its frame's pixels are copied at submit (the lease is
 released before the result comes, ``appliance.supervisor.snapshots`` says why). While the engine profile wants
-first-boot calibration frames, a frame now and then is copied for them (``appliance.supervisor.calibframes``).
+first-boot calibration frames, a frame now and then is copied for them (``appliance.detector.calibration.collector``).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import numpy as np
 from appliance.capture.ring import FrameMeta
 from appliance.health.rate import RecentRate
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo
-from appliance.serving.probe import Fault, fault_from_error
-from appliance.serving.router import Route
-from appliance.supervisor.calibframes import CalibrationFeed
+from appliance.detector.serving.probe import Fault, fault_from_error
+from appliance.detector.serving.router import Route
+from appliance.detector.calibration.collector import CalibrationFeed
 from appliance.supervisor.eventstage import CameraAnalytics
 from appliance.supervisor.results import build_message
 from appliance.supervisor.scheduler import Lease
@@ -50,7 +50,7 @@ class InferenceServer(Protocol):
 
 
 class RouteHolder(Protocol):
-    """appliance.serving.router.Router: the route each frame takes, and what came back from it."""
+    """appliance.detector.serving.router.Router: the route each frame takes, and what came back from it."""
 
     def acquire(self) -> Route: ...
     def release(self, route: Route, ok: bool, latency_s: float, detections: int = 0) -> None: ...
@@ -63,7 +63,7 @@ class DetectionSink(Protocol):
 
 
 class FaultSink(Protocol):
-    """appliance.serving.recovery.PipelineRecovery: a failed request that means the model broke."""
+    """appliance.detector.serving.recovery.PipelineRecovery: a failed request that means the model broke."""
 
     def note(self, route: Route, fault: Fault, submitted: float) -> None: ...
 

@@ -20,22 +20,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import appliance
-from appliance.engines.progress import ProgressEvent
+from appliance.detector.engines.progress import ProgressEvent
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.system import SystemReading
 from appliance.health.tegrastats import TegrastatsMonitor, system_fields
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms, ota_status_payload
 from appliance.ota.status import STATES, OtaStatus
-from appliance.serving.recovery import PipelineRecovery, PipelineState
+from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.supervisor.cameras import SupervisedCamera
 from appliance.supervisor.scheduler import Scheduler
 from appliance.triton.errors import ServerStateError
 
 if TYPE_CHECKING:  # annotations only: importing them here would load paho and the Triton wrapper for nothing
     from appliance.capture.health import CaptureHealth
-    from appliance.engines.manager import InstalledEngine
+    from appliance.detector.engines.manager import InstalledEngine
     from appliance.mqtt.publisher import MqttPublisher
-    from appliance.serving.router import Router
+    from appliance.detector.serving.router import Router
     from appliance.triton.server import Server
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from appliance.appconfig.app import RecoveryConfig
 from appliance.health.metrics import ApplianceMetrics
-from appliance.modelrepo.materialize import RepositoryOptions
+from appliance.detector.repository.materialize import RepositoryOptions
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.config import OtaConfig
 from appliance.ota.delivery import InboxWatcher, OtaCommandHandler
@@ -30,12 +30,12 @@ from appliance.ota.follower import DesiredStateFollower, follow_group
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus
-from appliance.serving.probe import ModelProbe
-from appliance.serving.recovery import PipelineRecovery, PipelineState
-from appliance.serving.reload import TritonReloader
-from appliance.serving.router import Route, Router
-from appliance.serving.switcher import ModelSpec, TritonSwitcher
-from appliance.serving.warmup import WarmupPlan
+from appliance.detector.serving.probe import ModelProbe
+from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
+from appliance.detector.serving.reload import TritonReloader
+from appliance.detector.serving.router import Route, Router
+from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.detector.serving.warmup import WarmupPlan
 from appliance.supervisor.latecommand import LateHandler
 from appliance.triton.server import Server
 

@@ -1,10 +1,10 @@
-"""Triton Python model: a thin shell around PostprocessStage (appliance.modelrepo.stages.postprocess), where the logic and its tests live."""
+"""Triton Python model: a thin shell around PostprocessStage (appliance.detector.repository.stages.postprocess), where the logic and its tests live."""
 
 import _appliance_site  # noqa: F401  (written by appliance.triton.pymodels; must be the first import)
 
 import triton_python_backend_utils as pb_utils
 
-from appliance.modelrepo.stages.postprocess import PostprocessStage
+from appliance.detector.repository.stages.postprocess import PostprocessStage
 
 
 class TritonPythonModel:

@@ -1,10 +1,10 @@
-"""Triton Python model: a thin shell around PreprocessStage (appliance.modelrepo.stages.preprocess), where the logic and its tests live."""
+"""Triton Python model: a thin shell around PreprocessStage (appliance.detector.repository.stages.preprocess), where the logic and its tests live."""
 
 import _appliance_site  # noqa: F401  (written by appliance.triton.pymodels; must be the first import)
 
 import triton_python_backend_utils as pb_utils
 
-from appliance.modelrepo.stages.preprocess import PreprocessStage
+from appliance.detector.repository.stages.preprocess import PreprocessStage
 
 
 class TritonPythonModel:

@@ -1,6 +1,6 @@
 """Fixtures for the analytics tests: the real detector's detections on segments of OpenCV's vtest.avi (people
 walking, 768x576 at 10 fps), computed once per session with ONNX Runtime through the plain pipeline
-(appliance.processing.pipeline, the same pre/post code the Triton models run) and cached as JSON in the
+(appliance.detector.prepost.pipeline, the same pre/post code the Triton models run) and cached as JSON in the
 session's temporary directory. Frames 0..149 are the segment the tracker's settings were tuned on; frames
 150..449 are held out (never used for tuning) to check those settings on walks they were not fitted to."""
 
@@ -14,8 +14,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from appliance.models.profile import load_profile
-from appliance.processing.pipeline import Detections, Postprocessor, Preprocessor
+from appliance.detector.profile import load_profile
+from appliance.detector.prepost.pipeline import Detections, Postprocessor, Preprocessor
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"

@@ -11,7 +11,7 @@ import pytest
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig, ZoneConfig
 from appliance.analytics.events import Analytics, Event
-from appliance.processing.pipeline import Detections
+from appliance.detector.prepost.pipeline import Detections
 from support.tracks import CLASSES, FPS, box_at, frame
 
 def analytics(**overrides: object) -> Analytics:

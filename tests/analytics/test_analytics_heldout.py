@@ -60,8 +60,8 @@ import pytest
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig
 from appliance.analytics.events import Analytics
-from appliance.models.profile import load_profile
-from appliance.processing.pipeline import Detections
+from appliance.detector.profile import load_profile
+from appliance.detector.prepost.pipeline import Detections
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_FRAME = 150   # the held-out detections start at this frame of vtest.avi

@@ -23,8 +23,8 @@ from scipy.optimize import linear_sum_assignment
 
 from appliance.analytics.config import AnalyticsConfig, TrackerConfig
 from appliance.analytics.events import Analytics
-from appliance.models.profile import load_profile
-from appliance.processing.pipeline import Detections
+from appliance.detector.profile import load_profile
+from appliance.detector.prepost.pipeline import Detections
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST, LAST = 40, 90

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from appliance.engines.builders.ort import OnnxRuntimeBuilder
-from appliance.engines.fingerprint import DeviceProbe
-from appliance.engines.manager import EngineManager
-from appliance.engines.profile import EngineProfile, load_profile
-from appliance.engines.progress import ProgressEvent, ProgressReporter
+from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
+from appliance.detector.engines.fingerprint import DeviceProbe
+from appliance.detector.engines.manager import EngineManager
+from appliance.detector.buildprofile import EngineProfile, load_profile
+from appliance.detector.engines.progress import ProgressEvent, ProgressReporter
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engines.manager import EngineBuildError
-from appliance.engines.onnxinfo import OnnxModelError, inspect_onnx
+from appliance.detector.engines.manager import EngineBuildError
+from appliance.detector.engines.onnxinfo import OnnxModelError, inspect_onnx
 from engines_helpers import EngineEnv, make_onnx, write_profile
 
 

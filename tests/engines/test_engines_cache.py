@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engines.cache import EngineCache
-from appliance.engines.manager import TIMED_RUNS
-from appliance.engines.progress import ProgressEvent
+from appliance.detector.engines.cache import EngineCache
+from appliance.detector.engines.manager import TIMED_RUNS
+from appliance.detector.engines.progress import ProgressEvent
 from engines_helpers import EngineEnv, make_onnx
 
 
@@ -44,7 +44,7 @@ def test_an_entry_cached_before_timings_has_none_and_is_still_a_hit(env: EngineE
 
 
 def test_time_engine_reports_the_median_per_run_and_per_frame(monkeypatch: pytest.MonkeyPatch) -> None:
-    import appliance.engines.manager as manager
+    import appliance.detector.engines.manager as manager
 
     now = [0.0]
     durations = iter([0.500, 0.009, 0.001, 0.005, 0.003, 0.007])  # the warm-up (untimed), then five runs
@@ -163,7 +163,7 @@ def test_unwritable_state_dir_is_a_clear_error(env: EngineEnv) -> None:
         state.chmod(0o500)
     manager = env.manager()
     manager.cache = EngineCache(state)
-    from appliance.engines.cache import CacheError
+    from appliance.detector.engines.cache import CacheError
 
     with pytest.raises(CacheError, match="cannot create the engine cache"):
         manager.ensure(env.profile())

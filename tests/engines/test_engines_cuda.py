@@ -1,4 +1,4 @@
-"""The CUDA calls the TensorRT builder makes through ctypes (appliance/engines/builders/cuda.py), on a real GPU
+"""The CUDA calls the TensorRT builder makes through ctypes (appliance/detector/engines/builders/cuda.py), on a real GPU
 (marked `gpu`: skipped where no GPU node exists). They need only the NVIDIA driver and the CUDA runtime, not
 TensorRT, so a GPU host without TensorRT runs them too. The device's identity is checked against nvidia-smi,
 an independent reader of the same driver."""
@@ -11,8 +11,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from appliance.engines.builders.base import BuildError
-from appliance.engines.builders.cuda import CudaRuntime, gpu_identity
+from appliance.detector.engines.builders.base import BuildError
+from appliance.detector.engines.builders.cuda import CudaRuntime, gpu_identity
 
 pytestmark = pytest.mark.gpu
 

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from appliance.engines.builders.ort import OnnxRuntimeBuilder, OrtRunner
-from appliance.engines.builders.trt import TensorRTBuilder
-from appliance.engines.fingerprint import DeviceProbe
-from appliance.engines.manager import EngineManager
-from appliance.engines.profile import EngineProfile, load_profile
-from appliance.engines.progress import ProgressEvent, ProgressReporter
+from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder, OrtRunner
+from appliance.detector.engines.builders.trt import TensorRTBuilder
+from appliance.detector.engines.fingerprint import DeviceProbe
+from appliance.detector.engines.manager import EngineManager
+from appliance.detector.buildprofile import EngineProfile, load_profile
+from appliance.detector.engines.progress import ProgressEvent, ProgressReporter
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "engines" / "yolov3-tiny.yaml"
@@ -147,7 +147,7 @@ def test_int8_without_its_calibration_frames_builds_the_fp32_fallback(tmp_path: 
 
 def test_fp32_with_a_missing_onnx_is_still_an_error(tmp_path: Path, models_without_sample: Path) -> None:
     """Only frames degrade: a missing model is not something a lower precision can work around."""
-    from appliance.engines.manager import EngineBuildError
+    from appliance.detector.engines.manager import EngineBuildError
 
     (models_without_sample / "yolov3-tiny" / "model.onnx").unlink()
     with pytest.raises(EngineBuildError, match="ONNX file .* not found"):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engines.builders.ort import OnnxRuntimeBuilder
-from appliance.engines.fingerprint import DeviceProbe
-from appliance.engines.profile import EngineProfile
+from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
+from appliance.detector.engines.fingerprint import DeviceProbe
+from appliance.detector.buildprofile import EngineProfile
 from engines_helpers import ORIN_CPUINFO, X86_CPUINFO, EngineEnv, make_onnx, write_jetson_tree
 
 

@@ -1,4 +1,4 @@
-"""The build's graph step (appliance.engines.ingraph): which graph each builder and precision turns into an engine,
+"""The build's graph step (appliance.detector.engines.ingraph): which graph each builder and precision turns into an engine,
 the wrap spec in the cache key, the real detector built wrapped on ONNX Runtime, an unwrappable model built as it
 is with the reason recorded, and the TensorRT variant (EfficientNMS) handed to the TensorRT builder, which runs
 here against the recording stand-in (tests/engines/trt_standin.py); real TensorRT builds are `gpu` tests."""
@@ -14,15 +14,15 @@ from pathlib import Path
 import onnx
 import pytest
 
-import appliance.engines.builders.cuda as cuda_module
+import appliance.detector.engines.builders.cuda as cuda_module
 from appliance.durable import sha256_file
-from appliance.engines.builders.trt import TensorRTBuilder
-from appliance.engines.ingraph import plan_wrap, prepare
-from appliance.engines.manager import EngineManager
-from appliance.engines.onnxinfo import inspect_onnx
-from appliance.engines.profile import load_profile
-from appliance.models.profile import load_profile as load_model_profile
-from appliance.modelrepo.wrap import FRAME_INPUT
+from appliance.detector.engines.builders.trt import TensorRTBuilder
+from appliance.detector.engines.ingraph import plan_wrap, prepare
+from appliance.detector.engines.manager import EngineManager
+from appliance.detector.engines.onnxinfo import inspect_onnx
+from appliance.detector.buildprofile import load_profile
+from appliance.detector.profile import load_profile as load_model_profile
+from appliance.detector.repository.wrap import FRAME_INPUT
 from engines_helpers import REPO, EngineEnv, write_profile
 from tests.engines.trt_standin import StandInGpu, make_cuda_runtime, make_tensorrt
 

@@ -12,12 +12,12 @@ import cv2
 import numpy as np
 import pytest
 
-from appliance.engines.builders.ort import OnnxRuntimeBuilder
-from appliance.engines.calibration import CalibrationError, frame_set, model_profile_for
-from appliance.engines.fingerprint import DeviceProbe
-from appliance.engines.manager import EngineBuildError, EngineManager
-from appliance.engines.profile import EngineProfile, load_profile
-from appliance.engines.progress import ProgressEvent, ProgressReporter
+from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
+from appliance.detector.calibration.frames import CalibrationError, frame_set, model_profile_for
+from appliance.detector.engines.fingerprint import DeviceProbe
+from appliance.detector.engines.manager import EngineBuildError, EngineManager
+from appliance.detector.buildprofile import EngineProfile, load_profile
+from appliance.detector.engines.progress import ProgressEvent, ProgressReporter
 from appliance.mqtt.messages import engine_status_payload
 from support.schemas import validate_message
 

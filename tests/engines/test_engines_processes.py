@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.wait import wait_until
 
-from appliance.engines.cache import EngineCache
+from appliance.detector.engines.cache import EngineCache
 from engines_helpers import EngineEnv
 
 WORKER = Path(__file__).with_name("engines_worker.py")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engines.profile import ProfileError, load_profile, load_profiles
+from appliance.detector.buildprofile import ProfileError, load_profile, load_profiles
 from engines_helpers import REPO, write_profile
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engines.progress import ProgressEvent, ProgressReporter
+from appliance.detector.engines.progress import ProgressEvent, ProgressReporter
 from appliance.sdnotify import Notifier
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engines import ensure_engines
-from appliance.engines.repository import RepositoryWiringError, detector_source, materialize_for_device
+from appliance.detector.engines import ensure_engines
+from appliance.detector.engines.devicerepo import RepositoryWiringError, detector_source, materialize_for_device
 from engines_helpers import REPO, EngineEnv
 
 pytestmark = pytest.mark.usefixtures("detector_onnx")  # fails, not skips, without the detector (tests/conftest.py)
@@ -25,7 +25,7 @@ def detector_engine(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
 
 
 def test_cpu_host_repository_uses_the_cached_optimized_model(detector_engine, tmp_path: Path) -> None:
-    from appliance.modelrepo.materialize import RepositoryOptions
+    from appliance.detector.repository.materialize import RepositoryOptions
 
     repo = materialize_for_device(detector_engine, tmp_path / "repo",
                                   options=RepositoryOptions(max_batch_size=16, prepare_python_models=False))
@@ -37,7 +37,7 @@ def test_cpu_host_repository_uses_the_cached_optimized_model(detector_engine, tm
 
 
 def test_jetson_repository_gets_a_tensorrt_plan(detector_engine, tmp_path: Path) -> None:
-    from appliance.modelrepo.materialize import RepositoryOptions
+    from appliance.detector.repository.materialize import RepositoryOptions
 
     plan = tmp_path / "model.plan"
     plan.write_bytes(b"stands in for the plan file; the materializer only links it")
@@ -55,7 +55,7 @@ def test_jetson_repository_gets_a_tensorrt_plan(detector_engine, tmp_path: Path)
 
 
 def test_jetson_repository_serves_an_in_graph_plan(detector_engine, tmp_path: Path) -> None:
-    from appliance.modelrepo.materialize import RepositoryOptions
+    from appliance.detector.repository.materialize import RepositoryOptions
 
     assert detector_engine.in_graph  # the shipped profile builds the pre/post into the engine
     plan = tmp_path / "model.plan"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engines.builders import BuilderUnavailable, gpu_visible, select_builder
-from appliance.engines.manager import EngineBuildError
+from appliance.detector.engines.builders import BuilderUnavailable, gpu_visible, select_builder
+from appliance.detector.engines.manager import EngineBuildError
 from engines_helpers import REPO, EngineEnv, write_profile
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
@@ -47,7 +47,7 @@ def test_unknown_builder_is_named() -> None:
 
 @pytest.mark.skipif(HAS_TRT, reason="tensorrt is installed here")
 def test_trt_module_imports_without_tensorrt() -> None:
-    from appliance.engines.builders.trt import TensorRTBuilder
+    from appliance.detector.engines.builders.trt import TensorRTBuilder
 
     builder = TensorRTBuilder()
     assert builder.engine_file == "model.plan" and builder.triton_kind == "tensorrt_plan"
@@ -56,7 +56,7 @@ def test_trt_module_imports_without_tensorrt() -> None:
 
 
 def test_cuda_absent_is_builder_unavailable() -> None:
-    from appliance.engines.builders.cuda import _load, gpu_identity
+    from appliance.detector.engines.builders.cuda import _load, gpu_identity
 
     if _load(["libcuda.so.1", "libcuda.so"]) is not None:
         pytest.skip("a CUDA driver is present")
@@ -66,7 +66,7 @@ def test_cuda_absent_is_builder_unavailable() -> None:
 
 # ---- real TensorRT (GPU hosts, Jetson) -------------------------------------------------------------------------
 def _trt_manager(env: EngineEnv):  # type: ignore[no-untyped-def]
-    from appliance.engines.builders.trt import TensorRTBuilder
+    from appliance.detector.engines.builders.trt import TensorRTBuilder
 
     return env.manager(builder=TensorRTBuilder(), device_root=Path("/"))
 
@@ -121,7 +121,7 @@ def test_tensorrt_rejects_a_truncated_onnx(env: EngineEnv) -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("detector_onnx")  # fails, not skips, without the detector (tests/conftest.py)
 def test_tensorrt_builds_the_detector(tmp_path: Path) -> None:
-    from appliance.engines import ensure_engines
+    from appliance.detector.engines import ensure_engines
 
     [engine] = ensure_engines(REPO / "engines", state_dir=tmp_path, models_root=REPO / ".models",
                               builder="tensorrt", models=["yolov3-tiny"])

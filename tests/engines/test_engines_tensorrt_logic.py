@@ -1,4 +1,4 @@
-"""The TensorRT builder's own logic, in CI: appliance/engines/builders/trt.py runs for real against a recording
+"""The TensorRT builder's own logic, in CI: appliance/detector/engines/builders/trt.py runs for real against a recording
 stand-in `tensorrt` module (tests/engines/trt_standin.py), put in sys.modules only for these tests, since TensorRT
 cannot run without an NVIDIA GPU. Checked: builder flags per precision, the workspace pool, the optimization
 profile's shapes, DLA settings and errors, the timing cache's life cycle, parser errors, INT8 calibration, progress.
@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import yaml
 
-import appliance.engines.builders.cuda as cuda_module
-from appliance.engines.builders.base import BuildError
-from appliance.engines.builders.trt import TensorRTBuilder
-from appliance.engines.calibration import FrameSet, frame_set, model_profile_for
-from appliance.engines.manager import EngineBuildError
-from appliance.engines.onnxinfo import inspect_onnx
-from appliance.engines.profile import EngineProfile, load_profile
+import appliance.detector.engines.builders.cuda as cuda_module
+from appliance.detector.engines.builders.base import BuildError
+from appliance.detector.engines.builders.trt import TensorRTBuilder
+from appliance.detector.calibration.frames import FrameSet, frame_set, model_profile_for
+from appliance.detector.engines.manager import EngineBuildError
+from appliance.detector.engines.onnxinfo import inspect_onnx
+from appliance.detector.buildprofile import EngineProfile, load_profile
 from engines_helpers import EngineEnv, make_onnx, write_profile
 from tests.engines.trt_standin import (
     BuilderFlag, DeviceType, MemoryPoolType, StandInGpu, make_cuda_runtime, make_tensorrt,

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.engines.builders.base import IOMismatchError, check_io
-from appliance.engines.builders.ort import OnnxRuntimeBuilder
-from appliance.engines.manager import VerificationFailed
-from appliance.engines.onnxinfo import inspect_onnx
-from appliance.engines.profile import EngineProfile, Tolerance, load_profile
-from appliance.engines.verify import GoldenInputError, compare, golden_batches, golden_inputs
+from appliance.detector.engines.builders.base import IOMismatchError, check_io
+from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
+from appliance.detector.engines.manager import VerificationFailed
+from appliance.detector.engines.onnxinfo import inspect_onnx
+from appliance.detector.buildprofile import EngineProfile, Tolerance, load_profile
+from appliance.detector.engines.verify import GoldenInputError, compare, golden_batches, golden_inputs
 from engines_helpers import EngineEnv, make_onnx, write_profile
 
 

@@ -1,7 +1,7 @@
 """A recording stand-in for the `tensorrt` Python module, for test_engines_tensorrt_logic.py only.
 
 TensorRT cannot run on a CI host without an NVIDIA GPU, so these few classes answer the calls that
-appliance/engines/builders/trt.py makes, the way TensorRT's Python API documents them, and keep what they were
+appliance/detector/engines/builders/trt.py makes, the way TensorRT's Python API documents them, and keep what they were
 given for the assertions. The parser reads the real ONNX (inputs, Q/DQ layers); the "build" drives the progress
 monitor and the INT8 calibrator like TensorRT does. Nothing here optimizes or runs a network.
 """

@@ -17,7 +17,7 @@ IMAGE_NAMES = ("dog", "person", "horses", "kite", "eagle", "giraffe")
 @pytest.fixture(scope="session")
 def detector_dir() -> Path:
     """.models/yolov3-tiny, converted by scripts/setup.d/20-detector.sh (converted here if setup was skipped)."""
-    from appliance.models.fetch import fetch_and_convert
+    from appliance.detector.source.fetch import fetch_and_convert
 
     dest = REPO / ".models" / "yolov3-tiny"
     fetch_and_convert(dest)
@@ -31,7 +31,7 @@ def profile_path() -> Path:
 
 @pytest.fixture(scope="session")
 def profile(profile_path: Path):
-    from appliance.models.profile import load_profile
+    from appliance.detector.profile import load_profile
 
     return load_profile(profile_path)
 

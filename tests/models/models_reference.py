@@ -1,6 +1,6 @@
 """An independent reference detector pipeline built on OpenCV's own darknet loader.
 
-Written straight from the darknet/OpenCV conventions, sharing no code with ``appliance.processing``: its own
+Written straight from the darknet/OpenCV conventions, sharing no code with ``appliance.detector.prepost``: its own
 letterbox, ``cv2.dnn.blobFromImage``, ``cv2.dnn.readNetFromDarknet``, a row-by-row decode and
 ``cv2.dnn.NMSBoxesBatched``. OpenCV's YOLO outputs already hold objectness × class probability.
 """

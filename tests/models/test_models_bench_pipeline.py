@@ -11,7 +11,7 @@ import pytest
 from appliance.bench import pipeline
 from appliance.appconfig.app import ModelConfig
 from appliance.exitcodes import ExitCode
-from appliance.modelrepo.layout import detector_layout
+from appliance.detector.repository.layout import detector_layout
 
 pytestmark = [
     pytest.mark.slow,

@@ -18,8 +18,8 @@ import pytest
 from support.triton import started_server
 from support.wait import wait_until
 
-from appliance.modelrepo.materialize import DetectorSource, RepositoryOptions, materialize
-from appliance.modelrepo.stages.common import CANCELLED_METRIC
+from appliance.detector.repository.materialize import DetectorSource, RepositoryOptions, materialize
+from appliance.detector.repository.stages.common import CANCELLED_METRIC
 from appliance.triton import InferTimeoutError
 
 pytestmark = pytest.mark.slow

@@ -9,10 +9,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from appliance.models.check import compare_with_opencv
-from appliance.models.convert import darknet_to_onnx
-from appliance.models.darknet import DarknetFormatError, parse_cfg
-from appliance.models.fetch import MAX_HEAD_DIFF
+from appliance.detector.source.check import compare_with_opencv
+from appliance.detector.source.convert import darknet_to_onnx
+from appliance.detector.source.darknet import DarknetFormatError, parse_cfg
+from appliance.detector.source.fetch import MAX_HEAD_DIFF
 
 
 def test_raw_heads_match_opencv_on_every_test_image(detector_dir: Path, images: dict, tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import cv2
 import numpy as np
 import pytest
 
-from appliance.processing.errors import InputRejected
-from appliance.processing.frames import FrameLimits, check_frame, decode_image
+from appliance.detector.prepost.errors import InputRejected
+from appliance.detector.prepost.frames import FrameLimits, check_frame, decode_image
 
 LIMITS = FrameLimits(max_width=4000, max_height=3000, max_encoded_bytes=1 << 20)
 

@@ -1,8 +1,8 @@
-"""The wrapped detector graph (appliance.modelrepo.wrap): pre/post inside the ONNX, in ONNX Runtime.
+"""The wrapped detector graph (appliance.detector.repository.wrap): pre/post inside the ONNX, in ONNX Runtime.
 
 The real network is checked against the independent OpenCV reference on both head layouts; synthetic heads
 (a graph that answers a fixed head per batch item) are checked against a row loop + OpenCV's NMSBoxesBatched,
-written here without appliance.processing.
+written here without appliance.detector.prepost.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from appliance.modelrepo.materialize import DetectorSource, materialize
-from appliance.modelrepo.wrap import FRAME_INPUT, TRT_DOMAIN, Unwrappable, WrapSpec, wrap_model
-from appliance.processing.errors import InputRejected
-from appliance.processing.pipeline import Postprocessor, Preprocessor
+from appliance.detector.repository.materialize import DetectorSource, materialize
+from appliance.detector.repository.wrap import FRAME_INPUT, TRT_DOMAIN, Unwrappable, WrapSpec, wrap_model
+from appliance.detector.prepost.errors import InputRejected
+from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
 from models_reference import assert_same_detections, write_v8_adapter
 
 C = 3  # classes of the synthetic heads
@@ -253,7 +253,7 @@ def test_materialize_serves_in_graph_by_default_and_falls_back_with_the_reason(p
     (np.zeros((1, 5, 4)), np.zeros((1, 5)), np.zeros((1, 5)), np.array([[1, 2]]), "COUNT"),
 ])
 def test_postprocess_refuses_malformed_in_graph_outputs(profile, boxes, scores, classes, count, words) -> None:
-    from appliance.processing.letterbox import plan
+    from appliance.detector.prepost.letterbox import plan
 
     with pytest.raises(InputRejected, match=words) as info:
         Postprocessor(profile).final(boxes, scores, classes, count, plan(640, 480, 416, 416))
@@ -261,7 +261,7 @@ def test_postprocess_refuses_malformed_in_graph_outputs(profile, boxes, scores, 
 
 
 def test_final_boxes_are_mapped_back_to_the_frame_and_clipped(profile) -> None:
-    from appliance.processing.letterbox import plan
+    from appliance.detector.prepost.letterbox import plan
 
     lb = plan(832, 416, 416, 416)  # scale 0.5, 104 px of padding above and below
     boxes = np.array([[[10, 104, 20, 124], [-5, 90, 500, 400], [0, 0, 0, 0]]], dtype=np.float32)

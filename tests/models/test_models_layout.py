@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from appliance.modelrepo.layout import BUSY_LIMIT, DetectorLayout, detector_layout, offered_load
+from appliance.detector.repository.layout import BUSY_LIMIT, DetectorLayout, detector_layout, offered_load
 
 
 def test_one_camera_gets_one_instance_on_every_core():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from appliance.processing import letterbox as lb
+from appliance.detector.prepost import letterbox as lb
 
 ODD_SIZES = [(1, 1), (1, 4000), (4000, 1), (3000, 4000), (4000, 3000), (577, 311), (416, 416), (2, 3), (1079, 1921)]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from appliance.modelrepo.materialize import DetectorSource, MaterializeError, RepositoryOptions, materialize
+from appliance.detector.repository.materialize import DetectorSource, MaterializeError, RepositoryOptions, materialize
 
 NO_HOOK = RepositoryOptions(prepare_python_models=False)
 

@@ -7,7 +7,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from appliance.processing.pipeline import Postprocessor, Preprocessor
+from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
 from models_reference import assert_same_detections
 
 

@@ -6,9 +6,9 @@ import cv2
 import numpy as np
 import pytest
 
-from appliance.processing.decode import HeadFormat, decode
-from appliance.processing.errors import InputRejected
-from appliance.processing.nms import nms
+from appliance.detector.prepost.decode import HeadFormat, decode
+from appliance.detector.prepost.errors import InputRejected
+from appliance.detector.prepost.nms import nms
 
 C = 4
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from appliance.config.yamlsource import ConfigError
-from appliance.models.profile import load_profile
+from appliance.detector.profile import load_profile
 
 
 def test_shipped_profile_loads(profile) -> None:

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from appliance.modelrepo.materialize import DetectorSource, RepositoryOptions, materialize
-from appliance.modelrepo.stages.common import CANCELLED_METRIC
-from appliance.modelrepo.stages.detector_ort import OrtDetectorStage
-from appliance.modelrepo.stages.postprocess import PostprocessStage
-from appliance.modelrepo.stages.preprocess import PreprocessStage
+from appliance.detector.repository.materialize import DetectorSource, RepositoryOptions, materialize
+from appliance.detector.repository.stages.common import CANCELLED_METRIC
+from appliance.detector.repository.stages.detector_ort import OrtDetectorStage
+from appliance.detector.repository.stages.postprocess import PostprocessStage
+from appliance.detector.repository.stages.preprocess import PreprocessStage
 
 
 class _Metric:

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from appliance.modelrepo.materialize import DetectorSource, RepositoryOptions, materialize
+from appliance.detector.repository.materialize import DetectorSource, RepositoryOptions, materialize
 from appliance.triton import InvalidArgumentError
 from models_reference import assert_same_detections, write_v8_adapter
 

@@ -25,7 +25,7 @@ from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.commandsig import sign_command, signature_check
 from appliance.ota.delivery import is_read_only
-from appliance.ota.push import PushError, PushRefused, push_mqtt
+from appliance.fleet.push import PushError, PushRefused, push_mqtt
 from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
 from mqtt_helpers import Subscriber, make_config, validate
 from support.mosquitto import Mosquitto

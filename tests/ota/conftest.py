@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import pytest
 from support.bundleserver import Server, serve_directory
 
-from appliance.ota.bundle import build_bundle
+from appliance.fleet.bundle import build_bundle
 from ota_helpers import Keys, make_tiny_detector, tiny_engine_profile, tiny_model_profile, write_source
 
 

@@ -140,7 +140,7 @@ def test_key_files_load_only_as_the_ed25519_pem_kind_asked_for(tmp_path, keys) -
 
 def test_manifest_path_traversal_is_invalid(tmp_path, keys, sign, tiny_source) -> None:
     good = sign(tiny_source("2"))
-    from appliance.ota.bundle import write_bundle
+    from appliance.fleet.bundle import write_bundle
     from appliance.ota.signing import load_private_key, sign_manifest
 
     with tarfile.open(good) as t:
@@ -302,7 +302,7 @@ def test_an_unexpected_error_after_traffic_moved_is_rejected_and_routes_back(tmp
 
 def test_keep_versions_keeps_that_many_on_disk_and_rollback_reaches_them_then_the_base(tmp_path, keys, sign,
                                                                                       tiny_source) -> None:
-    from appliance.serving.switcher import ModelSpec
+    from appliance.detector.serving.switcher import ModelSpec
 
     m = OtaManager(tmp_path / "state", keys.trusted(), OfflineSwitcher(), base_spec=lambda: ModelSpec(None, None, None),
                    config=OtaConfig(keep_versions=2, health=HealthPolicy(period_s=0)))  # the CLI's stand-in base
@@ -418,7 +418,7 @@ def test_cli_keygen_sign_install_status_rollback(tmp_path, tiny_source) -> None:
 
 def test_inbox_push_is_atomic_and_the_watcher_installs(tmp_path, keys, sign, tiny_source) -> None:
     from appliance.ota.delivery import InboxWatcher
-    from appliance.ota.push import push_to_inbox
+    from appliance.fleet.push import push_to_inbox
 
     m = manager(tmp_path, keys.trusted())
     inbox = tmp_path / "inbox"
@@ -462,7 +462,7 @@ def test_the_engine_profiles_golden_inputs_travel_in_the_bundle_and_the_build_us
 
 def test_an_engine_golden_file_missing_from_the_bundle_is_an_invalid_manifest(tmp_path, keys, sign,
                                                                             tiny_source) -> None:
-    from appliance.ota.bundle import BundleSourceError
+    from appliance.fleet.bundle import BundleSourceError
 
     from ota_helpers import tiny_engine_profile
 

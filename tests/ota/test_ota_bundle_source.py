@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from appliance.ota.bundle import BundleSourceError, manifest_from_source
+from appliance.fleet.bundle import BundleSourceError, manifest_from_source
 from ota_helpers import tiny_engine_profile, tiny_model_profile
 
 ENGINE = """\

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from support.provisioned import require_detector
 
-from appliance.engines.calibration import files_digest
-from appliance.engines.profile import EngineProfile
-from appliance.ota.bundle import BundleSourceError
+from appliance.detector.calibration.frames import files_digest
+from appliance.detector.buildprofile import EngineProfile
+from appliance.fleet.bundle import BundleSourceError
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.manifest import Manifest

@@ -18,7 +18,7 @@ from appliance.ota.delivery import ChunkAssembler, DeliveryError, OtaCommandHand
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
-from appliance.ota.push import chunk_payloads
+from appliance.fleet.push import chunk_payloads
 
 
 class Clock:

@@ -19,13 +19,14 @@ from support.wait import wait_until
 
 from appliance.durable import sha256_file
 from appliance.ota.config import HealthPolicy, OtaConfig
-from appliance.ota.desired import DesiredState, canonical, parse_desired, sign_desired
+from appliance.fleet.desiredstate import sign_desired
+from appliance.ota.desired import DesiredState, canonical, parse_desired
 from appliance.ota.errors import OtaRejected
 from appliance.ota.follower import DesiredStateFollower
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import load_private_key
-from appliance.serving.switcher import ModelSpec
+from appliance.detector.serving.switcher import ModelSpec
 
 
 class Device:

@@ -11,7 +11,7 @@ import pytest
 from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.health import breach
 from appliance.ota.manager import OtaManager
-from appliance.serving.router import HealthSample
+from appliance.detector.serving.router import HealthSample
 
 from ota_helpers import Traffic  # noqa: E402
 

@@ -15,7 +15,7 @@ from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys
-from appliance.serving.switcher import ModelSpec
+from appliance.detector.serving.switcher import ModelSpec
 
 
 def manager(state: Path, trusted_dir: Path) -> OtaManager:

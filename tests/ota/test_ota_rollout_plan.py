@@ -1,4 +1,4 @@
-"""The rollout's decisions (appliance.ota.rollout.Rollout), driven step by step with a clock and the messages devices
+"""The rollout's decisions (appliance.fleet.rollout.Rollout), driven step by step with a clock and the messages devices
 publish (payloads as the devices' publisher writes them: ota/status, status, health): when it widens, when it
 stops, whom it rolls back. The fleet test (test_ota_rollout_fleet.py) runs the same decisions against real
 devices; these cover the stops that a real device cannot be made to show on demand (turning degraded or going
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from appliance.ota.rollout import Action, Rollout
+from appliance.fleet.rollout import Action, Rollout
 
 
 class Clock:

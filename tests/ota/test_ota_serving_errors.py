@@ -16,9 +16,9 @@ from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.errors import REJECT_CODES, OtaRejected, rejection_for
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
-from appliance.serving.errors import SERVING_CODES, LoadFailed, RouteChanged, ServingError
-from appliance.serving.router import Router
-from appliance.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.detector.serving.errors import SERVING_CODES, LoadFailed, RouteChanged, ServingError
+from appliance.detector.serving.router import Router
+from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 
 from ota_helpers import REPO  # noqa: E402
 from support.engineseed import seed_state_dir  # noqa: E402
@@ -50,7 +50,7 @@ class Live:
     tmp: Path
 
     def manager(self, state: Path, base: ModelSpec, keys: Any) -> OtaManager:
-        from appliance.modelrepo.materialize import RepositoryOptions
+        from appliance.detector.repository.materialize import RepositoryOptions
 
         switcher = TritonSwitcher(self.server, self.repo, Router(), options=RepositoryOptions(preprocess_instances=1))
         return OtaManager(state, keys.trusted(), switcher, config=OtaConfig(check_golden=False),
@@ -62,9 +62,9 @@ def live(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterato
     require_detector()
     from support.triton import started_server
 
-    from appliance.engines import ensure_engines
-    from appliance.engines.repository import PROFILES
-    from appliance.models.profile import load_profile
+    from appliance.detector.engines import ensure_engines
+    from appliance.detector.engines.devicerepo import PROFILES
+    from appliance.detector.profile import load_profile
 
     lv = Live()
     lv.tmp = tmp_path_factory.mktemp("ota-serving-errors")

@@ -26,8 +26,8 @@ from appliance.ota.commandsig import signature_check
 from appliance.ota.delivery import OtaCommandHandler, is_read_only
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
-from appliance.serving.router import Router
-from appliance.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.detector.serving.router import Router
+from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 
 from ota_helpers import (DETECTOR_ONNX, IMAGES, REPO, write_source, yolo_engine_profile,  # noqa: E402
                          yolo_model_profile)
@@ -38,9 +38,9 @@ DOG = IMAGES / "dog.jpg"
 
 def reference(profile_dict: dict[str, Any], image: np.ndarray) -> list[dict[str, Any]]:
     """Expected detections from the plain pipeline (ONNX Runtime on the original ONNX), an independent path."""
-    from appliance.engines.builders.ort import reference_session
-    from appliance.models.profile import ModelProfile
-    from appliance.processing.pipeline import Postprocessor, Preprocessor
+    from appliance.detector.engines.builders.ort import reference_session
+    from appliance.detector.profile import ModelProfile
+    from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
 
     profile = ModelProfile.model_validate(profile_dict)
     session = reference_session(DETECTOR_ONNX)
@@ -107,7 +107,7 @@ class Live:
 
     def bundle(self, version: str, model_profile: dict[str, Any] | None = None, golden: Any = None,
                golden_files: Any = None) -> Path:
-        from appliance.ota.bundle import build_bundle
+        from appliance.fleet.bundle import build_bundle
 
         src = write_source(self.tmp / "src" / version, version=version, onnx=DETECTOR_ONNX,
                            model_profile=model_profile or yolo_model_profile(), engine_profile=yolo_engine_profile(),
@@ -141,10 +141,10 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any, engine_seed: Path)
     require_detector()  # fails, not skips, without the detector
     import paho.mqtt.client as mqtt
 
-    from appliance.engines import ensure_engines
-    from appliance.engines.repository import PROFILES
-    from appliance.modelrepo.materialize import RepositoryOptions
-    from appliance.models.profile import load_profile
+    from appliance.detector.engines import ensure_engines
+    from appliance.detector.engines.devicerepo import PROFILES
+    from appliance.detector.repository.materialize import RepositoryOptions
+    from appliance.detector.profile import load_profile
     from appliance.mqtt.config import MqttConfig
     from appliance.mqtt.publisher import MqttPublisher
     from support.mosquitto import Mosquitto
@@ -194,7 +194,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any, engine_seed: Path)
 
 def test_update_over_mqtt_chunks_switches_with_frames_flowing(live: Live) -> None:
     from appliance.mqtt.config import MqttConfig
-    from appliance.ota.push import chunk_payloads, push_mqtt
+    from appliance.fleet.push import chunk_payloads, push_mqtt
     from appliance.ota.signing import load_private_key
 
     assert live.router.current().version is None  # the base model serves

@@ -16,7 +16,7 @@ from appliance.ota.manager import OtaManager
 from appliance.ota.manifest import version_order
 from appliance.ota.store import OtaStore, Pointer
 from appliance.ota.offline import OfflineSwitcher
-from appliance.serving.switcher import ModelSpec
+from appliance.detector.serving.switcher import ModelSpec
 
 
 def manager(state: Path, keys, events: list | None = None, **kw) -> OtaManager:  # type: ignore[no-untyped-def]

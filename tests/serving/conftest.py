@@ -10,11 +10,11 @@ import pytest
 from support.engineseed import seed_state_dir
 from support.triton import started_server
 
-from appliance.engines import ensure_engines
-from appliance.engines.manager import InstalledEngine
-from appliance.engines.repository import PROFILES
-from appliance.models.profile import load_profile
-from appliance.serving.switcher import ModelSpec
+from appliance.detector.engines import ensure_engines
+from appliance.detector.engines.manager import InstalledEngine
+from appliance.detector.engines.devicerepo import PROFILES
+from appliance.detector.profile import load_profile
+from appliance.detector.serving.switcher import ModelSpec
 
 REPO = Path(__file__).resolve().parents[2]
 

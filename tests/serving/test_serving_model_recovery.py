@@ -19,10 +19,10 @@ from support.processes import stubs_serving
 
 from appliance.backoff import RestartPolicy
 from appliance.health.metrics import ApplianceMetrics
-from appliance.serving.probe import ModelProbe, fault_from_error
-from appliance.serving.recovery import PipelineRecovery, PipelineState
-from appliance.serving.reload import TritonReloader
-from appliance.serving.router import Route, Router
+from appliance.detector.serving.probe import ModelProbe, fault_from_error
+from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
+from appliance.detector.serving.reload import TritonReloader
+from appliance.detector.serving.router import Route, Router
 from appliance.triton.errors import TritonError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,11 +45,11 @@ class Live:
 def live(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterator[Live]:
     from support.triton import started_server
 
-    from appliance.engines import ensure_engines
-    from appliance.engines.repository import PROFILES
-    from appliance.modelrepo.materialize import RepositoryOptions
-    from appliance.models.profile import load_profile
-    from appliance.serving.switcher import ModelSpec, TritonSwitcher
+    from appliance.detector.engines import ensure_engines
+    from appliance.detector.engines.devicerepo import PROFILES
+    from appliance.detector.repository.materialize import RepositoryOptions
+    from appliance.detector.profile import load_profile
+    from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 
     state = seed_state_dir(tmp_path_factory.mktemp("recovery") / "state", engine_seed)
     (engine,) = ensure_engines(REPO / "engines", state_dir=state, models_root=REPO / ".models",

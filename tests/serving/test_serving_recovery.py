@@ -1,4 +1,4 @@
-"""The model recovery state machine (appliance.serving.recovery) and the probe's pure parts, on a fake clock.
+"""The model recovery state machine (appliance.detector.serving.recovery) and the probe's pure parts, on a fake clock.
 
 The reload is a plain function that fails as told; the real server is exercised in
 test_serving_model_recovery.py. Error texts are the ones Triton 2.51 gives (seen there)."""
@@ -12,10 +12,10 @@ import pytest
 
 from appliance.backoff import RestartPolicy
 from appliance.health.metrics import ApplianceMetrics
-from appliance.serving.errors import RouteChanged
-from appliance.serving.probe import Fault, expected_stubs, fault_from_error
-from appliance.serving.recovery import PipelineRecovery, PipelineState
-from appliance.serving.router import Route
+from appliance.detector.serving.errors import RouteChanged
+from appliance.detector.serving.probe import Fault, expected_stubs, fault_from_error
+from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
+from appliance.detector.serving.router import Route
 from appliance.triton.errors import InternalError, NotFoundError
 
 BASE = Route("detect", ("preprocess", "detector", "postprocess", "detect"), "yolov3-tiny", None, ("dog",))

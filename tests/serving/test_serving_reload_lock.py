@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from appliance.serving.errors import RouteChanged
-from appliance.serving.reload import TritonReloader
-from appliance.serving.router import Route, Router
-from appliance.serving.switcher import TritonSwitcher
+from appliance.detector.serving.errors import RouteChanged
+from appliance.detector.serving.reload import TritonReloader
+from appliance.detector.serving.router import Route, Router
+from appliance.detector.serving.switcher import TritonSwitcher
 
 
 class ModelControlLog:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from appliance.serving.errors import LoadFailed, ServingError
-from appliance.serving.router import Router
-from appliance.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.detector.serving.errors import LoadFailed, ServingError
+from appliance.detector.serving.router import Router
+from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +30,8 @@ def served(live_server: tuple[Any, Path], base_spec: ModelSpec, tmp_path_factory
 
 def test_a_damaged_engine_is_load_failed_before_triton_sees_it_and_leaves_nothing_behind(served: Any) -> None:
     """The spec's engine file no longer matches its manifest: refused before Triton is asked (Triton 2.51 can crash
-    deleting a model whose instance failed to initialize: appliance/serving/switcher.py)."""
-    from appliance.modelrepo.materialize import RepositoryOptions
+    deleting a model whose instance failed to initialize: appliance/detector/serving/switcher.py)."""
+    from appliance.detector.repository.materialize import RepositoryOptions
 
     server, repo, broken = served
     router = Router()

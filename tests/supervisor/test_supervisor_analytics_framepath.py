@@ -19,8 +19,8 @@ from appliance.capture.ring import FrameMeta
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import DetectionsMessage, EventMessage
 from appliance.backoff import RestartPolicy
-from appliance.serving.recovery import PipelineRecovery, PipelineState
-from appliance.serving.router import Route, Router
+from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
+from appliance.detector.serving.router import Route, Router
 from appliance.supervisor.eventstage import CameraAnalytics
 from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker

@@ -1,4 +1,4 @@
-"""The calibration feed between the frame path and the collector (appliance/supervisor/calibframes.py): at most
+"""The calibration feed between the frame path and the collector (appliance/detector/calibration/collector.py): at most
 one copy per camera per spread interval on the submit thread, a copy (the ring's memory is reused at once), RGB
 frames kept as BGR, a full queue drops instead of waiting, and the feed ends itself once the set is complete."""
 
@@ -12,8 +12,8 @@ import cv2
 import numpy as np
 from support.wait import wait_until
 
-from appliance.engines.devicecalib import CalibrationCollector
-from appliance.supervisor.calibframes import CalibrationFeed, start_calibration_feed
+from appliance.detector.calibration.device import CalibrationCollector
+from appliance.detector.calibration.collector import CalibrationFeed, start_calibration_feed
 
 REPO = Path(__file__).resolve().parents[2]
 

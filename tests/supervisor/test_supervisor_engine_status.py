@@ -16,7 +16,7 @@ from support.schemas import validate_message
 from support.wait import wait_until
 
 from appliance.appconfig.app import AppConfig
-from appliance.engines.progress import PHASES, ProgressEvent
+from appliance.detector.engines.progress import PHASES, ProgressEvent
 from appliance.mqtt.errors import MqttConfigError
 from appliance.mqtt.messages import engine_status_payload
 from appliance.mqtt.publisher import State

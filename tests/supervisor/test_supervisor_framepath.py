@@ -16,9 +16,9 @@ from appliance.backoff import RestartPolicy
 from appliance.capture.ring import FrameMeta
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import DetectionsMessage
-from appliance.serving.router import Route, Router
+from appliance.detector.serving.router import Route, Router
 from appliance.supervisor.framepath import FramePath
-from appliance.serving.recovery import PipelineRecovery
+from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.triton.errors import InternalError
 from appliance.triton.infer import InferResult
 

@@ -30,7 +30,7 @@ from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.localbroker import free_port
-from appliance.ota.push import chunk_payloads, push_mqtt
+from appliance.fleet.push import chunk_payloads, push_mqtt
 from appliance.ota.signing import generate_keypair, load_private_key
 from appliance.ota.status import STATES, OtaStatus
 from appliance.ota.store import OtaStore

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from appliance.engines.manager import InstalledEngine
+from appliance.detector.engines.manager import InstalledEngine
 from appliance.sparkplug.payload import DataType as T
 from appliance.supervisor import reporting
 from appliance.supervisor.sparkplugreadings import readings_from_summary

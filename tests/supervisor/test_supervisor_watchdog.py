@@ -7,9 +7,9 @@ from typing import Sequence
 
 from appliance.appconfig.app import AppConfig
 from appliance.backoff import RestartPolicy
-from appliance.serving.probe import Fault
-from appliance.serving.recovery import PipelineRecovery
-from appliance.serving.router import Route
+from appliance.detector.serving.probe import Fault
+from appliance.detector.serving.recovery import PipelineRecovery
+from appliance.detector.serving.router import Route
 from appliance.supervisor.app import Appliance
 from appliance.supervisor.scheduler import Scheduler
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from appliance.ota.bundle import build_bundle
+from appliance.fleet.bundle import build_bundle
 from appliance.paths import models_dir
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus
-from appliance.serving.switcher import ModelSpec
+from appliance.detector.serving.switcher import ModelSpec
 
 
 def main(config_path: str) -> int:

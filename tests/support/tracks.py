@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from appliance.processing.pipeline import Detections
+from appliance.detector.prepost.pipeline import Detections
 
 FPS = 10.0
 CLASSES = ["person", "bicycle", "car"]

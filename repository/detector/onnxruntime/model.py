@@ -1,10 +1,10 @@
-"""Triton Python model: a thin shell around OrtDetectorStage (appliance.modelrepo.stages.detector_ort), where the logic and its tests live."""
+"""Triton Python model: a thin shell around OrtDetectorStage (appliance.detector.repository.stages.detector_ort), where the logic and its tests live."""
 
 import _appliance_site  # noqa: F401  (written by appliance.triton.pymodels; must be the first import)
 
 import triton_python_backend_utils as pb_utils
 
-from appliance.modelrepo.stages.detector_ort import OrtDetectorStage
+from appliance.detector.repository.stages.detector_ort import OrtDetectorStage
 
 
 class TritonPythonModel:

@@ -5,7 +5,7 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from appliance.modelrepo.stages.common import StageMetrics
+from appliance.detector.repository.stages.common import StageMetrics
 
 
 class TritonPythonModel:

@@ -1,0 +1,110 @@
+"""The build's graph step (issue 21): which graph the builder turns into an engine, with the model's pre/post inside.
+
+When (``plan_wrap``, in this order):
+- ``in_graph: false`` in the engine profile, or no model profile to take the pre/post settings from: not wrapped.
+- TensorRT int8: not wrapped (its calibrator feeds the network's float input tensors; a uint8 frame input
+  would calibrate the pre-processing instead), the Python stages keep the pre/post.
+- TensorRT fp32/fp16: wrapped *before* the build, NMS as TensorRT's EfficientNMS plugin (``nms="trt"``).
+- ONNX Runtime int8: wrapped *after* quantizing (``after``): calibration and quantization see the network only,
+  so every added op stays float, and the gate checks the wrapped engine.
+- ONNX Runtime fp32: wrapped before the build, NMS as the ONNX ``NonMaxSuppression`` operator.
+
+Verification compares the engine with ONNX Runtime on the original ONNX wrapped the same way (ONNX NMS), so
+a TensorRT engine is checked against the plain-ONNX variant of its own graph. A model whose graph cannot be
+wrapped (appliance.detector.repository.wrap.Unwrappable) is built as it is and the log says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+import onnx
+
+from appliance.durable import sha256_file
+from appliance.detector.calibration.frames import CalibrationError, model_profile_for
+from appliance.detector.buildprofile import EngineProfile
+from appliance.detector.profile import ModelProfile
+from appliance.detector.repository.wrap import Unwrappable, WrapSpec, wrap_model
+
+log = logging.getLogger("appliance.engines")
+
+When = Literal["before", "after", "none"]
+
+
+@dataclass(frozen=True)
+class WrapPlan:
+    """Whether and when the build wraps the graph; ``spec`` is the engine's variant (its NMS kind)."""
+
+    when: When
+    spec: WrapSpec | None = None
+    reason: str = ""
+
+    def fingerprint_fields(self) -> dict[str, str]:
+        """The spec's hash for the cache key (nothing when not wrapped, so those keys stay as they were)."""
+        return {} if self.spec is None else {"in_graph_sha256": self.spec.digest()}
+
+
+def plan_wrap(profile: EngineProfile, builder: str, precision: str,
+              model_profile: ModelProfile | None) -> WrapPlan:
+    if not profile.in_graph:
+        return WrapPlan("none", reason="in_graph is off in the engine profile")
+    if profile.verify.golden:
+        return WrapPlan("none", reason=f"verify.golden ({profile.verify.golden}) holds tensors for the network's "
+                                       "own input, which a wrapped graph does not take")
+    if model_profile is None:
+        try:
+            model_profile = model_profile_for(profile)
+        except CalibrationError as exc:
+            return WrapPlan("none", reason=f"no model profile for the pre/post settings ({exc})")
+    if builder == "tensorrt":
+        if precision == "int8":
+            return WrapPlan("none", reason="TensorRT int8 calibrates the network's float input; the Python "
+                                           "stages keep the pre/post")
+        return WrapPlan("before", WrapSpec.from_profile(model_profile, nms="trt"))
+    return WrapPlan("after" if precision == "int8" else "before", WrapSpec.from_profile(model_profile, nms="onnx"))
+
+
+@dataclass(frozen=True)
+class BuildSources:
+    """``build``: what the builder reads; ``reference``: the graph verification runs in ONNX Runtime (its I/O is
+    the engine's); ``after``: the spec to wrap the built engine with; ``details``: for the manifest."""
+
+    build: Path
+    reference: Path
+    after: WrapSpec | None
+    details: dict[str, object]
+
+
+def _write(src: Path, dst: Path, spec: WrapSpec) -> None:
+    onnx.save(wrap_model(onnx.load(str(src)), spec), str(dst))
+
+
+def prepare(onnx_path: Path, plan: WrapPlan, workdir: Path, model: str) -> BuildSources:
+    """Write the wrapped graphs into ``workdir``; an unwrappable model builds as it is (logged, with the reason)."""
+    if plan.spec is None:
+        log.info("%s: pre/post stay in the Python stages: %s", model, plan.reason)
+        return BuildSources(onnx_path, onnx_path, None, {"applied": False, "reason": plan.reason})
+    reference = workdir / "wrapped-reference.onnx"
+    try:
+        _write(onnx_path, reference, replace(plan.spec, nms="onnx"))
+        build = onnx_path if plan.when == "after" else reference
+        if plan.when == "before" and plan.spec.nms != "onnx":
+            build = workdir / "wrapped.onnx"
+            _write(onnx_path, build, plan.spec)
+    except Unwrappable as exc:
+        log.warning("%s: the graph cannot be wrapped, pre/post stay in the Python stages: %s", model, exc)
+        return BuildSources(onnx_path, onnx_path, None, {"applied": False, "reason": str(exc)})
+    log.info("%s: pre/post in the engine (wrapped %s the build, NMS: %s)", model, plan.when, plan.spec.nms)
+    return BuildSources(build, reference, plan.spec if plan.when == "after" else None, {
+        "applied": True, "when": plan.when, "nms": plan.spec.nms, "spec_sha256": plan.spec.digest(),
+        "graph_sha256": sha256_file(build if plan.when == "before" else reference)})
+
+
+def wrap_built(engine_path: Path, spec: WrapSpec) -> None:
+    """Wrap an engine that is itself an ONNX graph (ONNX Runtime int8: after quantizing), in place."""
+    tmp = engine_path.with_suffix(".wrapped.tmp")
+    _write(engine_path, tmp, spec)
+    tmp.replace(engine_path)

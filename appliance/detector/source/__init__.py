@@ -1,0 +1,1 @@
+"""Where the detector's ONNX comes from: darknet weights fetched, converted and checked against OpenCV."""

@@ -1,5 +1,0 @@
-"""Materialize the ``repository/`` templates into a concrete Triton model repository for this device.
-
-The Python models' logic lives in :mod:`appliance.modelrepo.stages` (imported inside the Triton stub, with
-``triton_python_backend_utils`` handed in); :mod:`appliance.modelrepo.materialize` writes the directory.
-"""
