@@ -26,8 +26,19 @@ phase "Triton"
 phase "detections on real images vs the x86_64 host"
 t=$(date +%s)
 # Its log goes to a file (ONNX Runtime is chatty under emulation); on a mismatch the last lines say why.
-.venv/bin/python scripts/detect_images.py --compare "$X86_DETECTIONS" "$@" 2>/tmp/arm64-detections.log \
-  || { tail -n 20 /tmp/arm64-detections.log >&2; echo "aarch64: the detections differ from the x86_64 host's" >&2; exit 1; }
+# It takes about a minute. qemu-user can deadlock a child forked from a multithreaded process (Triton forks its
+# Python-backend stubs while its threads run), which a real arm64 machine does not do: a run still going after
+# HANG_S is shown (its processes) and run once more. A mismatch or an error is never retried.
+HANG_S=${APPLIANCE_SMOKE_HANG_S:-300}
+detect() { timeout -k 10 "$HANG_S" .venv/bin/python scripts/detect_images.py --compare "$X86_DETECTIONS" "$@" 2>/tmp/arm64-detections.log; }
+rc=0; detect "$@" || rc=$?
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  echo "aarch64: the detections step hung for $HANG_S s under emulation; its last log lines, then a second try:" >&2
+  tail -n 5 /tmp/arm64-detections.log >&2
+  rc=0; detect "$@" || rc=$?
+fi
+[ "$rc" -eq 0 ] \
+  || { tail -n 20 /tmp/arm64-detections.log >&2; echo "aarch64: the detections step failed (exit $rc; 124: it hung twice): see above" >&2; exit 1; }
 elapsed "detections" "$t"
 
 phase "the appliance: sample camera -> embedded Triton -> MQTT, $FRAMES detections messages"
