@@ -1,6 +1,6 @@
-"""Materialize the Triton model repository for this device from the templates and the engine cache.
+"""This device's Triton model repository: an installed engine as the detector of the repository templates.
 
-The templates and their writer belong to :mod:`appliance.detector.repository`; this module only turns an installed
+The templates and their writer belong to :mod:`appliance.detector.repository`; this module turns an installed
 engine record into the materializer's ``DetectorSource`` and caps the dynamic batcher at the batch range the
 engine was built for (Triton refuses a TensorRT plan whose profile is smaller than ``max_batch_size``).
 """
@@ -8,14 +8,11 @@ engine was built for (Triton refuses a TensorRT plan whose profile is smaller th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from appliance import paths
 from appliance.detector.engines.manager import InstalledEngine
-
-if TYPE_CHECKING:
-    from appliance.detector.repository.materialize import DetectorSource, Repository, RepositoryOptions
-    from appliance.detector.profile import ModelProfile
+from appliance.detector.profile import ModelProfile, load_profile
+from appliance.detector.repository.materialize import DetectorSource, Repository, RepositoryOptions, materialize
 
 PROFILES = paths.profiles_dir()
 
@@ -24,9 +21,7 @@ class RepositoryWiringError(ValueError):
     """The installed engine cannot serve as the ensemble's detector (it must have one input and one output)."""
 
 
-def detector_source(engine: InstalledEngine) -> "DetectorSource":
-    from appliance.detector.repository.materialize import DetectorSource
-
+def detector_source(engine: InstalledEngine) -> DetectorSource:
     if engine.in_graph:  # pre/post built into the engine (appliance.detector.engines.ingraph)
         return DetectorSource(kind=engine.triton_kind, path=engine.engine_path, in_graph="wrapped",
                               input_name=engine.inputs[0]["name"])
@@ -48,17 +43,14 @@ def materialize_for_device(
     engine: InstalledEngine,
     dest: Path,
     *,
-    model_profile: "ModelProfile | None" = None,
+    model_profile: ModelProfile | None = None,
     profiles_dir: Path = PROFILES,
-    options: "RepositoryOptions | None" = None,
-) -> "Repository":
+    options: RepositoryOptions | None = None,
+) -> Repository:
     """Write preprocess -> detector (this device's engine) -> postprocess and the ensemble into ``dest``.
 
     ``model_profile`` defaults to ``<profiles_dir>/<model>.yaml`` (the pre/post-processing profile).
     """
-    from appliance.detector.repository.materialize import RepositoryOptions, materialize
-    from appliance.detector.profile import load_profile
-
     profile = model_profile or load_profile(profiles_dir / f"{engine.model}.yaml")
     opts = options or RepositoryOptions()
     if opts.max_batch_size > engine.max_batch:
