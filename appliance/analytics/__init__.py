@@ -1,4 +1,4 @@
-"""Per-camera analytics: tracking, zones, line crossing, dwell, events and counts (issue 16).
+"""Per-camera analytics: tracking, zones, line crossing, dwell, events and counts.
 
 Modules, bottom up: :mod:`.config` (the ``analytics:`` section of a camera) and :mod:`.check` (checks that need
 the camera's frame size and the model's class names), :mod:`.geometry` (polygons and segments, vectorized),

@@ -1,20 +1,9 @@
 """The ``analytics:`` section of one camera: which classes count, the tracker, zones, lines and dwell times.
 
-It lives in the device config (not in an OTA bundle) so an integrator tunes it on site. The models check what
-can be checked from the section alone, and their cross-field checks always raise (a :class:`ConfigFieldError`
-naming the key): a zone of fewer than 3 points, a self-intersecting zone, normalized coordinates outside 0..1,
-a line whose two points coincide, a name used twice. What needs the camera's frame size or the model's class
-names (a point outside the frame, an unknown class) is :func:`appliance.analytics.check.check_analytics`.
-
-A line's ``in_side`` — stand on ``a``, look towards ``b`` on the picture as it is displayed (x to the right, y
-down): ``right`` means the half-plane on your right hand is "in". For a line from the left edge to the right
-edge (a=[0, 0.5], b=[1, 0.5]) your right hand points down the picture, so ``in_side: right`` makes the lower
-half "in", and a walk from the upper half to the lower half is a ``cross`` with direction ``in``::
-
-        a ------------------> b        (looking from a towards b)
-        left of a->b:  "out" when in_side is right
-        right of a->b: "in"  when in_side is right
-"""
+It lives in the device config, not in an OTA bundle, so an integrator tunes it on site. The cross-field checks
+here always raise a :class:`ConfigFieldError` naming the key; what needs the camera's frame size or the model's
+class names is :func:`appliance.analytics.check.check_analytics`. Which side of a line ``in_side`` names:
+docs/analytics.md, "Config"."""
 
 from __future__ import annotations
 

@@ -1,32 +1,9 @@
 """One camera's analytics: a frame's detections in; tracked detections, events and counts out.
 
-:meth:`Analytics.step` per frame, in order:
-
-1. Drop detections of classes outside the allow-list; each kept one gets its class's minimum score.
-2. Track (:class:`~appliance.analytics.tracker.ByteTracker`): each kept detection gets a ``track_id``, or
-   ``NO_TRACK`` (-1) while its track is not confirmed yet.
-3. For every confirmed track seen in this frame, its box's anchor point (bottom centre by default) decides:
-   - zones: ``enter`` when the point has moved into a zone, ``exit`` when it has moved out, each once the
-     zone's hysteresis agrees (below); ``dwell`` once per stay, at the first frame the track is seen after
-     having been inside (since its ``enter``) for the zone's ``dwell_s``;
-   - lines: a crossing starts when the point's move since the track was last seen meets the line segment and
-     ends on the other side, and ``cross`` fires once the line's hysteresis agrees; ``direction`` is ``in``
-     when it ends on the configured ``in_side``, else ``out``. A move that ends exactly on the line is not a
-     crossing yet; the side it came from is remembered.
-   Hysteresis: the event waits until the point is ``margin`` x its box's height past the line (or inside or
-   outside the zone's edge), or has stayed across for ``frames`` of the camera's frames (``frame_seq``: a
-   frame it was lost in counts, as long as it is across each time it is seen); being seen back on the old
-   side first cancels it. The event carries the frame that settled it.
-   A lost track (occluded, not seen this frame) keeps its zones and sides: nothing fires for it until it is
-   seen again or removed; a removed track ``exit``s every zone it was in (``track_lost: true``).
-4. Counters: per zone ``current`` (confirmed tracks inside, lost ones included), ``entered``, ``exited``; per
-   line ``in`` and ``out``.
-
-Events carry the triggering frame's ``frame_seq``, its ``capture_time`` and the box of that frame's detection,
-so a snapshot of that frame shows exactly what decided the event. Within a frame events come in the order
-exits of removed tracks, exits, enters, dwells, crossings, each by track id then zone or line order; ``seq``
-counts a camera's events from 1 without gaps.
-"""
+:meth:`Analytics.step` filters by class, tracks, then lets each confirmed track seen in the frame settle its zone
+and line moves through their hysteresis; a lost track fires nothing until it is seen again or removed. ``seq``
+counts a camera's events from 1 without gaps. The rules and the order of events in a frame: docs/analytics.md,
+"Events"."""
 
 from __future__ import annotations
 

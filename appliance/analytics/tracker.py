@@ -1,51 +1,9 @@
-"""ByteTrack-class multi-object tracking for one camera: stable ``track_id`` per object across frames.
+"""ByteTrack-class multi-object tracking for one camera: a stable ``track_id`` per object across frames.
 
-Per frame, in this order (Zhang et al., "ByteTrack", ECCV 2022):
-
-1. Every track's box is predicted one frame ahead by a constant-velocity Kalman filter (:mod:`.kalman`).
-2. Detections are split by score: *confident* ones (at least their class's ``min_score``) and *low* ones
-   (between ``low_score`` and that); anything below ``low_score`` is ignored.
-3. First stage: confirmed tracks (visible or lost) against confident detections, by IoU of predicted and
-   detected boxes with scipy's ``linear_sum_assignment``; a pair below ``match_iou`` does not match. Every IoU
-   here is a *buffered* IoU (Yang et al., "C-BIoU", WACV 2023): both boxes are first grown by ``buffer`` of their
-   width and height on each side. A small detector box on a walker at 10 fps (12 px wide, moving 8 px a frame
-   on vtest.avi) barely overlaps its own next detection, and a new track has no velocity yet to predict it;
-   the buffer lets such a track continue and be born, while boxes further apart than the buffer still never
-   match.
-4. Second stage: confirmed tracks that were visible last frame and are still unmatched, against the low
-   detections (``low_match_iou``): a partly occluded object whose score dropped keeps its track.
-5. Third stage: tentative tracks against the confident detections left (``birth_iou``); a tentative track that
-   misses a frame dies, one seen ``birth_frames`` frames in a row is confirmed and gets the next ``track_id``
-   (ByteTrack's own rule is 2: a track born in one frame is activated when matched in the next). The box that
-   started it stays known (``first_boxes``), so the analytics can follow its path from birth, not from
-   confirmation.
-6. Confident detections still left start tentative tracks. A confirmed track that goes unmatched is *lost*: it
-   keeps its id, its box moves on with its last velocity, and the first stage can match it again for up to
-   ``lost_frames`` frames (a short occlusion); then it is removed. ByteTrack's buffer is 30 frames at 30 fps and
-   it scales that by fps/30: about 1 s. Longer, a lost track carried on with its last velocity ends up on
-   another walker (on vtest.avi at 10 fps with 30 frames, two lost tracks re-matched other people and counted
-   crossings they never made).
-
-Frames the tracker never saw (dropped while a model recovery ran, skipped by the scheduler under load) still
-count: ``step`` takes ``frames``, how many frames passed since the previous call (the gap in the camera's frame
-sequence). The Kalman filter predicts that many frames ahead, and a lost track ages by that many, so
-``lost_frames`` is a span of the camera's frames, not of the frames that happened to be processed. A track whose
-age passed ``lost_frames`` during the gap is removed before matching: it would have been removed in a frame
-the tracker missed, and after a long gap a stale track coasting on its old velocity must not re-match someone
-else. Birth still counts consecutive *processed* frames (under steady skipping a track could never be born
-otherwise), and the second stage takes tracks seen in the previous processed frame.
-
-With ``class_aware`` (the default) a track only ever matches detections of its own class, so a person and the
-trolley they push never swap ids.
-
-Where the state lives, and why here: the tracker is a stage in the supervisor's result path, a plain object per
-camera, not a stateful Triton Python-backend model driven by the sequence batcher with the camera as correlation
-id. It is a few hundred microseconds of numpy on the CPU, which is where a Python-backend model would run it
-too, so Triton would add a request, a stub round trip and tensor copies for nothing; the supervisor already
-holds each camera's results in order. And it survives what Triton's state would not: an OTA model switch or a
-model recovery unloads and reloads models (and the sequence batcher's stateful instances with them), while this
-object is untouched by either, so track ids carry on across both.
-"""
+``step`` takes ``frames``, how many of the camera's frames passed since the previous call, so frames the tracker
+never saw (dropped during a model recovery, skipped under load) still move predictions and age lost tracks:
+``lost_frames`` is a span of the camera's frames, not of processed ones. The stages, the buffered IoU and why the
+state lives here and not in Triton: docs/analytics.md, "Tracker"."""
 
 from __future__ import annotations
 
