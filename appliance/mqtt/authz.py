@@ -1,19 +1,9 @@
 """Signed commands: the envelope, its canonical bytes, and the checks a state-changing command passes before its
 handler runs (docs/mqtt.md, "Signed commands").
 
-A signed command carries ``auth`` beside ``request_id`` and ``args``: the target (topic prefix, device id,
-command name), when it was issued, a random nonce, the key id and an Ed25519 signature over
-``DOMAIN + canonical JSON of {"args", "auth" without "signature", "request_id"}``. The domain string keeps a
-command signature from ever being a bundle signature (the two may share keys) and vice versa.
-
-This package sits below ``ota``, so the signature itself is checked by a ``SignatureCheck`` callable given by the
-caller (``appliance.ota.commandsig.signature_check``); everything else is here: the target must be this device
-and this command (a signature for device A or for another command does not carry over), the time must be within
-``max_age_s`` (plus ``clock_skew_s``) when the command *arrived*, and the nonce must be new (``NonceStore``, on
-disk). A nonce the caller still holds a reply for is a redelivery of the same signed command, not a refusal.
-
-Threading: the commands thread only, except ``refusals()`` (any thread, under the lock).
-"""
+This package sits below ``ota``, so the Ed25519 check itself is a ``SignatureCheck`` the caller gives
+(``appliance.ota.commandsig.signature_check``); the target, age and nonce checks are here, and age is judged when
+the command *arrived*. Threading: the commands thread only, except ``refusals()`` (any thread, under the lock)."""
 
 from __future__ import annotations
 

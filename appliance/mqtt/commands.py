@@ -1,25 +1,9 @@
 """Commands: <prefix>/<device>/command/<name> in, one reply out per command, handlers off the network thread.
 
-Job: keep the registry of command handlers; take command messages from paho (ignoring retained ones: a stale
-command must not run on reconnect); run the handlers one at a time, in arrival order, on the commands thread;
-answer each with a reply payload (result or error), on the MQTT 5 response topic with its correlation data when
-given, else on <prefix>/<device>/reply.
-
-A command that is not read-only (registered ``read_only``, or read-only for these args) runs only once the
-authorizer accepts its signature (authz.py), judged by the time it arrived. Repeats get the first reply again
-without running twice, and only after that check: a signed command is known by its nonce (a QoS 1 redelivery
-carries the same one), any other by (command name, request_id). So no message, signed or not, can answer for
-another command by borrowing its request_id; a refusal is not remembered at all. The last _RECENT_REQUESTS of
-each are kept.
-
-Threading contract:
-- caller thread, before start(): ``register``.
-- network thread: ``dispatch`` (paho's on_message); it only enqueues.
-- commands thread: ``run`` and the handlers it calls; ``_recent`` is its alone. ``close`` (the stopping
-  thread) enqueues the sentinel that ends ``run``.
-- The client is read from ``shared.client`` (set once by start()); paho's publish() only queues the packet, the
-  network thread writes it (see connection.build_client).
-"""
+Handlers run one at a time, in arrival order, on the commands thread. A command that is not read-only runs only
+once the authorizer accepts its signature (authz.py); a repeat gets the first reply again without running twice,
+known by its nonce when signed, else by (command name, request_id), so no message can answer for another by
+borrowing its request_id (docs/mqtt.md, "Commands")."""
 
 from __future__ import annotations
 
@@ -56,6 +40,16 @@ _Item = tuple[str, bytes, Optional[str], Optional[bytes], float]
 
 
 class CommandRunner:
+    """Threading contract.
+
+    - caller thread, before start(): ``register``.
+    - network thread: ``dispatch`` (paho's on_message); it only enqueues.
+    - commands thread: ``run`` and the handlers it calls; ``_recent`` is its alone. ``close`` (the stopping thread)
+      enqueues the sentinel that ends ``run``.
+    - The client is read from ``shared.client`` (set once by start()); paho's publish() only queues the packet, the
+      network thread writes it (see connection.build_client).
+    """
+
     def __init__(self, config: MqttConfig, topics: Topics, clock: Clock, shared: Shared,
                  authorizer: CommandAuthorizer) -> None:
         self._config = config

@@ -1,20 +1,9 @@
 """The nonces of accepted signed commands, kept on disk so that a captured command cannot be replayed, not even
 after a restart.
 
-A nonce only needs remembering while its command could still pass the time check (issued at + max age + clock
-skew, exclusive: authz.py refuses a command at that instant, and the store forgets the nonce then); older ones are
-forgotten. The file is append-only, one ``<expires_ms> <nonce>`` line per accepted command, flushed and fsynced
-before the command runs (a crash between the two leaves the nonce spent, never reusable). On open it is compacted
-(expired lines dropped, written beside and renamed in: appliance/durable.py), and again whenever dead lines
-outnumber the live ones. A torn last line (power cut mid-write) is skipped: its command had not run yet.
-
-A damaged file (a complete line that is not a nonce line) fails closed: it is kept beside as
-``<name>.damaged-<ms>``, an ERROR names it, and the new file starts with a reset mark, ``<expires_ms>
-reset-<reset_ms>``: until the mark expires, ``reset_ms`` is set and authz.py refuses every command issued at or
-before it (any of them could be a replay of a lost nonce); commands issued after the reset run as usual.
-
-Threading: one instance per publisher, used by the commands thread only.
-"""
+A nonce is fsynced before its command runs (a crash in between leaves it spent, never reusable) and forgotten the
+instant its command would be refused as expired anyway. A damaged file fails closed (docs/mqtt.md, "Signed
+commands"). One instance per publisher, used by the commands thread only."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
 """The per-camera message counter of detections messages: ``boot_id``, ``message_seq``, ``frames_skipped``.
 
-A subscriber cannot tell a lost message from a skipped frame by ``seq`` (the capture frame number) alone: frames
-are skipped on purpose (latest frame wins, the rate cap, frames dropped while the model recovers, failed
-inferences, publish modes). So every published detections message is also numbered per camera, 1, 2, 3, ...
-within one ``boot_id`` (one per publisher, i.e. per appliance process start), and says how many frames of its
-camera were not published since the previous message. The number is taken after the camera's publish mode
-admitted the message and before it is spooled: the spool and a broker outage cannot make a gap, so a gap in
-``message_seq`` is a message lost on the way (or dropped by the bounded spool, counted there).
-
-``frames_skipped`` is the difference of the frame numbers: every frame between two published ones was not
-published, whatever the reason. The first message of a camera within a boot has 0 (there is no previous one),
-and so has a message whose ``seq`` is not above the previous one (the camera's frame ring was made anew).
-"""
+The number is taken after the camera's publish mode admitted the message and before it is spooled, so a gap in
+``message_seq`` is a message lost on the way, never one the spool or a broker outage held back (docs/mqtt.md,
+"Telling a lost message from a skipped frame")."""
 
 from __future__ import annotations
 

@@ -1,28 +1,8 @@
 """The MQTT publisher the supervisor drives: detections through a durable spool, status, health, commands.
 
-This module is the façade: MqttPublisher wires the parts below, owns their threads and keeps the public API;
-each part has one job and states its own threading contract.
-- ``shared.py``:  the state, counters, client and locks the threads share (State, PublishResult, PublisherStats).
-- ``session.py``: network thread: connects with backoff, runs paho's loop and callbacks, birth/will/retained
-                  republish; a refused connection is never "connected".
-- ``window.py``:  the QoS 1 in-flight window (paho mid -> spool id), its size, probing and the take-back of
-                  paho's resend queue between sessions.
-- ``sender.py``:  sender thread: moves spooled detections into paho (at most ``inflight_window``
-                  unacknowledged), deletes them from the spool on PUBACK, expires old ones, publishes health.
-- ``commands.py``: commands thread: runs registered command handlers off the network thread and publishes
-                  their replies.
-- ``messages.health_payload``: the health message itself.
-
-Threads (all started by start(), all joined by stop()): mqtt-network (Session.run), mqtt-sender (Sender.run),
-mqtt-commands (CommandRunner.run). The publish_* methods run on the caller's threads: they write the spool
-(its own lock), the per-camera publish gates (one thread per camera) and, under ``shared.lock``, the counters and
-the retained map.
-
-Ordering: the spool is read in id order and paho keeps unacknowledged messages in send order and resends them
-first after a reconnect (we publish new ones only once the CONNACK has been fully handled), so each camera's
-detections reach the broker in sequence order. Delivery is at least once: messages in flight when a
-connection or the process dies are sent again with the same message_id.
-"""
+``MqttPublisher`` is the façade: it wires the session, the in-flight window, the sender and the command runner,
+starts their three threads in ``start()`` and joins them in ``stop()``. Which part owns which thread and lock, and
+why each camera's detections reach the broker in order: docs/mqtt.md, "Inside the publisher"."""
 
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
 """The sender: moves spooled detections into paho, and acknowledged ones out of the spool.
 
-Job (one thread, ``run``): while connected, read the spool in id order after the window's cursor and publish
-as many detections as the in-flight window has room for; turn PUBACKs (drained from the window) into batched
-spool deletes; expire old spool rows every second; publish health every ``health_interval_s``. A QoS 0
-detection is deleted as soon as paho has taken it (best effort). Deleting in batches saves a commit per message;
-a crash in between only means a duplicate on replay (delivery is at least once).
-
-Threading contract:
-- sender thread: ``run`` and everything it calls.
-- the stopping thread: ``request_stop`` (any time), then ``process_acks(flush=True)`` once the sender thread
-  has been joined (so the batch state below is never touched by two threads at once).
-- ``shared.gate`` is held while publishing (the network thread holds it while reconnecting and taking the
-  window back); ``shared.lock`` guards the counters and the window's in-flight map.
-- ``_to_delete``, ``_rejected_pending`` and ``_delete_due`` are the sender thread's alone.
-"""
+PUBACKs become spool deletes in batches, which saves a commit per message; a crash in between only means a
+duplicate on replay, since delivery is at least once anyway."""
 
 from __future__ import annotations
 
@@ -39,6 +27,16 @@ _DELETE_DELAY_S = 0.05
 
 
 class Sender:
+    """Threading contract.
+
+    - sender thread: ``run`` and everything it calls; ``_to_delete``, ``_rejected_pending`` and ``_delete_due`` are
+      its alone.
+    - the stopping thread: ``request_stop`` (any time), then ``process_acks(flush=True)`` once the sender thread has
+      been joined, so the batch state is never touched by two threads at once.
+    - ``shared.gate`` is held while publishing (the network thread holds it while reconnecting and taking the window
+      back); ``shared.lock`` guards the counters and the window's in-flight map.
+    """
+
     def __init__(self, config: MqttConfig, shared: Shared, spool: Spool, window: InflightWindow, clock: Clock,
                  publish_health: Callable[[], None]) -> None:
         self._config = config

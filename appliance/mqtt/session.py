@@ -1,38 +1,8 @@
 """The MQTT session: one paho client, connected and reconnected with backoff by the network thread.
 
-Job: build the client with its last will ('offline', retained); connect; on CONNACK subscribe to the command
-topics and the extra subscriptions (``subscribe``: the fleet group's desired state), publish the birth
-('online', retained) and republish the remembered retained topics (camera status, retained device events);
-when a session ends, record why, let the in-flight window take back what it had sent
-(``InflightWindow.after_session``), wait the backoff delay and try again; on stop, publish 'offline' (a clean
-stop, so the broker discards the will) and disconnect. A refused connection is never "connected"; only a
-session that held ``_STABLE_SESSION_S`` resets the backoff.
-
-Brokers (``mqtt.hosts``, in order of preference; ``mqtt.host`` is a list of one), rules in order:
-1. The first attempt goes to the first broker.
-2. A failed connect, or the end of a session, moves to the next broker in the list (after the last: the first).
-   So the session stays on a broker while it holds, and returns to the preferred one only when the one it is
-   on fails.
-3. The backoff delay comes after each full round of failures (as many failed attempts in a row as there are
-   brokers), not between the brokers of a round: a failed broker costs its connect timeout, and the next may be
-   up. A session that held ``_STABLE_SESSION_S`` ends the round (and resets the backoff); one that ends sooner
-   counts as a failure. With one broker this is the plain backoff between attempts. Rules 2 and 3 are
-   ``appliance.mqtt.rotation.BrokerRotation``, which the Sparkplug node follows too.
-4. Moving to another broker, the window's unacknowledged detections go back to the spool and are sent again,
-   in spool order, to the new broker (it has no session state of ours; see ``InflightWindow.after_session``).
-The broker the session is on or trying is ``shared.broker`` (health, status) and in every log line.
-
-Threading contract:
-- network thread (``run``): the only caller of client.reconnect() and client.loop(), so paho's callbacks
-  (``_on_connect``, ``_on_disconnect``, ``_on_publish``, ``_on_log``, ``_on_message``) run on it too; the
-  CONNACK/disconnect/socket-error fields are its alone.
-- caller threads: ``subscribe`` (its handler then runs on the network thread: it must only hand the payload
-  on), ``remember_retained`` and ``publish_if_connected`` (publish_camera_status,
-  publish_device_event); the stopping thread: ``publish_offline`` and ``halt``.
-- ``shared.gate`` is held while reconnecting and while the state turns CONNECTED, so the sender publishes only
-  into a session whose CONNACK has been fully handled (paho has re-queued the previous session's unacknowledged
-  messages by then, so they go out first); ``shared.lock`` guards ``_retained`` and the counters.
-"""
+A refused connection is never "connected", and only a session that held ``_STABLE_SESSION_S`` resets the backoff.
+Which broker comes next is ``BrokerRotation`` (docs/fleet.md, "Broker failover"); what a session does at CONNACK,
+at its end and at stop: docs/mqtt.md, "Inside the publisher"."""
 
 from __future__ import annotations
 
@@ -69,6 +39,17 @@ _STABLE_SESSION_S = 10.0
 
 
 class Session:
+    """Threading contract.
+
+    - network thread (``run``): the only caller of client.reconnect() and client.loop(), so paho's callbacks run on
+      it too; the CONNACK, disconnect and socket-error fields are its alone.
+    - caller threads: ``subscribe`` (its handler then runs on the network thread and must only hand the payload
+      on), ``remember_retained``, ``publish_if_connected``; the stopping thread: ``publish_offline``, ``halt``.
+    - ``shared.gate`` is held while reconnecting and while the state turns CONNECTED, so the sender publishes only
+      into a session whose CONNACK has been fully handled (paho has re-queued the previous session's unacknowledged
+      messages by then, so they go out first); ``shared.lock`` guards ``_retained`` and the counters.
+    """
+
     def __init__(self, config: MqttConfig, topics: Topics, clock: Clock, rng: random.Random,
                  versions: Mapping[str, str], shared: Shared, spool: Spool, window: InflightWindow,
                  commands: CommandRunner, group: Optional[str] = None) -> None:

@@ -1,22 +1,8 @@
 """What the MQTT publisher's threads share: the connection state, the counters, the client and the locks.
 
-One instance per MqttPublisher, handed to the session, the window, the sender and the commands; it decides
-nothing itself. Also the public value types the façade returns: State, PublishResult, PublisherStats, and the
-Clock it reads time from.
-
-Threading contract (who touches what):
-- ``lock`` guards ``state`` and the counters (connects, connect_failures, published, acked, rejected,
-  suppressed, last_error, broker), and also the window's in-flight map and probe row and the session's retained map, so
-  that ``MqttPublisher.stats()`` reads all of them in one consistent snapshot. Hold it briefly; never do I/O
-  under it.
-- ``gate`` is held by the network thread while it reconnects and while the window is taken back from paho, and
-  by the sender thread while it hands spooled detections to paho: the sender never publishes into a session
-  that is half made or half taken apart.
-- ``wake`` wakes the sender thread; ``nudge()`` (producers, network thread) sets it only while the sender
-  announced ``sender_idle``, because waking it per message costs more than the message on a 2-core box.
-- ``client`` is set once by start() before any thread starts; ``closing`` is set once by stop().
-- ``backoff_delays`` is appended by the network thread only (a deque: readers take a tuple of it).
-"""
+One instance per MqttPublisher, handed to the session, the window, the sender and the commands; it decides nothing
+itself. Also the public value types the façade returns (State, PublishResult, PublisherStats) and the Clock it
+reads time from. Who may touch what: :class:`Shared`."""
 
 from __future__ import annotations
 
@@ -83,10 +69,22 @@ class PublisherStats:
 
 
 class Shared:
-    """The state and counters every publisher thread reads or writes, with the locks that guard them."""
+    """The state and counters every publisher thread reads or writes, with the locks that guard them.
+
+    - ``lock`` guards ``state`` and the counters (connects, connect_failures, published, acked, rejected, suppressed,
+      last_error, broker), the window's in-flight map and probe row and the session's retained map, so that
+      ``MqttPublisher.stats()`` reads them in one consistent snapshot. Hold it briefly; never do I/O under it.
+    - ``gate`` is held by the network thread while it reconnects and while the window is taken back from paho, and
+      by the sender thread while it hands spooled detections to paho: the sender never publishes into a session
+      that is half made or half taken apart.
+    - ``wake`` wakes the sender thread; ``nudge()`` (producers, network thread) sets it only while the sender
+      announced ``sender_idle``, because waking it per message costs more than the message on a 2-core box.
+    - ``client`` is set once by start() before any thread starts; ``closing`` is set once by stop().
+    - ``backoff_delays`` is appended by the network thread only (a deque: readers take a tuple of it).
+    """
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()          # state and counters (see the module docstring for the rest)
+        self.lock = threading.Lock()          # state and counters (see the class docstring for the rest)
         self.gate = threading.Lock()          # sender publishing vs. network thread reconnecting
         self.wake = threading.Event()
         self.sender_idle = False              # True only while the sender waits; producers wake it only then

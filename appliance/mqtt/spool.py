@@ -1,17 +1,9 @@
 """Durable on-disk queue of messages awaiting a broker acknowledgement (SQLite in WAL mode).
 
-Guarantees (see docs/mqtt.md):
-- ``append`` returns only after its transaction has committed. With ``synchronous=normal`` a committed message
-  survives a crash of this process (SIGKILL, OOM kill); with ``full`` it also survives a power cut.
-- Rows leave only through ``delete`` (the publisher calls it on PUBACK/PUBCOMP), the overflow policy, the
-  age bound, or ``set_aside`` (a message the broker will not take, moved to the ``set_aside`` table, kept on
-  disk); every drop is counted by reason.
-- Ids only grow (AUTOINCREMENT), so reading "after id N" replays in insertion order, across restarts too.
-
-One connection, serialized by a lock: the producers' inserts, the sender's reads and the ack deletes are all
-short, and SQLite would serialize the writers anyway. The file (schema, WAL, lock file, quarantine) is
-:mod:`appliance.mqtt.spooldb`; the ``set_aside`` table's SQL is :mod:`appliance.mqtt.setaside`.
-"""
+``append`` returns only once its transaction has committed; rows leave only through ``delete`` (on PUBACK), the
+overflow policy, the age bound or ``set_aside``, each drop counted; ids only grow, so reading "after id N" replays
+in insertion order, across restarts too (docs/mqtt.md, "Delivery guarantees"). The file itself is
+:mod:`appliance.mqtt.spooldb`, the ``set_aside`` table's SQL :mod:`appliance.mqtt.setaside`."""
 
 from __future__ import annotations
 
@@ -69,7 +61,10 @@ class SpoolStats:
 
 
 class Spool:
-    """``clock`` gives wall-clock epoch seconds; it stamps rows for the age bound (it must survive restarts)."""
+    """``clock`` gives wall-clock epoch seconds; it stamps rows for the age bound (it must survive restarts).
+
+    One connection, serialized by a lock: the producers' inserts, the sender's reads and the ack deletes are all
+    short, and SQLite would serialize the writers anyway."""
 
     def __init__(self, path: Path, config: SpoolConfig, *, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)

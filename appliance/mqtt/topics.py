@@ -1,17 +1,6 @@
-"""Topic names, in one place. Layout (documented in docs/mqtt.md):
+"""Topic names, in one place: every topic the appliance publishes or subscribes to is built here.
 
-    <prefix>/<device>/status                  retained device status, online/offline (last will)
-    <prefix>/<device>/health                  periodic health
-    <prefix>/<device>/command/<name>          commands to the appliance
-    <prefix>/<device>/reply                   command replies (MQTT 5: the request's response topic if given)
-    <prefix>/<device>/ota/status              retained OTA update status (publish_device_event)
-    <prefix>/<device>/<camera>/status         retained camera status
-    <prefix>/<device>/<camera>/detections     detections
-    <prefix>/<device>/<camera>/events         analytics events (spooled)
-    <prefix>/<device>/<camera>/counts         retained zone and line counters
-    <prefix>/<device>/<camera>/snapshot       retained JPEG of the latest event's frame
-    <prefix>/groups/<group>/ota/desired       retained signed desired state of a fleet group (docs/fleet-rollout.md)
-"""
+The layout, with each topic's payload, QoS and retention: docs/mqtt.md, "Topics"."""
 
 from __future__ import annotations
 

@@ -1,24 +1,8 @@
 """The QoS 1 in-flight window: which spooled detections paho has sent and the broker has not yet acknowledged.
 
-Job: map paho message ids to spool ids, say how many more may be sent now (the configured window, cut to the
-broker's Receive Maximum, and one at a time while probing), turn PUBACKs into acknowledged spool ids, and between
-sessions take the window back from paho's resend queue when a detection seems to kill sessions (see
-``after_session``). It never reads or writes the spool's queue itself; the sender does (only a detection found to
-kill sessions is set aside here).
-
-Threading contract:
-- network thread: ``on_puback`` (paho's on_publish), ``resize``, ``expect_status``/``status_sent`` (at CONNACK)
-  and ``after_session`` (between sessions, holding ``shared.gate``, so the sender cannot publish meanwhile).
-- sender thread: ``record_sent`` (holding ``shared.lock``, inside ``shared.gate``), ``drain_acks``, ``limit``,
-  ``cursor``; and the stopping thread's final ``drain_acks`` once the sender has been joined.
-- ``shared.lock`` guards ``inflight`` and ``probe_row``; ``acks`` is a deque (append and popleft are atomic);
-  ``cursor`` and ``probing`` are written by the sender and, under ``shared.gate``, by the network thread;
-  ``strikes`` is the network thread's alone.
-
-Ordering: paho keeps unacknowledged messages in send order and resends them first after a reconnect to the same
-broker; a take-back (another broker, or probing) resends them from the spool, in id order, before anything newer.
-Either way the window never reorders a camera's detections.
-"""
+Between sessions it takes the window back from paho's resend queue when a detection seems to kill sessions
+(``after_session``), so one message a broker will not take cannot block the queue; either way it never reorders a
+camera's detections (docs/mqtt.md, "Delivery guarantees")."""
 
 from __future__ import annotations
 
@@ -39,6 +23,17 @@ _POISON_STRIKES = 5    # probe sessions in a row that die with the same detectio
 
 
 class InflightWindow:
+    """Threading contract.
+
+    - network thread: ``on_puback`` (paho's on_publish), ``resize``, ``expect_status``/``status_sent`` (at CONNACK)
+      and ``after_session`` (between sessions, holding ``shared.gate``, so the sender cannot publish meanwhile).
+    - sender thread: ``record_sent`` (holding ``shared.lock``, inside ``shared.gate``), ``drain_acks``, ``limit``,
+      ``cursor``; and the stopping thread's final ``drain_acks`` once the sender has been joined.
+    - ``shared.lock`` guards ``inflight`` and ``probe_row``; ``acks`` is a deque (append and popleft are atomic);
+      ``cursor`` and ``probing`` are written by the sender and, under ``shared.gate``, by the network thread;
+      ``strikes`` is the network thread's alone.
+    """
+
     def __init__(self, size: int, shared: Shared, spool: Spool, topic_base: str) -> None:
         self._shared = shared
         self._lock = shared.lock
