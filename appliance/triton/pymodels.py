@@ -1,21 +1,8 @@
 """Make the appliance's Python packages importable inside Triton Python-backend models.
 
-Triton runs each Python model in ``triton_python_backend_stub``, which embeds the *system* libpython in
-isolated mode: it ignores ``PYTHONPATH`` and sees neither the virtualenv (numpy, onnxruntime, the
-editable ``appliance``) nor anything else we install. The stub does put the model directory on
-``sys.path`` before importing ``model.py``, so we write a tiny module, ``_appliance_site.py``, next to every
-Python model's ``model.py``; the model imports it first::
-
-    import _appliance_site  # noqa: F401  (must come before numpy and appliance imports)
-
-The hook calls ``site.addsitedir`` on each recorded directory (so ``.pth`` files, including the
-editable-install finder for ``appliance``, are honoured) and moves them to the front of ``sys.path``.
-The first directory is the *stub site* (numpy<2, see ``stubsite``) when one is needed: the 2.51 stub's
-pybind11 predates NumPy 2 and silently produces empty/garbled tensors with it.
-
-``prepare_repository`` is called for every repository by ``Server.start`` (and for the model's own
-directory by ``Server.load_model``), so no other code has to remember to do it.
-"""
+The stub embeds the system libpython in isolated mode and ignores ``PYTHONPATH``, so every Python model gets a
+``_appliance_site.py`` beside its ``model.py``, which ``model.py`` must import first. ``Server.start`` and
+``Server.load_model`` write it, so no other code has to remember to (docs/triton.md, "Python models")."""
 
 from __future__ import annotations
 

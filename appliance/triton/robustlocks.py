@@ -1,17 +1,9 @@
 """Stop a process at a moment it holds no robust process-shared mutex, so that killing it frees no lock.
 
-A Python-backend stub shares mutexes with the server's process (Boost.Interprocess, robust, in the region in
-``/dev/shm``): its health flag, its message queues, the region's allocator. Killed while it holds one, the kernel
-marks that mutex "owner died", and the next lock in the server's process makes Boost throw
-``boost::interprocess::lock_exception``, which nothing in Triton catches: the whole process aborts (CI saw it once,
-in ``tests/triton/test_triton_stop_stuck.py``). The stub holds these locks for microseconds at a time, so the
-fix is to pick the moment: SIGSTOP it, read every thread's robust list (the list the kernel walks on a thread's
-death to find the robust mutexes it holds), and kill only while every list is empty; otherwise SIGCONT, let it
-run a moment and look again.
-
-Where the lists cannot be read (no permission to read the process's memory; qemu-user, which gives its guests no
-robust lists), ``stop_unlocked`` reports ``None`` and the caller kills as before.
-"""
+A Python-backend stub killed while it holds a mutex it shares with the server's process makes the server's next
+lock throw an exception Triton does not catch, and the whole process aborts. So: SIGSTOP, read every thread's
+robust list, kill only while all are empty, else SIGCONT and look again. Where the lists cannot be read,
+``stop_unlocked`` returns ``None`` (docs/triton.md, "Things worth knowing")."""
 
 from __future__ import annotations
 

@@ -184,8 +184,8 @@ class Server:
         def delete() -> None:
             # Stops, waits for in-flight work, unloads models, frees the server. Called once only: after an error
             # (Triton's exit timeout expired) the server is still running models, and a second call would skip the
-            # wait and free it under their backend threads, which then crash the process (issue 2). Such a server
-            # is abandoned instead, never freed.
+            # wait and free it under their backend threads, which then crash the process. Such a server is
+            # abandoned instead, never freed.
             err = api.TRITONSERVER_ServerDelete(ptr)
             if err:
                 errors.append(take(api, err))

@@ -1,19 +1,8 @@
 """Triton's Python-backend stub processes and their shared-memory regions: the one scanner.
 
-Each model instance of a Python-backend model runs in a stub process started by the server's process::
-
-    argv: <...>/triton_python_backend_stub  <repository>/<model>/<version>/model.py  <region>  <shm size>
-          <shm growth>  <server pid>  <backend dir>  ...
-
-and talks to it through a shared-memory region in ``/dev/shm`` named with the Python backend's
-``shm-region-prefix-name``, which the appliance sets to ``region_prefix(os.getpid())`` (``appliance_<pid>_``):
-``region_prefix`` builds that name and ``region_server_pid`` parses it back.
-
-``StubScanner`` reads ``/proc`` and ``/dev/shm`` (both constructor arguments, so tests use fixture trees) and
-serves three callers: a server finding and ending its own stubs (``Server.stub_pids``, ``wait_gone``), the
-supervisor reclaiming what a dead appliance left (``appliance.supervisor.leftovers``), and tests ending stubs
-that a crashed child process orphaned (``tests/support/triton.py``).
-"""
+Each stub's region in ``/dev/shm`` starts with ``region_prefix(<server pid>)``, so a region names the server it
+belongs to. ``StubScanner`` reads ``/proc`` and ``/dev/shm`` (constructor arguments, so tests use fixture trees)
+for a server's own stubs, the supervisor's clean-up after a dead appliance, and tests (docs/triton.md)."""
 
 from __future__ import annotations
 
