@@ -1,17 +1,8 @@
 """The engine cache under the state directory: atomic install, per-key build locks, validation, GC.
 
-Layout (``<state>/engines``)::
-
-    <model>/<key>/manifest.json      key fields, engine sha256, build time/duration, verification
-    <model>/<key>/<engine file>      model.plan (TensorRT) or model.onnx (ONNX Runtime)
-    .tmp/<model>-<key>-<pid>-<rand>/ a build in progress; renamed to <model>/<key> only when complete
-    .locks/<model>-<key>.lock        flock()ed while a build of that key runs
-    timing/<name>.cache              TensorRT timing caches, shared by builds on the same device
-
-A directory ``<model>/<key>`` appears only through rename(2) of a fully written, fsynced temporary
-directory, so a crash mid-build leaves at most a ``.tmp`` entry, which the next holder of the key's lock
-deletes. A present entry is still checked against its manifest's sha256 before use.
-"""
+An entry ``<model>/<key>`` appears only through rename(2) of a fully written, fsynced temporary directory, so a
+crash mid-build leaves at most a ``.tmp`` entry, which the next holder of the key's lock deletes; a present entry
+is still checked against its manifest's sha256 before use. The layout: docs/engines.md, "The cache"."""
 
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
-"""The build's graph step (issue 21): which graph the builder turns into an engine, with the model's pre/post inside.
+"""The build's graph step: which graph the builder turns into an engine, with the model's pre/post inside.
 
-When (``plan_wrap``, in this order):
-- ``in_graph: false`` in the engine profile, or no model profile to take the pre/post settings from: not wrapped.
-- TensorRT int8: not wrapped (its calibrator feeds the network's float input tensors; a uint8 frame input
-  would calibrate the pre-processing instead), the Python stages keep the pre/post.
-- TensorRT fp32/fp16: wrapped *before* the build, NMS as TensorRT's EfficientNMS plugin (``nms="trt"``).
-- ONNX Runtime int8: wrapped *after* quantizing (``after``): calibration and quantization see the network only,
-  so every added op stays float, and the gate checks the wrapped engine.
-- ONNX Runtime fp32: wrapped before the build, NMS as the ONNX ``NonMaxSuppression`` operator.
-
-Verification compares the engine with ONNX Runtime on the original ONNX wrapped the same way (ONNX NMS), so
-a TensorRT engine is checked against the plain-ONNX variant of its own graph. A model whose graph cannot be
-wrapped (appliance.detector.repository.wrap.Unwrappable) is built as it is and the log says why.
-"""
+``plan_wrap`` decides when to wrap: before the build (ONNX Runtime fp32, TensorRT fp32/fp16), after quantizing
+(ONNX Runtime int8, so every added op stays float), or not at all (TensorRT int8, whose calibrator feeds the
+network's float input; ``in_graph: false``; a graph that cannot be wrapped). A wrapped engine is verified against
+the original ONNX wrapped the same way with ONNX's NMS (docs/engines.md, "The graph step")."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ class InstalledEngine:
     # Why the profile's precision was not built, when this is the fallback: the detection gate's refusal, or
     # calibration/gate frames that are missing on this device.
     refused: str | None = None
-    in_graph: bool = False  # the engine takes the letterboxed uint8 frame and answers final boxes (issue 21)
+    in_graph: bool = False  # the engine takes the letterboxed uint8 frame and answers final boxes
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -1,29 +1,9 @@
 """How many detector instances to run, and how many ONNX Runtime threads each gets.
 
-TensorRT: one instance; the GPU does the work and Triton's dynamic batcher fills it.
-
-ONNX Runtime on a CPU host: the choice follows the load the cameras offer (the sum of their ``fps``; a camera
-without one sends as fast as its source does, which counts as unbounded) against the detector's own time for a
-frame on every core, timed when its engine was built (``timing`` in the engine manifest). Measured on 2 cores,
-yolov3-tiny 416x416:
-
-- one instance using every core gives the lowest latency for a single frame (28-31 ms against 53 ms with one
-  thread), so it is the layout while it keeps up with the cameras;
-- once the cameras offer more than it can serve, frames wait behind it, and one instance cannot keep the cores
-  busy: ONNX Runtime splits each operator across its threads and waits for the slowest at every operator (the
-  capture, pre/post and publishing processes keep preempting one of them), and the stub's Python work between
-  batches runs on one core. Two instances with half the cores each fill those gaps. One camera offering 30 fps:
-  25.7 -> 27.1 results/s, capture-to-result p50 77 -> 66 ms (the lone instance's queue). Four cameras: 29.1-31.4
-  -> 31.8-32.3 results/s, CPU 187 % -> 199 % busy. No batches (max_batch_size 1): a single-threaded batch is no
-  cheaper per frame (52.8 / 52.5 / 53.0 ms at 1 / 2 / 4), and while one instance works through a batch of two the
-  other can sit idle. ``appliance bench pipeline`` at 4 cameras, 30 rounds, alternating: batches up to 2 gave
-  0.982 / 0.966 / 0.972 of the plain loop, batch 1 gave 1.016 / 1.016 / 0.998.
-
-The switch point: the lone instance busy ``BUSY_LIMIT`` of the time at its build-time speed. Inside the running
-appliance a frame costs it about 1.25x that (pre/post and capture beside it), so that is ~90 % busy, where frames
-start to queue. With no timing (an engine cached before timings were recorded) the camera count decides: one
-camera one instance, several two.
-"""
+TensorRT: one instance, batched. ONNX Runtime: one instance on every core (the lowest latency per frame) while
+the load the cameras offer keeps it under ``BUSY_LIMIT`` busy at its build-time speed, else two instances with
+half the cores each and no batches, which keep the cores busier under load. The measurements behind the rule:
+docs/models.md, "Detector layout"."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ CPU hosts) or ``tensorrt_plan`` (an engine built on the device). Each model dire
 final place and swapped in by rename, so a reader never sees half a model; other models in ``dest`` are left
 alone. Load the models (explicit model control) after ``materialize`` returns.
 
-In-graph pre/post (issue 21, appliance.detector.repository.wrap): a detector whose graph normalizes the letterboxed uint8
+In-graph pre/post (appliance.detector.repository.wrap): a detector whose graph normalizes the letterboxed uint8
 frame and decodes and suppresses itself takes preprocess's canvas and hands postprocess final boxes; its
 templates are the ``in_graph.pbtxt`` files. ``DetectorSource.in_graph``: ``wrapped`` (the file already is such a
 graph: an engine built from it), ``auto`` (an ONNX is wrapped here when it can be; one that cannot keeps the

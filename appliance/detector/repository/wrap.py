@@ -1,24 +1,9 @@
 """Wrap the customer's detector ONNX with its pre- and post-processing, so the engine does the heavy math.
 
-The wrapped graph (what the builders turn into engines, issue 21):
-
-    FRAME uint8 [B, H, W, 3] letterboxed, BGR
-      -> HWC -> CHW, channel order (Slice), Cast float32, x*gain + bias (the profile's scale/mean/std), dtype
-      -> the customer's graph
-      -> decode (``rows_with_objectness`` v3/v5/v7 or ``channels_first`` v8/v11; cxcywh/xyxy; pixels/normalized)
-      -> each box keeps its best (allowed) class; kept when its score is above that class's threshold
-      -> class-aware NMS: ONNX ``NonMaxSuppression`` (``nms="onnx"``) or TensorRT's ``EfficientNMS_TRT``
-         (``nms="trt"``), with the profile's IoU threshold and max detections
-    -> BOXES float32 [B, K, 4] xyxy in letterboxed pixels, SCORES float32 [B, K], CLASSES int32 [B, K],
-       COUNT int32 [B, 1] (K = max_detections; rows past COUNT are zeros), best first.
-
-The arithmetic is that of appliance.detector.prepost (normalize.to_tensor, decode.decode, nms.nms), so the Python
-stages and the engine agree: the pixel math is the same float32 multiply-add, a box is suppressed when its IoU
-with a better box of its class is *greater than* the threshold, ties keep the lower box index.
-
-A model that cannot be wrapped (not one input and one output, an opset below 11, a head whose shape does not
-match the profile) raises :class:`Unwrappable` with the reason; the build then keeps the Python decode.
-"""
+The wrapped graph takes the letterboxed uint8 BGR frame and answers BOXES, SCORES, CLASSES and COUNT with the
+arithmetic of appliance.detector.prepost, so the Python stages and the engine give the same detections. A model
+that cannot be wrapped raises :class:`Unwrappable` with the reason, and the build keeps the Python decode. The
+graph, op by op: docs/models.md, "Pre/post inside the engine"."""
 
 from __future__ import annotations
 
