@@ -1,40 +1,9 @@
 """The whole appliance on the sample video versus the detector alone and the naive design, in one run.
 
-``appliance bench e2e``, every alternative on the frames of the sample video (appliance.capture.sample):
-
-- detector alone: ONNX Runtime in a plain loop on those frames, already preprocessed, batch 1 (the upper
-  bound: no capture, no pre/post, no publishing). Measured before and after the others; the mean is used.
-- naive design: what integrators often build first, one loop: OpenCV decodes the video, the client
-  preprocesses (the same letterbox/normalize code), ``tritonclient`` sends the tensor over HTTP to a separate
-  ``tritonserver`` process serving the same detector model, the client decodes + NMS and publishes JSON at
-  QoS 1 with paho.
-- appliance: the real thing (capture processes into shared memory, the scheduler, embedded Triton with the
-  pre/post ensemble, the durable MQTT spool to a local broker) with ``--cameras`` cameras playing the video
-  faster than the machine can infer, so the number is its capacity.
-
-Results/s and latency are what an MQTT subscriber sees: messages received per second, and receive time minus
-the ``capture_time_ms`` in the payload (capture→publish, through the broker). Latency overhead is measured
-with one camera below capacity (``--latency-fps``), so it shows the pipeline, not queueing, against the
-detector's own p50 compute time in a plain loop *paced at the same rate* (a detector that idles between
-frames computes slower than one run back to back; both sides pay that). ``detector_alone_vs_naive`` is the
-ceiling ``e2e_vs_naive`` would reach at the detector alone's rate. Last line:
-``e2e_vs_detector_alone=<ratio>``.
-
-In-graph pre/post (issue 21): the appliance serves its detector engine with the pre/post inside
-(appliance.detector.engines.ingraph). The same appliance runs a second time, right after, with today's Python stages
-(the engine profile's ``in_graph: false``), on the same cameras and video: ``e2e_python_stages_vs_detector_alone``
-and ``in_graph_vs_python_stages_e2e`` say what the in-graph design is worth end to end, and the
-``stage_ms_<design>`` lines give each stage's time per frame inside its stub (its own timer) in both runs,
-the CPU a Jetson's ARM cores would spend on them.
-
-``--analytics`` adds one more alternative, run right after the appliance: the same appliance, cameras and video
-with analytics on every camera (tracking, a zone with a dwell time, a line, snapshots on; ANALYTICS below). It
-adds ``e2e_analytics_vs_e2e=<ratio>`` and, last, ``e2e_analytics_vs_detector_alone=<ratio>`` after the lines
-above, which keep their order. An option, not always on, so the default run keeps its length and its last line.
-
-The detector alone and the naive design live in ``_e2e_baselines``, the subscriber that times every alternative's
-messages in ``_e2e_subscriber``; this module runs the appliance and prints the table and ratios.
-"""
+``appliance bench e2e``: results/s and latency are what an MQTT subscriber sees, so they include capture, the
+scheduler, embedded Triton and the durable spool. The last line is ``e2e_vs_detector_alone=<ratio>``, or with
+``--analytics`` ``e2e_analytics_vs_detector_alone``. The alternatives, every line and today's figures:
+docs/supervisor.md, "Benchmark: appliance bench e2e"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,9 @@
 """fp32 against int8 on this CPU, the detector alone and the whole appliance, in one run on the same real frames.
 
-``appliance bench engines``: the detector's int8 engine is built exactly as ``build-engines`` builds it
-(``onnxruntime.precision: int8`` with the shipped profile's calibration frames and settings: static QDQ,
-per-channel weights, the decode head in float), then
-
-* its detection gate against the fp32 reference on the profile's held-out frames (``int8_recall``; the numbers
-  the build would install or refuse it with),
-* the detector alone: the fp32 engine (ONNX Runtime, every optimization, as the fp32 build saves it) and the int8
-  engine, each on every core, on the gate's real frames (preprocessed once; only ``session.run`` is timed), in
-  alternating rounds (the order flips every round),
-* the whole appliance on int8: the Triton ensemble (preprocess -> int8 detector -> decode/NMS, in the layout the
-  appliance picks for one camera sending as fast as it can, ``--in-flight`` frames in flight) fed the same BGR
-  frames, against the fp32 detector alone on those frames, in alternating rounds. The fp32 ensemble runs in the
-  same rounds for context.
-
-Ratios are medians over rounds of the per-round ratios (a burst of load from other processes hits a pair
-together). The last lines are ``int8_recall``, ``appliance_int8_vs_fp32_detector_alone`` and
-``int8_vs_fp32_detector``.
-"""
+``appliance bench engines`` builds the int8 engine exactly as ``build-engines`` would, runs its detection gate,
+then times the detectors alone and the Triton ensembles in alternating rounds; ratios are medians of per-round
+ratios. The last lines are ``int8_recall``, ``appliance_int8_vs_fp32_detector_alone`` and
+``int8_vs_fp32_detector`` (docs/engines.md, "Benchmark: appliance bench engines")."""
 
 from __future__ import annotations
 

@@ -1,29 +1,9 @@
 """Triton ensemble vs a plain Python loop (letterbox + ONNX Runtime + decode/NMS) on the same frames, 1 and 4 cameras.
 
-``appliance bench pipeline``: the in-process Triton ensemble (preprocess → detector → postprocess) versus a plain
-loop doing the same work with the same functions and the same ONNX Runtime settings.
-
-The ensemble runs in the detector layout the appliance picks for cameras that send frames as fast as they can, as
-here (appliance.detector.repository.layout: two instances on half the cores each, where there are two cores), and in the
-lowest-latency layout (one instance on every core, what it runs while the cameras' frame rate leaves that instance
-time to spare), materialized side by side in one server, each with
-one frame in flight per camera (the next frame goes in when the previous result is back) and with
-``--in-flight`` frames (default 2, the appliance scheduler's ``per_camera_inflight``, so one frame's pre/post
-overlaps another's detector) and, like the appliance's scheduler (``pipeline.max_inflight``), at most as many
-in all as keep that layout's detector busy. The plain loop serves cameras round-robin, one frame at a time, in
-this thread; it cannot overlap anything. The alternatives run in short alternating rounds so that background load on the
-machine hits them alike. Per-stage times: the plain loop measures its own; the ensemble's come from Triton's
-per-model statistics (compute time per frame; the detector's is per frame of a batch, so batching shows up
-there). Ratios are medians over rounds of the paired per-round ratios, which a burst of load from other
-processes cannot swing; fps columns are totals. ``ensemble_vs_plain_loop=<fps ratio at the most cameras>`` is for
-the layout the appliance runs there, pipelined as the appliance drives it.
-
-In-graph pre/post (issue 21): the ensembles above serve the detector wrapped with its pre/post
-(appliance.detector.repository.wrap: preprocess hands it the uint8 letterboxed frame, it answers final boxes). Each layout
-also runs with today's Python stages (``<layout>-py``: float tensor out of preprocess, decode and NMS in
-postprocess) in the same rounds, pipelined; their per-stage columns are the before/after CPU time of the stages.
-The last line is ``in_graph_vs_python_stages=<fps ratio at the most cameras>`` in the appliance's layout.
-"""
+``appliance bench pipeline``: the alternatives run in short alternating rounds and a ratio is the median of the
+paired per-round ratios, so background load hits them alike. The last line is ``in_graph_vs_python_stages``, the
+one before the in-graph lines ``ensemble_vs_plain_loop``; layouts, columns and today's figures: docs/models.md,
+"Benchmark: appliance bench pipeline"."""
 
 from __future__ import annotations
 
