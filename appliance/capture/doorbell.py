@@ -1,14 +1,13 @@
 """A doorbell from capture processes to the scheduler: "a new frame is in a ring", without polling.
 
-The scheduler used to poll every ring each millisecond while idle, which cost a few percent of a core for
-nothing and, on a small CPU, took cycles from inference. Now it sleeps on one socket until a capture process
-rings (after each published frame) or an inference completes (a request slot is free again).
+The scheduler sleeps on one socket until a capture process rings (after each published frame) or an inference
+completes (a request slot is free again): polling every ring each millisecond would cost a few percent of a core
+for nothing and, on a small CPU, take cycles from inference.
 
 Transport: one Linux abstract-namespace UNIX datagram socket owned by the scheduler's process. The address is
 a short string, so it survives the ``spawn`` start of capture children and their restarts; it needs no file
 in /dev/shm, so nothing is left behind after a crash. Ringing never blocks and never fails the caller: a full
-socket buffer already means "wake up", and a scheduler that is gone is simply not woken.
-"""
+socket buffer already means "wake up", and a scheduler that is gone is simply not woken."""
 
 from __future__ import annotations
 

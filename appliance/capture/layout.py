@@ -1,19 +1,7 @@
 """Byte layout of a camera ring file: one header page, then ``slots`` page-aligned frame slots.
 
-::
-
-    offset 0            header   (RING_HEADER: geometry, writer state, health counters, latest slot)
-    HEADER.itemsize     slot table (SLOT_META x slots: seqlock word, frame seq, capture times, size, format)
-    header_bytes        slot 0 pixels  (height x width x 3 uint8, padded to a 4 KiB page)
-    + k*slot_stride     slot k pixels
-
-Lock bytes (OFD byte-range locks, see :mod:`appliance.capture.locks`; advisory, independent of content):
-byte 0 is held by the owner (the process that created the ring), byte 1 by the one live writer, byte
-``SLOT_LOCK_BASE + k`` shared by every reader leasing slot k and exclusively by the writer filling it.
-
-All counters are naturally aligned 8-byte words written by the single writer, so a reader in another
-process sees each one whole.
-"""
+All counters are naturally aligned 8-byte words written by the single writer, so a reader in another process sees
+each one whole. The layout and the lock bytes: docs/capture.md, "Ring file and sizing"."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
 """The per-camera capture state machine: connect, stream into the ring, detect stalls, back off, retry.
 
-::
-
-    CONNECTING --first frame--> STREAMING --EOF / error / too many decode errors--> BACKOFF --delay--> CONNECTING
-         |                           |
-         +---- source absent (no device node, no file) ----> WAITING --delay--> connect again (stays WAITING)
-         |                           |
-         +---- no frame for stall_timeout_s ----> STALLED (source aborted) --> BACKOFF
-    any state --size/format can never match--> FAILED (the loop returns; the process exits with EXIT_CONFIG)
-
-It runs in the capture process but is plain code: the ring writer, the source factory, clocks and
-randomness are constructor arguments, so tests drive it directly.
-"""
+It runs in the capture process but is plain code: the ring writer, the source factory, clocks and randomness are
+constructor arguments, so tests drive it directly. The states and their transitions: docs/capture.md, "Process,
+states and counters"."""
 
 from __future__ import annotations
 
