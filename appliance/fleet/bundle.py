@@ -1,25 +1,9 @@
 """Build and sign a bundle from a source directory (``appliance ota sign``).
 
-The source directory holds ``bundle.yaml`` and the files it names (read like every config file: YAML merge keys
-work, and a problem is ``FILE:LINE: key: message``, in bundle.yaml or in the profile file it names)::
-
-    model: yolov3-tiny
-    version: "2024.05.1"
-    min_appliance_version: "0.1.0"
-    onnx: model.onnx                      # default
-    model_profile: profile.yaml           # a repository/profiles file, or the mapping inline
-    engine_profile: engine.yaml           # an engines/ file, or the mapping inline
-    golden:                               # optional
-      - file: golden/dog.jpg
-        expected: [{class_name: dog, score: 0.8, box: [120, 220, 320, 540]}]
-    golden_tolerance: {min_iou: 0.5, score_abs: 0.1}
-    calibration: calibration              # optional: a folder of real frames for an int8 build; every file
-                                          # under it is listed, hashed and signed (engine_profile's
-                                          # calibration/gate sources name paths inside the bundle)
-
-The bundle is an uncompressed tar (ONNX weights do not compress): ``manifest.json``, ``manifest.sig``, then
-the files, each listed in the manifest with SHA-256 and size.
-"""
+The source directory holds ``bundle.yaml`` and the files it names; a problem is ``FILE:LINE: key: message``, in
+bundle.yaml or in the profile file it names. The bundle is an uncompressed tar (ONNX weights do not compress):
+``manifest.json``, ``manifest.sig``, then the files, each listed in the manifest with SHA-256 and size
+(docs/ota.md, "Bundles" and "Command line")."""
 
 from __future__ import annotations
 

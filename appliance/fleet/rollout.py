@@ -1,23 +1,10 @@
-"""A staged fleet rollout's decisions, free of MQTT: ``appliance ota rollout`` feeds it what the devices publish
-and carries out the actions ``step`` returns (docs/fleet-rollout.md).
+"""A staged fleet rollout's decisions, free of MQTT: ``appliance ota rollout`` feeds it what the devices publish and
+carries out the actions ``step`` returns (``publish``, ``stop``, ``rollback``).
 
-Groups go one at a time, in the order given (the first is the canary):
-1. publish the group's desired state (action ``publish``);
-2. wait until every device of the group reports ``active`` on the target version on its ota/status (``timeout_s``
-   at most); a device whose update for this rollout ends ``rejected`` or ``rolled_back`` stops the rollout;
-3. soak for ``soak_s``: every device of the group must stay active on the version, online (its retained status)
-   and not degraded (its health's ``pipeline_state`` is ``serving`` when it says); one that turns bad stops it;
-4. the next group; after the last one the rollout is done.
-On a stop every group started so far gets a signed ``stopped`` desired state in place of its retained one (action
-``stop``), so a device that comes back later does not install the version; devices of the group that switched to
-the new version and then turned unhealthy get a ``rollback`` command (action ``rollback``), and the rollout waits
-up to ``rollback_wait_s`` for them to say ``rolled_back``. Devices of later groups are never touched: they stay on what they serve.
-
-A device's verdict (the table's STATE): ``waiting`` (its group has not started), ``pending`` (desired state
-published, nothing heard for this rollout yet), ``updating`` (a step of the install), ``soaking`` (active on the
-version, being watched), ``healthy`` (its group passed the soak), ``failed`` (its update was refused or rolled back
-by its own health watch), ``unhealthy`` (switched, then offline or degraded), ``rolling_back``, ``rolled_back``.
-"""
+Groups go one at a time, the first being the canary: publish, wait until every device is active on the version,
+soak, then the next. A failure stops the rollout: every group started so far gets a signed ``stopped`` state and
+the devices that switched and then turned unhealthy get a rollback; later groups are never touched
+(docs/fleet-rollout.md, "The operator")."""
 
 from __future__ import annotations
 

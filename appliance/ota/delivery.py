@@ -1,22 +1,9 @@
 """Getting bundles to the manager: the MQTT ``ota`` command and a watched inbox directory.
 
-MQTT command ``<prefix>/<device>/command/ota`` (register with ``publisher.on_command("ota", handler)``), args:
-
-* ``{"path": "/data/model.bundle"}``   a bundle already on the device
-* ``{"url": "https://host/model.bundle"}``   downloaded (download.py: size limit, deadline, redirects)
-* ``{"upload_id": "u1", "index": 0, "count": 140, "data": "<base64>"}``   one chunk; the last one installs
-* ``{"action": "rollback"}`` / ``{"action": "status"}``
-
-Everything but ``{"action": "status"}`` changes what is served, so it must be signed by an operator (register
-with ``read_only=is_read_only``; docs/mqtt.md, "Signed commands"): chunks too, one signature each, since a bundle
-captured off the broker is validly signed and above the version floor, and would otherwise install on any device
-that anyone could push it to.
-
-Downloads and installs run on background threads, never on the commands thread, and installs one at a time
-(bundles that arrive during an install wait for it, in no guaranteed order); the reply says the bundle was
-accepted, and progress and the outcome follow on the status callback (``ota/status``). A rollback cancels every
-update asked for before it, also one still downloading (``OtaManager.rollback``).
-"""
+Everything but ``{"action": "status"}`` changes what is served, so it must be signed by an operator, every chunk of
+an upload too. Downloads and installs run on background threads, never on the commands thread, one install at a
+time; the reply only says the bundle was accepted, and the outcome follows on ``ota/status`` (docs/ota.md,
+"Delivery")."""
 
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
 """The signed desired state of a device group (``<prefix>/groups/<group>/ota/desired``, retained): which bundle the
 group's devices should serve, and under which rollout id.
 
-The document is one JSON object (schema ``ota_desired``, docs/fleet-rollout.md) whose ``signature`` is an Ed25519
-signature, by a key in ``ota.trusted_keys`` (the same trust as bundles), over the *canonical* form of the other
-fields: JSON with sorted keys, no spaces, ASCII only. So a publisher with broker access can neither point a group
-at another URL nor move a document meant for one group onto another (the group is signed too). The bundle itself
-is still verified as always; ``sha256`` pins the exact bytes the operator meant.
-
-Each document carries when it was issued and until when it holds (``issued_at_ms``, ``expires_at_ms``, signed):
-a device does not act on an expired one, nor on one older than a document it already handled. A stopped rollout
-replaces its retained document with a signed one whose ``state`` is ``stopped``: a device that comes back later
-reads it and does not install the version.
-"""
+The Ed25519 signature covers the canonical JSON of every other field, the group included, so a publisher with
+broker access can neither point a group at another bundle nor move a document onto another group's topic
+(docs/fleet-rollout.md, "The desired state")."""
 
 from __future__ import annotations
 

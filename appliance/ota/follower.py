@@ -1,25 +1,10 @@
-"""A device follows its fleet group's desired state (``appliance.ota.desired``): on a new signed document it
-downloads the bundle, checks its SHA-256 and installs it through the ordinary pipeline (verify, stage, build,
-golden frames, switch, health watch), every status carrying the rollout id.
+"""A device follows its fleet group's desired state (``appliance.ota.desired``): on a new signed document it downloads
+the bundle, checks its SHA-256 and installs it through the ordinary pipeline, every status carrying the rollout id.
 
-What it does with a document, in order (each refusal is reported on ota/status as ``rejected`` with the rollout
-id, and remembered):
-1. the same bytes as the last document handled: nothing (the retained message comes again on every reconnect);
-2. not a valid document, not signed by a trusted key, or signed for another group: refused;
-   issued before a document already handled (an old one put back on the topic): nothing;
-   ``stopped`` (the rollout was stopped) or expired: nothing, logged;
-3. the version is the active one: nothing (already there);
-4. this rollout id and version failed here before: nothing (no retry loop; a new rollout id tries again);
-5. the version floor itself, not active (served here, then rolled back from, e.g. by the rollout that stopped):
-   nothing published, remembered;
-6. older than the version floor: refused as ``downgrade`` (floor.py), before anything is downloaded;
-7. download (download.py, the same limits as for the ``url`` command), SHA-256 against the document
-   (``hash_mismatch``), then ``OtaManager.install``. An outcome other than ``active`` is remembered as failed.
-
-The failures are kept in ``<state>/ota/rollouts.json`` (the newest ``_REMEMBERED``), so a restart does not retry
-them either. Threads: ``offer`` runs on the MQTT network thread and only keeps the newest payload; one worker
-thread handles it (installs take minutes).
-"""
+Refusals and failures are remembered in ``<state>/ota/rollouts.json``, so neither the retained document coming
+again on a reconnect nor a restart retries them. ``offer`` runs on the MQTT network thread and only keeps the newest
+payload; one worker thread handles it, since installs take minutes. The checks, in order: docs/fleet-rollout.md,
+"The device"."""
 
 from __future__ import annotations
 

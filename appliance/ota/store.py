@@ -1,22 +1,9 @@
 """The OTA state directory and the crash-safe active-model pointer.
 
-Layout (``<state>/ota``)::
-
-    active.json            the pointer: the version to serve ({"version": null} = the base model from engines/)
-    versions/<version>/    a staged bundle: manifest.json, manifest.sig, its files, engine-state/ (engine cache),
-                           verified.json (written last: signature, hashes, engine build and golden frames passed)
-    staging/               extractions in progress; emptied by recover()
-    update.json            the install in progress and its last step (cleared when it ends): found at start, it
-                           means the appliance stopped in the middle of an update, which is then reported
-    floor.json             the anti-rollback version floor: the newest version ever made active; a bundle not
-                           newer is refused (``downgrade``). It only rises, and is written like the pointer
-    lock                   flock()ed by whoever changes any of this (one update at a time, across processes)
-
-The pointer only ever names a version that has ``verified.json`` (or null), and is replaced atomically: write a
-temp file, fsync, rename over, fsync the directory. A version without ``verified.json`` is incomplete and is
-removed by ``recover()``. So after a SIGKILL or power cut at any point, ``serving()`` is a complete, verified
-model: the old one or the new one.
-"""
+The pointer only ever names a version that has ``verified.json`` (or null) and is replaced atomically (temp file,
+fsync, rename, fsync the directory), and ``recover()`` removes versions without it, so after a SIGKILL or a power
+cut at any point ``serving()`` is a complete, verified model: the old one or the new one. The directory's layout:
+docs/ota.md, "Crash safety"."""
 
 from __future__ import annotations
 
