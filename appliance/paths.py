@@ -1,17 +1,10 @@
 """Where the source tree, profiles, models and the state directory are, on a device and in a source checkout.
 
-``CHECKOUT`` is the directory that holds the ``appliance`` package: a git checkout in development, and
-/opt/appliance/src on a device (scripts/install-service.sh copies the tree there and installs it editable), so
-the Triton repository templates and the model profiles are always read from ``CHECKOUT / "repository"``.
-
-For the state, engines and models directories the order is: the explicit argument, an environment variable, the
-installed layout (when ``CHECKOUT`` holds the ``installed.json`` that scripts/install-service.sh writes), a source
-checkout's own directory (when the package runs from one), the installed default. Operators override with the
-environment in the unit file (systemd/appliance.service sets all three); operator commands on an installed device
-find the installed config and state without flags through ``installed.json``.
-
-Ground floor: the standard library only, so triton/ and detector/ find their roots here.
-"""
+``CHECKOUT`` is the directory that holds the ``appliance`` package (a git checkout, or /opt/appliance/src on a
+device), so the Triton repository templates and the model profiles are always read from ``CHECKOUT /
+"repository"``. The state, engines and models directories: the explicit argument, the environment, the installed
+layout (``installed.json``), a source checkout's own, then the device default (docs/engines.md, "Running it").
+Ground floor: the standard library only, so triton/ and detector/ find their roots here."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""Stopping a child process: one rule for ``subprocess.Popen`` and ``multiprocessing.Process``.
+"""Stopping a child process: one rule for ``subprocess.Popen`` and ``multiprocessing.Process`` (``stop_process``).
 
-The rule, in order:
-1. A child that has already exited is only reaped; its exit code is returned.
-2. Otherwise it gets SIGTERM (then SIGCONT with ``resume=True``, so a SIGSTOPped child runs to handle it), and
-   up to ``timeout_s`` to exit.
-3. A child still running then gets SIGKILL (``on_kill`` is called first, e.g. to log that it ignored SIGTERM)
-   and is waited for up to ``kill_timeout_s`` (None: until it exits, which SIGKILL guarantees short of a
-   process stuck in the kernel).
-4. The exit code is returned (negative signal number when a signal ended it, as both classes report it), or
-   None if the child still had not exited after the last wait.
-
-Ground floor: the standard library only, so capture, the benchmarks and the test support all use it.
-"""
+Ground floor: the standard library only, so capture, the benchmarks and the test support all use it."""
 
 from __future__ import annotations
 
@@ -38,7 +27,17 @@ def stat_fields(stat: Path) -> list[str]:
 
 def stop_process(proc: Child, *, timeout_s: float, kill_timeout_s: Optional[float] = None, resume: bool = False,
                  on_kill: Optional[Callable[[], object]] = None) -> int | None:
-    """SIGTERM ``proc``, wait ``timeout_s``, SIGKILL it if it is still running; see the module's rule."""
+    """SIGTERM ``proc``, wait ``timeout_s``, SIGKILL it if it is still running. The rule, in order:
+
+    1. A child that has already exited is only reaped; its exit code is returned.
+    2. Otherwise it gets SIGTERM (then SIGCONT with ``resume=True``, so a SIGSTOPped child runs to handle it), and
+       up to ``timeout_s`` to exit.
+    3. A child still running then gets SIGKILL (``on_kill`` is called first, e.g. to log that it ignored SIGTERM)
+       and is waited for up to ``kill_timeout_s`` (None: until it exits, which SIGKILL guarantees short of a
+       process stuck in the kernel).
+    4. The exit code is returned (negative signal number when a signal ended it, as both classes report it), or
+       None if the child still had not exited after the last wait.
+    """
     if _exit_code(proc) is not None:
         return _wait(proc, None)
     proc.terminate()

@@ -1,18 +1,8 @@
 """The Sparkplug B edge node: its own MQTT connection, births, data by exception, death by last will.
 
-Lifecycle (one thread, ``sparkplug-node``, owns the paho client: it connects, loops, samples and publishes, so
-paho's callbacks run on it too and nothing here needs a lock):
-
-    start() -> [connect: bdSeq = store.next(); will = NDEATH(bdSeq), QoS 1, not retained; clean session]
-            -> CONNACK: subscribe NCMD and DCMD (QoS 1), publish NBIRTH + DBIRTHs (QoS 0)
-            -> every interval_s: sample the readings, publish what changed (reports.NodeReports.changes)
-            -> NCMD ``Node Control/Rebirth`` = true: NBIRTH + every DBIRTH again (same bdSeq; seq from 0)
-            -> connection lost: backoff (mqtt.backoff), connect again with the next bdSeq
-    stop()  -> publish NDEATH (a clean DISCONNECT makes the broker drop the will), disconnect, join.
-
-The client is ``appliance.mqtt.connection.build_client`` on a copy of the MQTT config with its own client id
-(``<client id>-sparkplug``) and a clean session, so host, port, TLS and credentials are the publisher's.
-"""
+One thread, ``sparkplug-node``, owns the paho client: it connects, loops, samples and publishes, so paho's
+callbacks run on it too and nothing here needs a lock. The connection is its own because the NDEATH must be the
+last will of the connection that published the NBIRTH (docs/sparkplug.md, "Connection")."""
 
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
-"""The Sparkplug B payload (``org.eclipse.tahu.protobuf.Payload`` of the spec's ``sparkplug_b.proto``), written and
-read as protobuf wire format by hand: the part of the schema an edge node needs is small, and this keeps protoc,
-generated code and a new dependency out of the appliance.
+"""The Sparkplug B payload (``org.eclipse.tahu.protobuf.Payload``), written and read as protobuf wire format by hand.
 
-What is written (field number, wire type):
-
-    Payload  timestamp 1 varint (ms) | metrics 2 bytes (Metric) | seq 3 varint
-    Metric   name 1 bytes | timestamp 3 varint | datatype 4 varint | is_null 7 varint
-             int_value 10 varint (uint32) | long_value 11 varint (uint64) | float_value 12 fixed32
-             double_value 13 fixed64 | boolean_value 14 varint | string_value 15 bytes
-
-Signed integers travel as two's complement of their own width in the unsigned field (Int8 -1 as 255, Int64 in 64
-bits); the reader takes either that or a sign extended to 32 bits. The reader skips fields it does not know (aliases, properties, datasets, templates), so a command from
-a host that sends more than we write still decodes; malformed bytes raise ``PayloadError``.
-"""
+The part of the schema an edge node needs is small, and this keeps protoc, generated code and a new dependency
+out of the appliance. The reader skips fields it does not know, so a command from a host that sends more than we
+write still decodes; malformed bytes raise ``PayloadError``. The fields: docs/sparkplug.md, "Payload"."""
 
 from __future__ import annotations
 
