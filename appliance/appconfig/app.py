@@ -18,7 +18,7 @@ from appliance.mqtt.config import MqttConfig
 from appliance.ota.config import OtaConfig
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
-# pipeline.recovery's flat keys from before it had a backoff section like every other -> their backoff key
+# pipeline.recovery's deprecated flat keys -> their key in the backoff section every other part uses
 DEPRECATED_RECOVERY_KEYS = {"initial_backoff_s": "initial_s", "max_backoff_s": "max_s"}
 
 

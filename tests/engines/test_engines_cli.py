@@ -118,7 +118,7 @@ def test_the_real_detector_builds_verifies_and_hits(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr
     engine = json.loads(first.stdout)["engines"][0]
     assert engine["cache_hit"] is False and engine["verification"].startswith("passed")
-    # pre/post built into the engine (issue 21): the letterboxed uint8 frame in, final detections out
+    # pre/post built into the engine: the letterboxed uint8 frame in, final detections out
     assert engine["in_graph"] is True
     assert engine["inputs"] == [{"name": "FRAME", "dtype": "uint8", "dims": [None, 416, 416, 3]}]
     assert [(o["name"], o["dtype"], o["dims"]) for o in engine["outputs"]] == [

@@ -126,7 +126,7 @@ def test_tensorrt_builds_the_detector(tmp_path: Path) -> None:
     [engine] = ensure_engines(REPO / "engines", state_dir=tmp_path, models_root=REPO / ".models",
                               builder="tensorrt", models=["yolov3-tiny"])
     assert engine.verification.startswith("passed"), engine.verification
-    # pre/post built in (issue 21): EfficientNMS_TRT, checked against ONNX Runtime on the NonMaxSuppression variant
+    # pre/post built in: EfficientNMS_TRT, checked against ONNX Runtime on the NonMaxSuppression variant
     assert engine.in_graph
     assert engine.inputs == [{"name": "FRAME", "dtype": "uint8", "dims": [None, 416, 416, 3]}]
     assert [(o["name"], o["dtype"]) for o in engine.outputs] == [

@@ -1,8 +1,8 @@
 """Only the publisher's network thread writes to the broker socket.
 
-paho's publish() called from another thread used to write the packet itself, racing the network thread's
-loop(): both popped packets off one queue and sent them, so PUBLISH packets reached the broker out of order
-(observed at mosquitto: seq 259 received before 258, no DUP flag). build_client() makes publish() only queue.
+paho's publish() called from another thread writes the packet itself, racing the network thread's loop(): both
+pop packets off one queue and send them, so PUBLISH packets reach the broker out of order (at mosquitto: seq 259
+received before 258, no DUP flag). build_client() makes publish() only queue.
 """
 
 from __future__ import annotations

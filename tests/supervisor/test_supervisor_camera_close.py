@@ -46,7 +46,7 @@ def test_a_lease_still_held_at_close_is_logged_and_the_stop_goes_on(shm_root: Pa
     assert "camera cam0: reader of" in caplog.text and "still holds 1 lease(s)" in caplog.text
     assert int(lease.array[0, 0, 0]) == 7, "the leased frame stays readable (mapped) after the close"
     lease.release()
-    reader.close()  # now it unmaps
+    reader.close()  # with no lease left, the close unmaps
     writer.close()
     owner.close()
 

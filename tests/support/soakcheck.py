@@ -2,14 +2,14 @@
 tests/supervisor/test_supervisor_soakcheck.py tests these): lost and duplicated detections messages per camera, and
 RSS / file-descriptor growth.
 
-Messages are checked against the per-camera counter contract (docs/mqtt.md, issue 15): per (camera_id, boot_id)
-the ``message_seq`` values received must be 1..N with no gap; a repeat is a duplicate, and a redelivery (QoS 1
-at-least-once) when it carries the same ``message_id`` as the first copy. Gaps in the frame number ``seq`` must be
-explained by ``frames_skipped``.
+Messages are checked against the per-camera counter contract (docs/mqtt.md, "Telling a lost message from a skipped
+frame"): per (camera_id, boot_id) the ``message_seq`` values received must be 1..N with no gap; a repeat is a
+duplicate, and a redelivery (QoS 1 at-least-once) when it carries the same ``message_id`` as the first copy. Gaps in
+the frame number ``seq`` must be explained by ``frames_skipped``.
 
-Messages without ``message_seq`` (appliances before the contract) fall back to the frame number: redeliveries
-are repeated ``message_id`` values, and every gap in ``seq`` counts as lost, although a frame skipped under load
-(latest frame wins) makes the same gap: in that mode ``lost`` is an upper bound, and the report says so.
+Messages without ``message_seq`` (from an appliance that does not send it) fall back to the frame number:
+redeliveries are repeated ``message_id`` values, and every gap in ``seq`` counts as lost, although a frame skipped
+under load (latest frame wins) makes the same gap: in that mode ``lost`` is an upper bound, and the report says so.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
-"""Stopping a server whose model is stuck must never free Triton while its backend threads still run (issue 2).
+"""Stopping a server whose model is stuck must never free Triton while its backend threads still run.
 
 Triton's ServerDelete fails when its exit timeout expires and leaves the server half stopped; a second
-ServerDelete then skips the wait and frees it at once. stop() used to make that second call after killing the
-busy stub, while the model (which Triton 2.51 can never finish unloading once its stub died mid-request) kept
-executing the queued requests: its backend thread then read the freed server (valgrind: invalid read in
+ServerDelete then skips the wait and frees it at once. Made after killing the busy stub, while the model (which
+Triton 2.51 can never finish unloading once its stub died mid-request) keeps executing the queued requests, that
+second call lets its backend thread read the freed server (valgrind: invalid read in
 ``TritonBackendThread::BackendThread`` of a block freed by ``TRITONSERVER_ServerDelete``; core dump: SIGSEGV
-there) and Triton read request inputs that stop() had already released. The process crashed later, in
-whatever ran next: the next test, the next server's start or stop.
+there) and Triton read request inputs that stop() had already released. The process crashes later, in
+whatever runs next: the next test, the next server's start or stop. So stop() calls ServerDelete once only.
 
 A crash kills the process it happens in, so the workload runs in a child process. Deterministic check: when
-stop() returns, Triton has released every request of that server (before the fix it still held them, and went
-on executing them against the freed server). Then a second server is started and used in the same process,
+stop() returns, Triton has released every request of that server (one it still held would go on executing
+against the freed server). Then a second server is started and used in the same process,
 while the old model's threads would have run on freed memory.
 """
 
