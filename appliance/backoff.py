@@ -24,7 +24,7 @@ from appliance.config.base import StrictModel
 
 log = logging.getLogger(__name__)
 
-DEPRECATED_KEYS = {"multiplier": "factor"}  # old key -> the one name now used in every backoff section
+DEPRECATED_KEYS = {"multiplier": "factor"}  # deprecated key -> the name every backoff section uses
 
 
 def lift_deprecated_keys(data: Any, section: str, renames: dict[str, str]) -> Any:
