@@ -1,5 +1,5 @@
 """`appliance bench engines` runs for real (a short run: the int8 build, its gate, the detectors alone and both
-ensembles) and ends with its three key=value lines, the issue's headline last."""
+ensembles) and ends with its three key=value lines, the headline ratio last."""
 
 from __future__ import annotations
 
