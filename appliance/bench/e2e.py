@@ -16,7 +16,11 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from appliance.bench._broker import start_local_broker
 from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, video_frames
@@ -177,7 +181,19 @@ def _p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def main(argv: list[str]) -> int:
+@dataclass(frozen=True)
+class Options:
+    """What ``appliance bench e2e`` was asked to run."""
+
+    seconds: float  # measuring time per alternative
+    cameras: int
+    fps: float | None  # per camera; None: together OFFERED_VS_DETECTOR times the detector alone's rate
+    latency_fps: float
+    triton_home: Path | None
+    analytics: bool
+
+
+def parse_args(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(prog="appliance bench e2e", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="measuring time per alternative")
     parser.add_argument("--cameras", type=int, default=4)
@@ -191,10 +207,43 @@ def main(argv: list[str]) -> int:
                         help="also run the appliance with analytics on every camera (tracking, a zone, a line, "
                              "snapshots); ends with e2e_analytics_vs_detector_alone=<ratio>")
     args = parser.parse_args(argv)
-    seconds = 8.0 if args.quick else args.seconds
+    return Options(8.0 if args.quick else args.seconds, args.cameras, args.fps, args.latency_fps, args.triton_home,
+                   args.analytics)
 
+
+@dataclass(frozen=True)
+class _Rate:
+    """One alternative as the subscriber saw it: results/s and capture→subscriber latencies in ms."""
+
+    fps: float
+    latencies: list[float]
+
+
+@dataclass(frozen=True)
+class _Results:
+    detector_fps: tuple[float, float]  # the detector alone, measured before and after the others
+    detector_p50: float
+    detector_paced_p50: float  # paced at the latency run's rate
+    offered_fps: float  # per camera
+    naive: _Rate
+    appliance: _Rate  # the cameras at capacity, in-graph pre/post
+    python_stages: _Rate  # the same with the Python pre/post stages
+    analytics: _Rate | None  # the same with analytics, when asked for
+    analytics_counts: dict[str, int]  # events and snapshot messages in the analytics run's window
+    latency: _Rate  # one camera below capacity
+    in_graph_split: dict[str, float]
+    python_split: dict[str, float]
+    latency_split: dict[str, float]
+
+
+def main(argv: list[str]) -> int:
+    return run(parse_args(argv))
+
+
+def run(opts: Options) -> int:
+    """Every alternative, then the table and the ratios on stdout. BAD_INPUT (the reason on stderr): no detector,
+    or no tritonserver for the naive design."""
     from appliance.capture.sample import ensure_sample_video
-    from appliance.detector.repository.materialize import DetectorSource, materialize
     from appliance.detector.profile import load_profile
     from appliance.detector.prepost.pipeline import Preprocessor
     from appliance.triton import stubsite
@@ -204,7 +253,7 @@ def main(argv: list[str]) -> int:
     if not onnx.exists():
         print(f"error: {onnx} is missing; run scripts/setup.sh", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    dist = locate(args.triton_home)
+    dist = locate(opts.triton_home)
     if dist.server_binary is None:
         print(f"error: {dist.home} ships no bin/tritonserver for the naive design", file=sys.stderr)
         return ExitCode.BAD_INPUT
@@ -215,71 +264,94 @@ def main(argv: list[str]) -> int:
     pre = Preprocessor(profile)
     tensors = [pre.frame(f, "BGR")[0] for f in video_frames(video, every=4)]
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
-        workdir = Path(tmp)
-        # the naive design sends preprocessed tensors to the plain detector: no in-graph pre/post
-        repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx, in_graph="off"), workdir / "repo")
-        python_engines = _python_stages_engines(workdir)
-        broker = start_local_broker(workdir)
-        port = broker.port
-        try:
-            det_fps_a, det_p50 = bench_detector(onnx, tensors, seconds / 2)
-            # Offered below capacity, the appliance's rate is the offered rate and its ratios say nothing.
-            offered_fps = (args.fps if args.fps is not None
-                           else math.ceil(OFFERED_VS_DETECTOR * det_fps_a / args.cameras))
-            naive_fps, naive_lat = bench_naive(repo, dist, video, port, seconds, workdir)
-            in_graph_split: dict[str, float] = {}
-            app_fps, app_sat_lat = bench_appliance(workdir, video, port, args.cameras, offered_fps, seconds,
-                                                   in_graph_split)
-            python_split: dict[str, float] = {}
-            py_fps, py_lat = bench_appliance(workdir, video, port, args.cameras, offered_fps, seconds, python_split,
-                                             engines_dir=python_engines)
-            analytics: dict[str, int] = {}
-            an_fps, an_lat = float("nan"), list[float]()
-            if args.analytics:  # right after the plain appliance: the two compare under the same load
-                an_fps, an_lat = bench_appliance(workdir, video, port, args.cameras, offered_fps, seconds,
-                                                 analytics=analytics)
-            split: dict[str, float] = {}
-            _, app_lat = bench_appliance(workdir, video, port, 1, args.latency_fps, seconds, split)
-            det_fps_b, _ = bench_detector(onnx, tensors, seconds / 2)
-            _, det_paced_p50 = bench_detector(onnx, tensors, seconds, pace_fps=args.latency_fps)
-        finally:
-            broker.stop()
+        results = _measure(opts, Path(tmp), onnx, dist, video, profile, tensors)
+    _print_report(opts, video, results)
+    return 0
+
+
+def _measure(opts: Options, workdir: Path, onnx: Path, dist: Any, video: Path, profile: Any,
+             tensors: list[np.ndarray]) -> _Results:
+    """Every alternative in turn, the appliance's runs one after another under the same load."""
+    from appliance.detector.repository.materialize import DetectorSource, materialize
+
+    seconds = opts.seconds
+    # the naive design sends preprocessed tensors to the plain detector: no in-graph pre/post
+    repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx, in_graph="off"), workdir / "repo")
+    python_engines = _python_stages_engines(workdir)
+    broker = start_local_broker(workdir)
+    port = broker.port
+    try:
+        det_fps_a, det_p50 = bench_detector(onnx, tensors, seconds / 2)
+        # Offered below capacity, the appliance's rate is the offered rate and its ratios say nothing.
+        offered_fps = (opts.fps if opts.fps is not None
+                       else math.ceil(OFFERED_VS_DETECTOR * det_fps_a / opts.cameras))
+        naive = _Rate(*bench_naive(repo, dist, video, port, seconds, workdir))
+        in_graph_split: dict[str, float] = {}
+        app = _Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds, in_graph_split))
+        python_split: dict[str, float] = {}
+        python = _Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds, python_split,
+                                        engines_dir=python_engines))
+        counts: dict[str, int] = {}
+        analytics = None
+        if opts.analytics:  # right after the plain appliance: the two compare under the same load
+            analytics = _Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds,
+                                               analytics=counts))
+        split: dict[str, float] = {}
+        latency = _Rate(*bench_appliance(workdir, video, port, 1, opts.latency_fps, seconds, split))
+        det_fps_b, _ = bench_detector(onnx, tensors, seconds / 2)
+        _, det_paced_p50 = bench_detector(onnx, tensors, seconds, pace_fps=opts.latency_fps)
+    finally:
+        broker.stop()
+    return _Results((det_fps_a, det_fps_b), det_p50, det_paced_p50, offered_fps, naive, app, python, analytics,
+                    counts, latency, in_graph_split, python_split, split)
+
+
+def _rows(opts: Options, r: _Results) -> list[tuple[str, float | None, float, float | None]]:
+    """The table's rows: (alternative, results/s, p50 ms, p99 ms)."""
+    det_fps_a, det_fps_b = r.detector_fps
     det_fps = (det_fps_a + det_fps_b) / 2
-    overhead = _p(app_lat, 0.5) - det_paced_p50
-    print(f"e2e on {video.name} (640x480), {os.cpu_count()} CPUs, {seconds:g} s per alternative, "
+    naive, app, py, lat = r.naive.latencies, r.appliance.latencies, r.python_stages.latencies, r.latency.latencies
+    rows: list[tuple[str, float | None, float, float | None]] = [
+        (f"detector alone (ONNX Runtime, preprocessed, batch 1; {det_fps_a:.1f} then {det_fps_b:.1f})",
+         det_fps, r.detector_p50, None),
+        (f"detector alone, paced at {opts.latency_fps:g} fps (compute time only)", None, r.detector_paced_p50, None),
+        ("naive (OpenCV client + tritonclient HTTP to tritonserver, QoS 1)", r.naive.fps, _p(naive, 0.5),
+         _p(naive, 0.99)),
+        (f"appliance ({opts.cameras} cameras x {r.offered_fps:g} fps offered, capture to subscriber)", r.appliance.fps,
+         _p(app, 0.5), _p(app, 0.99)),
+        (f"appliance, Python pre/post stages ({opts.cameras} cameras, as above)", r.python_stages.fps, _p(py, 0.5),
+         _p(py, 0.99)),
+        (f"appliance (1 camera x {opts.latency_fps:g} fps, below capacity)", None, _p(lat, 0.5), _p(lat, 0.99)),
+    ]
+    if r.analytics is not None:
+        an = r.analytics.latencies
+        rows.insert(4, (f"appliance + analytics ({opts.cameras} cameras, {r.analytics_counts['events']} events, "
+                        f"{r.analytics_counts['snapshot']} snapshots)",
+                        r.analytics.fps, _p(an, 0.5), _p(an, 0.99)))
+    return rows
+
+
+def _print_report(opts: Options, video: Path, r: _Results) -> None:
+    det_fps = (r.detector_fps[0] + r.detector_fps[1]) / 2
+    app_fps, py_fps, naive_fps = r.appliance.fps, r.python_stages.fps, r.naive.fps
+    app_lat, split = r.latency.latencies, r.latency_split
+    print(f"e2e on {video.name} (640x480), {os.cpu_count()} CPUs, {opts.seconds:g} s per alternative, "
           f"load average {os.getloadavg()[0]:.1f} at the end")
     print(f"{'alternative':<62}{'results/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
-    rows = [
-        (f"detector alone (ONNX Runtime, preprocessed, batch 1; {det_fps_a:.1f} then {det_fps_b:.1f})",
-         det_fps, det_p50, None),
-        (f"detector alone, paced at {args.latency_fps:g} fps (compute time only)", None, det_paced_p50, None),
-        ("naive (OpenCV client + tritonclient HTTP to tritonserver, QoS 1)", naive_fps, _p(naive_lat, 0.5),
-         _p(naive_lat, 0.99)),
-        (f"appliance ({args.cameras} cameras x {offered_fps:g} fps offered, capture to subscriber)", app_fps,
-         _p(app_sat_lat, 0.5), _p(app_sat_lat, 0.99)),
-        (f"appliance, Python pre/post stages ({args.cameras} cameras, as above)", py_fps, _p(py_lat, 0.5),
-         _p(py_lat, 0.99)),
-        (f"appliance (1 camera x {args.latency_fps:g} fps, below capacity)", None, _p(app_lat, 0.5),
-         _p(app_lat, 0.99)),
-    ]
-    if args.analytics:
-        rows.insert(4, (f"appliance + analytics ({args.cameras} cameras, {analytics['events']} events, "
-                        f"{analytics['snapshot']} snapshots)",
-                        an_fps, _p(an_lat, 0.5), _p(an_lat, 0.99)))
-    for label, fps, p50, p99 in rows:
+    for label, fps, p50, p99 in _rows(opts, r):
         cells = [f"{fps:>10.1f}" if fps is not None else f"{'':>10}", f"{p50:>9.1f}",
                  f"{p99:>9.1f}" if p99 is not None else f"{'':>9}"]
         print(f"{label:<62}{''.join(cells)}")
-    offered = args.cameras * offered_fps
+    offered = opts.cameras * r.offered_fps
     if app_fps >= 0.95 * offered:
         print(f"note: the appliance kept up with all {offered:g} frames/s it was offered, so it was not measured at "
               f"capacity and the ratios below are floors; offer more with --fps")
     print(_split_line(split, statistics.fmean(app_lat) if app_lat else float("nan")))
     if "detector:inside" in split:  # the detector's compute measured inside the appliance, in the same run
         print(f"latency_beyond_detector_compute_same_run_p50_ms={_p(app_lat, 0.5) - split['detector:inside']:.1f}")
-    print(f"latency_overhead_p50_ms={overhead:.1f}")
-    for design, stage_split in (("python_stages", python_split), ("in_graph", in_graph_split)):
-        print(f"stage_ms_{design}_{args.cameras}cam " + " ".join(
+    print(f"latency_overhead_p50_ms={_p(app_lat, 0.5) - r.detector_paced_p50:.1f}")
+    for design, stage_split in (("python_stages", r.python_split), ("in_graph", r.in_graph_split)):
+        print(f"stage_ms_{design}_{opts.cameras}cam " + " ".join(
             f"{stage}={stage_split.get(f'{stage}:inside', float('nan')):.2f}" for stage in STAGES))
     print(f"e2e_python_stages_vs_detector_alone={py_fps / det_fps:.2f}")
     print(f"in_graph_vs_python_stages_e2e={app_fps / py_fps:.2f}")
@@ -288,7 +360,6 @@ def main(argv: list[str]) -> int:
     print(f"detector_alone_vs_naive={det_fps / naive_fps:.2f}")
     print(f"e2e_vs_naive={app_fps / naive_fps:.2f}")
     print(f"e2e_vs_detector_alone={app_fps / det_fps:.2f}")
-    if args.analytics:
-        print(f"e2e_analytics_vs_e2e={an_fps / app_fps:.2f}")
-        print(f"e2e_analytics_vs_detector_alone={an_fps / det_fps:.2f}")
-    return 0
+    if r.analytics is not None:
+        print(f"e2e_analytics_vs_e2e={r.analytics.fps / app_fps:.2f}")
+        print(f"e2e_analytics_vs_detector_alone={r.analytics.fps / det_fps:.2f}")

@@ -166,8 +166,7 @@ def _table(results: dict[int, dict[str, Run]]) -> str:
     return "\n".join(lines)
 
 
-def _layouts(args: argparse.Namespace, camera_counts: list[int], frame_ms: float
-             ) -> tuple[dict[str, RepositoryOptions], dict[int, str], dict[str, int]]:
+def _layouts(opts: Options, frame_ms: float) -> tuple[dict[str, RepositoryOptions], dict[int, str], dict[str, int]]:
     """The detector layouts to compare, by name: the one the appliance runs for each camera count when the
     cameras send as fast as they can, as here (appliance.detector.repository.layout, with the detector's ``frame_ms``), and
     the lowest-latency one (one instance on every core) beside it; or the one layout the flags describe, for every
@@ -176,19 +175,19 @@ def _layouts(args: argparse.Namespace, camera_counts: list[int], frame_ms: float
     from appliance.appconfig.app import ModelConfig
     from appliance.detector.repository.layout import DetectorLayout, detector_layout
 
-    base = RepositoryOptions(ort_spinning=args.ort_spinning, max_batch_size=ModelConfig().max_batch_size,
+    base = RepositoryOptions(ort_spinning=opts.ort_spinning, max_batch_size=ModelConfig().max_batch_size,
                              queue_delay_us=0)
-    if args.preprocess_instances:
-        base = base.model_copy(update={"preprocess_instances": args.preprocess_instances})
-    custom = args.detector_instances or args.intra_op_threads is not None or args.max_batch
+    if opts.preprocess_instances:
+        base = base.model_copy(update={"preprocess_instances": opts.preprocess_instances})
+    custom = opts.detector_instances or opts.intra_op_threads is not None or opts.max_batch
     if custom:
-        layout = DetectorLayout(args.detector_instances or 1, args.intra_op_threads or 0,
-                                args.max_batch or base.max_batch_size)
-        per_count = {n: layout for n in camera_counts}
+        layout = DetectorLayout(opts.detector_instances or 1, opts.intra_op_threads or 0,
+                                opts.max_batch or base.max_batch_size)
+        per_count = {n: layout for n in opts.camera_counts}
         compared = [layout]
     else:
         per_count = {n: detector_layout("onnxruntime", n, base.max_batch_size, frame_ms=frame_ms)
-                     for n in camera_counts}
+                     for n in opts.camera_counts}
         compared = [DetectorLayout(1, 0, base.max_batch_size), *per_count.values()]
     name = {layout: f"{layout.instances}x{layout.intra_op_threads or 'all'}" for layout in compared}
     options = {}
@@ -200,7 +199,25 @@ def _layouts(args: argparse.Namespace, camera_counts: list[int], frame_ms: float
     return options, {n: name[layout] for n, layout in per_count.items()}, caps
 
 
-def main(argv: list[str]) -> int:
+@dataclass(frozen=True)
+class Options:
+    """What ``appliance bench pipeline`` was asked to run."""
+
+    frames_per_round: int  # all cameras together
+    rounds: int
+    camera_counts: tuple[int, ...]
+    model_dir: Path
+    profile: Path
+    triton_home: Path | None
+    in_flight: int
+    preprocess_instances: int | None
+    max_batch: int | None  # this, detector_instances or intra_op_threads: one custom layout
+    detector_instances: int | None
+    intra_op_threads: int | None
+    ort_spinning: bool
+
+
+def parse_args(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(prog="appliance bench pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer frames (a smoke run, noisier numbers)")
     parser.add_argument("--frames", type=int, default=None, help="frames per round (all cameras together)")
@@ -222,14 +239,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ort-spinning", action="store_true",
                         help="let ONNX Runtime threads spin when idle (both paths; default off for both)")
     args = parser.parse_args(argv)
-    frames_per_round = args.frames or (8 if args.quick else 16)
-    rounds = args.rounds or (2 if args.quick else 10)
-    camera_counts = [int(c) for c in args.cameras.split(",") if c.strip()]
+    camera_counts = tuple(int(c) for c in args.cameras.split(",") if c.strip())
     if not camera_counts or min(camera_counts) < 1:
         parser.error("--cameras needs positive counts, e.g. 1,4")
     if args.in_flight < 1:
         parser.error("--in-flight must be at least 1")
-    onnx_path = args.model_dir / "model.onnx"
+    return Options(args.frames or (8 if args.quick else 16), args.rounds or (2 if args.quick else 10), camera_counts,
+                   args.model_dir, args.profile, args.triton_home, args.in_flight, args.preprocess_instances,
+                   args.max_batch, args.detector_instances, args.intra_op_threads, args.ort_spinning)
+
+
+def main(argv: list[str]) -> int:
+    return run(parse_args(argv))
+
+
+def run(opts: Options) -> int:
+    """The rounds, then the table and the ratios on stdout. BAD_INPUT (the reason on stderr): no detector."""
+    onnx_path = opts.model_dir / "model.onnx"
     if not onnx_path.is_file():
         print(f"error: {onnx_path} missing; run scripts/setup.sh (or scripts/fetch_detector.py)", file=sys.stderr)
         return ExitCode.BAD_INPUT
@@ -241,59 +267,78 @@ def main(argv: list[str]) -> int:
     from appliance.triton.locate import locate
     from appliance.triton.server import ServerOptions
 
-    profile = load_profile(args.profile)
+    profile = load_profile(opts.profile)
     frames = _frames()
-    plain = PlainLoop(profile, onnx_path, args.ort_spinning)
+    plain = PlainLoop(profile, onnx_path, opts.ort_spinning)
     if stubsite.needed():
         stubsite.ensure()
     frame_ms = plain.time_detector(frames[0])
     shm_bytes = TritonConfig().python_shm_bytes  # the stubs' shared memory as the appliance sizes it
-    layouts, appliance_layout, caps = _layouts(args, camera_counts, frame_ms)
+    layouts, appliance_layout, caps = _layouts(opts, frame_ms)
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         repos = {name: materialize(profile, DetectorSource(kind="onnxruntime", path=onnx_path), Path(tmp) / "repo",
-                                   opts) for name, opts in layouts.items()}
+                                   lay) for name, lay in layouts.items()}
         python = DetectorSource(kind="onnxruntime", path=onnx_path, in_graph="off")
-        repos.update({f"{name}-py": materialize(profile, python, Path(tmp) / "repo", opts.model_copy(
-            update={"prefix": f"py{opts.prefix}"})) for name, opts in layouts.items()})
+        repos.update({f"{name}-py": materialize(profile, python, Path(tmp) / "repo", lay.model_copy(
+            update={"prefix": f"py{lay.prefix}"})) for name, lay in layouts.items()})
         caps.update({f"{name}-py": caps[name] for name in layouts})
         # Triton's CUDA warnings/errors on a CPU host are noise here; failures still raise.
         server = Server(ServerOptions(repositories=[Path(tmp) / "repo"],
                                       startup_models=[m for r in repos.values() for m in r.models],
                                       backend_config={"python": {"shm-default-byte-size": str(shm_bytes)}},
-                                      log_warn=False, log_error=False), locate(args.triton_home))
+                                      log_warn=False, log_error=False), locate(opts.triton_home))
         server.start(timeout=180)
         try:
-            ensembles = {name: Ensemble(server, repo) for name, repo in repos.items()}
-            warm = Run()
-            plain.run(frames, 1, 2, warm)
-            for ensemble in ensembles.values():
-                ensemble.run(frames, max(camera_counts), 2, warm, in_flight=args.in_flight)
-            depths = sorted({1, args.in_flight})
-            results: dict[int, dict[str, Run]] = {}
-            for cams in camera_counts:
-                per_camera = max(1, -(-frames_per_round // cams))
-                runs = results[cams] = {"plain": Run()}
-                for name in ensembles:
-                    for depth in _depths(name, depths, args.in_flight):
-                        runs[f"ensemble {name}, {depth} in flight"] = Run()
-                for _ in range(rounds):
-                    plain.run(frames, cams, per_camera, runs["plain"])
-                    for name, ensemble in ensembles.items():
-                        for depth in _depths(name, depths, args.in_flight):
-                            ensemble.run(frames, cams, per_camera, runs[f"ensemble {name}, {depth} in flight"],
-                                         in_flight=depth, total_in_flight=caps[name] if depth > 1 else None)
+            results = _rounds(opts, plain, {name: Ensemble(server, repo) for name, repo in repos.items()}, frames,
+                              caps)
         finally:
             server.stop(timeout=60)
-    load = os.getloadavg()[0]
-    print(f"pipeline: {profile.name} {profile.input.width}x{profile.input.height}, {len(frames)} darknet test images, "
-          f"{rounds} alternating rounds of about {frames_per_round} frames, {os.cpu_count()} CPUs, load average "
-          f"{load:.1f} at the end; per-stage columns: ms per frame; layouts: detector instances x ONNX Runtime "
-          f"threads each (the detector alone: {frame_ms:.1f} ms per frame on every core; cameras here send as fast "
-          f"as they can, so the appliance runs {'/'.join(dict.fromkeys(appliance_layout.values()))}); "
-          f"pipelined runs keep at most "
-          f"{', '.join(f'{n} ({name})' for name, n in caps.items() if not name.endswith('-py'))} frames in flight "
-          "in all, as the appliance does; <layout>-py: the Python pre/post stages instead of the in-graph ones")
+    print(_header(opts, profile, len(frames), frame_ms, appliance_layout, caps))
     print(_table(results))
+    _print_ratios(opts, appliance_layout, results)
+    return 0
+
+
+def _rounds(opts: Options, plain: PlainLoop, ensembles: dict[str, Ensemble], frames: list[np.ndarray],
+            caps: dict[str, int]) -> dict[int, dict[str, Run]]:
+    """After a warm-up, per camera count: ``opts.rounds`` rounds of the plain loop and of every ensemble at each
+    depth in flight (pipelined runs bounded in all by ``caps``). The runs by camera count, then by path."""
+    warm = Run()
+    plain.run(frames, 1, 2, warm)
+    for ensemble in ensembles.values():
+        ensemble.run(frames, max(opts.camera_counts), 2, warm, in_flight=opts.in_flight)
+    depths = sorted({1, opts.in_flight})
+    results: dict[int, dict[str, Run]] = {}
+    for cams in opts.camera_counts:
+        per_camera = max(1, -(-opts.frames_per_round // cams))
+        runs = results[cams] = {"plain": Run()}
+        for name in ensembles:
+            for depth in _depths(name, depths, opts.in_flight):
+                runs[f"ensemble {name}, {depth} in flight"] = Run()
+        for _ in range(opts.rounds):
+            plain.run(frames, cams, per_camera, runs["plain"])
+            for name, ensemble in ensembles.items():
+                for depth in _depths(name, depths, opts.in_flight):
+                    ensemble.run(frames, cams, per_camera, runs[f"ensemble {name}, {depth} in flight"],
+                                 in_flight=depth, total_in_flight=caps[name] if depth > 1 else None)
+    return results
+
+
+def _header(opts: Options, profile: ModelProfile, images: int, frame_ms: float, appliance_layout: dict[int, str],
+            caps: dict[str, int]) -> str:
+    return (f"pipeline: {profile.name} {profile.input.width}x{profile.input.height}, {images} darknet test images, "
+            f"{opts.rounds} alternating rounds of about {opts.frames_per_round} frames, {os.cpu_count()} CPUs, load "
+            f"average {os.getloadavg()[0]:.1f} at the end; per-stage columns: ms per frame; layouts: detector "
+            f"instances x ONNX Runtime threads each (the detector alone: {frame_ms:.1f} ms per frame on every core; "
+            f"cameras here send as fast as they can, so the appliance runs "
+            f"{'/'.join(dict.fromkeys(appliance_layout.values()))}); pipelined runs keep at most "
+            f"{', '.join(f'{n} ({name})' for name, n in caps.items() if not name.endswith('-py'))} frames in flight "
+            "in all, as the appliance does; <layout>-py: the Python pre/post stages instead of the in-graph ones")
+
+
+def _print_ratios(opts: Options, appliance_layout: dict[int, str], results: dict[int, dict[str, Run]]) -> None:
+    """Every ensemble against the plain loop, the appliance's layout's headline, and in-graph against the Python
+    stages: key=value lines, the headlines last."""
     for cams, runs in results.items():
         for label, run in runs.items():
             if label != "plain":
@@ -302,20 +347,19 @@ def main(argv: list[str]) -> int:
     headline = {}
     for cams, runs in results.items():
         name = appliance_layout[cams]
-        headline[cams] = runs[f"ensemble {name}, {args.in_flight} in flight"].ratio_to(runs["plain"])
+        headline[cams] = runs[f"ensemble {name}, {opts.in_flight} in flight"].ratio_to(runs["plain"])
         print(f"appliance_layout_{cams}cam={name} ensemble_vs_plain_loop_{cams}cam={headline[cams]:.3f}")
-    print(f"ensemble_vs_plain_loop={headline[max(camera_counts)]:.3f}")
+    print(f"ensemble_vs_plain_loop={headline[max(opts.camera_counts)]:.3f}")
     in_graph = {}
     for cams, runs in results.items():
         name = appliance_layout[cams]
-        after, before = (runs[f"ensemble {n}, {args.in_flight} in flight"] for n in (name, f"{name}-py"))
+        after, before = (runs[f"ensemble {n}, {opts.in_flight} in flight"] for n in (name, f"{name}-py"))
         for label, r in (("python_stages", before), ("in_graph", after)):
             print(f"stage_ms_{cams}cam_{label} pre={r.per_frame('pre'):.2f} detector={r.per_frame('detector'):.2f} "
                   f"post={r.per_frame('post'):.2f}")
         in_graph[cams] = after.ratio_to(before)
         print(f"in_graph_vs_python_stages_{cams}cam={in_graph[cams]:.3f}")
-    print(f"in_graph_vs_python_stages={in_graph[max(camera_counts)]:.3f}")
-    return 0
+    print(f"in_graph_vs_python_stages={in_graph[max(opts.camera_counts)]:.3f}")
 
 
 def _depths(name: str, depths: list[int], in_flight: int) -> list[int]:

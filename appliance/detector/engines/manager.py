@@ -14,18 +14,21 @@ from typing import Any, Callable, Sequence
 import appliance
 from appliance.detector.engines.builders import BuilderName, EngineBuilder, select_builder
 from appliance.detector.engines.acceptance import calibration_frames, gate_frames, verdict
-from appliance.detector.engines.builders.base import BuilderUnavailable, BuildError, check_io
+from appliance.detector.engines.builders.base import EngineRunner, check_io
+from appliance.detector.engines.builders.ort import reference_session
 from appliance.detector.calibration.frames import CalibrationError, files_digest
 from appliance.durable import sha256_file
-from appliance.detector.engines.cache import EngineCache
+from appliance.detector.engines.cache import CacheEntry, EngineCache
 from appliance.detector.engines.failures import (
     EngineBuildError, FailureRecords, FramesMissing, GateRefused, VerificationFailed,
 )
+from appliance.detector.engines.gate import GateReport, run_gate
 from appliance.detector.engines.installed import TIMED_RUNS, InstalledEngine, batch_of, installed_from, time_engine
 from appliance.detector.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
 from appliance.detector.engines.ingraph import plan_wrap, prepare, wrap_built
-from appliance.detector.repository.wrap import Unwrappable
-from appliance.detector.engines.onnxinfo import OnnxModelError
+from appliance.detector.engines.onnxinfo import inspect_onnx
+from appliance.detector.engines.phases import BuildJob, BuildPhase, Built, Parsed, Verified, run_phase
+from appliance.detector.engines.verify import golden_inputs, verify
 from appliance.detector.buildprofile import EngineProfile, load_profiles
 from appliance.detector.profile import ModelProfile
 from appliance.detector.engines.progress import ProgressCallback, ProgressReporter
@@ -176,117 +179,130 @@ class EngineManager:
 
     def _build(self, profile: EngineProfile, onnx_path: Path, fp: Fingerprint,
                model_profile: ModelProfile | None) -> InstalledEngine:
-        from appliance.detector.engines.builders.ort import reference_session
-        from appliance.detector.engines.onnxinfo import inspect_onnx
-        from appliance.detector.engines.gate import run_gate
-        from appliance.detector.engines.verify import GoldenInputError, golden_inputs, verify
-
-        model, report = profile.model, self.reporter.report
-        start = self._monotonic()
-        build_dir = self.cache.new_build_dir(model, fp.key)
-        sources_dir = build_dir / ".sources"  # the wrapped graphs; inside the build dir, so a kill leaves one entry
-        phase = "parse"
+        """Parse, build, verify and install, each phase through ``run_phase`` so a failure names its phase."""
+        started = self._monotonic()
+        job = BuildJob(profile, onnx_path, fp, model_profile, self.cache.new_build_dir(profile.model, fp.key), started)
+        model, report = job.model, self.reporter.report
         try:
-            report(model, phase, 5, "checking the ONNX")
-            precision = self.builder.precision(profile)
-            inspect_onnx(onnx_path)
-            sources_dir.mkdir()
-            sources = prepare(onnx_path, plan_wrap(profile, self.builder.name, precision, model_profile),
-                              sources_dir, model)
-            build_info, info = inspect_onnx(sources.build), inspect_onnx(sources.reference)
-            samples = golden_inputs(info, profile)
-            calibration = calibration_frames(profile, precision, self.models_root, self.state_dir, model_profile)
-            phase = "build"
-            report(model, phase, 10, f"{self.builder.name} {self.builder.version()} ({self.builder.precision(profile)})")
-            engine_path = build_dir / self.builder.engine_file
-            with self.reporter.heartbeat():
-                details = self.builder.build(
-                    build_info, profile, engine_path,
-                    lambda frac, msg: report(model, "build", 10 + 70 * frac, msg),
-                    self.cache.timing_dir,
-                    **({"calibration": calibration} if calibration is not None else {}),
-                )
-                if sources.after is not None:  # ONNX Runtime int8: the added ops stay float
-                    wrap_built(engine_path, sources.after)
-                details = {**details, "in_graph": sources.details}
-            phase = "verify"
-            wrapped = " (wrapped the same way)" if sources.details["applied"] else ""
-            report(model, phase, 80, f"{len(samples)} golden input(s) vs ONNX Runtime on the original ONNX{wrapped}")
-            runner = self.builder.load(engine_path, profile)
-            try:
-                check_io(info, runner, profile)
-                inputs, outputs = runner.io()
-                ref = reference_session(sources.reference)
-                ref_names = [o.name for o in ref.get_outputs()]
-                result = verify(
-                    runner.run,
-                    lambda feeds: dict(zip(ref_names, ref.run(ref_names, feeds))),
-                    samples,
-                    [o.name for o in info.outputs],
-                    self.builder.precision(profile),
-                    profile.verify.tolerances[self.builder.precision(profile)],  # type: ignore[index]
-                )
-                gate = None
-                if precision != "fp32" and (result.passed or precision == "int8"):  # fp16 must pass both
-                    processing, held_out = gate_frames(profile, self.models_root, model_profile, calibration)
-                    report(model, phase, 85, f"detection gate on {len(held_out.tensors)} held-out frames")
-                    # The gate's reference is the original network through the Python pre/post, always.
-                    plain = ref if sources.reference == onnx_path else reference_session(onnx_path)
-                    plain_names = [o.name for o in plain.get_outputs()]
-                    gate = run_gate(runner.run, lambda feeds: dict(zip(plain_names, plain.run(plain_names, feeds))),
-                                    held_out, processing, profile.gate, plain.get_inputs()[0].name, plain_names[0],
-                                    candidate_in_graph=bool(sources.details["applied"]))
-                    report(model, phase, 88, gate.summary(), gate=gate.to_dict())
-                checked = verdict(precision, result, gate)
-                if checked["passed"]:
-                    report(model, phase, 90, "timing the engine")
-                    timing = time_engine(runner.run, samples[0], batch=batch_of(samples[0]))
-            finally:
-                runner.close()
-            if not checked["passed"]:
-                if gate is not None and not gate.passed:
-                    raise GateRefused(model, checked, self.failures.save(model, fp.key, fp.fields,
-                                                                         {**checked, "kind": "gate"}))
-                raise VerificationFailed(model, checked, self.failures.save(model, fp.key, fp.fields, checked))
-            phase = "install"
-            report(model, phase, 95, checked["summary"])
-            shutil.rmtree(sources_dir)
-            manifest = {
-                "fingerprint": dict(fp.fields),
-                "triton_kind": self.builder.triton_kind,
-                "precision": self.builder.precision(profile),
-                "onnx_path": str(onnx_path),
-                "profile": profile.model_dump(mode="json"),
-                "built_at": dt.datetime.fromtimestamp(self._clock(), dt.timezone.utc).isoformat(),
-                "build_seconds": round(self._monotonic() - start, 3),
-                "build": details,
-                "io": {
-                    "inputs": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims)} for t in inputs],
-                    "outputs": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims)} for t in outputs],
-                },
-                "verification": checked,
-                "timing": timing,
-                "appliance_version": appliance.__version__,
-            }
-            entry = self.cache.install(model, fp.key, build_dir, self.builder.engine_file, manifest)
+            parsed = run_phase(BuildPhase.PARSE, model, self.reporter, lambda: self._parse(job))
+            built = run_phase(BuildPhase.BUILD, model, self.reporter, lambda: self._compile(job, parsed))
+            verified = run_phase(BuildPhase.VERIFY, model, self.reporter, lambda: self._verify(job, parsed, built))
+            entry = run_phase(BuildPhase.INSTALL, model, self.reporter, lambda: self._install(job, built, verified))
         except GateRefused as exc:
             report(model, "failed", 100, f"refused, not installed: {exc.report['summary']}", gate=exc.report.get("gate"))
             raise
         except VerificationFailed:
             report(model, "failed", 100, "verification failed; engine not installed")
             raise
-        except (OnnxModelError, GoldenInputError, BuildError, BuilderUnavailable, CalibrationError) as exc:
-            report(model, "failed", 100, f"{phase}: {exc}")
-            raise EngineBuildError(model, phase, str(exc)) from exc
-        except (OSError, Unwrappable) as exc:  # writing the wrapped graphs (a full disk); wrapping a built engine
-            report(model, "failed", 100, f"{phase}: {exc}")
-            raise EngineBuildError(model, phase, str(exc)) from exc
         finally:
-            if build_dir.exists():
-                shutil.rmtree(build_dir, ignore_errors=True)
-        report(model, "done", 100, f"engine {fp.key} installed in {self._monotonic() - start:.1f}s; {checked['summary']}",
+            if job.build_dir.exists():
+                shutil.rmtree(job.build_dir, ignore_errors=True)
+        checked = verified.checked
+        report(model, "done", 100, f"engine {fp.key} installed in {self._monotonic() - started:.1f}s; {checked['summary']}",
                gate=checked.get("gate"))
         return installed_from(entry, onnx_path, cache_hit=False)
+
+    def _parse(self, job: BuildJob) -> Parsed:
+        """Check the ONNX, write the wrapped graphs, make the golden inputs, read the calibration frames."""
+        self.reporter.report(job.model, BuildPhase.PARSE.value, 5, "checking the ONNX")
+        precision = self.builder.precision(job.profile)
+        inspect_onnx(job.onnx_path)
+        job.sources_dir.mkdir()
+        sources = prepare(job.onnx_path, plan_wrap(job.profile, self.builder.name, precision, job.model_profile),
+                          job.sources_dir, job.model)
+        build_info, info = inspect_onnx(sources.build), inspect_onnx(sources.reference)
+        samples = golden_inputs(info, job.profile)
+        calibration = calibration_frames(job.profile, precision, self.models_root, self.state_dir, job.model_profile)
+        return Parsed(precision, sources, build_info, info, samples, calibration)
+
+    def _compile(self, job: BuildJob, parsed: Parsed) -> Built:
+        """The builder's run (a heartbeat re-announces the phase meanwhile), then the wrap of the built engine."""
+        model, report, phase = job.model, self.reporter.report, BuildPhase.BUILD.value
+        report(model, phase, 10, f"{self.builder.name} {self.builder.version()} ({parsed.precision})")
+        engine_path = job.build_dir / self.builder.engine_file
+        with self.reporter.heartbeat():
+            details = self.builder.build(
+                parsed.build_info, job.profile, engine_path,
+                lambda frac, msg: report(model, phase, 10 + 70 * frac, msg),
+                self.cache.timing_dir,
+                **({"calibration": parsed.calibration} if parsed.calibration is not None else {}),
+            )
+            if parsed.sources.after is not None:  # ONNX Runtime int8: the added ops stay float
+                wrap_built(engine_path, parsed.sources.after)
+        return Built(engine_path, {**details, "in_graph": parsed.sources.details})
+
+    def _verify(self, job: BuildJob, parsed: Parsed, built: Built) -> Verified:
+        """The engine against ONNX Runtime on the golden inputs, the detection gate for a reduced precision, then
+        its timing. A refusal or a failure is recorded and raised (GateRefused, VerificationFailed)."""
+        model, report, phase, precision = job.model, self.reporter.report, BuildPhase.VERIFY.value, parsed.precision
+        wrapped = " (wrapped the same way)" if parsed.sources.details["applied"] else ""
+        report(model, phase, 80, f"{len(parsed.samples)} golden input(s) vs ONNX Runtime on the original ONNX{wrapped}")
+        runner = self.builder.load(built.engine_path, job.profile)
+        try:
+            check_io(parsed.info, runner, job.profile)
+            inputs, outputs = runner.io()
+            ref = reference_session(parsed.sources.reference)
+            ref_names = [o.name for o in ref.get_outputs()]
+            result = verify(
+                runner.run,
+                lambda feeds: dict(zip(ref_names, ref.run(ref_names, feeds))),
+                parsed.samples,
+                [o.name for o in parsed.info.outputs],
+                precision,
+                job.profile.verify.tolerances[precision],  # type: ignore[index]
+            )
+            gate = None
+            if precision != "fp32" and (result.passed or precision == "int8"):  # fp16 must pass both
+                gate = self._gate(job, parsed, runner, ref)
+            checked = verdict(precision, result, gate)
+            if checked["passed"]:
+                report(model, phase, 90, "timing the engine")
+                timing = time_engine(runner.run, parsed.samples[0], batch=batch_of(parsed.samples[0]))
+        finally:
+            runner.close()
+        if not checked["passed"]:
+            if gate is not None and not gate.passed:
+                raise GateRefused(model, checked, self.failures.save(model, job.fp.key, job.fp.fields,
+                                                                     {**checked, "kind": "gate"}))
+            raise VerificationFailed(model, checked, self.failures.save(model, job.fp.key, job.fp.fields, checked))
+        return Verified(checked, timing, inputs, outputs)
+
+    def _gate(self, job: BuildJob, parsed: Parsed, runner: EngineRunner, ref: Any) -> GateReport:
+        """The detection gate on the held-out frames. Its reference is the original network through the Python
+        pre/post, always (``ref`` when verification already runs the original ONNX)."""
+        model, phase = job.model, BuildPhase.VERIFY.value
+        processing, held_out = gate_frames(job.profile, self.models_root, job.model_profile, parsed.calibration)
+        self.reporter.report(model, phase, 85, f"detection gate on {len(held_out.tensors)} held-out frames")
+        plain = ref if parsed.sources.reference == job.onnx_path else reference_session(job.onnx_path)
+        plain_names = [o.name for o in plain.get_outputs()]
+        gate = run_gate(runner.run, lambda feeds: dict(zip(plain_names, plain.run(plain_names, feeds))),
+                        held_out, processing, job.profile.gate, plain.get_inputs()[0].name, plain_names[0],
+                        candidate_in_graph=bool(parsed.sources.details["applied"]))
+        self.reporter.report(model, phase, 88, gate.summary(), gate=gate.to_dict())
+        return gate
+
+    def _install(self, job: BuildJob, built: Built, verified: Verified) -> CacheEntry:
+        """The verified engine and its manifest into the cache entry for the key."""
+        self.reporter.report(job.model, BuildPhase.INSTALL.value, 95, verified.checked["summary"])
+        shutil.rmtree(job.sources_dir)
+        manifest = {
+            "fingerprint": dict(job.fp.fields),
+            "triton_kind": self.builder.triton_kind,
+            "precision": self.builder.precision(job.profile),
+            "onnx_path": str(job.onnx_path),
+            "profile": job.profile.model_dump(mode="json"),
+            "built_at": dt.datetime.fromtimestamp(self._clock(), dt.timezone.utc).isoformat(),
+            "build_seconds": round(self._monotonic() - job.started, 3),
+            "build": built.details,
+            "io": {
+                "inputs": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims)} for t in verified.inputs],
+                "outputs": [{"name": t.name, "dtype": t.dtype, "dims": list(t.dims)} for t in verified.outputs],
+            },
+            "verification": verified.checked,
+            "timing": verified.timing,
+            "appliance_version": appliance.__version__,
+        }
+        return self.cache.install(job.model, job.fp.key, job.build_dir, self.builder.engine_file, manifest)
 
 
 def _short(value: str | None, limit: int = 40) -> str:

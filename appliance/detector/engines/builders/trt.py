@@ -12,16 +12,18 @@ from __future__ import annotations
 import importlib.util
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from appliance.detector.engines.builders.base import BuilderUnavailable, BuildError, BuildProgress
+from appliance.detector.engines.builders.trt_runner import TrtRunner
 from appliance.durable import write_file_durably
 from appliance.detector.calibration.frames import FrameSet
 from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
-from appliance.detector.buildprofile import EngineProfile
+from appliance.detector.buildprofile import EngineProfile, TensorRTProfile
 from appliance.detector.engines.verify import GoldenInputError, input_shape
 
 log = logging.getLogger("appliance.engines.tensorrt")
@@ -93,76 +95,6 @@ def _make_monitor(trt: Any, progress: BuildProgress) -> Any | None:
     return _Monitor()
 
 
-def _np_dtype(trt: Any, dtype: Any) -> str:
-    return np.dtype(trt.nptype(dtype)).name
-
-
-class TrtRunner:
-    """A deserialized engine with one execution context; device buffers live only for one ``run``."""
-
-    def __init__(self, trt: Any, engine: Any) -> None:
-        from appliance.detector.engines.builders.cuda import CudaRuntime
-
-        self._trt = trt
-        self._engine = engine
-        self._context = engine.create_execution_context()
-        if self._context is None:
-            raise BuildError("TensorRT could not create an execution context (out of GPU memory?)")
-        self._cuda = CudaRuntime()
-        self._names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-
-    def _is_input(self, name: str) -> bool:
-        return self._engine.get_tensor_mode(name) == self._trt.TensorIOMode.INPUT
-
-    def io(self) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
-        def spec(name: str) -> TensorSpec:
-            dims = tuple(d if d >= 0 else None for d in self._engine.get_tensor_shape(name))
-            return TensorSpec(name, _np_dtype(self._trt, self._engine.get_tensor_dtype(name)), dims)
-
-        return (tuple(spec(n) for n in self._names if self._is_input(n)),
-                tuple(spec(n) for n in self._names if not self._is_input(n)))
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        cuda, ctx, engine = self._cuda, self._context, self._engine
-        buffers: list[int] = []
-        outputs: dict[str, np.ndarray] = {}
-        out_ptrs: dict[str, int] = {}
-        stream = cuda.stream()
-        try:
-            for name in self._names:
-                if self._is_input(name):
-                    arr = np.ascontiguousarray(feeds[name], dtype=_np_dtype(self._trt, engine.get_tensor_dtype(name)))
-                    if not ctx.set_input_shape(name, arr.shape):
-                        raise BuildError(f"input {name!r} shape {arr.shape} is outside the engine's profile")
-                    ptr = cuda.malloc(arr.nbytes)
-                    buffers.append(ptr)
-                    cuda.copy_to_device(ptr, arr)
-                    ctx.set_tensor_address(name, ptr)
-            for name in self._names:
-                if not self._is_input(name):
-                    shape = tuple(ctx.get_tensor_shape(name))
-                    out = np.empty(shape, dtype=_np_dtype(self._trt, engine.get_tensor_dtype(name)))
-                    ptr = cuda.malloc(out.nbytes)
-                    buffers.append(ptr)
-                    ctx.set_tensor_address(name, ptr)
-                    outputs[name] = out
-                    out_ptrs[name] = ptr
-            if not ctx.execute_async_v3(stream):
-                raise BuildError("TensorRT execute_async_v3 failed; see the TensorRT log lines above")
-            cuda.synchronize(stream)
-            for name, out in outputs.items():
-                cuda.copy_to_host(out, out_ptrs[name])
-        finally:
-            for ptr in buffers:
-                cuda.free(ptr)
-            cuda.destroy_stream(stream)
-        return outputs
-
-    def close(self) -> None:
-        self._context = None
-        self._engine = None
-
-
 class _Calibrator:
     """Builds an IInt8EntropyCalibrator2 subclass lazily (the base class exists only where tensorrt does)."""
 
@@ -203,6 +135,149 @@ class _Calibrator:
         return Calibrator()
 
 
+@dataclass(frozen=True)
+class _Network:
+    """The parsed network and what must outlive it until the plan is serialized: the parser owns the network's
+    weights, and the logger receives TensorRT's messages."""
+
+    logger: Any
+    builder: Any
+    network: Any
+    parser: Any
+
+
+def _parse(trt: Any, onnx: OnnxInfo, progress: BuildProgress) -> _Network:
+    """A builder, and the ONNX parsed into an explicit-batch network."""
+    logger = _make_logger(trt)
+    builder = trt.Builder(logger)
+    if builder is None:
+        raise BuilderUnavailable("TensorRT could not create a builder (no CUDA device?)")
+    major = int(str(trt.__version__).split(".")[0])
+    flags = 0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    progress(0.0, "parsing ONNX")
+    if not parser.parse_from_file(str(onnx.path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise BuildError(f"TensorRT's ONNX parser rejected {onnx.path}: {errors or 'no details'}")
+    return _Network(logger, builder, network, parser)
+
+
+def _configure(trt: Any, builder: Any, settings: TensorRTProfile) -> Any:
+    """The builder config: the workspace pool and, where this TensorRT has it, the optimization level."""
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_mib << 20)
+    if settings.optimization_level is not None and hasattr(config, "builder_optimization_level"):
+        config.builder_optimization_level = settings.optimization_level
+    return config
+
+
+def _optimization_profile(net: _Network, config: Any, profile: EngineProfile) -> tuple[Any, dict[str, Any]]:
+    """One optimization profile spanning the batch range, other dims from the ONNX or the profile; and its shapes
+    per input, for the manifest."""
+    opt_profile = net.builder.create_optimization_profile()
+    shapes: dict[str, dict[str, list[int]]] = {}
+    for i in range(net.network.num_inputs):
+        tensor = net.network.get_input(i)
+        spec = TensorSpec(tensor.name, "float32", tuple(d if d >= 0 else None for d in tensor.shape))
+        try:
+            lo, mid, hi = (input_shape(spec, b, profile)
+                           for b in (profile.batch.min, profile.batch.opt, profile.batch.max))
+        except GoldenInputError as exc:
+            raise BuildError(f"profile cannot shape input {tensor.name!r}: {exc}") from exc
+        opt_profile.set_shape(tensor.name, lo, mid, hi)
+        shapes[tensor.name] = {"min": list(lo), "opt": list(mid), "max": list(hi)}
+    config.add_optimization_profile(opt_profile)
+    return opt_profile, shapes
+
+
+def _set_precision(trt: Any, net: _Network, config: Any, opt_profile: Any, onnx: OnnxInfo, profile: EngineProfile,
+                   calibration: FrameSet | None, timing_dir: Path) -> None:
+    """The precision flags; for INT8 without Q/DQ nodes, a calibrator on the real frames."""
+    precision = profile.tensorrt.precision
+    if precision in ("fp16", "int8"):
+        if not getattr(net.builder, "platform_has_fast_fp16", True):
+            log.warning("%s: this GPU has no fast FP16; building FP16 anyway as the profile asks", profile.model)
+        config.set_flag(trt.BuilderFlag.FP16)  # INT8 engines use FP16 for layers that cannot be quantized
+    if precision != "int8":
+        return
+    config.set_flag(trt.BuilderFlag.INT8)
+    explicit_qdq = any(
+        net.network.get_layer(j).type in (trt.LayerType.QUANTIZE, trt.LayerType.DEQUANTIZE)
+        for j in range(net.network.num_layers)
+    )
+    if not explicit_qdq:
+        batches = _calibration_batches(onnx, profile, calibration)
+        assert calibration is not None  # _calibration_batches raised otherwise
+        # The frames' hash is in the name: new frames must calibrate again, not read an old table.
+        calib_path = timing_dir / f"{profile.model}-{profile.digest()[:12]}-{calibration.digest[:12]}.calib"
+        config.int8_calibrator = _Calibrator.create(trt, batches, calib_path)
+        config.set_calibration_profile(opt_profile)
+
+
+def _calibration_batches(onnx: OnnxInfo, profile: EngineProfile,
+                         calibration: FrameSet | None) -> list[dict[str, np.ndarray]]:
+    """``calibration_batches`` batches of distinct real frames at the profile's opt batch size."""
+    if calibration is None or not calibration.tensors:
+        raise BuildError("tensorrt.precision int8 needs real calibration frames (profile calibration.sources) "
+                         "or an ONNX with Q/DQ nodes")
+    if len(onnx.inputs) != 1:
+        raise BuildError(f"INT8 calibration from frames needs a single-input model; {onnx.path} has "
+                         f"{len(onnx.inputs)}")
+    batch = profile.batch.opt
+    batches = calibration.batches(batch, profile.tensorrt.calibration_batches)
+    if not batches:
+        raise BuildError(f"{len(calibration.tensors)} calibration frame(s) cannot fill one batch of {batch}")
+    if len(batches) < profile.tensorrt.calibration_batches:
+        log.warning("%s: %d calibration frames fill %d of the %d batches asked for", profile.model,
+                    len(calibration.tensors), len(batches), profile.tensorrt.calibration_batches)
+    spec = onnx.inputs[0]
+    return [{spec.name: np.ascontiguousarray(b, dtype=spec.dtype)} for b in batches]
+
+
+def _place_on_dla(trt: Any, builder: Any, config: Any, settings: TensorRTProfile) -> None:
+    """The profile's DLA core, with GPU fallback if it asks; nothing without one."""
+    if settings.dla_core is None:
+        return
+    cores = int(builder.num_DLA_cores)
+    if settings.dla_core >= cores:
+        raise BuildError(f"profile tensorrt.dla_core={settings.dla_core} but this device has {cores} DLA core(s)")
+    config.default_device_type = trt.DeviceType.DLA
+    config.DLA_core = settings.dla_core
+    if settings.gpu_fallback:
+        config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+
+
+def _attach_timing_cache(config: Any, cache_path: Path, model: str) -> tuple[Any, bool]:
+    """The timing cache saved at ``cache_path`` by an earlier build, else a new one; and whether it was reused."""
+    blob = cache_path.read_bytes() if cache_path.is_file() else b""
+    cache, reused = None, False
+    if blob:
+        try:
+            cache = config.create_timing_cache(blob)
+        except Exception:  # a truncated cache file (power loss) must not block the build
+            cache = None
+        reused = cache is not None and bool(config.set_timing_cache(cache, False))
+        if not reused:
+            log.warning("%s: timing cache %s is unreadable or does not match this device; starting a new one",
+                        model, cache_path)
+    if not reused:
+        # Attach even an empty cache: without one TensorRT times into a local cache it drops after the
+        # build, get_timing_cache() returns None, and nothing could be saved for the next build.
+        cache = config.create_timing_cache(b"")
+        config.set_timing_cache(cache, False)
+    return cache, reused
+
+
+def _serialize(net: _Network, config: Any, out_path: Path, model: str) -> None:
+    """TensorRT's build (the long native call), the plan written to ``out_path``."""
+    plan = net.builder.build_serialized_network(net.network, config)
+    if plan is None:
+        raise BuildError(f"TensorRT could not build {model}; see the TensorRT log lines above")
+    with open(out_path, "wb") as fh:
+        fh.write(memoryview(plan))
+
+
 class TensorRTBuilder:
     name = "tensorrt"
     engine_file = "model.plan"
@@ -240,103 +315,28 @@ class TensorRTBuilder:
     ) -> dict[str, Any]:
         trt = _trt()
         settings = profile.tensorrt
-        logger = _make_logger(trt)
-        builder = trt.Builder(logger)
-        if builder is None:
-            raise BuilderUnavailable("TensorRT could not create a builder (no CUDA device?)")
-        major = int(str(trt.__version__).split(".")[0])
-        flags = 0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-        network = builder.create_network(flags)
-        parser = trt.OnnxParser(network, logger)
-        progress(0.0, "parsing ONNX")
-        if not parser.parse_from_file(str(onnx.path)):
-            errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-            raise BuildError(f"TensorRT's ONNX parser rejected {onnx.path}: {errors or 'no details'}")
-
-        config = builder.create_builder_config()
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_mib << 20)
-        if settings.optimization_level is not None and hasattr(config, "builder_optimization_level"):
-            config.builder_optimization_level = settings.optimization_level
-
-        # One optimization profile spanning the batch range; other dims from the ONNX or the profile.
-        opt_profile = builder.create_optimization_profile()
-        shapes: dict[str, dict[str, list[int]]] = {}
-        for i in range(network.num_inputs):
-            tensor = network.get_input(i)
-            spec = TensorSpec(tensor.name, "float32", tuple(d if d >= 0 else None for d in tensor.shape))
-            try:
-                lo, mid, hi = (input_shape(spec, b, profile)
-                               for b in (profile.batch.min, profile.batch.opt, profile.batch.max))
-            except GoldenInputError as exc:
-                raise BuildError(f"profile cannot shape input {tensor.name!r}: {exc}") from exc
-            opt_profile.set_shape(tensor.name, lo, mid, hi)
-            shapes[tensor.name] = {"min": list(lo), "opt": list(mid), "max": list(hi)}
-        config.add_optimization_profile(opt_profile)
-
-        precision = settings.precision
-        if precision in ("fp16", "int8"):
-            if not getattr(builder, "platform_has_fast_fp16", True):
-                log.warning("%s: this GPU has no fast FP16; building FP16 anyway as the profile asks", profile.model)
-            config.set_flag(trt.BuilderFlag.FP16)  # INT8 engines use FP16 for layers that cannot be quantized
-        if precision == "int8":
-            config.set_flag(trt.BuilderFlag.INT8)
-            explicit_qdq = any(
-                network.get_layer(j).type in (trt.LayerType.QUANTIZE, trt.LayerType.DEQUANTIZE)
-                for j in range(network.num_layers)
-            )
-            if not explicit_qdq:
-                batches = self._calibration_batches(onnx, profile, calibration)
-                assert calibration is not None  # _calibration_batches raised otherwise
-                # The frames' hash is in the name: new frames must calibrate again, not read an old table.
-                calib_path = timing_dir / f"{profile.model}-{profile.digest()[:12]}-{calibration.digest[:12]}.calib"
-                config.int8_calibrator = _Calibrator.create(trt, batches, calib_path)
-                config.set_calibration_profile(opt_profile)
-
-        if settings.dla_core is not None:
-            cores = int(builder.num_DLA_cores)
-            if settings.dla_core >= cores:
-                raise BuildError(
-                    f"profile tensorrt.dla_core={settings.dla_core} but this device has {cores} DLA core(s)"
-                )
-            config.default_device_type = trt.DeviceType.DLA
-            config.DLA_core = settings.dla_core
-            if settings.gpu_fallback:
-                config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
-
+        net = _parse(trt, onnx, progress)
+        config = _configure(trt, net.builder, settings)
+        opt_profile, shapes = _optimization_profile(net, config, profile)
+        _set_precision(trt, net, config, opt_profile, onnx, profile, calibration, timing_dir)
+        _place_on_dla(trt, net.builder, config, settings)
         cache_path = self._timing_cache_path(timing_dir)
-        timing_reused = False
-        if settings.timing_cache:
-            blob = cache_path.read_bytes() if cache_path.is_file() else b""
-            if blob:
-                try:
-                    cache = config.create_timing_cache(blob)
-                except Exception:  # a truncated cache file (power loss) must not block the build
-                    cache = None
-                timing_reused = cache is not None and bool(config.set_timing_cache(cache, False))
-                if not timing_reused:
-                    log.warning("%s: timing cache %s is unreadable or does not match this device; starting a new one",
-                                profile.model, cache_path)
-            if not timing_reused:
-                # Attach even an empty cache: without one TensorRT times into a local cache it drops after the
-                # build, get_timing_cache() returns None, and nothing could be saved for the next build.
-                config.set_timing_cache(config.create_timing_cache(b""), False)
-
+        # The parser (in net), the timing cache and the monitor stay referenced here until the plan is written.
+        timing_cache, timing_reused = (_attach_timing_cache(config, cache_path, profile.model) if settings.timing_cache
+                                       else (None, False))
         monitor = _make_monitor(trt, progress)
         if monitor is not None:
             config.progress_monitor = monitor
-        progress(_NATIVE_BUILD_START, f"building {precision} engine (TensorRT {trt.__version__}; minutes on a Jetson)")
+        progress(_NATIVE_BUILD_START,
+                 f"building {settings.precision} engine (TensorRT {trt.__version__}; minutes on a Jetson)")
         start = time.monotonic()
-        plan = builder.build_serialized_network(network, config)
-        if plan is None:
-            raise BuildError(f"TensorRT could not build {profile.model}; see the TensorRT log lines above")
-        with open(out_path, "wb") as fh:
-            fh.write(memoryview(plan))
+        _serialize(net, config, out_path, profile.model)
         if settings.timing_cache:
             write_file_durably(cache_path, bytes(memoryview(config.get_timing_cache().serialize())))
         progress(1.0, "engine serialized")
         return {
             "tensorrt_version": str(trt.__version__),
-            "precision": precision,
+            "precision": settings.precision,
             "workspace_mib": settings.workspace_mib,
             "dla_core": settings.dla_core,
             "shapes": shapes,
@@ -344,26 +344,6 @@ class TensorRTBuilder:
             "timing_cache_reused": timing_reused,
             "build_engine_seconds": round(time.monotonic() - start, 3),
         }
-
-    @staticmethod
-    def _calibration_batches(onnx: OnnxInfo, profile: EngineProfile,
-                             calibration: FrameSet | None) -> list[dict[str, np.ndarray]]:
-        """``calibration_batches`` batches of distinct real frames at the profile's opt batch size."""
-        if calibration is None or not calibration.tensors:
-            raise BuildError("tensorrt.precision int8 needs real calibration frames (profile calibration.sources) "
-                             "or an ONNX with Q/DQ nodes")
-        if len(onnx.inputs) != 1:
-            raise BuildError(f"INT8 calibration from frames needs a single-input model; {onnx.path} has "
-                             f"{len(onnx.inputs)}")
-        batch = profile.batch.opt
-        batches = calibration.batches(batch, profile.tensorrt.calibration_batches)
-        if not batches:
-            raise BuildError(f"{len(calibration.tensors)} calibration frame(s) cannot fill one batch of {batch}")
-        if len(batches) < profile.tensorrt.calibration_batches:
-            log.warning("%s: %d calibration frames fill %d of the %d batches asked for", profile.model,
-                        len(calibration.tensors), len(batches), profile.tensorrt.calibration_batches)
-        spec = onnx.inputs[0]
-        return [{spec.name: np.ascontiguousarray(b, dtype=spec.dtype)} for b in batches]
 
     def fallback(self, profile: EngineProfile) -> EngineProfile | None:
         """The profile to build when the detection gate refuses this one; None when it is already the fallback."""

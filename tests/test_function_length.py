@@ -1,0 +1,55 @@
+"""No function in ``appliance`` is over 80 lines and no module over 400: a long function becomes named steps (phases,
+helpers), a long module several modules with one job each. Read from the source with ``ast``; a function's length
+counts from its ``def`` line to its last line."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 400
+
+
+def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``file:line qualname (N lines)`` for every function or method in ``path`` longer than ``limit`` lines."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = prefix
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (child.end_lineno or child.lineno) - child.lineno + 1
+                if length > limit:
+                    found.append(f"{path}:{child.lineno} {name} ({length} lines)")
+            visit(child, f"{name}." if name != prefix else prefix)
+
+    visit(ast.parse(path.read_text(), str(path)), "")
+    return found
+
+
+def test_no_function_is_over_80_lines() -> None:
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in long_functions(path)]
+    assert not found, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps):\n" + "\n".join(found)
+
+
+def test_no_module_is_over_400_lines() -> None:
+    found = [f"{path} ({n} lines)" for path in sorted(PACKAGE.rglob("*.py"))
+             if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not found, f"modules over {MAX_MODULE_LINES} lines (split them by job):\n" + "\n".join(found)
+
+
+def test_the_check_names_a_long_method_and_a_long_nested_function(tmp_path: Path) -> None:
+    body = "".join(f"        x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    source = tmp_path / "sample.py"
+    source.write_text(f"class Box:\n    def fits(self):\n{body}\n    def spills(self):\n{body}        return 0\n\n"
+                      f"def outer():\n    def inner():\n{body.replace('        ', '            ')}"
+                      f"            return 0\n    return inner\n")
+    assert long_functions(source) == [
+        f"{source}:{MAX_FUNCTION_LINES + 3} Box.spills ({MAX_FUNCTION_LINES + 1} lines)",
+        f"{source}:{2 * MAX_FUNCTION_LINES + 5} outer ({MAX_FUNCTION_LINES + 3} lines)",
+        f"{source}:{2 * MAX_FUNCTION_LINES + 6} outer.inner ({MAX_FUNCTION_LINES + 1} lines)",
+    ]
