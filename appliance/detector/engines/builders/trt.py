@@ -1,11 +1,9 @@
 """Jetson / NVIDIA GPU hosts: a TensorRT plan built through TensorRT's Python API (8.6 and 10.x).
 
 Parse the ONNX, apply the profile (precision, one optimization profile over the batch range, workspace pool,
-DLA core with GPU fallback, builder optimization level, a persistent timing cache), build a serialized
-network with a progress monitor, then deserialize it again for the I/O check and verification. Only the
-name-based tensor API (``num_io_tensors``, ``set_input_shape``, ``set_tensor_address``,
-``execute_async_v3``) is used: it exists in 8.5+ and is the only one left in 10.x.
-"""
+DLA core with GPU fallback, builder optimization level, a persistent timing cache) and build a serialized
+network with a progress monitor, each step a function; ``trt_runner`` runs the plan for the I/O check and
+verification."""
 
 from __future__ import annotations
 
