@@ -166,7 +166,7 @@ def _split_line(split: dict[str, float], mean_total: float) -> str:
 
 
 def _python_stages_engines(workdir: Path) -> Path:
-    """A copy of the engine profiles with ``in_graph: false``: the appliance as it was before issue 21."""
+    """A copy of the engine profiles with ``in_graph: false``: the appliance with the Python pre/post stages."""
     out = workdir / "engines-python-stages"
     out.mkdir()
     for profile in sorted(engines_dir().glob("*.yaml")):
