@@ -50,7 +50,7 @@ from appliance.supervisor.enginestatus import EngineStatusForwarder
 from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
 from appliance.supervisor.calibframes import start_calibration_feed
 from appliance.supervisor.framepath import FramePath
-from appliance.supervisor.leftovers import reclaim_leftovers
+from appliance.supervisor.tritonorphans import reclaim_triton_orphans
 from appliance.supervisor.mqttface import make_publisher
 from appliance.supervisor.scheduler import Lease, Scheduler
 from appliance.supervisor.servedmodel import ServedModel
@@ -113,7 +113,7 @@ class Appliance:
     # -- start ---------------------------------------------------------------------------------------------
     def start(self, triton_timeout_s: float = 120.0) -> None:
         try:
-            reclaim_leftovers()  # the Python backend's regions are in /dev/shm, whatever paths.shm_root says
+            reclaim_triton_orphans()  # the Python backend's regions are in /dev/shm, whatever paths.shm_root says
             self._start_tegrastats()
             self._start_publisher()
             self._start_sparkplug()

@@ -11,7 +11,7 @@ and talks to it through a shared-memory region in ``/dev/shm`` named with the Py
 
 ``StubScanner`` reads ``/proc`` and ``/dev/shm`` (both constructor arguments, so tests use fixture trees) and
 serves three callers: a server finding and ending its own stubs (``Server.stub_pids``, ``wait_gone``), the
-supervisor reclaiming what a dead appliance left (``appliance.supervisor.leftovers``), and tests ending stubs
+supervisor reclaiming what a dead appliance left (``appliance.supervisor.tritonorphans``), and tests ending stubs
 that a crashed child process orphaned (``tests/support/triton.py``).
 """
 
