@@ -1,5 +1,5 @@
 """The appliance's MQTT face: its publisher, with the spool, the operators' keys that sign commands, and the
-commands it answers (``status``, and ``ota`` registered before the OTA manager exists: ``latecommand``).
+commands it answers (``status``, and ``ota`` registered before the OTA manager exists: ``servedmodel.LateHandler``).
 
 Registered before the connect, so that what the broker kept for the device while it was away (a persistent
 session) finds its handler. The Sparkplug B edge node, a second face on its own connection, is ``sparkplug``'s.

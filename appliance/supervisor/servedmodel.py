@@ -2,7 +2,7 @@
 
 The appliance (``app.Appliance``) wires it in three steps:
 
-1. at once, ``late`` is registered as the ``ota`` MQTT command (``latecommand.LateHandler``): the publisher
+1. at once, ``late`` is registered as the ``ota`` MQTT command (``LateHandler``, below): the publisher
    connects, and takes what the broker kept for the device, long before the OTA manager exists;
 2. once Triton is up, ``start_ota`` builds the router and switcher, lets the OTA manager load what to serve (the
    active version, else the base model) and hands updates to it from the ``ota`` command, the inbox directory
@@ -17,12 +17,16 @@ The appliance (``app.Appliance``) wires it in three steps:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from appliance.appconfig.app import RecoveryConfig
 from appliance.health.metrics import ApplianceMetrics
 from appliance.modelrepo.materialize import RepositoryOptions
+from appliance.mqtt.commands import Command, CommandHandler
+from appliance.mqtt.errors import CommandError
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.config import OtaConfig
 from appliance.ota.delivery import InboxWatcher, OtaCommandHandler
@@ -36,10 +40,47 @@ from appliance.serving.reload import TritonReloader
 from appliance.serving.router import Route, Router
 from appliance.serving.switcher import ModelSpec, TritonSwitcher
 from appliance.serving.warmup import WarmupPlan
-from appliance.supervisor.latecommand import LateHandler
 from appliance.triton.server import Server
 
 log = logging.getLogger("appliance.supervisor")
+
+
+class LateHandler:
+    """A command handler registered before the part that serves it exists: ``publisher.on_command(name, late)``
+    now, ``late.set(handler)`` when ``what`` runs, ``close()`` at stop.
+
+    A first boot builds the engine and starts Triton between the publisher's connect and the OTA manager's start:
+    a command registered only then would answer ``unknown_command`` to a rollback an operator sent while the device
+    was away, and the command is gone. Registered at once through this stand-in, such a command waits for the real
+    handler (up to ``wait_s``) and then runs, or gets a ``failed`` reply that says why and what to do."""
+
+    def __init__(self, what: str, wait_s: float) -> None:
+        self.what = what
+        self.wait_s = wait_s
+        self._handler: CommandHandler | None = None
+        self._closed = False
+        self._changed = threading.Condition()
+
+    def set(self, handler: CommandHandler) -> None:
+        with self._changed:
+            self._handler = handler
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        """The appliance stops: a command still waiting gets its reply now."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def __call__(self, command: Command) -> Mapping[str, Any] | None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._handler is not None or self._closed, self.wait_s)
+            handler = self._handler
+        if handler is None:
+            state = "is stopping" if self._closed else f"is not running after {self.wait_s:g} s"
+            raise CommandError(f"{self.what} {state} (the appliance is starting or stopping: an engine build or "
+                               f"Triton's start comes first); send the command again when its status is online")
+        return handler(command)
 
 
 class ServedModel:
