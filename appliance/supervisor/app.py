@@ -45,8 +45,7 @@ from appliance.sparkplug.node import EdgeNode
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera
 from appliance.supervisor.children import ChildState, ChildSupervisor
-from appliance.supervisor.detectorplan import plan_detector, plan_warmup
-from appliance.supervisor.enginestatus import EngineStatusForwarder
+from appliance.supervisor.detectorsetup import EngineStatusForwarder, plan_detector, plan_warmup
 from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
 from appliance.supervisor.calibframes import start_calibration_feed
 from appliance.supervisor.framepath import FramePath

@@ -23,7 +23,7 @@ from appliance.mqtt.publisher import State
 from appliance.mqtt.schema import load_schema
 from appliance.mqtt.topics import check_camera_id
 from appliance.supervisor.app import Appliance
-from appliance.supervisor.enginestatus import TOPIC, EngineStatusForwarder
+from appliance.supervisor.detectorsetup import ENGINE_STATUS, EngineStatusForwarder
 
 
 class Clock:
@@ -58,7 +58,7 @@ def test_each_phase_and_each_end_is_published_and_ticks_within_a_phase_are_thinn
     forward(_event("done", 100))  # a final event is never held back
     assert [(p["phase"], p["percent"]) for _, p in sent] == [
         ("fingerprint", 0), ("parse", 5), ("build", 10), ("build", 60), ("verify", 80), ("done", 100), ("done", 100)]
-    assert {suffix for suffix, _ in sent} == {TOPIC}
+    assert {suffix for suffix, _ in sent} == {ENGINE_STATUS}
     for _, payload in sent:
         validate_message("engine_status", payload)
     assert sent[0][1]["time"] == "2023-11-14T22:13:20.000Z" and sent[0][1]["device_id"] == "dev1"

@@ -1,0 +1,73 @@
+"""The detector as this device runs it, set up once at start: the base model's engine build's progress on MQTT,
+its layout for these cameras with the requests kept in flight (logged with why, so the start log says what the
+appliance will do with the machine), and the warm-up of a freshly loaded model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from appliance.appconfig.app import AppConfig
+from appliance.engines.manager import InstalledEngine
+from appliance.engines.progress import FINAL_PHASES, ProgressEvent
+from appliance.modelrepo.layout import DetectorLayout, detector_layout
+from appliance.mqtt.messages import engine_status_payload
+from appliance.serving.warmup import FrameShape, WarmupPlan
+
+log = logging.getLogger("appliance.supervisor")
+WARMUP_MAX_CONCURRENCY = 32  # a larger max_inflight only queues in Triton: no new batch size or instance to warm
+ENGINE_STATUS = "engines/status"  # the retained device topic of the build's progress (docs/mqtt.md)
+
+Publish = Callable[[str, Mapping[str, Any]], None]  # (device topic suffix, payload), published retained
+
+
+class EngineStatusForwarder:
+    """The build's progress to the retained ``<prefix>/<device>/engines/status``. A TensorRT build reports many
+    times a second and a heartbeat every 30 s; a subscriber needs every phase and a pulse, not every tick: each new
+    phase and each final event goes at once, within a phase at most one update per ``min_interval_s``."""
+
+    def __init__(self, publish: Publish, device_id: str, *, min_interval_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self._publish, self._device_id = publish, device_id
+        self._min_interval_s = min_interval_s
+        self._clock, self._wall = clock, wall
+        self._last: tuple[str, str, float] | None = None  # model, phase, when published
+
+    def __call__(self, event: ProgressEvent) -> None:
+        now = self._clock()
+        last = self._last
+        if (last is not None and last[:2] == (event.model, event.phase) and event.phase not in FINAL_PHASES
+                and now - last[2] < self._min_interval_s):
+            return
+        self._last = (event.model, event.phase, now)
+        self._publish(ENGINE_STATUS, engine_status_payload(self._device_id, event.to_dict(), self._wall()))
+
+
+def plan_detector(config: AppConfig, engine: InstalledEngine) -> tuple[DetectorLayout, int]:
+    """The detector layout (appliance.modelrepo.layout: from the config and the engine's build-time timing) and
+    the scheduler's ``max_inflight`` (the config's, else enough to keep it busy)."""
+    cameras, model = config.cameras, config.model
+    offered_fps = sum(camera.fps or math.inf for camera in cameras)
+    layout = detector_layout(engine.triton_kind, len(cameras), model.max_batch_size, model.detector_instances,
+                             offered_fps=offered_fps, frame_ms=engine.frame_ms)
+    max_inflight = config.pipeline.max_inflight or layout.requests_to_keep_busy()
+    log.info("detector layout: %s (%s, %d camera(s) offering %s, %s); %d request(s) in flight at most%s",
+             layout.describe(), engine.triton_kind, len(cameras),
+             "frames as fast as their sources" if math.isinf(offered_fps) else f"{offered_fps:g} fps",
+             "model.detector_instances set" if model.detector_instances
+             else "no build timing" if engine.frame_ms is None
+             else f"{engine.frame_ms:.1f} ms per frame on every core",
+             max_inflight, "" if config.pipeline.max_inflight else " (enough to keep it busy)")
+    return layout, max_inflight
+
+
+def plan_warmup(config: AppConfig, max_inflight: int | None) -> WarmupPlan:
+    """Warm-up frames as the cameras deliver them (each size and channel order once), as many at once as the
+    scheduler keeps in flight (the detector's batches and instances)."""
+    shapes = dict.fromkeys(FrameShape(c.height, c.width, c.pixel_format.upper()) for c in config.cameras)
+    return WarmupPlan(frames=config.pipeline.warmup_frames, shapes=tuple(shapes),
+                      concurrency=min(max_inflight or 1, WARMUP_MAX_CONCURRENCY))
