@@ -107,14 +107,14 @@ def test_the_start_up_build_reports_every_phase_on_mqtt_and_a_restart_reports_th
         for expected_end in ("done", "cached"):  # a first start builds, a second finds the engine in the cache
             received.clear()
             app = Appliance(config)
+            connected = app._start_publisher()  # the first two start steps; the rest needs Triton and cameras
             try:
-                app._start_publisher()
-                wait_until(lambda: app.publisher.state is State.CONNECTED, 20, 0.05, "the publisher to connect")
-                app._build_engine()
+                wait_until(lambda: connected.publisher.state is State.CONNECTED, 20, 0.05, "the publisher to connect")
+                app._build_engine(connected)
                 wait_until(lambda: any(m["phase"] == expected_end for m in received), 20, 0.05,
                            f"engine status phase {expected_end!r}")
             finally:
-                app.stop()
+                connected.publisher.stop()
             for message in received:
                 validate_message("engine_status", {k: v for k, v in message.items() if k != "_retained"})
             phases = [m["phase"] for m in received]
