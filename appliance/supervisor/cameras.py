@@ -1,19 +1,27 @@
-"""Cameras under supervision: capture processes as restartable children, and their status for MQTT."""
+"""Cameras under supervision: capture processes as restartable children, their rings and the doorbell they ring
+(``Capture``, the capture start step's part), and their status for MQTT."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from appliance.capture import (CaptureHealth, CaptureProcess, CaptureStartError, CaptureState, RingError,
-                               RingReader)
+from appliance.backoff import RestartPolicy
+from appliance.capture import (CameraConfig, CaptureHealth, CaptureProcess, CaptureStartError, CaptureState,
+                               RingDirectory, RingError, RingReader)
+from appliance.capture.doorbell import Doorbell
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import CameraState, CameraStatus
+from appliance.supervisor.children import ChildSupervisor
 
-if TYPE_CHECKING:  # annotation only: the publisher module loads paho
+if TYPE_CHECKING:  # annotations only: the publisher module loads paho
     from appliance.mqtt.publisher import MqttPublisher
+    from appliance.supervisor.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -103,3 +111,55 @@ class CaptureChild:
     @property
     def exitcode(self) -> int | None:
         return self._failed_exitcode if self._failed_exitcode is not None else self.process.exitcode
+
+
+@dataclass(frozen=True)
+class Capture:
+    """The cameras' capture side: a capture process per camera (the appliance's child supervisor starts and
+    restarts them), their rings in this run's private folder, and the doorbell they ring when a frame is written
+    (it wakes the scheduler)."""
+
+    doorbell: Doorbell
+    rings: RingDirectory
+    cameras: Mapping[str, SupervisedCamera]
+
+    def open_readers(self, configs: Sequence[CameraConfig], scheduler: Scheduler,
+                     on_error: Callable[[str], None]) -> None:
+        """The scheduler's reader on each camera's ring; a ring that could not even be created (e.g. /dev/shm
+        full) is said and skipped: that camera is not inferred, the others are."""
+        for camera in configs:
+            cam = self.cameras[camera.id]
+            try:
+                cam.reader = RingReader(cam.capture.ring_path)
+            except RingError as exc:
+                on_error(f"camera {camera.id}: {exc}")
+                log.error("camera %s will not be inferred: %s", camera.id, exc)
+                continue
+            scheduler.add_camera(camera.id, cam.reader, camera.fps)
+
+    def close(self) -> None:
+        """Each camera's reader and ring (their processes were stopped first), the ring folder, the doorbell."""
+        for cam in self.cameras.values():
+            cam.close()
+        self.rings.close()
+        self.doorbell.close()
+
+
+def set_up_capture(configs: Sequence[CameraConfig], shm_root: Path, children: ChildSupervisor,
+                   step: Callable[[str], None]) -> Capture:
+    """A capture process per camera, registered with ``children`` (not started: ``children.start_all()``), its
+    ring in a fresh private folder under ``shm_root`` (docs/capture.md); ``step`` says which camera is next."""
+    doorbell = Doorbell()
+    try:
+        rings = RingDirectory.create(shm_root)
+    except BaseException:
+        doorbell.close()  # what this step made, before the appliance stops what the steps before it did
+        raise
+    cameras = {}
+    for camera in configs:
+        step(f"camera {camera.id}")
+        process = CaptureProcess(camera, shm_root=rings.path, doorbell=doorbell.address)
+        cameras[camera.id] = SupervisedCamera(camera.id, process)
+        children.register(f"camera:{camera.id}", functools.partial(CaptureChild, process), RestartPolicy(
+            initial_backoff_s=camera.backoff.initial_s, max_backoff_s=camera.backoff.max_s))
+    return Capture(doorbell, rings, cameras)

@@ -23,7 +23,7 @@ from appliance.mqtt.publisher import State
 from appliance.mqtt.schema import load_schema
 from appliance.mqtt.topics import check_camera_id
 from appliance.supervisor.app import Appliance
-from appliance.supervisor.enginestatus import TOPIC, EngineStatusForwarder
+from appliance.supervisor.detectorsetup import ENGINE_STATUS, EngineStatusForwarder
 
 
 class Clock:
@@ -58,7 +58,7 @@ def test_each_phase_and_each_end_is_published_and_ticks_within_a_phase_are_thinn
     forward(_event("done", 100))  # a final event is never held back
     assert [(p["phase"], p["percent"]) for _, p in sent] == [
         ("fingerprint", 0), ("parse", 5), ("build", 10), ("build", 60), ("verify", 80), ("done", 100), ("done", 100)]
-    assert {suffix for suffix, _ in sent} == {TOPIC}
+    assert {suffix for suffix, _ in sent} == {ENGINE_STATUS}
     for _, payload in sent:
         validate_message("engine_status", payload)
     assert sent[0][1]["time"] == "2023-11-14T22:13:20.000Z" and sent[0][1]["device_id"] == "dev1"
@@ -107,14 +107,14 @@ def test_the_start_up_build_reports_every_phase_on_mqtt_and_a_restart_reports_th
         for expected_end in ("done", "cached"):  # a first start builds, a second finds the engine in the cache
             received.clear()
             app = Appliance(config)
+            connected = app._start_publisher()  # the first two start steps; the rest needs Triton and cameras
             try:
-                app._start_publisher()
-                wait_until(lambda: app.publisher.state is State.CONNECTED, 20, 0.05, "the publisher to connect")
-                app._build_engine()
+                wait_until(lambda: connected.publisher.state is State.CONNECTED, 20, 0.05, "the publisher to connect")
+                app._build_engine(connected)
                 wait_until(lambda: any(m["phase"] == expected_end for m in received), 20, 0.05,
                            f"engine status phase {expected_end!r}")
             finally:
-                app.stop()
+                connected.publisher.stop()
             for message in received:
                 validate_message("engine_status", {k: v for k, v in message.items() if k != "_retained"})
             phases = [m["phase"] for m in received]

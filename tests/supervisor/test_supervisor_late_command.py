@@ -1,4 +1,4 @@
-"""The ``ota`` command is registered before the publisher connects (supervisor/latecommand.py): a command that
+"""The ``ota`` command is registered before the publisher connects (servedmodel.LateHandler): a command that
 arrives before the OTA manager runs (a rollback the broker kept for the device while it was away) waits for it
 and then runs, instead of answering ``unknown_command`` and being lost; one that waits too long, or arrives while
 the appliance stops, gets a ``failed`` reply saying why. Real mosquitto, real publisher, real command topics."""
@@ -14,7 +14,7 @@ import pytest
 
 from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher
-from appliance.supervisor.latecommand import LateHandler
+from appliance.supervisor.servedmodel import LateHandler
 from support.daemon import Subscriber
 from support.mosquitto import Mosquitto
 from support.wait import wait_until

@@ -1,5 +1,5 @@
 """``appliance_frames_skipped_total{camera}``: frames a newer one replaced in the ring before inference took one
-(latest wins), set from the scheduler's counts on every tick of the Appliance."""
+(latest wins), set from the scheduler's counts on every tick of the Appliance (``reporting.record_metrics``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from appliance.appconfig.app import AppConfig
-from appliance.supervisor.app import Appliance
+from appliance.health.metrics import ApplianceMetrics
+from appliance.supervisor import reporting
 from appliance.supervisor.scheduler import Scheduler
 
 
@@ -43,42 +43,42 @@ class Camera:
         return Lease(newer[-1]) if newer else None
 
 
-def _skipped(app: Appliance) -> dict[str, float]:
-    return {s.labels["camera"]: s.value for family in text_string_to_metric_families(app.metrics.render().decode())
+def _skipped(metrics: ApplianceMetrics) -> dict[str, float]:
+    return {s.labels["camera"]: s.value for family in text_string_to_metric_families(metrics.render().decode())
             for s in family.samples if s.name == "appliance_frames_skipped_total"}
 
 
 def test_the_tick_exports_the_frames_the_scheduler_skipped() -> None:
-    config = AppConfig.model_validate({
-        "device": {"id": "skip"}, "mqtt": {"host": "127.0.0.1"}, "health": {"tegrastats_interval_ms": None},
-        "cameras": [{"id": cid, "source": {"type": "images", "path": "/nonexistent"}, "width": 64, "height": 64,
-                     "fps": 2} for cid in ("c1", "c2")]})
-    app = Appliance(config)
+    metrics = ApplianceMetrics()
     pending: list[Future[Any]] = []
 
     def submit(camera_id: str, lease: Any) -> Future[Any]:
         pending.append(Future())
         return pending[-1]
 
-    app.scheduler = Scheduler(submit, lambda *a: None, per_camera_inflight=1)  # stepped here, never started
+    scheduler = Scheduler(submit, lambda *a: None, per_camera_inflight=1)  # stepped here, never started
+
+    def tick() -> None:  # the scheduler's part of Appliance.tick
+        reporting.record_metrics(metrics, None, scheduler)
+
     c1, c2 = Camera(), Camera()
-    app.scheduler.add_camera("c1", c1, None)
-    app.scheduler.add_camera("c2", c2, None)
+    scheduler.add_camera("c1", c1, None)
+    scheduler.add_camera("c2", c2, None)
     c1.capture()
-    app.scheduler.step()  # c1's frame 1 in flight; c2 has none yet
-    app.tick()
-    assert _skipped(app) == {"c1": 0, "c2": 0}  # exported from the first tick, before any frame is skipped
+    scheduler.step()  # c1's frame 1 in flight; c2 has none yet
+    tick()
+    assert _skipped(metrics) == {"c1": 0, "c2": 0}  # exported from the first tick, before any frame is skipped
 
     c1.capture(4)  # frames 2..5 arrive while frame 1 is in flight: 2, 3 and 4 are replaced by 5
     pending[0].set_result(None)
-    app.scheduler.step()
-    app.tick()
-    assert _skipped(app) == {"c1": 3, "c2": 0}
+    scheduler.step()
+    tick()
+    assert _skipped(metrics) == {"c1": 3, "c2": 0}
 
     c1.capture(3)  # 6, 7 replaced by 8: the counter grows by what is new, not by the running total again
     pending[1].set_result(None)
-    app.scheduler.step()
-    app.tick()
-    app.tick()
-    assert _skipped(app) == {"c1": 5, "c2": 0}
-    assert [slot.skipped for slot in app.scheduler.cameras()] == [5, 0]
+    scheduler.step()
+    tick()
+    tick()
+    assert _skipped(metrics) == {"c1": 5, "c2": 0}
+    assert [slot.skipped for slot in scheduler.cameras()] == [5, 0]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.supervisor.leftovers import reclaim_leftovers
+from appliance.supervisor.tritonorphans import reclaim_triton_orphans
 
 
 def _dead_pid() -> int:
@@ -41,11 +41,11 @@ def test_stubs_of_a_dead_server_are_ended_and_live_ones_kept(tmp_path: Path) -> 
     orphan = _fake_stub(_dead_pid())
     ours = _fake_stub(os.getpid())
     try:
-        done = reclaim_leftovers(shm_root=tmp_path)
+        done = reclaim_triton_orphans(shm_root=tmp_path)
         # Other orphaned stubs on this machine (a crashed run elsewhere) may be reclaimed too; ours must not be.
         assert orphan.pid in done.stubs and ours.pid not in done.stubs
         assert orphan.wait(timeout=10) == -9
-        os.kill(ours.pid, signal.SIGUSR1)  # the sentinel, sent after anything reclaim_leftovers sent
+        os.kill(ours.pid, signal.SIGUSR1)  # the sentinel, sent after anything reclaim_triton_orphans sent
         assert ours.stdout is not None and ours.stdout.readline() == "alive\n"
         assert ours.poll() is None
     finally:
@@ -63,14 +63,14 @@ def test_regions_of_dead_servers_are_removed_and_others_kept(tmp_path: Path) -> 
     foreign = [tmp_path / "appliance-cam-line1.ring", tmp_path / "other_123_x", tmp_path / "appliance_notapid_x"]
     for path in [*stale, live, *foreign]:
         path.write_bytes(b"x")
-    done = reclaim_leftovers(shm_root=tmp_path)
+    done = reclaim_triton_orphans(shm_root=tmp_path)
     assert sorted(done.regions) == sorted(stale)
     assert not any(p.exists() for p in stale)
     assert live.exists() and all(p.exists() for p in foreign)
 
 
 def test_nothing_to_do_is_quiet(tmp_path: Path) -> None:
-    done = reclaim_leftovers(shm_root=tmp_path)
+    done = reclaim_triton_orphans(shm_root=tmp_path)
     assert done.stubs == [] and done.regions == []
 
 
@@ -82,6 +82,6 @@ def test_another_users_region_is_kept_and_logged(tmp_path: Path, caplog: pytest.
         path.write_bytes(b"x")
     os.chown(theirs, 65534, 65534)  # nobody (the tests run as root)
     with caplog.at_level(logging.WARNING):
-        done = reclaim_leftovers(shm_root=tmp_path)
+        done = reclaim_triton_orphans(shm_root=tmp_path)
     assert done.regions == [ours] and theirs.exists()
     assert any(f"{theirs} alone" in r.getMessage() and "uid 65534" in r.getMessage() for r in caplog.records)

@@ -1,4 +1,5 @@
-"""Clean up after an appliance that died without stopping (SIGKILL, OOM kill, power loss in a container).
+"""Triton model processes and shared-memory regions orphaned by an appliance that died without stopping (SIGKILL,
+OOM kill, power loss in a container), reclaimed at start.
 
 Triton's Python-backend stubs do not exit when their server process dies: each keeps a model (and its
 memory) loaded, and its shared-memory region stays in /dev/shm. At start the supervisor ends the stubs whose
@@ -25,8 +26,8 @@ class Reclaimed:
     regions: list[Path] = field(default_factory=list)
 
 
-def reclaim_leftovers(prefix: str = REGION_PREFIX, proc: Path = Path("/proc"), shm_root: Path = Path("/dev/shm"),
-                      kill: bool = True) -> Reclaimed:  # fmt: skip
+def reclaim_triton_orphans(prefix: str = REGION_PREFIX, proc: Path = Path("/proc"),
+                           shm_root: Path = Path("/dev/shm"), kill: bool = True) -> Reclaimed:
     """End stubs whose server died and remove shared-memory regions of dead servers; say what was done.
 
     Only this user's stubs and regions are touched: a pid missing from ``proc`` may be another user's live process

@@ -1,0 +1,133 @@
+"""The running appliance as a value: one frozen record per start step, each the record before it plus the part its
+step started, in start order:
+
+``Connected`` (the MQTT publisher) -> ``Built`` (the engine and the detector's plan) -> ``TritonUp`` (embedded
+Triton) -> ``Serving`` (the OTA manager serves a model, recovery watches it) -> ``Capturing`` (a capture process
+per camera) -> ``Running`` (the scheduler feeds the frame path; the health endpoint).
+
+``Appliance`` holds the latest record, and its ``stop`` ends what that record names. A step that fails stops what
+it started itself before it raises, so a record only ever names parts that run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.appconfig.app import AppConfig
+from appliance.health.metrics import ApplianceMetrics
+from appliance.health.server import HealthServer
+from appliance.mqtt.publisher import MqttPublisher
+from appliance.detector.calibration.collector import start_calibration_feed
+from appliance.supervisor.cameras import Capture
+from appliance.supervisor.detectorsetup import DetectorSetup
+from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
+from appliance.supervisor.framepath import FramePath
+from appliance.supervisor.scheduler import Scheduler
+from appliance.supervisor.servedmodel import Served
+from appliance.supervisor.snapshots import SnapshotWorker
+from appliance.triton.server import Server
+
+log = logging.getLogger("appliance.supervisor")
+# The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
+# often anyway, in case a capture process could not ring (a missed ring costs at most this much latency).
+IDLE_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Stage:
+    """How far the start got; this base record: nothing yet (the appliance's own monitors aside)."""
+
+
+@dataclass(frozen=True)
+class Connected(Stage):
+    """The publisher runs: messages spool until the broker answers, the ``status`` and ``ota`` commands answer."""
+
+    publisher: MqttPublisher
+
+
+@dataclass(frozen=True)
+class Built(Connected):
+    """The base model's engine is built (or was in the cache) and the detector planned for these cameras."""
+
+    detector: DetectorSetup
+
+
+@dataclass(frozen=True)
+class TritonUp(Built):
+    """Embedded Triton runs; it serves nothing yet."""
+
+    server: Server
+
+
+@dataclass(frozen=True)
+class Serving(TritonUp):
+    """A model is served (the active OTA version, else the base model), warmed up and watched for failures."""
+
+    served: Served
+
+
+@dataclass(frozen=True)
+class Capturing(Serving):
+    """A capture process per camera, each writing its ring."""
+
+    capture: Capture
+
+
+@dataclass(frozen=True)
+class Running(Capturing):
+    """Frames flow from the rings to the publisher; the health endpoint serves when ``health.enabled``."""
+
+    inference: Inference
+    health_server: HealthServer | None
+
+
+@dataclass(frozen=True)
+class Inference:
+    """The scheduler leasing frames from the rings into the frame path, with each camera's analytics (kept across
+    model switches) and the worker that encodes their snapshots; the frame path holds the calibration feed."""
+
+    frames: FramePath
+    scheduler: Scheduler
+    analytics: Mapping[str, CameraAnalytics]  # per camera with an ``analytics:`` section
+    snapshots: SnapshotWorker | None  # when a camera takes snapshots
+
+    def stop(self, drain_timeout_s: float) -> None:
+        """No new frames; in-flight ones drain (their detections spool), then what they queued is written."""
+        if not self.scheduler.stop(drain_timeout_s):
+            log.warning("stop: gave up waiting for in-flight frames after %.1f s", drain_timeout_s)
+        if self.snapshots is not None:  # what the drained frames queued, before the publisher closes
+            self.snapshots.stop()
+        if self.frames.calibration is not None:
+            self.frames.calibration.stop()
+
+
+def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str, Path], metrics: ApplianceMetrics,
+                    *, clock: Callable[[], float], on_error: Callable[[str], None]) -> Inference:
+    """Analytics for the served model's classes, the frame path through the router, and the scheduler reading
+    every camera's ring, started; ``on_error`` takes the appliance's last error (status line, health summary)."""
+    served, engine = capturing.served, capturing.detector.engine
+    with ExitStack() as undo:  # what this step started, stopped if a later part of it fails
+        route = served.router.current()
+        analytics, snapshots = start_analytics(config.cameras, route.class_names if route else (),
+                                               capturing.publisher, metrics, paths["state_dir"] / "snapshots")
+        if snapshots is not None:
+            undo.callback(snapshots.stop)
+        calibration = start_calibration_feed(paths["engines_dir"], engine.model, paths["state_dir"],
+                                             len(config.cameras), engine.precision)
+        if calibration is not None:
+            undo.callback(calibration.stop)
+        frames = FramePath(capturing.server, served.router, capturing.publisher, served.recovery, metrics,
+                           request_timeout_s=config.pipeline.request_timeout_s, on_error=on_error,
+                           analytics=analytics, calibration=calibration)
+        scheduler = Scheduler(frames.submit, frames.on_result, max_inflight=capturing.detector.max_inflight,
+                              per_camera_inflight=config.pipeline.per_camera_inflight, clock=clock,
+                              gate=served.recovery.drop_reason, on_drop=frames.on_drop,
+                              wakeup=capturing.capture.doorbell, idle_wait_s=IDLE_POLL_S)
+        capturing.capture.open_readers(config.cameras, scheduler, on_error)
+        scheduler.start()
+        undo.pop_all()  # all of it runs: Appliance.stop ends it from here on
+    return Inference(frames, scheduler, analytics, snapshots)
