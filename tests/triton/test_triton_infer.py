@@ -135,7 +135,7 @@ def shm_dir() -> Iterator[Path]:
 def test_a_capture_lease_goes_to_triton_in_place_and_its_slot_returns_to_the_writer(
     server: Server, shm_dir: Path
 ) -> None:
-    """The production link (the scheduler leases, ``Appliance._submit`` hands the slot to Triton with the lease's
+    """The production link (the scheduler leases, ``FramePath.submit`` hands the slot to Triton with the lease's
     release as the callback) on a real capture ring: no copy, the right result, the slot back after the response."""
     path = ring_path(shm_dir, "cam0")
     geometry = RingGeometry(width=640, height=480, slots=3)
@@ -145,7 +145,7 @@ def test_a_capture_lease_goes_to_triton_in_place_and_its_slot_returns_to_the_wri
         futures: list[Future] = []
         handed_on: list[int] = []
 
-        def submit(camera_id: str, lease: FrameLease) -> Future:  # as Appliance._submit, on the test "frame" model
+        def submit(camera_id: str, lease: FrameLease) -> Future:  # as FramePath.submit, on the test "frame" model
             leases.append(lease)
             futures.append(server.infer_async("frame", {"FRAME": lease.array}, timeout_s=WAIT,
                                               request_id=f"{camera_id}:{lease.meta.seq}",

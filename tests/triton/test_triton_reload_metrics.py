@@ -65,7 +65,7 @@ def _workload(repo: Path) -> int:
 
     server = Server(ServerOptions(repositories=[repo], startup_models=[MODEL])).start(timeout=120)
 
-    def submit(camera_id: str, lease: Lease):  # as Appliance._submit: zero-copy input, lease released by Triton
+    def submit(camera_id: str, lease: Lease):  # as FramePath.submit: zero-copy input, lease released by Triton
         return server.infer_async(MODEL, {"IMAGE": lease.array}, request_id=f"{camera_id}:{lease.meta.seq}",
                                   timeout_s=10, on_inputs_released=lease.release)
 
