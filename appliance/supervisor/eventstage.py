@@ -32,8 +32,7 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.events import Analytics, Event
-from appliance.detections import NO_TRACK
-from appliance.mqtt.messages import Detection, DetectionsMessage, EventMessage
+from appliance.mqtt.messages import DetectionsMessage, EventMessage
 from appliance.supervisor.snapshots import DrawnBox, SnapshotJob, SnapshotStore, SnapshotWorker, clamp_box
 
 log = logging.getLogger("appliance.supervisor")
@@ -51,20 +50,6 @@ class AnalyticsMetrics(Protocol):
     """appliance.health.metrics.ApplianceMetrics."""
 
     def record_analytics_step(self, camera_id: str, seconds: float, event_types: Sequence[str]) -> None: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class _Arrays:
-    boxes: np.ndarray
-    scores: np.ndarray
-    class_ids: np.ndarray
-
-
-def _arrays(detections: Sequence[Detection]) -> _Arrays:
-    n = len(detections)
-    return _Arrays(np.array([d.box for d in detections], dtype=np.float32).reshape(n, 4),
-                   np.array([d.score for d in detections], dtype=np.float32),
-                   np.array([d.class_id for d in detections], dtype=np.int64))
 
 
 class CameraAnalytics:
@@ -93,12 +78,9 @@ class CameraAnalytics:
         """``message`` with every detection's ``track_id`` set; the snapshot handed to the worker; the events and
         counts kept for :meth:`publish_pending`, which the frame path calls once the message is spooled."""
         started = time.perf_counter()
-        arrays = _arrays(message.detections)
         with self._lock:
-            track_ids, events, changed = self.analytics.step(int(meta.seq), float(meta.t_utc), arrays)
-            detections = [dataclasses.replace(d, track_id=None if t == NO_TRACK else t)
-                          for d, t in zip(message.detections, track_ids.tolist())]
-            message = dataclasses.replace(message, detections=detections)
+            track_ids, events, changed = self.analytics.step(int(meta.seq), float(meta.t_utc), message.detections)
+            message = dataclasses.replace(message, detections=message.detections.with_track_ids(track_ids))
             if events:
                 self._last_seq = events[-1].seq
                 self.events_by_type.update(e.type for e in events)
@@ -124,7 +106,7 @@ class CameraAnalytics:
             return None
         width, height = message.image_width, message.image_height
         boxes = [DrawnBox(clamp_box(d.box, width, height), d.track_id, d.class_name, d.score)
-                 for d in message.detections]
+                 for d in message.detections.rows()]
         job = SnapshotJob(uuid.uuid4().hex, self.camera_id, int(meta.seq), float(meta.t_utc), pixels,
                           str(meta.pixel_format), boxes, [e.event_id for e in events],
                           frozenset(e.track_id for e in events))
