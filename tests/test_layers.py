@@ -13,7 +13,8 @@ PACKAGE = REPO / "appliance"
 
 # Lowest first. Within a floor, packages do not import each other.
 FLOORS: list[set[str]] = [
-    {"config", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "__init__", "detector"},  # the toolkit
+    {"config", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "detections", "__init__",
+     "detector"},                                                                # the toolkit
     {"backoff", "analytics", "triton", "detector.profile", "detector.buildprofile", "detector.source"},  # libraries
     {"detector.prepost", "capture", "mqtt"},                                     # frames in, messages out
     {"health", "detector.repository", "detector.calibration", "sparkplug"},     # sparkplug: a second MQTT face

@@ -1,4 +1,4 @@
-"""One camera's analytics: a frame's detections in; tracked detections, events and counts out.
+"""One camera's analytics: a frame's detections in; each row's track id, events and counts out.
 
 :meth:`Analytics.step` filters by class, tracks, then lets each confirmed track seen in the frame settle its zone
 and line moves through their hysteresis; a lost track fires nothing until it is seen again or removed. ``seq``
@@ -17,12 +17,14 @@ import numpy as np
 from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.tracker import ByteTracker
 from appliance.analytics.zones import Layout, anchor_points
+from appliance.detections import NO_TRACK
 
 EventType = Literal["enter", "exit", "cross", "dwell"]
 
 
 class DetectionArrays(Protocol):
-    """What a frame's detections look like (appliance.detector.prepost.pipeline.Detections fits)."""
+    """What a frame's detections look like (appliance.detections.Detections fits, and so does
+    appliance.detector.prepost.pipeline.Detections)."""
 
     @property
     def boxes(self) -> np.ndarray: ...     # [K, 4] xyxy frame pixels
@@ -30,14 +32,6 @@ class DetectionArrays(Protocol):
     def scores(self) -> np.ndarray: ...    # [K]
     @property
     def class_ids(self) -> np.ndarray: ...  # [K]
-
-
-@dataclass(frozen=True)
-class TrackedDetections:
-    boxes: np.ndarray      # [K, 4] float32 xyxy
-    scores: np.ndarray     # [K] float32
-    class_ids: np.ndarray  # [K] int32
-    track_ids: np.ndarray  # [K] int64, -1 where the track is not confirmed yet
 
 
 @dataclass(frozen=True)
@@ -109,10 +103,11 @@ class Analytics:
         return int(len(self._ids))
 
     def step(self, frame_seq: int, capture_time: float,
-             detections: DetectionArrays) -> tuple[TrackedDetections, list[Event], bool]:
-        """One frame of this camera (in frame order): (tracked detections, events, whether counts changed).
-        Frames missing from the sequence (dropped during a recovery, skipped under load) age lost tracks too:
-        the tracker is told the gap in ``frame_seq`` (1 for the first frame, or if the sequence went back)."""
+             detections: DetectionArrays) -> tuple[np.ndarray, list[Event], bool]:
+        """One frame of this camera (in frame order): (the track id of each row of ``detections``, ``NO_TRACK``
+        where it has none; events; whether counts changed). Frames missing from the sequence (dropped during a
+        recovery, skipped under load) age lost tracks too: the tracker is told the gap in ``frame_seq`` (1 for
+        the first frame, or if the sequence went back)."""
         class_ids = np.asarray(detections.class_ids, dtype=np.int64)
         known = (class_ids >= 0) & (class_ids < len(self._min_score))
         min_scores = np.full(len(class_ids), np.inf, dtype=np.float32)
@@ -124,7 +119,8 @@ class Analytics:
         previous, self._frame_seq = self._frame_seq, frame_seq
         gap = frame_seq - previous if previous is not None and frame_seq > previous else 1
         ts = self.tracker.step(boxes, scores, classes, min_scores[allowed], frames=gap)
-        tracked = TrackedDetections(boxes[ts.det_index], scores[ts.det_index], classes[ts.det_index], ts.track_ids)
+        track_ids = np.full(len(class_ids), NO_TRACK, dtype=np.int64)
+        track_ids[allowed[ts.det_index]] = ts.track_ids  # the tracker's rows kept, as rows of the input
 
         events: list[Event] = []
         ctx = (frame_seq, capture_time)
@@ -143,7 +139,7 @@ class Analytics:
             self._lines(rows, points, info, events, ctx)
             self._last[rows], self._seen_at[rows] = points, frame_seq
             self._class[rows], self._score[rows] = det_classes, det_scores
-        return tracked, events, bool(events)
+        return track_ids, events, bool(events)
 
     # -- state per confirmed track --------------------------------------------------------------------------
 

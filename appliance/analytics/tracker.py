@@ -14,8 +14,7 @@ from scipy.optimize import linear_sum_assignment
 
 from appliance.analytics.config import TrackerConfig
 from appliance.analytics.kalman import KalmanBoxes, cxcywh_to_xyxy, xyxy_to_cxcywh
-
-NO_TRACK = -1
+from appliance.detections import NO_TRACK
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -18,10 +18,10 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.bench._broker import start_local_broker
+from appliance.detections import Detections
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.localbroker import LocalBroker
-from appliance.mqtt.messages import (Detection, DetectionsMessage, ModelInfo, detections_payload, encode,
-                                     new_message_id)
+from appliance.mqtt.messages import DetectionsMessage, ModelInfo, detections_payload, encode, new_message_id
 from appliance.mqtt.numbering import MessageCounter
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.mqtt.spool import Spool, SpoolRecord
@@ -31,7 +31,9 @@ MODEL = ModelInfo("yolov3-tiny", "1", "sha256:" + "0f" * 32)
 
 
 def _frame(camera: str, seq: int) -> DetectionsMessage:
-    dets = tuple(Detection(i % 80, "person", 0.5 + i / 20, (10.0 * i, 20.0, 10.0 * i + 60, 200.0)) for i in range(5))
+    rows = range(5)
+    dets = Detections.untracked([(10.0 * i, 20.0, 10.0 * i + 60, 200.0) for i in rows], [0.5 + i / 20 for i in rows],
+                                [i % 80 for i in rows], ("person",) * 80)
     return DetectionsMessage(camera, seq, time.time(), MODEL, 1280, 720, dets,
                              {"queue": 3.1, "inference": 21.7, "total": 26.0})
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
 
+from appliance.detections import Detections
+
 if TYPE_CHECKING:
     from appliance.mqtt.numbering import MessageNumber
     from appliance.mqtt.shared import PublisherStats
@@ -73,32 +75,6 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
-class Detection:
-    """One detected object; ``box`` is (x1, y1, x2, y2) in pixels of the original image."""
-
-    class_id: int
-    class_name: str
-    score: float
-    box: tuple[float, float, float, float]
-    track_id: Optional[int] = None  # the camera's analytics tracker's id; None: no analytics or not confirmed
-
-    def __post_init__(self) -> None:
-        if self.track_id is not None and (isinstance(self.track_id, bool) or not isinstance(self.track_id, int)
-                                          or self.track_id < 1):
-            raise ValueError(f"track_id must be an int >= 1 or None, got {self.track_id!r}")
-        if isinstance(self.class_id, bool) or not isinstance(self.class_id, int) or self.class_id < 0:
-            raise ValueError(f"class_id must be an int >= 0, got {self.class_id!r}")
-        score = _finite("score", self.score)
-        if not 0.0 <= score <= 1.0:
-            raise ValueError(f"score must be within [0, 1], got {self.score!r}")
-        if len(self.box) != 4:
-            raise ValueError(f"box must be (x1, y1, x2, y2), got {self.box!r}")
-        x1, y1, x2, y2 = (_finite("box coordinate", v) for v in self.box)
-        if x2 < x1 or y2 < y1:
-            raise ValueError(f"box must have x2 >= x1 and y2 >= y1, got {self.box!r}")
-
-
-@dataclass(frozen=True)
 class DetectionsMessage:
     """Everything one frame produced. ``capture_time`` is epoch seconds (UTC) from the capture process;
     ``latency_ms`` has exactly the ``LATENCY_STAGES``. The publisher numbers it (``appliance.mqtt.numbering``)."""
@@ -109,7 +85,7 @@ class DetectionsMessage:
     model: ModelInfo
     image_width: int
     image_height: int
-    detections: Sequence[Detection] = ()
+    detections: Detections = field(default_factory=Detections.empty)
     latency_ms: Mapping[str, float] = field(default_factory=dict)
     message_id: Optional[str] = None
 
@@ -127,9 +103,8 @@ class DetectionsMessage:
         for stage, ms in self.latency_ms.items():
             if _finite(f"latency_ms[{stage!r}]", ms) < 0:
                 raise ValueError(f"latency_ms[{stage!r}] must be >= 0, got {ms!r}")
-        for det in self.detections:
-            if not isinstance(det, Detection):
-                raise ValueError(f"detections must be Detection objects, got {type(det).__name__}")
+        if not isinstance(self.detections, Detections):
+            raise ValueError(f"detections must be Detections, got {type(self.detections).__name__}")
 
 
 def _clamp(v: float, hi: int) -> float:
@@ -152,9 +127,9 @@ def new_message_id() -> str:
 def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str,
                        number: MessageNumber) -> dict[str, Any]:
     dets = []
-    for d in msg.detections:
+    for d in msg.detections.rows():
         pixels, norm = _box_dicts(d.box, msg.image_width, msg.image_height)
-        dets.append({"class_id": d.class_id, "class_name": d.class_name, "score": round(float(d.score), 6),
+        dets.append({"class_id": d.class_id, "class_name": d.class_name, "score": round(d.score, 6),
                      "box": pixels, "box_norm": norm, "track_id": d.track_id})
     payload: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

@@ -7,10 +7,12 @@ caller, so tests drive it directly.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional, Sequence
+from typing import Optional
 
+import numpy as np
+
+from appliance.detections import Detections
 from appliance.mqtt.config import PublishConfig
-from appliance.mqtt.messages import Detection
 
 
 class PublishGate:
@@ -20,11 +22,12 @@ class PublishGate:
         self._next_due: Optional[float] = None
         self._last_signature: Optional[frozenset[tuple[int, int]]] = None
 
-    def _signature(self, detections: Sequence[Detection]) -> frozenset[tuple[int, int]]:
-        counts = Counter(d.class_id for d in detections if d.score >= self._config.min_score)
-        return frozenset(counts.items())
+    def _signature(self, detections: Detections) -> frozenset[tuple[int, int]]:
+        # In float64, as the Python float min_score is: a float32 comparison would round it first.
+        counted = detections.scores.astype(np.float64) >= self._config.min_score
+        return frozenset(Counter(detections.class_ids[counted].tolist()).items())
 
-    def admit(self, detections: Sequence[Detection], now: float) -> bool:
+    def admit(self, detections: Detections, now: float) -> bool:
         """True if this frame's detections should be published."""
         c = self._config
         if c.mode == "every_frame":

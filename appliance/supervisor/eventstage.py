@@ -10,10 +10,10 @@ them in order, and the detections message must carry the track ids). It costs ~0
 ``appliance_stage_latency_seconds{stage="analytics"}``; the only slow part, the snapshot JPEG, goes to
 :class:`~appliance.supervisor.snapshots.SnapshotWorker`.
 
-Per result: the detections get their ``track_id``; the events go to the durable spool (behind that frame's
-detections, so in order) and, when the frame had events and snapshots are on, the copied frame and its boxes
-go to the snapshot worker; the counts go out retained when they changed, and the tick republishes them every
-``counts_interval_s``.
+Per result: the detections get their ``track_id`` by row (the tracker names the rows it kept); the events go
+to the durable spool (behind that frame's detections, so in order) and, when the frame had events and snapshots
+are on, the copied frame and its boxes go to the snapshot worker; the counts go out retained when they changed,
+and the tick republishes them every ``counts_interval_s``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.events import Analytics, Event
-from appliance.mqtt.messages import Detection, DetectionsMessage, EventMessage
+from appliance.mqtt.messages import DetectionsMessage, EventMessage
 from appliance.supervisor.snapshots import DrawnBox, SnapshotJob, SnapshotStore, SnapshotWorker, clamp_box
 
 log = logging.getLogger("appliance.supervisor")
@@ -50,36 +50,6 @@ class AnalyticsMetrics(Protocol):
     """appliance.health.metrics.ApplianceMetrics."""
 
     def record_analytics_step(self, camera_id: str, seconds: float, event_types: Sequence[str]) -> None: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class _Arrays:
-    boxes: np.ndarray
-    scores: np.ndarray
-    class_ids: np.ndarray
-
-
-def _arrays(detections: Sequence[Detection]) -> _Arrays:
-    n = len(detections)
-    return _Arrays(np.array([d.box for d in detections], dtype=np.float32).reshape(n, 4),
-                   np.array([d.score for d in detections], dtype=np.float32),
-                   np.array([d.class_id for d in detections], dtype=np.int64))
-
-
-def _track_ids_by_row(arrays: _Arrays, boxes: np.ndarray, class_ids: np.ndarray,
-                      track_ids: np.ndarray) -> list[int | None]:
-    """The track id of each input row: the tracker hands back its detections (those of allowed classes) with
-    their boxes unchanged, so a row is found by its exact class and box."""
-    rows: dict[tuple[int, bytes], list[int]] = {}
-    for row in range(len(arrays.boxes)):
-        rows.setdefault((int(arrays.class_ids[row]), arrays.boxes[row].tobytes()), []).append(row)
-    found: list[int | None] = [None] * len(arrays.boxes)
-    for box, class_id, track_id in zip(boxes, class_ids, track_ids.tolist()):
-        candidates = rows.get((int(class_id), np.asarray(box, dtype=np.float32).tobytes()))
-        if candidates:
-            row = candidates.pop(0)
-            found[row] = int(track_id) if track_id > 0 else None
-    return found
 
 
 class CameraAnalytics:
@@ -108,12 +78,9 @@ class CameraAnalytics:
         """``message`` with every detection's ``track_id`` set; the snapshot handed to the worker; the events and
         counts kept for :meth:`publish_pending`, which the frame path calls once the message is spooled."""
         started = time.perf_counter()
-        arrays = _arrays(message.detections)
         with self._lock:
-            tracked, events, changed = self.analytics.step(int(meta.seq), float(meta.t_utc), arrays)
-            ids = _track_ids_by_row(arrays, tracked.boxes, tracked.class_ids, tracked.track_ids)
-            detections = [dataclasses.replace(d, track_id=t) for d, t in zip(message.detections, ids)]
-            message = dataclasses.replace(message, detections=detections)
+            track_ids, events, changed = self.analytics.step(int(meta.seq), float(meta.t_utc), message.detections)
+            message = dataclasses.replace(message, detections=message.detections.with_track_ids(track_ids))
             if events:
                 self._last_seq = events[-1].seq
                 self.events_by_type.update(e.type for e in events)
@@ -139,7 +106,7 @@ class CameraAnalytics:
             return None
         width, height = message.image_width, message.image_height
         boxes = [DrawnBox(clamp_box(d.box, width, height), d.track_id, d.class_name, d.score)
-                 for d in message.detections]
+                 for d in message.detections.rows()]
         job = SnapshotJob(uuid.uuid4().hex, self.camera_id, int(meta.seq), float(meta.t_utc), pixels,
                           str(meta.pixel_format), boxes, [e.event_id for e in events],
                           frozenset(e.track_id for e in events))

@@ -6,21 +6,21 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from appliance.mqtt.messages import Detection, DetectionsMessage, ModelInfo
+from appliance.detections import Detections
+from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 
 
 def detections_from_outputs(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
-                            class_names: Sequence[str]) -> list[Detection]:
-    """BOXES [K,4] (x1,y1,x2,y2 frame pixels), SCORES [K], CLASSES [K] -> Detection objects."""
+                            class_names: Sequence[str]) -> Detections:
+    """BOXES [K,4] (x1,y1,x2,y2 frame pixels), SCORES [K], CLASSES [K] -> untracked Detections, each score
+    clamped to [0, 1] (NaN counts as 0)."""
     if not (len(boxes) == len(scores) == len(classes)):
         raise ValueError(f"ensemble outputs disagree on the detection count: boxes {boxes.shape}, "
                          f"scores {scores.shape}, classes {classes.shape}")
-    found = []
-    for box, score, class_id in zip(boxes.tolist(), scores.tolist(), classes.tolist()):
-        cid = int(class_id)
-        name = class_names[cid] if 0 <= cid < len(class_names) else f"class_{cid}"
-        found.append(Detection(cid, name, min(1.0, max(0.0, float(score))), tuple(box)))
-    return found
+    scores = np.asarray(scores, dtype=np.float32)
+    scores = np.where(scores > 0.0, scores, np.float32(0.0))
+    scores = np.where(scores < 1.0, scores, np.float32(1.0))
+    return Detections.untracked(boxes, scores, classes, class_names)
 
 
 def build_message(meta: Any, outputs: Mapping[str, np.ndarray], model: ModelInfo, class_names: Sequence[str],

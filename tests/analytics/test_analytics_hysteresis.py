@@ -182,8 +182,8 @@ def run_with_gaps(a: Analytics, xs: list[float | None]) -> tuple[list[Event], se
     events: list[Event] = []
     ids: set[int] = set()
     for i, x in enumerate(xs):
-        tracked, evs, _ = a.step(i, i / FPS, frame(box_at(x, 300)) if x is not None else frame())
-        ids |= {int(t) for t in tracked.track_ids if t >= 0}
+        track_ids, evs, _ = a.step(i, i / FPS, frame(box_at(x, 300)) if x is not None else frame())
+        ids |= {int(t) for t in track_ids if t >= 0}
         events += evs
     return events, ids
 

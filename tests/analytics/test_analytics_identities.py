@@ -85,9 +85,9 @@ def test_identity_switches_on_a_hand_annotated_segment(vtest_detections: list[De
     analytics = Analytics("vtest", cfg, classes, 768, 576)
     tracked: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i, dets in enumerate(vtest_detections[:LAST + 1]):
-        t, _, _ = analytics.step(i, i / 10.0, dets)
-        confirmed = t.track_ids >= 0
-        tracked[i] = (t.boxes[confirmed].astype(np.float64), t.track_ids[confirmed])
+        track_ids, _, _ = analytics.step(i, i / 10.0, dets)
+        confirmed = track_ids >= 0
+        tracked[i] = (dets.boxes[confirmed].astype(np.float64), track_ids[confirmed])
     history = identity_switches(tracked)
     assert all(history.values()), f"someone was never paired with a track: {history}"
     switches = sum(len(ids) - 1 for ids in history.values())

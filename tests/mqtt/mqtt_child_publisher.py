@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+from appliance.detections import Detections
 from appliance.mqtt.config import MqttConfig
-from appliance.mqtt.messages import Detection, DetectionsMessage, ModelInfo
+from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.mqtt.publisher import MqttPublisher
 
 
@@ -44,7 +45,8 @@ def main() -> int:
         for cam in range(args.cameras):
             msg = DetectionsMessage(camera_id=f"cam{cam}", seq=seq, capture_time=time.time(), model=model,
                                     image_width=640, image_height=480,
-                                    detections=(Detection(0, "person", 0.9, (1.0, 2.0, 30.0, 40.0)),),
+                                    detections=Detections.untracked([(1.0, 2.0, 30.0, 40.0)], [0.9], [0],
+                                                                    ("person",)),
                                     latency_ms={"queue": 1.0, "inference": 11.0, "total": 12.0})
             publisher.publish_detections(msg)
             print(f"durable cam{cam} {seq}", flush=True)

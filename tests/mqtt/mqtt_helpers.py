@@ -16,8 +16,9 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.mqtt.config import MqttConfig
-from appliance.mqtt.messages import Detection, DetectionsMessage, ModelInfo
+from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.mqtt.schema import load_schema
+from support.detections import rows
 from support.mosquitto import Mosquitto, TlsMaterial
 
 MODEL = ModelInfo("yolov3-tiny", "1", "sha256:" + "ab" * 32)
@@ -135,8 +136,8 @@ def make_config(broker: Mosquitto, **overrides: Any) -> MqttConfig:
 
 
 def frame(camera: str, seq: int, n_dets: int = 2, t: Optional[float] = None) -> DetectionsMessage:
-    dets = tuple(Detection(class_id=i % 3, class_name=("person", "car", "dog")[i % 3], score=0.5 + 0.1 * (i % 4),
-                           box=(10.0 * i, 20.0, 10.0 * i + 50, 120.0)) for i in range(n_dets))
+    dets = rows(*((i % 3, ("person", "car", "dog")[i % 3], 0.5 + 0.1 * (i % 4), (10.0 * i, 20.0, 10.0 * i + 50, 120.0))
+                  for i in range(n_dets)))
     return DetectionsMessage(camera_id=camera, seq=seq, capture_time=t if t is not None else time.time(),
                              model=MODEL, image_width=640, image_height=480, detections=dets,
                              latency_ms={"queue": 1.5, "inference": 20.0, "total": 21.5})

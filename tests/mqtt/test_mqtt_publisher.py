@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from appliance.mqtt.errors import NotStartedError
-from appliance.mqtt.messages import CameraStatus, Detection
+from appliance.mqtt.messages import CameraStatus
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 from mqtt_helpers import frame, make_config, seqs_by_camera, set_aside_payloads, validate
+from support.detections import rows
 from support.mosquitto import Mosquitto, free_port
 from support.wait import wait_until
 
@@ -201,11 +202,11 @@ def test_publish_modes_on_change_and_fixed_rate(tmp_path: Path, broker: Mosquitt
                                           "belt": {"mode": "fixed_rate", "rate_hz": 2.0}})
     publisher = MqttPublisher(config, tmp_path / "spool.sqlite3", clock=clock)
     publisher.start()
-    person = (Detection(0, "person", 0.9, (1, 1, 5, 5)),)
-    two = person + (Detection(0, "person", 0.8, (6, 6, 9, 9)),)
+    person = (0, "person", 0.9, (1, 1, 5, 5))
+    two = (person, (0, "person", 0.8, (6, 6, 9, 9)))
     try:
         results = []
-        for seq, dets in enumerate([(), (), person, person, two, two, ()]):
+        for seq, dets in enumerate([rows(), rows(), rows(person), rows(person), rows(*two), rows(*two), rows()]):
             msg = frame("door", seq, n_dets=0)
             msg = type(msg)(**{**msg.__dict__, "detections": dets})
             results.append(publisher.publish_detections(msg))

@@ -62,7 +62,8 @@ class Feeders:
         self._lock = threading.Lock()
 
     def _run(self, i: int) -> None:
-        from appliance.mqtt.messages import Detection, DetectionsMessage, ModelInfo
+        from appliance.detections import Detections
+        from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 
         while not self._stop.is_set():
             route = self.router.acquire()
@@ -75,8 +76,7 @@ class Feeders:
                 with self._lock:
                     self._seq += 1
                     seq = self._seq
-                dets = tuple(Detection(int(c), route.class_names[int(c)], float(s), tuple(map(float, b)))
-                             for b, s, c in zip(out["BOXES"], out["SCORES"], out["CLASSES"]))
+                dets = Detections.untracked(out["BOXES"], out["SCORES"], out["CLASSES"], route.class_names)
                 self.publisher.publish_detections(DetectionsMessage(
                     camera_id=f"cam{i}", seq=seq, capture_time=time.time(),
                     model=ModelInfo(route.model, route.version or "base", route.model_hash),

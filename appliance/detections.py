@@ -1,0 +1,107 @@
+"""One frame's detections as columns, from the Triton result to the MQTT encoder.
+
+Row ``k`` of every column is one object. A reader that wants Python objects asks :meth:`Detections.rows` for
+them at the end of the path; everything before it works on the arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+NO_TRACK = -1  # a row's track id when it has none (no analytics, or its track is not confirmed yet)
+
+
+class Detection(NamedTuple):
+    """One row of :class:`Detections` as Python values; ``box`` is (x1, y1, x2, y2) in frame pixels."""
+
+    class_id: int
+    class_name: str
+    score: float
+    box: tuple[float, float, float, float]
+    track_id: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class Detections:
+    """A frame's detections. The columns are converted to these dtypes on construction (no copy when they
+    already have them) and checked, so a bad value fails in the code that made it."""
+
+    boxes: np.ndarray      # [K, 4] float32 xyxy, pixels of the frame
+    scores: np.ndarray     # [K] float32 within [0, 1]
+    class_ids: np.ndarray  # [K] int64 >= 0
+    track_ids: np.ndarray  # [K] int64 >= 1, or NO_TRACK
+    class_names: Sequence[str] = ()  # by class id; an id beyond them is named class_<id>
+
+    def __post_init__(self) -> None:
+        boxes = np.asarray(self.boxes, dtype=np.float32)
+        if boxes.size == 0:
+            boxes = boxes.reshape(0, 4)
+        elif boxes.ndim != 2 or boxes.shape[1] != 4:
+            raise ValueError(f"boxes must be [K, 4] (x1, y1, x2, y2), got shape {boxes.shape}")
+        columns: dict[str, np.ndarray] = {"scores": np.asarray(self.scores, dtype=np.float32),
+                                          "class_ids": np.asarray(self.class_ids, dtype=np.int64),
+                                          "track_ids": np.asarray(self.track_ids, dtype=np.int64)}
+        for name, column in columns.items():
+            if column.shape != (len(boxes),):
+                raise ValueError(f"{name} must be [K] with K = {len(boxes)} boxes, got shape {column.shape}")
+        object.__setattr__(self, "boxes", boxes)
+        for name, column in columns.items():
+            object.__setattr__(self, name, column)
+        self._check()
+
+    def _check(self) -> None:
+        boxes, scores, track_ids = self.boxes, self.scores, self.track_ids
+        finite = np.isfinite(boxes).all(axis=1)
+        checks = ((~finite, "box coordinate must be a finite number"),
+                  (finite & ((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])),
+                   "box must have x2 >= x1 and y2 >= y1"),
+                  (~np.isfinite(scores), "score must be a finite number"),
+                  ((scores < 0.0) | (scores > 1.0), "score must be within [0, 1]"),
+                  (self.class_ids < 0, "class_id must be an int >= 0"),
+                  ((track_ids < 1) & (track_ids != NO_TRACK), f"track_id must be >= 1 or NO_TRACK ({NO_TRACK})"))
+        for bad, text in checks:
+            if bad.any():
+                row = int(np.argmax(bad))
+                raise ValueError(f"{text}, got row {row}: class_id {int(self.class_ids[row])}, score "
+                                 f"{float(scores[row])!r}, box {tuple(boxes[row].tolist())}, "
+                                 f"track_id {int(track_ids[row])}")
+
+    @classmethod
+    def untracked(cls, boxes: Any, scores: Any, class_ids: Any, class_names: Sequence[str] = ()) -> Detections:
+        """Every row without a track id."""
+        return cls(boxes, scores, class_ids, np.full(len(np.asarray(class_ids)), NO_TRACK, dtype=np.int64),
+                   class_names)
+
+    @classmethod
+    def empty(cls, class_names: Sequence[str] = ()) -> Detections:
+        return cls.untracked(np.zeros((0, 4), dtype=np.float32), np.zeros(0, dtype=np.float32),
+                             np.zeros(0, dtype=np.int64), class_names)
+
+    def __len__(self) -> int:
+        return len(self.boxes)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Detections):
+            return NotImplemented
+        return (tuple(self.class_names) == tuple(other.class_names) and np.array_equal(self.boxes, other.boxes)
+                and np.array_equal(self.scores, other.scores) and np.array_equal(self.class_ids, other.class_ids)
+                and np.array_equal(self.track_ids, other.track_ids))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable arrays inside
+
+    def with_track_ids(self, track_ids: np.ndarray) -> Detections:
+        """The same rows with these track ids ([K], by row; NO_TRACK where none)."""
+        return replace(self, track_ids=track_ids)
+
+    def class_name(self, class_id: int) -> str:
+        names = self.class_names
+        return names[class_id] if 0 <= class_id < len(names) else f"class_{class_id}"
+
+    def rows(self) -> list[Detection]:
+        """Each row as a :class:`Detection`, for a reader that goes through them one by one."""
+        return [Detection(c, self.class_name(c), s, (b[0], b[1], b[2], b[3]), None if t == NO_TRACK else t)
+                for c, s, b, t in zip(self.class_ids.tolist(), self.scores.tolist(), self.boxes.tolist(),
+                                       self.track_ids.tolist())]

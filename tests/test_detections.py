@@ -1,0 +1,99 @@
+"""Detections: a frame's detections as columns; converted and checked on construction, read back as rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from appliance.detections import NO_TRACK, Detection, Detections
+
+NAMES = ("person", "bicycle", "car")
+
+
+def two() -> Detections:
+    return Detections(np.array([[1, 2, 3, 4], [5, 6, 7, 8]], dtype=np.float32), np.array([0.5, 0.25], dtype=np.float32),
+                      np.array([2, 0], dtype=np.int32), np.array([NO_TRACK, 4]), NAMES)
+
+
+def test_columns_get_their_dtypes_without_a_copy_when_they_have_them() -> None:
+    boxes = np.zeros((2, 4), dtype=np.float32)
+    scores = np.zeros(2, dtype=np.float32)
+    d = Detections(boxes, scores, np.array([1, 2], dtype=np.int32), [NO_TRACK, 3])
+    assert d.boxes is boxes and d.scores is scores
+    assert (d.boxes.dtype, d.scores.dtype, d.class_ids.dtype, d.track_ids.dtype) == (
+        np.float32, np.float32, np.int64, np.int64)
+    assert len(d) == 2
+
+
+def test_empty_and_untracked() -> None:
+    empty = Detections.empty(NAMES)
+    assert len(empty) == 0 and empty.boxes.shape == (0, 4) and empty.rows() == []
+    assert Detections.untracked([], [], [], NAMES) == empty
+    untracked = Detections.untracked([[0, 0, 1, 1], [1, 1, 2, 2]], [0.5, 0.5], [0, 1])
+    assert untracked.track_ids.tolist() == [NO_TRACK, NO_TRACK]
+
+
+def test_rows_are_python_values_with_names_looked_up_and_no_track_as_none() -> None:
+    d = two()
+    assert d.rows() == [Detection(2, "car", 0.5, (1.0, 2.0, 3.0, 4.0), None),
+                        Detection(0, "person", 0.25, (5.0, 6.0, 7.0, 8.0), 4)]
+    row = d.rows()[0]
+    assert all(type(v) is float for v in row.box) and type(row.class_id) is int and type(row.score) is float
+
+
+def test_an_id_beyond_the_class_names_is_class_id() -> None:
+    d = Detections.untracked([[0, 0, 1, 1]], [0.5], [7], NAMES)
+    assert d.rows()[0].class_name == "class_7" and d.class_name(1) == "bicycle"
+    assert Detections.untracked([[0, 0, 1, 1]], [0.5], [0]).rows()[0].class_name == "class_0"
+
+
+def test_with_track_ids_keeps_every_other_column() -> None:
+    d = two()
+    tracked = d.with_track_ids(np.array([9, NO_TRACK]))
+    assert tracked.track_ids.tolist() == [9, NO_TRACK] and d.track_ids.tolist() == [NO_TRACK, 4]
+    assert tracked.boxes is d.boxes and tracked.class_ids is d.class_ids and tracked.class_names is d.class_names
+    with pytest.raises(ValueError, match="track_ids must be \\[K\\] with K = 2"):
+        d.with_track_ids(np.array([1]))
+
+
+def test_equality_compares_the_columns() -> None:
+    assert two() == two()
+    assert two() != two().with_track_ids(np.array([1, 4]))
+    assert two() != Detections(two().boxes, two().scores, two().class_ids, two().track_ids, ("other",))
+    with pytest.raises(TypeError):
+        hash(two())
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ((-1, "x", 0.5, (0, 0, 1, 1)), "class_id must be an int >= 0"),
+    ((1, "x", 1.5, (0, 0, 1, 1)), "score must be within [0, 1]"),
+    ((1, "x", math.nan, (0, 0, 1, 1)), "score must be a finite number"),
+    ((1, "x", 0.5, (0, 0, 1)), "boxes must be [K, 4] (x1, y1, x2, y2)"),
+    ((1, "x", 0.5, (5, 0, 1, 1)), "x2 >= x1"),
+    ((1, "x", 0.5, (0, 0, 1, math.inf)), "box coordinate must be a finite number"),
+])
+def test_bad_detection_fails_at_construction(args: tuple, fragment: str) -> None:
+    class_id, _, score, box = args
+    with pytest.raises(ValueError) as info:
+        Detections.untracked([box], [score], [class_id])
+    assert fragment in str(info.value)
+
+
+def test_the_error_names_the_row() -> None:
+    with pytest.raises(ValueError, match="score must be within \\[0, 1\\], got row 1: class_id 0, score 2.0"):
+        Detections.untracked([[0, 0, 1, 1], [0, 0, 1, 1]], [0.5, 2.0], [1, 0])
+
+
+@pytest.mark.parametrize("track_id", [0, -2])
+def test_a_track_id_is_at_least_1_or_no_track(track_id: int) -> None:
+    with pytest.raises(ValueError, match="track_id must be >= 1 or NO_TRACK"):
+        Detections([[0, 0, 1, 1]], [0.5], [0], [track_id])
+
+
+def test_columns_must_agree_on_the_count() -> None:
+    with pytest.raises(ValueError, match="scores must be \\[K\\] with K = 2 boxes, got shape \\(1,\\)"):
+        Detections.untracked([[0, 0, 1, 1], [0, 0, 1, 1]], [0.5], [0, 0])
+    with pytest.raises(ValueError, match="class_ids must be \\[K\\]"):
+        Detections([[0, 0, 1, 1]], [0.5], [[0]], [NO_TRACK])
