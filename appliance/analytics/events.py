@@ -24,7 +24,7 @@ EventType = Literal["enter", "exit", "cross", "dwell"]
 
 class DetectionArrays(Protocol):
     """What a frame's detections look like (appliance.detections.Detections fits, and so does
-    appliance.detector.prepost.pipeline.Detections)."""
+    appliance.detector.prepost.pipeline.PostprocessResult)."""
 
     @property
     def boxes(self) -> np.ndarray: ...     # [K, 4] xyxy frame pixels

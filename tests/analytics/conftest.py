@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 
 from appliance.detector.profile import load_profile
-from appliance.detector.prepost.pipeline import Detections, Postprocessor, Preprocessor
+from appliance.detector.prepost.pipeline import PostprocessResult, Postprocessor, Preprocessor
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"
@@ -54,17 +54,17 @@ def vtest_video() -> Path:
     return VTEST
 
 
-def cached_detections(cache: Path, video: Path, onnx: Path, frames: int, start: int = 0) -> list[Detections]:
+def cached_detections(cache: Path, video: Path, onnx: Path, frames: int, start: int = 0) -> list[PostprocessResult]:
     """detect_video's output, computed on the first call and read back from ``cache`` after it."""
     if not cache.exists():
         cache.write_text(json.dumps(detect_video(video, onnx, frames, start)))
-    return [Detections(np.asarray(f["boxes"], dtype=np.float32).reshape(-1, 4),
+    return [PostprocessResult(np.asarray(f["boxes"], dtype=np.float32).reshape(-1, 4),
                        np.asarray(f["scores"], dtype=np.float32), np.asarray(f["class_ids"], dtype=np.int32))
             for f in json.loads(cache.read_text())]
 
 
 @pytest.fixture(scope="session")
-def vtest_detections(vtest_video: Path, detector_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Detections]:
+def vtest_detections(vtest_video: Path, detector_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> list[PostprocessResult]:
     """The detector's output on frames 0..SEGMENT_FRAMES-1 of vtest.avi, computed once per session."""
     return cached_detections(tmp_path_factory.getbasetemp() / "vtest-detections.json", vtest_video, detector_onnx,
                              SEGMENT_FRAMES)
@@ -72,7 +72,7 @@ def vtest_detections(vtest_video: Path, detector_onnx: Path, tmp_path_factory: p
 
 @pytest.fixture(scope="session")
 def vtest_heldout_detections(vtest_video: Path, detector_onnx: Path,
-                             tmp_path_factory: pytest.TempPathFactory) -> list[Detections]:
+                             tmp_path_factory: pytest.TempPathFactory) -> list[PostprocessResult]:
     """The detector's output on the held-out frames HELDOUT_START.. (HELDOUT_FRAMES of them), once per session."""
     return cached_detections(tmp_path_factory.getbasetemp() / "vtest-heldout-detections.json", vtest_video,
                              detector_onnx, HELDOUT_FRAMES, HELDOUT_START)
