@@ -1,19 +1,9 @@
 """The analytics stage of the frame path: one camera's tracker, zones and lines on each result, in frame order.
 
-Where the state lives: here, in the supervisor, one :class:`~appliance.analytics.events.Analytics` per camera made
-at start. Not in a Triton model: an OTA switch or a model recovery replaces the served models, and the tracks,
-zone memberships, counters and event numbers must survive both (docs/analytics.md).
-
-Where it runs: on the completion thread that hands the camera's results on, in frame order (the tracker needs
-them in order, and the detections message must carry the track ids). It costs ~0.4 ms per frame at 20 objects
-(``appliance bench analytics``) against a frame period of 100 ms or more, and its time is exported as
-``appliance_stage_latency_seconds{stage="analytics"}``; the only slow part, the snapshot JPEG, goes to
-:class:`~appliance.supervisor.snapshots.SnapshotWorker`.
-
-Per result: the detections get their ``track_id`` by row (the tracker names the rows it kept); the events go
-to the durable spool (behind that frame's detections, so in order) and, when the frame had events and snapshots
-are on, the copied frame and its boxes go to the snapshot worker; the counts go out retained when they changed,
-and the tick republishes them every ``counts_interval_s``.
+The state (tracks, zone memberships, counters, event numbers) lives here, one ``Analytics`` per camera, not in a
+Triton model, so it survives an OTA switch and a model recovery. It runs on the completion thread, in frame
+order; each detection gets its track id by row (the tracker names the rows it kept). docs/analytics.md has
+its cost (``appliance bench analytics``) and what goes where.
 """
 
 from __future__ import annotations
