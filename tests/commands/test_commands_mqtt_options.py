@@ -9,16 +9,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from pathlib import Path
 from typing import Iterator
 
-import paho.mqtt.client as paho
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
 from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca, make_tls_material
-from support.wait import wait_until
+from support.subscriber import Subscriber
 
 from appliance.mqtt.localbroker import free_port
 
@@ -38,32 +35,11 @@ def broker(tmp_path: Path, pki: TlsMaterial) -> Iterator[Mosquitto]:
         yield b
 
 
-class Received:
-    """Every message on ``topic``, read over mutual TLS as the operator."""
-
-    def __init__(self, broker: Mosquitto, pki: TlsMaterial, topic: str) -> None:
-        self.messages: list[paho.MQTTMessage] = []
-        subscribed = threading.Event()
-        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"sub-{uuid.uuid4().hex[:8]}")
-        self.client.tls_set(ca_certs=str(pki.ca.cert), certfile=str(pki.client.cert), keyfile=str(pki.client.key))
-        self.client.username_pw_set("operator@ops", PASSWORD)
-        self.client.on_message = lambda c, u, m: self.messages.append(m)
-        self.client.on_subscribe = lambda *a: subscribed.set()
-        self.client.on_connect = lambda c, u, f, reason, p: c.subscribe(topic, 1)
-        self.client.connect(broker.host, broker.port)
-        self.client.loop_start()
-        assert subscribed.wait(15)
-
-    def close(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
-
-
 @pytest.fixture
-def received(broker: Mosquitto, pki: TlsMaterial) -> Iterator[Received]:
-    sub = Received(broker, pki, "#")
-    yield sub
-    sub.close()
+def received(broker: Mosquitto, pki: TlsMaterial) -> Iterator[Subscriber]:
+    """Every message, read over mutual TLS as the operator."""
+    with Subscriber(broker, "#", tls=pki, username="operator@ops", password=PASSWORD) as sub:
+        yield sub
 
 
 def _push(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -93,16 +69,16 @@ def _tls_args(broker: Mosquitto, ca: Path, cert: Path, key: Path) -> list[str]:
             "--username", "operator@ops", "--device", "dev1"]
 
 
-def _delivered(received: Received) -> list[tuple[str, bytes]]:
+def _delivered(received: Subscriber) -> list[tuple[str, bytes]]:
     return [(m.topic, m.payload) for m in list(received.messages)]
 
 
-def _wait_for(received: Received, n: int) -> None:
-    wait_until(lambda: len(received.messages) >= n, 15, 0.05, f"{n} message(s) delivered")
+def _wait_for(received: Subscriber, n: int) -> None:
+    received.wait_for(n, 15, f"{n} message(s) delivered")
 
 
 def test_push_over_mutual_tls_with_a_password_file(tmp_path: Path, broker: Mosquitto, pki: TlsMaterial,
-                                                   received: Received) -> None:
+                                                   received: Subscriber) -> None:
     secret = tmp_path / "password"
     secret.write_text(PASSWORD + "\n")
     result = _push(*_tls_args(broker, pki.ca.cert, pki.client.cert, pki.client.key), "--password-file", str(secret))
@@ -114,7 +90,7 @@ def test_push_over_mutual_tls_with_a_password_file(tmp_path: Path, broker: Mosqu
 
 
 def test_the_mqtt_section_of_an_appliance_config_and_the_password_from_the_environment(
-        tmp_path: Path, broker: Mosquitto, pki: TlsMaterial, received: Received) -> None:
+        tmp_path: Path, broker: Mosquitto, pki: TlsMaterial, received: Subscriber) -> None:
     config = _appliance_config(tmp_path, f"""
   host: 127.0.0.1
   port: {broker.port}
@@ -132,7 +108,7 @@ def test_the_mqtt_section_of_an_appliance_config_and_the_password_from_the_envir
 
 @pytest.mark.parametrize("flag", [["--password", PASSWORD], [f"--password={PASSWORD}"]])
 def test_a_password_on_the_command_line_is_refused_with_where_to_put_it(broker: Mosquitto, pki: TlsMaterial,
-                                                                       received: Received, flag: list[str]) -> None:
+                                                                       received: Subscriber, flag: list[str]) -> None:
     result = _push(*_tls_args(broker, pki.ca.cert, pki.client.cert, pki.client.key), *flag)
     assert result.returncode == 2
     assert "--password is not accepted" in result.stderr
@@ -141,7 +117,7 @@ def test_a_password_on_the_command_line_is_refused_with_where_to_put_it(broker: 
     assert _delivered(received) == []
 
 
-def test_failures_name_their_fix(tmp_path: Path, broker: Mosquitto, pki: TlsMaterial, received: Received) -> None:
+def test_failures_name_their_fix(tmp_path: Path, broker: Mosquitto, pki: TlsMaterial, received: Subscriber) -> None:
     other_ca = make_ca(tmp_path / "other", "other-ca")
     rogue = issue_cert(other_ca, tmp_path / "other", "rogue-client", server=False)
     good = _tls_args(broker, pki.ca.cert, pki.client.cert, pki.client.key)
@@ -169,7 +145,7 @@ def test_failures_name_their_fix(tmp_path: Path, broker: Mosquitto, pki: TlsMate
 
 
 def test_a_config_with_mqtt_hosts_reaches_the_first_broker_that_answers(
-        tmp_path: Path, broker: Mosquitto, pki: TlsMaterial, received: Received) -> None:
+        tmp_path: Path, broker: Mosquitto, pki: TlsMaterial, received: Subscriber) -> None:
     down_port = free_port()  # nothing listens there: the first broker of the list is down
     config = _appliance_config(tmp_path, f"""
   hosts: ["127.0.0.1:{down_port}", "127.0.0.1:{broker.port}"]

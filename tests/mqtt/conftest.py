@@ -1,4 +1,4 @@
-"""MQTT test fixtures: a factory of recording subscribers (stopped afterwards); the real mosquitto per test,
+"""MQTT test fixtures: a factory of recording subscribers (support.subscriber, closed afterwards); the real mosquitto per test,
 ``broker``, is shared (tests/conftest.py). Helpers shared by the test modules are in mqtt_helpers.py."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from mqtt_helpers import Subscriber
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 
 
 @pytest.fixture
@@ -16,12 +16,12 @@ def subscriber_factory() -> Iterator[Callable[..., Subscriber]]:
     made: list[Subscriber] = []
 
     def make(broker: Mosquitto, topics: list[str], **kwargs: Any) -> Subscriber:
-        sub = Subscriber(broker.host, broker.port, topics, **kwargs)
+        sub = Subscriber(broker, topics, **kwargs)
         made.append(sub)
         return sub
 
     yield make
     for sub in made:
-        sub.stop()
+        sub.close()
 
 

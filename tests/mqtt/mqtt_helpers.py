@@ -1,5 +1,5 @@
-"""MQTT test helpers (imported by name; fixtures live in conftest.py): a recording subscriber, publisher
-configs, frames, schema validation."""
+"""MQTT test helpers (imported by name; fixtures live in conftest.py): camera streams, publisher configs, frames,
+schema validation. The recording subscriber is support.subscriber."""
 
 from __future__ import annotations
 
@@ -7,82 +7,18 @@ import json
 import sqlite3
 import threading
 import time
-import uuid
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import jsonschema
-import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.mqtt.schema import load_schema
 from support.detections import rows
-from support.mosquitto import Mosquitto, TlsMaterial
+from support.mosquitto import Mosquitto
 
 MODEL = ModelInfo("yolov3-tiny", "1", "sha256:" + "ab" * 32)
-
-
-class Subscriber:
-    """A real paho client on its own network thread that records everything on ``topics``.
-
-    Persistent session (clean_session False, fixed client id) so that, with a broker that keeps persistence,
-    nothing published while it is reconnecting is lost to it."""
-
-    def __init__(self, host: str, port: int, topics: list[str], *, persistent: bool = False,
-                 protocol: int = paho.MQTTv311, tls: Optional[TlsMaterial] = None,
-                 username: Optional[str] = None, password: Optional[str] = None) -> None:
-        self.topics = topics
-        self.messages: list[paho.MQTTMessage] = []
-        self._cond = threading.Condition()
-        kwargs: dict[str, Any] = {}
-        if protocol == paho.MQTTv311:
-            kwargs["clean_session"] = not persistent
-        self.client = paho.Client(callback_api_version=CallbackAPIVersion.VERSION2,
-                                  client_id=f"test-sub-{uuid.uuid4().hex[:8]}", protocol=protocol, **kwargs)
-        if tls is not None:
-            self.client.tls_set(ca_certs=str(tls.ca.cert), certfile=str(tls.client.cert), keyfile=str(tls.client.key))
-        if username:
-            self.client.username_pw_set(username, password)
-        self.client.reconnect_delay_set(0.05, 0.5)
-        self.client.on_connect = self._on_connect
-        self.client.on_message = self._on_message
-        self._subscribed = threading.Event()
-        self.client.on_subscribe = lambda *a: self._subscribed.set()
-        self.client.connect(host, port, keepalive=30)
-        self.client.loop_start()
-        assert self._subscribed.wait(15), "test subscriber never got SUBACK"
-
-    def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if not reason.is_failure:
-            client.subscribe([(t, 1) for t in self.topics])
-
-    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-
-    def wait_for(self, predicate: Callable[[list[paho.MQTTMessage]], bool], timeout: float = 20.0) -> bool:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not predicate(self.messages):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-            return True
-
-    def on_topic(self, suffix: str) -> list[paho.MQTTMessage]:
-        with self._cond:
-            return [m for m in self.messages if m.topic.endswith(suffix)]
-
-    def json_on(self, suffix: str) -> list[dict[str, Any]]:
-        return [json.loads(m.payload) for m in self.on_topic(suffix)]
-
-    def stop(self) -> None:
-        self.client.disconnect()  # first, so the network thread wakes up and loop_stop() returns at once
-        self.client.loop_stop()
 
 
 class CameraStreams:

@@ -21,8 +21,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher, PublishResult
-from mqtt_helpers import Subscriber, frame, make_config, validate
+from mqtt_helpers import frame, make_config, validate
 from support.mosquitto import Mosquitto, publish_as
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def acl_broker(tmp_path: Path) -> Iterator[Mosquitto]:
 
 
 def _reader(broker: Mosquitto, user: str, topics: list[str]) -> Subscriber:
-    return Subscriber(broker.host, broker.port, topics, username=user, password=PASSWORDS[user])
+    return Subscriber(broker, topics, username=user, password=PASSWORDS[user])
 
 
 def _as(broker: Mosquitto, user: str, topic: str, payload: str, retain: bool = False) -> None:
@@ -92,8 +93,8 @@ def test_a_device_works_fully_under_the_acl(acl_broker: Mosquitto, device: Any) 
         assert [c.request_id for c in calls] == ["op-1"]
         assert publisher.stats().connects == 1  # never dropped by the broker for a denied publish
     finally:
-        operator.stop()
-        dashboard.stop()
+        operator.close()
+        dashboard.close()
 
 
 def test_a_subscriber_cannot_command_a_device(acl_broker: Mosquitto, device: Any) -> None:
@@ -108,7 +109,7 @@ def test_a_subscriber_cannot_command_a_device(acl_broker: Mosquitto, device: Any
         assert [c.request_id for c in calls] == ["op-2"]
         assert [json.loads(p)["request_id"] for p in _payloads(operator)] == ["op-2"]
     finally:
-        operator.stop()
+        operator.close()
 
 
 def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto, device: Any) -> None:
@@ -133,7 +134,7 @@ def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto
         leaked = [p for p in _payloads(operator) if "forged" in p]
         assert leaked == [] and [c.request_id for c in calls] == ["op-3"]
     finally:
-        operator.stop()
+        operator.close()
 
 
 def test_only_an_operator_sets_a_groups_desired_state_and_a_device_reads_it(

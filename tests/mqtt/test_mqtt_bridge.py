@@ -14,16 +14,15 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-import paho.mqtt.client as paho
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
 from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.localbroker import free_port
 from appliance.mqtt.publisher import MqttPublisher, State
-from mqtt_helpers import CameraStreams, Subscriber, seqs_by_camera
-from support.mosquitto import Mosquitto, MosquittoFromFile
+from mqtt_helpers import CameraStreams, seqs_by_camera
+from support.mosquitto import Mosquitto, MosquittoFromFile, publish_as
+from support.subscriber import Subscriber
 
 BRIDGE_CONF = Path(__file__).resolve().parents[2] / "docs" / "examples" / "mosquitto" / "bridge.conf"
 CAMERAS = ("cam0", "cam1", "cam2", "cam3")
@@ -53,7 +52,7 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
     store.mkdir()
     edge_port = free_port()
     edge = MosquittoFromFile(tmp_path / "edge", edge_config(central, edge_port, store), edge_port).start()
-    sub = Subscriber(central.host, central.port, [f"appliance/{DEVICE}/+/detections"], persistent=True)
+    sub = Subscriber(central, [f"appliance/{DEVICE}/+/detections"], persistent=True)
     config = MqttConfig.model_validate({"host": "127.0.0.1", "port": edge_port, "device_id": DEVICE,
                                         "backoff": {"initial_s": 0.1, "max_s": 0.5, "jitter": 0.0}})
     publisher = MqttPublisher(config, tmp_path / "spool.sqlite3")
@@ -97,7 +96,7 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
             assert queued == list(range(published_before_return[cam])), f"{cam}: the bridge's queue reordered"
 
         # Commands come in over the same bridge; the reply goes out.
-        replies = Subscriber(central.host, central.port, [f"appliance/{DEVICE}/reply"])
+        replies = Subscriber(central, [f"appliance/{DEVICE}/reply"])
         try:
             _publish_command(central, f"appliance/{DEVICE}/command/ping", {"request_id": "r1", "args": {"n": 7}})
             assert replies.wait_for(lambda ms: any(json.loads(m.payload).get("request_id") == "r1" for m in ms),
@@ -105,7 +104,7 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
             reply = next(json.loads(m.payload) for m in replies.messages)
             assert reply["ok"] and reply["result"] == {"pong": 7}
         finally:
-            replies.stop()
+            replies.close()
         # So does a fleet group's desired state (docs/fleet-rollout.md), published on the central broker.
         _publish_command(central, "appliance/groups/line-1/ota/desired", {"version": "2"})
         wait_until(lambda: desired, 30, message="the group's desired state over the bridge")
@@ -113,18 +112,10 @@ def test_central_broker_down_30s_behind_the_bridge_loses_nothing(tmp_path: Path)
     finally:
         streams.halt()
         publisher.stop()
-        sub.stop()
+        sub.close()
         edge.stop()
         central.stop()
 
 
 def _publish_command(broker: Mosquitto, topic: str, body: Mapping[str, Any]) -> None:
-    client = paho.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id="test-operator")
-    client.connect(broker.host, broker.port)
-    client.loop_start()
-    try:
-        client.publish(topic, json.dumps(body), qos=1).wait_for_publish(10)
-    finally:
-        client.disconnect()
-        client.loop_stop()
-
+    publish_as(broker, None, None, topic, json.dumps(body))

@@ -6,14 +6,11 @@ command needs, are tested in test_mqtt_signed_commands.py."""
 from __future__ import annotations
 
 import json
-import threading
-import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 import paho.mqtt.client as paho
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -22,6 +19,7 @@ from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher
 from mqtt_helpers import make_config, validate
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 
 
 @pytest.fixture
@@ -134,32 +132,13 @@ def test_retained_command_delivered_on_subscribe_is_not_executed(tmp_path: Path,
 
 
 def test_mqtt5_response_topic_and_correlation_data(broker: Mosquitto, publisher: MqttPublisher) -> None:
-    got: list[paho.MQTTMessage] = []
-    done = threading.Event()
-    client = paho.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id=f"req-{uuid.uuid4().hex[:6]}",
-                         protocol=paho.MQTTv5)
-
-    def on_message(c: Any, u: Any, msg: paho.MQTTMessage) -> None:
-        got.append(msg)
-        done.set()
-
-    subscribed = threading.Event()
-    client.on_message = on_message
-    client.on_subscribe = lambda *a: subscribed.set()
-    client.connect(broker.host, broker.port)
-    client.loop_start()
-    try:
-        client.subscribe("scada/replies/42", qos=1)
-        assert subscribed.wait(20)
+    with Subscriber(broker, "scada/replies/42", protocol=paho.MQTTv5) as client:
         props = Properties(PacketTypes.PUBLISH)
         props.ResponseTopic = "scada/replies/42"
         props.CorrelationData = b"corr-42"
         client.publish("plant/dev1/command/reload", b'{"request_id": "h1", "args": {"model": "x"}}', qos=1,
                        properties=props)
-        assert done.wait(20)
-    finally:
-        client.loop_stop()
-        client.disconnect()
+        got = client.wait_for(1, 20)
     assert got[0].topic == "scada/replies/42"
     assert got[0].properties.CorrelationData == b"corr-42"
     reply = json.loads(got[0].payload)

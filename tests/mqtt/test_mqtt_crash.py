@@ -13,8 +13,9 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from mqtt_helpers import Subscriber, make_config, seqs_by_camera, validate
+from mqtt_helpers import make_config, seqs_by_camera, validate
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 
 CHILD = Path(__file__).with_name("mqtt_child_publisher.py")
 
@@ -87,7 +88,7 @@ def test_sigkill_mid_stream_and_while_offline_then_restart_delivers_every_sequen
     children: list[Child] = []
     sub: Optional[Subscriber] = None
     try:
-        sub = Subscriber(broker.host, broker.port, ["plant/dev1/+/detections"], persistent=True)
+        sub = Subscriber(broker, ["plant/dev1/+/detections"], persistent=True)
         spool = tmp_path / "state" / "spool.sqlite3"
         doc = _config_doc(broker)
 
@@ -136,7 +137,7 @@ def test_sigkill_mid_stream_and_while_offline_then_restart_delivers_every_sequen
         for child in children:
             child.ensure_dead()
         if sub is not None:
-            sub.stop()
+            sub.close()
         broker.stop()
 
 
@@ -148,7 +149,7 @@ def test_sent_but_unacknowledged_detections_are_replayed_after_sigkill(tmp_path:
     children: list[Child] = []
     subs: list[Subscriber] = []
     try:
-        before = Subscriber(broker.host, broker.port, ["plant/dev1/+/detections"])
+        before = Subscriber(broker, ["plant/dev1/+/detections"])
         subs.append(before)
         spool = tmp_path / "spool.sqlite3"
         doc = _config_doc(broker)
@@ -161,11 +162,11 @@ def test_sent_but_unacknowledged_detections_are_replayed_after_sigkill(tmp_path:
         assert a.wait_for(lambda c: c.min_durable() >= 100), a.lines[-5:]
         a.sigkill()
         broker.kill()
-        before.stop()
+        before.close()
         subs.remove(before)
 
         broker.start()
-        after = Subscriber(broker.host, broker.port, ["plant/dev1/+/detections"])
+        after = Subscriber(broker, ["plant/dev1/+/detections"])
         subs.append(after)
         c = Child(doc, spool, start_seq=5000, count=5, log_path=tmp_path / "c.log")
         children.append(c)
@@ -182,7 +183,7 @@ def test_sent_but_unacknowledged_detections_are_replayed_after_sigkill(tmp_path:
         for child in children:
             child.ensure_dead()
         for sub in subs:
-            sub.stop()
+            sub.close()
         broker.kill()
 
 

@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as paho
 import pytest
 from support.mqttdocs import subscriber_check
 from support.wait import wait_until
@@ -17,8 +16,9 @@ from support.wait import wait_until
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.publisher import MqttPublisher, State
 from appliance.mqtt.localbroker import free_port
-from mqtt_helpers import CameraStreams, Subscriber, validate
+from mqtt_helpers import CameraStreams, validate
 from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca
+from support.subscriber import Message, Subscriber
 
 CAMERAS = ("cam0", "cam1", "cam2")
 TOPICS = ["plant/dev1/+/detections"]
@@ -32,7 +32,7 @@ def _config(hosts: list[Any], **overrides: Any) -> MqttConfig:
     return MqttConfig.model_validate(doc)
 
 
-def _by_camera(messages: list[paho.MQTTMessage]) -> dict[str, list[dict[str, Any]]]:
+def _by_camera(messages: list[Message]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {cam: [] for cam in CAMERAS}
     for m in messages:
         payload = json.loads(m.payload)
@@ -46,8 +46,8 @@ def test_sigkill_of_the_active_broker_moves_to_the_next_and_loses_nothing(
     caplog.set_level(logging.INFO, logger="appliance.mqtt")
     first = Mosquitto(tmp_path / "a").start()
     second = Mosquitto(tmp_path / "b").start()
-    sub_first = Subscriber(first.host, first.port, TOPICS)
-    sub_second = Subscriber(second.host, second.port, TOPICS)
+    sub_first = Subscriber(first, TOPICS)
+    sub_second = Subscriber(second, TOPICS)
     # Two spellings of an entry: host:port text and a mapping.
     config = _config([f"127.0.0.1:{first.port}", {"host": "127.0.0.1", "port": second.port}])
     publisher = MqttPublisher(config, tmp_path / "spool.sqlite3")
@@ -110,8 +110,8 @@ def test_sigkill_of_the_active_broker_moves_to_the_next_and_loses_nothing(
     finally:
         streams.halt()
         publisher.stop()
-        sub_first.stop()
-        sub_second.stop()
+        sub_first.close()
+        sub_second.close()
         first.stop()
         second.stop()
 

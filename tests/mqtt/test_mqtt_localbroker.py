@@ -4,35 +4,21 @@ a real client publishes through, and a start that fails is reported and leaves n
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
-import paho.mqtt.client as paho
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
+from support.subscriber import Subscriber
 
 from appliance.mqtt.localbroker import LocalBroker, LocalBrokerError
 
 
 def test_a_local_broker_carries_a_message_and_stops(tmp_path: Path) -> None:
-    got = threading.Event()
-    subscribed = threading.Event()
-    client = paho.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id="localbroker-test")
-    client.on_subscribe = lambda *a: subscribed.set()
-    client.on_message = lambda c, u, msg: got.set() if msg.payload == b"hello" else None
     with LocalBroker(tmp_path) as broker:
         assert broker.running and broker.pid is not None and broker.log_text() == ""
         assert "log_dest none" in broker.conf_path.read_text()
-        client.connect(broker.host, broker.port)
-        client.loop_start()
-        try:
-            client.subscribe("t/x", qos=1)
-            assert subscribed.wait(10)
+        with Subscriber(broker, "t/x", subscribe_timeout=10) as client:
             client.publish("t/x", b"hello", qos=1)
-            assert got.wait(10)
-        finally:
-            client.disconnect()
-            client.loop_stop()
+            assert client.wait_for(lambda ms: any(m.payload == b"hello" for m in ms), 10)
         pid = broker.pid
     assert not broker.running and broker.pid is None
     with pytest.raises(ProcessLookupError):

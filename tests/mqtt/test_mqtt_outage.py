@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from appliance.mqtt.publisher import MqttPublisher, State
-from mqtt_helpers import CameraStreams, Subscriber, make_config, seqs_by_camera, validate
+from mqtt_helpers import CameraStreams, make_config, seqs_by_camera, validate
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 
 CAMERAS = ("cam0", "cam1", "cam2", "cam3")
 OUTAGE_S = 30.0
@@ -19,7 +20,7 @@ OUTAGE_S = 30.0
 @pytest.mark.slow
 def test_broker_down_30s_during_four_camera_stream_loses_nothing(tmp_path: Path) -> None:
     broker = Mosquitto(tmp_path / "broker", persistence=True).start()
-    sub = Subscriber(broker.host, broker.port, ["plant/dev1/+/detections"], persistent=True)
+    sub = Subscriber(broker, ["plant/dev1/+/detections"], persistent=True)
     publisher = MqttPublisher(make_config(broker), tmp_path / "spool.sqlite3")
     streams = CameraStreams(publisher, CAMERAS, 0.05)  # 20 fps per camera
     try:
@@ -61,5 +62,5 @@ def test_broker_down_30s_during_four_camera_stream_loses_nothing(tmp_path: Path)
     finally:
         streams.halt()
         publisher.stop()
-        sub.stop()
+        sub.close()
         broker.stop()

@@ -27,8 +27,9 @@ from appliance.ota.commandsig import sign_command, signature_check
 from appliance.ota.delivery import is_read_only
 from appliance.fleet.push import PushError, PushRefused, push_mqtt
 from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
-from mqtt_helpers import Subscriber, make_config, validate
+from mqtt_helpers import make_config, validate
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 ROLLBACK = {"action": "rollback"}

@@ -13,6 +13,7 @@ from appliance.mqtt.messages import snapshot_properties
 from appliance.mqtt.publisher import MqttPublisher
 from mqtt_helpers import make_config
 from support.mosquitto import Mosquitto
+from support.subscriber import Message
 from support.wait import wait_until
 
 TOPIC = "plant/dev1/cam0/snapshot"
@@ -26,7 +27,7 @@ def test_snapshot_properties_name_the_snapshot_its_events_and_its_frame() -> Non
         ("capture_time", "1970-01-01T00:16:40.500Z"), ("capture_time_ms", "1000500"), ("frame_seq", "42")]
 
 
-def _user_properties(message: paho.MQTTMessage) -> list[tuple[str, str]]:
+def _user_properties(message: Message) -> list[tuple[str, str]]:
     props = getattr(message, "properties", None)
     return list(getattr(props, "UserProperty", []) or [])
 

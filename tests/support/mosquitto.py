@@ -172,17 +172,18 @@ class MosquittoFromFile(LocalBroker):
         self.conf_path.write_text(text.rstrip("\n") + "\n" + "\n".join(extra) + "\n")
 
 
-def publish_as(broker: LocalBroker, username: str, password: str, topic: str, payload: str | bytes,
-               tls: Optional[TlsMaterial] = None, retain: bool = False) -> None:
-    """Connect as ``username`` (a fresh client, mutual TLS with ``tls``'s client certificate when given), publish
-    once with QoS 1 (retained with ``retain``) and wait for the broker's PUBACK or for it to drop the connection:
+def publish_as(broker: LocalBroker, username: Optional[str], password: Optional[str], topic: str,
+               payload: str | bytes, tls: Optional[TlsMaterial] = None, retain: bool = False) -> None:
+    """Connect as ``username`` (None: anonymously; a fresh client, mutual TLS with ``tls``'s client certificate when
+    given), publish once with QoS 1 (retained with ``retain``) and wait for the broker's PUBACK or for it to drop the connection:
     either way the broker has handled the message, and routed it to its subscribers if it was allowed. Under an
     ACL that denies it, MQTT 3.1.1 gives the sender no error (mosquitto drops the message, and closes the
     connection), so callers assert on what an allowed reader receives."""
     client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"as-{uuid.uuid4().hex[:8]}")
     if tls is not None:
         client.tls_set(ca_certs=str(tls.ca.cert), certfile=str(tls.client.cert), keyfile=str(tls.client.key))
-    client.username_pw_set(username, password)
+    if username is not None:
+        client.username_pw_set(username, password)
     connected, closed = threading.Event(), threading.Event()
     client.on_connect = lambda c, u, f, reason, p: connected.set() if not reason.is_failure else None
     client.on_disconnect = lambda *_: closed.set()
