@@ -57,7 +57,7 @@ class Cameras:
 
 @pytest.fixture
 def sub(broker: Mosquitto) -> Iterator[SparkplugSubscriber]:
-    s = SparkplugSubscriber(broker.host, broker.port)
+    s = SparkplugSubscriber(broker)
     yield s
     s.stop()
     assert s.undecodable == []
@@ -170,7 +170,7 @@ def test_a_broker_restart_reconnects_with_the_next_bdseq(broker: Mosquitto, sub:
     sub.wait_for(lambda m: len(m) >= 3, message="the births")
     sub.stop()
     broker.restart()
-    after = SparkplugSubscriber(broker.host, broker.port)
+    after = SparkplugSubscriber(broker)
     try:
         born = after.wait_for(lambda m: [x for x in m if x.kind == "NBIRTH"], timeout_s=30, message="a new NBIRTH")
         assert born[0].metrics["bdSeq"] >= 1 and born[0].seq == 0
@@ -217,7 +217,7 @@ def test_sigkill_sends_ndeath_by_the_will_and_a_restart_takes_the_next_bdseq(
 def test_with_mqtt_hosts_the_node_moves_to_the_next_broker_and_is_born_there(
         broker: Mosquitto, node_factory: Any, tmp_path: Path) -> None:
     second = Mosquitto(tmp_path / "second").start()
-    there = SparkplugSubscriber(second.host, second.port)
+    there = SparkplugSubscriber(second)
     try:
         doc = config_doc(broker, interval_s=0.05)
         del doc["host"], doc["port"]

@@ -74,7 +74,7 @@ USERS = {"dev1": "pw-dev1", "dev2": "pw-dev2", "operator@ops": "pw-op", "dashboa
 def test_under_the_shipped_acl_only_an_operator_can_ask_for_a_rebirth_and_no_device_can_forge_a_birth(
         tmp_path: Path) -> None:
     with Mosquitto(tmp_path / "broker", passwords=USERS, extra_config=[f"acl_file {ACL}"]) as broker:
-        host = SparkplugSubscriber(broker.host, broker.port, username="operator@ops", password=USERS["operator@ops"])
+        host = SparkplugSubscriber(broker, username="operator@ops", password=USERS["operator@ops"])
         config = MqttConfig.model_validate({
             "host": broker.host, "port": broker.port, "device_id": "dev1", "username": "dev1",
             "password": USERS["dev1"], "backoff": {"initial_s": 0.05, "max_s": 0.2, "jitter": 0.0},

@@ -25,16 +25,13 @@ Also a recording subscriber on ``spBv1.0/#`` that decodes every message it gets,
 from __future__ import annotations
 
 import threading
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-import paho.mqtt.client as paho
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
-from paho.mqtt.enums import CallbackAPIVersion
 
-from support.wait import wait_until
+from support.subscriber import Address, Message, Subscriber
 
 F = descriptor_pb2.FieldDescriptorProto
 DATATYPES = {"Int8": 1, "Int16": 2, "Int32": 3, "Int64": 4, "UInt8": 5, "UInt16": 6, "UInt32": 7, "UInt64": 8,
@@ -142,62 +139,73 @@ NODE_KINDS = frozenset({"NBIRTH", "NDATA", "NDEATH", "DBIRTH", "DDATA", "DDEATH"
 
 
 class SparkplugSubscriber:
-    """A real paho client recording what edge nodes publish on ``spBv1.0/#`` (or ``topic``), decoded with the
-    schema above; what it cannot decode goes to ``undecodable`` (the fixtures check that it stays empty)."""
+    """What edge nodes publish on ``spBv1.0/#`` (or ``topic``), recorded by the tests' one MQTT subscriber
+    (support.subscriber) and decoded with the schema above; what it cannot decode goes to ``undecodable`` (the
+    fixtures check that it stays empty)."""
 
-    def __init__(self, host: str, port: int, topic: str = "spBv1.0/#", *, username: Optional[str] = None,
+    def __init__(self, broker: Address, topic: str = "spBv1.0/#", *, username: Optional[str] = None,
                  password: Optional[str] = None) -> None:
-        self.messages: list[Received] = []
-        self.commands: list[Received] = []  # NCMD and DCMD that decode (the node's subscription gets the same)
-        self.undecodable: list[str] = []
+        self.mqtt = Subscriber(broker, topic, username=username, password=password)
         self._lock = threading.Lock()
-        self.client = paho.Client(callback_api_version=CallbackAPIVersion.VERSION2,
-                                  client_id=f"test-spb-{uuid.uuid4().hex[:8]}")
-        if username is not None:
-            self.client.username_pw_set(username, password)
-        subscribed = threading.Event()
-        self.client.on_connect = lambda c, *a: c.subscribe(topic, qos=1)
-        self.client.on_subscribe = lambda *a: subscribed.set()
-        self.client.on_message = self._on_message
-        self.client.connect(host, port, keepalive=30)
-        self.client.loop_start()
-        assert subscribed.wait(15), "the Sparkplug test subscriber never got SUBACK"
+        self._read = 0  # how many of self.mqtt's messages are sorted into the lists below
+        self._messages: list[Received] = []
+        self._commands: list[Received] = []  # NCMD and DCMD that decode (the node's subscription gets the same)
+        self._undecodable: list[str] = []
 
-    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+    def _sort(self) -> None:
+        """Decode what arrived since the last call, once each."""
+        with self._lock:
+            arrived = self.mqtt.messages
+            for msg in arrived[self._read:]:
+                self._sort_one(msg)
+            self._read = len(arrived)
+
+    def _sort_one(self, msg: Message) -> None:
         parts = msg.topic.split("/")
+        device = parts[4] if len(parts) > 4 else None
         if parts[2] in ("NCMD", "DCMD"):  # ours included; malformed ones are left out
             try:
-                command = Received(msg.topic, parts[2], parts[4] if len(parts) > 4 else None, parse(msg.payload))
+                self._commands.append(Received(msg.topic, parts[2], device, parse(msg.payload)))
             except DecodeError:
-                return
-            with self._lock:
-                self.commands.append(command)
+                pass
             return
         if parts[2] not in NODE_KINDS:  # host STATE
             return
         try:
-            payload = parse(msg.payload)
+            self._messages.append(Received(msg.topic, parts[2], device, parse(msg.payload)))
         except DecodeError as exc:
-            with self._lock:
-                self.undecodable.append(f"{msg.topic}: {exc}")
-            return
+            self._undecodable.append(f"{msg.topic}: {exc}")
+
+    @property
+    def messages(self) -> list[Received]:
+        return self.snapshot()
+
+    @property
+    def commands(self) -> list[Received]:
+        self._sort()
         with self._lock:
-            self.messages.append(Received(msg.topic, parts[2], parts[4] if len(parts) > 4 else None, payload))
+            return list(self._commands)
+
+    @property
+    def undecodable(self) -> list[str]:
+        self._sort()
+        with self._lock:
+            return list(self._undecodable)
 
     def snapshot(self) -> list[Received]:
+        self._sort()
         with self._lock:
-            return list(self.messages)
+            return list(self._messages)
 
     def of(self, kind: str, device: Optional[str] = None) -> list[Received]:
         return [m for m in self.snapshot() if m.kind == kind and (device is None or m.device == device)]
 
     def wait_for(self, predicate: Callable[[list[Received]], Any], timeout_s: float = 20.0,
                  message: str = "Sparkplug messages") -> Any:
-        return wait_until(lambda: predicate(self.snapshot()), timeout_s, message=message)
+        return self.mqtt.wait_for(lambda _arrived: predicate(self.snapshot()), timeout_s, message)
 
     def publish(self, topic: str, payload: bytes) -> None:
-        self.client.publish(topic, payload, qos=1).wait_for_publish(10)
+        self.mqtt.publish(topic, payload, qos=1)
 
     def stop(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
+        self.mqtt.close()
