@@ -23,9 +23,9 @@ from typing import Any, Iterator
 
 import cv2
 import numpy as np
-import paho.mqtt.client as mqtt
 import pytest
 from support.schemas import validate_message
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 from appliance.ota.store import OtaStore
@@ -41,22 +41,11 @@ class Fleet:
     def __init__(self, root: Path, broker: Any, keys: Any) -> None:
         self.root, self.broker, self.keys = root, broker, keys
         self.procs: dict[str, subprocess.Popen[str]] = {}
-        self.latest: dict[str, bytes] = {}
-        self._lock = threading.Lock()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="fleet-watch")
-        self.client.on_message = self._on_message
-        self.client.connect(broker.host, broker.port)
-        self.client.subscribe(f"{PREFIX}/#", qos=1)
-        self.client.loop_start()
-
-    def _on_message(self, _c: Any, _u: Any, msg: Any) -> None:
-        with self._lock:
-            self.latest[msg.topic] = bytes(msg.payload)
+        self.watch = Subscriber(broker, f"{PREFIX}/#")
 
     def doc(self, topic: str) -> dict[str, Any] | None:
-        with self._lock:
-            raw = self.latest.get(f"{PREFIX}/{topic}")
-        return json.loads(raw) if raw else None
+        newest = self.watch.latest(f"{PREFIX}/{topic}")
+        return newest.json() if newest and newest.payload else None
 
     def start(self, name: str, group: str, golden: Path | None = None) -> None:
         state = self.root / name
@@ -89,14 +78,13 @@ class Fleet:
         """Publish a marker to ourselves and wait for it: anything the broker handled before (a PUBACKed publish
         by any client) was routed to this subscriber first, and its one connection keeps the QoS 1 order."""
         topic, marker = f"{PREFIX}/test/sentinel", uuid.uuid4().hex.encode()
-        self.client.publish(topic, marker, qos=1)
-        wait_until(lambda: self.latest.get(topic) == marker, 15, message="the sentinel")
+        self.watch.publish(topic, marker, qos=1)
+        self.watch.wait_for(lambda ms: any(m.topic == topic and m.payload == marker for m in ms), 15, "the sentinel")
 
     def close(self) -> None:
         for proc in self.procs.values():
             stop_process(proc, timeout_s=15)
-        self.client.loop_stop()
-        self.client.disconnect()
+        self.watch.close()
 
 
 @pytest.fixture

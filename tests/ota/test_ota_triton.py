@@ -7,7 +7,6 @@ serving when it starts."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from support.engineseed import seed_state_dir
 from support.provisioned import require_detector
 from support.schemas import validate_ota_status
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 from appliance.ota.config import HealthPolicy, OtaConfig
@@ -103,7 +103,7 @@ class Live:
     def __init__(self, tmp: Path, keys: Any) -> None:
         self.tmp, self.keys = tmp, keys
         self.events: list[Any] = []
-        self.received: list[tuple[float, dict[str, Any]]] = []
+        self.sub: Subscriber | None = None  # on the detections, from the fixture's broker
 
     def bundle(self, version: str, model_profile: dict[str, Any] | None = None, golden: Any = None,
                golden_files: Any = None) -> Path:
@@ -127,6 +127,11 @@ class Live:
         except AssertionError as failed:
             raise AssertionError(f"{failed}: {[(e.state, e.version) for e in self.events][-10:]}") from None
 
+    @property
+    def received(self) -> list[tuple[float, dict[str, Any]]]:
+        """(arrival time, payload) of every detections message so far."""
+        return [(m.at, m.json()) for m in self.sub.messages] if self.sub else []
+
     def received_between(self, t0: float, t1: float) -> list[float]:
         return [t for t, _ in self.received if t0 <= t <= t1]
 
@@ -139,7 +144,6 @@ class Live:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory, keys: Any, engine_seed: Path) -> Iterator[Live]:
     require_detector()  # fails, not skips, without the detector
-    import paho.mqtt.client as mqtt
 
     from appliance.detector.engines import ensure_engines
     from appliance.detector.engines.devicerepo import PROFILES
@@ -160,11 +164,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any, engine_seed: Path)
     repo.mkdir(parents=True)
     with Mosquitto(tmp / "broker") as broker, \
             started_server(repo, model_control="explicit", model_load_retries=0) as server:
-        sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
-        sub.on_message = lambda _c, _u, msg: lv.received.append((time.monotonic(), json.loads(msg.payload)))
-        sub.connect(broker.host, broker.port)
-        sub.subscribe("plant/dev1/+/detections", qos=1)
-        sub.loop_start()
+        lv.sub = Subscriber(broker, "plant/dev1/+/detections")
         publisher = MqttPublisher(MqttConfig.model_validate(
             {"host": broker.host, "port": broker.port, "device_id": "dev1", "topic_prefix": "plant",
              "backoff": {"initial_s": 0.1, "max_s": 0.5, "jitter": 0.0}}), tmp / "spool.sqlite3",
@@ -188,8 +188,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any, engine_seed: Path)
             lv.feeders.stop()
             lv.handler.join(240)
             publisher.stop()
-            sub.loop_stop()
-            sub.disconnect()
+            lv.sub.close()
 
 
 def test_update_over_mqtt_chunks_switches_with_frames_flowing(live: Live) -> None:

@@ -26,9 +26,10 @@ import cv2
 import numpy as np
 import pytest
 from support.engineseed import seed_state_dir
-from support.daemon import RunningDaemon, Subscriber
+from support.daemon import RunningDaemon
 from support.mosquitto import Mosquitto
 from support.schemas import validate_message
+from support.subscriber import Subscriber
 
 from appliance.mqtt.localbroker import free_port
 
@@ -87,7 +88,7 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
     port = free_port()
     config = _config(tmp_path, broker, shm_root, device, port)
     seed_state_dir(tmp_path / "state", engine_seed)
-    subscriber = Subscriber(broker.port, f"appliance/{device}/#", persistent=True)
+    subscriber = Subscriber(broker, f"appliance/{device}/#", persistent=True)
     daemon = RunningDaemon(tmp_path, config, REPO)
     wait, notify = daemon.wait, daemon.notify
 
@@ -170,7 +171,7 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
         checked += 1
     assert checked >= 3, checked
     assert cv2.imdecode(np.frombuffer(latest, np.uint8), cv2.IMREAD_COLOR) is not None
-    retained = [payload for topic, payload, _ in subscriber.binary if topic.endswith("/hall/snapshot")]
+    retained = [m.payload for m in subscriber.binary("/hall/snapshot")]
     assert retained and retained[-1][:2] == b"\xff\xd8"  # JPEG bytes
 
     # The counts: schema, and the latest agrees with the events it says it includes.

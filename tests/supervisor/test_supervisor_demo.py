@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from support.daemon import RunningDaemon, Subscriber
+from support.daemon import RunningDaemon
 from support.mosquitto import Mosquitto
 from support.schemas import validate_message
+from support.subscriber import Subscriber
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV
 from appliance.mqtt.localbroker import free_port
@@ -39,7 +40,7 @@ def test_the_demo_config_raises_cross_and_enter_events(tmp_path: Path, shm_root:
     monkeypatch.setenv("APPLIANCE_MQTT_PORT", str(broker.port))
     monkeypatch.setenv("APPLIANCE_HEALTH_PORT", str(free_port()))
     monkeypatch.setenv(DEMO_VIDEO_ENV, str(VTEST))
-    subscriber = Subscriber(broker.port, "appliance/demo/#")
+    subscriber = Subscriber(broker, "appliance/demo/#")
     daemon = RunningDaemon(tmp_path, config, REPO)  # inherits the environment set above
     try:
         assert daemon.notify.wait_for("READY=1", 240), daemon.tail()

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber, device_of, make_camera_dir, write_config
+from support.daemon import IMAGES_IN_ORDER, RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.processes import children_of, running
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 from appliance.capture.sample import SAMPLE_IMAGES, build_sample_video
@@ -41,7 +42,7 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
     video = build_sample_video(tmp_path / "sample.mp4")
     config = write_config(tmp_path, broker, shm_root, camera_dir, video, engine_seed=engine_seed)
     device = device_of(config)
-    subscriber = Subscriber(broker.port, f"appliance/{device}/#")
+    subscriber = Subscriber(broker, f"appliance/{device}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
 
     def per_camera() -> dict[str, list[dict]]:
@@ -115,7 +116,7 @@ def test_a_killed_capture_process_is_restarted_and_the_camera_recovers(
     camera_dir = make_camera_dir(tmp_path)
     config = write_config(tmp_path, broker, shm_root, camera_dir, engine_seed=engine_seed)
     device = device_of(config)
-    subscriber = Subscriber(broker.port, f"appliance/{device}/line1/detections")
+    subscriber = Subscriber(broker, f"appliance/{device}/line1/detections")
     daemon = RunningDaemon(tmp_path, config, REPO)
 
     def capture_pids() -> list[int]:

@@ -4,15 +4,13 @@ of the detector; a second start is a cache hit and says so."""
 
 from __future__ import annotations
 
-import json
-import uuid
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as paho
 import pytest
 from support.mosquitto import Mosquitto
 from support.schemas import validate_message
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 from appliance.appconfig.app import AppConfig
@@ -83,14 +81,9 @@ def test_engines_is_a_reserved_camera_id() -> None:
         check_camera_id("engines")
 
 
-def _subscribe(port: int, topic: str) -> tuple[paho.Client, list[dict[str, Any]]]:
-    received: list[dict[str, Any]] = []
-    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
-    client.on_message = lambda c, u, m: received.append({**json.loads(m.payload), "_retained": m.retain})
-    client.connect("127.0.0.1", port)
-    client.subscribe(topic, qos=1)
-    client.loop_start()
-    return client, received
+def _statuses(sub: Subscriber) -> list[dict[str, Any]]:
+    """The engine status payloads so far, each with its retain flag as ``_retained``."""
+    return [{**m.json(), "_retained": m.retain} for m in sub.messages]
 
 
 @pytest.mark.usefixtures("detector_onnx")  # fails, not skips, without the detector (tests/conftest.py)
@@ -101,20 +94,20 @@ def test_the_start_up_build_reports_every_phase_on_mqtt_and_a_restart_reports_th
         "paths": {"state_dir": str(tmp_path / "state")}, "model": {"builder": "onnxruntime"},
         "cameras": [{"id": "c1", "source": {"type": "images", "path": str(tmp_path)}, "width": 64, "height": 64,
                      "fps": 2}]})
-    client, received = _subscribe(broker.port, "appliance/eng1/engines/status")
+    sub = Subscriber(broker, "appliance/eng1/engines/status")
     try:
-        wait_until(lambda: client.is_connected(), 20, 0.05, "the test subscriber to connect")
         for expected_end in ("done", "cached"):  # a first start builds, a second finds the engine in the cache
-            received.clear()
+            sub.clear()
             app = Appliance(config)
             connected = app._start_publisher()  # the first two start steps; the rest needs Triton and cameras
             try:
                 wait_until(lambda: connected.publisher.state is State.CONNECTED, 20, 0.05, "the publisher to connect")
                 app._build_engine(connected)
-                wait_until(lambda: any(m["phase"] == expected_end for m in received), 20, 0.05,
+                wait_until(lambda: any(m["phase"] == expected_end for m in _statuses(sub)), 20, 0.05,
                            f"engine status phase {expected_end!r}")
             finally:
                 connected.publisher.stop()
+            received = _statuses(sub)
             for message in received:
                 validate_message("engine_status", {k: v for k, v in message.items() if k != "_retained"})
             phases = [m["phase"] for m in received]
@@ -129,13 +122,11 @@ def test_the_start_up_build_reports_every_phase_on_mqtt_and_a_restart_reports_th
             assert received[-1]["model"] == "yolov3-tiny" and received[-1]["device_id"] == "eng1"
 
         # Retained: a dashboard that subscribes later still learns how the last build ended.
-        late, late_received = _subscribe(broker.port, "appliance/eng1/engines/status")
+        late = Subscriber(broker, "appliance/eng1/engines/status")
         try:
-            wait_until(lambda: bool(late_received), 20, 0.05, "the retained engine status")
+            late_received = late.wait_for(lambda ms: _statuses(late), 20, "the retained engine status")
             assert late_received[0]["phase"] == "cached" and late_received[0]["_retained"]
         finally:
-            late.loop_stop()
-            late.disconnect()
+            late.close()
     finally:
-        client.loop_stop()
-        client.disconnect()
+        sub.close()

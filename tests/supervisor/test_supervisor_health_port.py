@@ -10,8 +10,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support.daemon import RunningDaemon, Subscriber, device_of, make_camera_dir, write_config
+from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,7 @@ def test_a_taken_health_port_does_not_stop_the_appliance(tmp_path: Path, broker:
                           engine_seed=engine_seed)
     # health over MQTT every 2 s, not the default 30 s: the test waits for the first one
     config.write_text(config.read_text().replace("mqtt:\n", "mqtt:\n  health_interval_s: 2\n"))
-    subscriber = Subscriber(broker.port, f"appliance/{device_of(config)}/#")
+    subscriber = Subscriber(broker, f"appliance/{device_of(config)}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
     try:
         assert daemon.notify.wait_for("READY=1", 240), daemon.tail()

@@ -15,8 +15,8 @@ import pytest
 from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.supervisor.servedmodel import LateHandler
-from support.daemon import Subscriber
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 
@@ -30,7 +30,7 @@ def started(tmp_path: Path, broker: Mosquitto) -> Iterator[tuple[MqttPublisher, 
     publisher.on_command("ota", late, read_only=True)  # signatures are another test's: this is about timing
     publisher.start()
     assert publisher.wait_connected(20)
-    sub = Subscriber(broker.port, "plant/dev1/reply")
+    sub = Subscriber(broker, "plant/dev1/reply")
     try:
         yield publisher, late, sub
     finally:
@@ -40,7 +40,7 @@ def started(tmp_path: Path, broker: Mosquitto) -> Iterator[tuple[MqttPublisher, 
 
 
 def _replies(sub: Subscriber) -> list[dict[str, Any]]:
-    return [payload for topic, payload, _retain in list(sub.messages) if topic == "plant/dev1/reply"]
+    return [m.json() for m in sub.messages if m.topic == "plant/dev1/reply"]
 
 
 def test_a_command_before_the_handler_exists_waits_for_it_and_runs(

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 from support.engineseed import seed_state_dir
-from support.daemon import RunningDaemon, Subscriber, make_camera_dir
+from support.daemon import RunningDaemon, make_camera_dir
 from support.mosquitto import Mosquitto
 from support.mqttdocs import documented_commands, subscriber_check
 from support.schemas import validate_message
+from support.subscriber import Subscriber
 
 REPO = Path(__file__).resolve().parents[2]
 OUTAGE_S = 15.0
@@ -72,7 +73,7 @@ def test_message_seq_is_contiguous_across_a_broker_outage_and_seq_gaps_are_the_s
     device = f"seq{uuid.uuid4().hex[:6]}"
     config = _config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), device)
     seed_state_dir(tmp_path / "state", engine_seed)
-    subscriber = Subscriber(broker.port, f"appliance/{device}/#", persistent=True)
+    subscriber = Subscriber(broker, f"appliance/{device}/#", persistent=True)
     daemon = RunningDaemon(tmp_path, config, REPO)
     wait, notify = daemon.wait, daemon.notify
 

@@ -21,9 +21,10 @@ from typing import Any, Callable
 
 import pytest
 from support.engineseed import seed_state_dir
-from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber, make_camera_dir
+from support.daemon import IMAGES_IN_ORDER, RunningDaemon, make_camera_dir
 from support.mosquitto import Mosquitto
 from support.processes import stubs_serving
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 from appliance.mqtt.localbroker import free_port
@@ -72,7 +73,7 @@ health:
   port: {self.port}
 """)
         seed_state_dir(self.state, engine_seed)
-        self.subscriber = Subscriber(broker.port, f"appliance/{self.device}/#")
+        self.subscriber = Subscriber(broker, f"appliance/{self.device}/#")
         super().__init__(tmp_path, config, REPO)
 
     @property

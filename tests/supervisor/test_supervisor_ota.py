@@ -7,18 +7,15 @@ gets a bundle signed with a key it does not trust, sent by the real `appliance o
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as paho
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.bundles import detector_bundle
@@ -26,6 +23,7 @@ from support.daemon import NotifySocket, device_of, make_camera_dir, write_confi
 from support.mosquitto import Mosquitto
 from support.processes import children_of, running
 from support.schemas import validate_message
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
@@ -46,35 +44,21 @@ pytestmark = [
 MAX_GAP_S = 3.0  # the camera runs at 4 fps: 0.25 s between frames when nothing stalls
 
 
-class TimedSubscriber:
-    """Every message under the device's topics with its arrival time."""
+def _timed(sub: Subscriber, kind: str, since: float = 0.0) -> list[tuple[float, dict[str, Any]]]:
+    """(arrival time, payload) of every ``kind`` message that arrived at or after ``since``."""
+    return [(m.at, m.json()) for m in sub.messages_of_type(kind, since)]
 
-    def __init__(self, port: int, topic: str) -> None:
-        self.messages: list[tuple[float, str, dict[str, Any]]] = []
-        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
-        self.client.on_message = lambda c, u, m: self.messages.append(
-            (time.monotonic(), m.topic, json.loads(m.payload)))
-        self.client.connect("127.0.0.1", port)
-        self.client.subscribe(topic, qos=1)
-        self.client.loop_start()
 
-    def of_type(self, kind: str, since: float = 0.0) -> list[tuple[float, dict[str, Any]]]:
-        return [(t, p) for t, _topic, p in list(self.messages) if t >= since and p.get("type") == kind]
+def _wait(predicate: Any, timeout: float, daemon: subprocess.Popen, log: Path) -> None:
+    """Poll ``predicate`` until it holds; fail with the log's tail if the daemon exits or time runs out."""
+    def alive_and_done() -> Any:
+        assert daemon.poll() is None, f"the daemon exited with code {daemon.returncode}"
+        return predicate()
 
-    def wait(self, predicate: Any, timeout: float, daemon: subprocess.Popen, log: Path) -> None:
-        """Poll ``predicate`` until it holds; fail with the log's tail if the daemon exits or time runs out."""
-        def alive_and_done() -> Any:
-            assert daemon.poll() is None, f"the daemon exited with code {daemon.returncode}"
-            return predicate()
-
-        try:
-            wait_until(alive_and_done, timeout, 0.1, "the condition on the daemon's messages")
-        except AssertionError as failed:
-            raise AssertionError(f"{failed}\n{log.read_text()[-3000:]}") from None
-
-    def close(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
+    try:
+        wait_until(alive_and_done, timeout, 0.1, "the condition on the daemon's messages")
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}\n{log.read_text()[-3000:]}") from None
 
 
 def _bundle(tmp_path: Path, private_key: Path, version: str = "2") -> Path:
@@ -100,19 +84,10 @@ def _ota_gauge(health_port: int) -> dict[str, float]:
     return {s.labels["state"]: s.value for s in family.samples}
 
 
-def _retained(port: int, topic: str, timeout: float = 10.0) -> dict[str, Any]:
+def _retained(broker: Mosquitto, topic: str, timeout: float = 10.0) -> dict[str, Any]:
     """The retained message a new subscriber gets on ``topic``."""
-    got: list[dict[str, Any]] = []
-    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}")
-    client.on_message = lambda c, u, m: got.append(json.loads(m.payload)) if m.retain else None
-    client.connect("127.0.0.1", port)
-    client.subscribe(topic, qos=1)
-    client.loop_start()
-    try:
-        wait_until(lambda: got, timeout, 0.05, f"a retained message on {topic}")
-    finally:
-        client.loop_stop()
-        client.disconnect()
+    with Subscriber(broker, topic) as sub:
+        got = sub.wait_for(lambda ms: [m.json() for m in ms if m.retain], timeout, f"a retained message on {topic}")
     return got[0]
 
 
@@ -155,18 +130,18 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
     # the journal of an install that a power cut stopped while building version 7 (written as OtaManager does)
     OtaStore(tmp_path / "state").write_journal(
         OtaStatus("building", "building", "7", "yolov3-tiny", percent=40.0, time=time.time()).to_dict())
-    sub = TimedSubscriber(broker.port, f"appliance/{device}/#")
+    sub = Subscriber(broker, f"appliance/{device}/#")
     daemon = _start(config, notify, log)
     restarted: subprocess.Popen | None = None
     try:
         assert notify.wait_for("READY=1", 240), log.read_text()[-3000:]
-        sub.wait(lambda: [p for _t, p in sub.of_type("ota_status") if p.get("version") == "7"], 30, daemon, log)
-        interrupted = [p for _t, p in sub.of_type("ota_status") if p.get("version") == "7"]
+        _wait(lambda: [p for _t, p in _timed(sub, "ota_status") if p.get("version") == "7"], 30, daemon, log)
+        interrupted = [p for _t, p in _timed(sub, "ota_status") if p.get("version") == "7"]
         assert [(p["state"], p["code"]) for p in interrupted] == [("rejected", "interrupted")], interrupted
         validate_message("ota_status", interrupted[0])
         assert "building" in interrupted[0]["message"] and "base serves" in interrupted[0]["message"]
-        sub.wait(lambda: len(sub.of_type("detections")) >= 3, 120, daemon, log)
-        assert {p["model"]["version"] for _t, p in sub.of_type("detections")} == {"base"}
+        _wait(lambda: len(_timed(sub, "detections")) >= 3, 120, daemon, log)
+        assert {p["model"]["version"] for _t, p in _timed(sub, "detections")} == {"base"}
 
         t_push = time.monotonic()
         push_mqtt(MqttConfig(host="127.0.0.1", port=broker.port, device_id="cli"), device, "appliance",
@@ -174,27 +149,27 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
                   sign_key=load_private_key(tmp_path / "ota.key"))  # the bundle key signs commands too (default)
 
         def outcome() -> list[dict[str, Any]]:
-            return [p for _t, p in sub.of_type("ota_status")
+            return [p for _t, p in _timed(sub, "ota_status")
                     if p.get("version") == "2" and p["state"] in ("active", "rolled_back", "rejected")]
 
-        sub.wait(outcome, 300, daemon, log)
+        _wait(outcome, 300, daemon, log)
         t_done = time.monotonic()
         assert outcome()[-1]["state"] == "active", outcome()
-        states = [p["state"] for _t, p in sub.of_type("ota_status")]
-        for _t, p in sub.of_type("ota_status"):
+        states = [p["state"] for _t, p in _timed(sub, "ota_status")]
+        for _t, p in _timed(sub, "ota_status"):
             validate_message("ota_status", p)
             assert p["device_id"] == device
         for step in ("received", "verifying", "staging", "building", "switching", "checking", "watching", "active"):
             assert step in states, (step, states)
-        sub.wait(lambda: any(p["model"]["version"] == "2" for _t, p in sub.of_type("detections", t_done)),
-                 30, daemon, log)
-        arrivals = [t for t, _p in sub.of_type("detections", t_push) if t <= t_done]
+        _wait(lambda: any(p["model"]["version"] == "2" for _t, p in _timed(sub, "detections", t_done)),
+              30, daemon, log)
+        arrivals = [t for t, _p in _timed(sub, "detections", t_push) if t <= t_done]
         gaps = _gaps(arrivals)
         print(f"\ndaemon OTA: {len(arrivals)} detections published during the update ({t_done - t_push:.1f} s); "
               f"longest gap {max(gaps) * 1000:.0f} ms")
         assert len(arrivals) > 10 and max(gaps) < MAX_GAP_S, (max(gaps), log.read_text()[-3000:])
         # once switched, every frame comes from version 2 (never back to base)
-        versions = [p["model"]["version"] for _t, p in sub.of_type("detections", t_push)]
+        versions = [p["model"]["version"] for _t, p in _timed(sub, "detections", t_push)]
         first = versions.index("2")
         assert set(versions[first:]) == {"2"} and set(versions[:first]) <= {"base"}
         _stop(daemon, log)
@@ -204,8 +179,8 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
         t_restart = time.monotonic()
         restarted = _start(config, notify, log)
         assert notify.wait_for("READY=1", 240), log.read_text()[-3000:]
-        sub.wait(lambda: len(sub.of_type("detections", t_restart)) >= 2, 120, restarted, log)
-        assert {p["model"]["version"] for _t, p in sub.of_type("detections", t_restart)} == {"2"}
+        _wait(lambda: len(_timed(sub, "detections", t_restart)) >= 2, 120, restarted, log)
+        assert {p["model"]["version"] for _t, p in _timed(sub, "detections", t_restart)} == {"2"}
 
         # a bundle signed with an untrusted key, pushed by the CLI (the commands signed by the operator's key):
         # rejected, version 2 serves on without a gap
@@ -214,22 +189,22 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
                  "--chunk-bytes", str(1 << 20), "--sign-key", str(tmp_path / "ota.key"))
 
         def ended(since: float) -> list[dict[str, Any]]:
-            return [p for _t, p in sub.of_type("ota_status", since) if p["state"] in ("active", "rolled_back",
-                                                                                      "rejected")]
+            return [p for _t, p in _timed(sub, "ota_status", since) if p["state"] in ("active", "rolled_back",
+                                                                                         "rejected")]
 
-        sub.wait(lambda: ended(t_rogue), 60, restarted, log)
+        _wait(lambda: ended(t_rogue), 60, restarted, log)
         t_rejected = time.monotonic()
         rejected = ended(t_rogue)
         assert [(p["state"], p.get("code")) for p in rejected] == [("rejected", "unknown_key")], rejected
         assert "version" not in rejected[0] and rejected[0]["request_id"].startswith("push-"), rejected[0]
-        for _t, p in sub.of_type("ota_status", t_rogue):
+        for _t, p in _timed(sub, "ota_status", t_rogue):
             validate_message("ota_status", p)
-        retained = _retained(broker.port, f"appliance/{device}/ota/status")
+        retained = _retained(broker, f"appliance/{device}/ota/status")
         validate_message("ota_status", retained)
         assert (retained["state"], retained["code"]) == ("rejected", "unknown_key"), retained
         assert _ota_gauge(health_port) == {s: 1.0 if s == "rejected" else 0.0 for s in STATES}
-        sub.wait(lambda: len(sub.of_type("detections", t_rejected)) >= 3, 30, restarted, log)
-        across = sub.of_type("detections", t_rogue)
+        _wait(lambda: len(_timed(sub, "detections", t_rejected)) >= 3, 30, restarted, log)
+        across = _timed(sub, "detections", t_rogue)
         assert {p["model"]["version"] for _t, p in across} == {"2"}
         assert max(_gaps([t for t, _p in across])) < MAX_GAP_S, log.read_text()[-3000:]
 
@@ -239,34 +214,34 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
                             "rollback", refused=True)
         assert "(unsigned)" in unsigned.stderr and "--sign-key" in unsigned.stderr, unsigned.stderr
         assert ended(t_unsigned) == [] and "Traceback" not in unsigned.stderr
-        sub.wait(lambda: [p for _t, p in sub.of_type("health", t_unsigned)
-                          if p["mqtt"]["commands_refused"]["unsigned"] == 1], 30, restarted, log)
-        validate_message("health", sub.of_type("health", t_unsigned)[-1][1])
+        _wait(lambda: [p for _t, p in _timed(sub, "health", t_unsigned)
+                       if p["mqtt"]["commands_refused"]["unsigned"] == 1], 30, restarted, log)
+        validate_message("health", _timed(sub, "health", t_unsigned)[-1][1])
 
         # the signed `rollback` action (the CLI sends {"action": "rollback"} with `auth`): back to the base model,
         # no long gap
         t_rollback = time.monotonic()
         _ota_cli("push", "--mqtt", f"127.0.0.1:{broker.port}", "--device", device, "--action", "rollback",
                  "--sign-key", str(tmp_path / "ota.key"), "--reply-timeout", "120")
-        sub.wait(lambda: ended(t_rollback), 120, restarted, log)
+        _wait(lambda: ended(t_rollback), 120, restarted, log)
         rolled = ended(t_rollback)
         assert [(p["state"], p.get("code")) for p in rolled] == [("rolled_back", "manual")], rolled
         validate_message("ota_status", rolled[0])
         assert "version" not in rolled[0], rolled[0]  # absent: the base model serves
 
         def replies() -> list[dict[str, Any]]:  # the reply follows the status: the handler returns after it
-            return [p for _t, p in sub.of_type("command_reply", t_rollback) if p["command"] == "ota"]
+            return [p for _t, p in _timed(sub, "command_reply", t_rollback) if p["command"] == "ota"]
 
-        sub.wait(replies, 30, restarted, log)
+        _wait(replies, 30, restarted, log)
         validate_message("command_reply", replies()[0])
         assert [(r["ok"], r.get("result")) for r in replies()] == [(True, {"state": "rolled_back", "from": "2",
                                                                            "to": None})], replies()
-        sub.wait(lambda: any(p["model"]["version"] == "base" for _t, p in sub.of_type("detections", t_rollback)),
-                 30, restarted, log)
+        _wait(lambda: any(p["model"]["version"] == "base" for _t, p in _timed(sub, "detections", t_rollback)),
+              30, restarted, log)
         t_base = time.monotonic()
-        sub.wait(lambda: len(sub.of_type("detections", t_base)) >= 3, 30, restarted, log)
+        _wait(lambda: len(_timed(sub, "detections", t_base)) >= 3, 30, restarted, log)
         assert _ota_gauge(health_port) == {s: 1.0 if s == "rolled_back" else 0.0 for s in STATES}
-        across = sub.of_type("detections", t_rollback)
+        across = _timed(sub, "detections", t_rollback)
         versions = [p["model"]["version"] for _t, p in across]
         first = versions.index("base")
         assert set(versions[first:]) == {"base"} and set(versions[:first]) <= {"2"}, versions

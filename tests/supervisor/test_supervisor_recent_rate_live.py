@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.daemon import IMAGES_IN_ORDER, RunningDaemon, Subscriber, device_of, write_config
+from support.daemon import IMAGES_IN_ORDER, RunningDaemon, device_of, write_config
 from support.mosquitto import Mosquitto
 from support.provisioned import DARKNET_IMAGES
+from support.subscriber import Subscriber
 
 from appliance.commands.status import fetch_health
 from appliance.mqtt.localbroker import free_port
@@ -57,7 +58,7 @@ def test_the_reported_rate_falls_to_0_within_15_s_of_the_camera_stopping_while_t
                           engine_seed=engine_seed,
                           line1_keys=f"backoff: {{initial_s: {RESUME_S:g}, max_s: {RESUME_S:g}, jitter: 0}}")
     device = device_of(config)
-    subscriber = Subscriber(broker.port, f"appliance/{device}/#")
+    subscriber = Subscriber(broker, f"appliance/{device}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
 
     def summary() -> dict[str, Any]:

@@ -8,8 +8,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from support.daemon import RunningDaemon, Subscriber, device_of, make_camera_dir, write_config
+from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 
 from appliance.capture.ringdir import DIR_PREFIX, find_rings
 
@@ -30,7 +31,7 @@ def test_squatters_in_the_shm_root_change_nothing(tmp_path: Path, broker: Mosqui
     for name, make in squatters.items():
         make(shm_root / name)
     config = write_config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), engine_seed=engine_seed)
-    subscriber = Subscriber(broker.port, f"appliance/{device_of(config)}/#")
+    subscriber = Subscriber(broker, f"appliance/{device_of(config)}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
     try:
         assert daemon.notify.wait_for("READY=1", 240), daemon.tail()

@@ -14,18 +14,17 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 import cv2
 import numpy as np
-import paho.mqtt.client as paho
 import pytest
 from support.bundles import detector_bundle
 from support.bundleserver import serve_directory
 from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 
 from appliance.ota.signing import generate_keypair
 from appliance.ota.store import OtaStore
@@ -41,22 +40,15 @@ pytestmark = [
 FLEET = (("can-1", "canary"), ("line-1", "line"), ("line-2", "line"))
 
 
-class Watch:
+class Watch(Subscriber):
     """The newest message per topic under the default prefix."""
 
-    def __init__(self, port: int) -> None:
-        self.latest: dict[str, dict[str, Any]] = {}
-        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"watch-{uuid.uuid4().hex[:8]}")
-        self.client.on_message = self._on_message
-        self.client.connect("127.0.0.1", port)
-        self.client.subscribe("appliance/#", qos=1)
-        self.client.loop_start()
+    def __init__(self, broker: Mosquitto) -> None:
+        super().__init__(broker, "appliance/#")
 
-    def _on_message(self, _c: Any, _u: Any, m: Any) -> None:
-        try:
-            self.latest[m.topic] = json.loads(m.payload)
-        except ValueError:
-            pass  # snapshots are JPEG
+    @property
+    def latest(self) -> dict[str, dict[str, Any]]:
+        return {m.topic: m.json() for m in self.messages if m.is_json}  # snapshots are JPEG
 
     def served(self, device: str) -> str | None:
         """The model version of the device's newest detections message."""
@@ -67,10 +59,6 @@ class Watch:
         """The frame seq of the device's newest detections message (-1 before the first)."""
         doc = self.latest.get(f"appliance/{device}/line1/detections")
         return doc["seq"] if doc else -1
-
-    def close(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
 
 
 @pytest.fixture
@@ -84,7 +72,7 @@ def fleet(tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path) 
     (golden / "golden.json").write_text(json.dumps({"frames": [{"file": "wall.png", "expected": [
         {"class_name": "person", "score": 0.9, "box": [100, 100, 300, 400]}]}]}))  # a grey wall: nobody there
     daemons: dict[str, RunningDaemon] = {}
-    watch = Watch(broker.port)
+    watch = Watch(broker)
     try:
         for name, group in FLEET:
             home = tmp_path / name

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 from support.engineseed import seed_state_dir
-from support.daemon import RunningDaemon, Subscriber, make_camera_dir
+from support.daemon import RunningDaemon, make_camera_dir
 from support.mosquitto import Mosquitto, make_tls_material, publish_as
 from support.schemas import validate_message
+from support.subscriber import Subscriber
 
 from appliance.mqtt.localbroker import free_port
 
@@ -81,7 +82,7 @@ health:
     broker = Mosquitto(tmp_path / "broker", tls=pki, require_certificate=True, passwords=secrets,
                        extra_config=[f"acl_file {ACL}"]).start()
     config.write_text(config.read_text().replace("{port}", str(broker.port)))
-    reader = Subscriber(broker.port, "appliance/#", tls=pki, username="dashboard@ops",
+    reader = Subscriber(broker, "appliance/#", tls=pki, username="dashboard@ops",
                         password=secrets["dashboard@ops"])
     seed_state_dir(tmp_path / "state", engine_seed)
     daemon = RunningDaemon(tmp_path, config, REPO, global_args=["--log-level", "DEBUG"])
@@ -116,7 +117,7 @@ health:
         validate_message("command_reply", reply)
         assert reply["ok"] is True, reply
         assert replies("from-subscriber") == [] and replies("from-other-device") == []
-        assert [p for _t, p, _r in reader.messages if p.get("marker") == "forged"] == []
+        assert [p for p in reader.json_on() if p.get("marker") == "forged"] == []
 
         exposed = {"/metrics": _get(f"http://127.0.0.1:{health_port}/metrics"),
                    "/healthz": _get(f"http://127.0.0.1:{health_port}/healthz"),
@@ -131,8 +132,8 @@ health:
     log = daemon.log_path.read_text()
     assert "MQTT connected to" in log and " lost (" not in log, log[-3000:]  # never dropped for a denied publish
     exposed["daemon log (stdout and stderr, DEBUG)"] = log
-    exposed["MQTT messages"] = "\n".join([json.dumps(p) for _t, p, _r in reader.messages]
-                                         + [b.decode("latin-1") for _t, b, _r in reader.binary])
+    exposed["MQTT messages"] = "\n".join([json.dumps(p) for p in reader.json_on()]
+                                         + [m.payload.decode("latin-1") for m in reader.binary()])
     key_lines = [line for line in pki.client.key.read_text().splitlines() if line and not line.startswith("-----")]
     assert key_lines and secrets[device]
     for where, text in exposed.items():

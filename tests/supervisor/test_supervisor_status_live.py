@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.daemon import NotifySocket, Subscriber, device_of, make_camera_dir, write_config
+from support.daemon import NotifySocket, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.promql import load_dashboard, unknown_metrics
 from support.shm import private_shm_dir
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 import appliance
@@ -74,7 +75,7 @@ def running(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iter
         OtaStore(tmp / "state").write_journal(
             OtaStatus("building", "building", "7", "yolov3-tiny", percent=40.0, time=time.time()).to_dict())
         notify = NotifySocket(tmp / "notify.sock")
-        subscriber = Subscriber(broker.port, f"appliance/{device_of(config)}/#")
+        subscriber = Subscriber(broker, f"appliance/{device_of(config)}/#")
         log = tmp / "daemon.log"
         started = time.monotonic()
         daemon = subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],

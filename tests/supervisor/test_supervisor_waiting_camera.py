@@ -12,8 +12,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.daemon import RunningDaemon, Subscriber, device_of, make_camera_dir, write_config
+from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 
 from appliance.capture.sample import build_sample_video
 from appliance.commands.status import fetch_health
@@ -47,7 +48,7 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
     url = f"http://127.0.0.1:{port}"
     config = write_config(tmp_path, broker, shm_root, camera_dir, later, health_port=port, engine_seed=engine_seed)
     device = device_of(config)
-    subscriber = Subscriber(broker.port, f"appliance/{device}/#")
+    subscriber = Subscriber(broker, f"appliance/{device}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
 
     def detections(camera: str) -> list[dict]:

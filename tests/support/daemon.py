@@ -1,10 +1,9 @@
 """Helpers for tests that run `appliance run` as a real process: the systemd notify socket it reports to, a
-subscriber recording what it publishes, a folder of real images for an `images` camera and the config that ties
-them together (a real broker and a private /dev/shm root)."""
+folder of real images for an `images` camera and the config that ties them together (a real broker and a private
+/dev/shm root). What it publishes is read with support.subscriber."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -16,10 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Callable, Sequence
 
-import paho.mqtt.client as paho
-
 from support.engineseed import seed_state_dir
-from support.mosquitto import Mosquitto, TlsMaterial
+from support.mosquitto import Mosquitto
 from support.provisioned import DARKNET_IMAGES
 from support.wait import wait_until
 
@@ -62,45 +59,6 @@ class NotifySocket:
         self._stop.set()
         self._thread.join(5)
         self.sock.close()
-
-
-class Subscriber:
-    """Every JSON message the daemon publishes under ``topic``, with its topic and retain flag.
-
-    ``persistent``: a persistent session that subscribes again on every connect, so that with a broker keeping
-    persistence (``Mosquitto(persistence=True)``) nothing published while it reconnects after an outage is lost
-    to it."""
-
-    def __init__(self, port: int, topic: str, *, persistent: bool = False, tls: TlsMaterial | None = None,
-                 username: str | None = None, password: str | None = None) -> None:
-        self.messages: list[tuple[str, dict, bool]] = []
-        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"test-{uuid.uuid4().hex[:8]}",
-                                  clean_session=not persistent)
-        if tls is not None:  # mutual TLS with the material's client certificate
-            self.client.tls_set(ca_certs=str(tls.ca.cert), certfile=str(tls.client.cert), keyfile=str(tls.client.key))
-        if username is not None:
-            self.client.username_pw_set(username, password)
-        self.binary: list[tuple[str, bytes, bool]] = []  # payloads that are not JSON (a camera's JPEG snapshot)
-        self.client.on_message = self._on_message
-        if persistent:
-            self.client.reconnect_delay_set(0.05, 0.5)
-            self.client.on_connect = lambda c, u, f, reason, p: None if reason.is_failure else c.subscribe(topic, 1)
-        self.client.connect("127.0.0.1", port)
-        self.client.subscribe(topic, qos=1)
-        self.client.loop_start()
-
-    def _on_message(self, client: paho.Client, userdata: object, m: paho.MQTTMessage) -> None:
-        try:
-            self.messages.append((m.topic, json.loads(m.payload), m.retain))
-        except ValueError:
-            self.binary.append((m.topic, bytes(m.payload), m.retain))
-
-    def of_type(self, kind: str) -> list[dict]:
-        return [payload for _topic, payload, _retain in list(self.messages) if payload.get("type") == kind]
-
-    def close(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
 
 
 def make_camera_dir(tmp_path: Path) -> Path:
