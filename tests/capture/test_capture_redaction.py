@@ -10,12 +10,12 @@ from typing import Callable
 
 import numpy as np
 import pytest
+from support.ports import free_port
 from support.wait import wait_until
 
 from appliance.capture import CameraConfig, CaptureProcess
 from appliance.capture.sources import EndOfStream, SourceConfigError, make_source
 from appliance.capture.stderrfilter import copy_redacted
-from appliance.mqtt.localbroker import free_port
 
 
 def test_lines_are_redacted_whole_however_they_were_written() -> None:

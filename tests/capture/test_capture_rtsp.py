@@ -92,7 +92,7 @@ def test_http_stream(camera, long_video, shm_root):
     """An HTTP MPEG-TS stream served by a real ffmpeg (-listen 1: one client), through the rtsp source type."""
     import subprocess
 
-    from support.rtsp import free_port
+    from support.ports import free_port
 
     url = f"http://127.0.0.1:{free_port()}/cam.ts"
     server = subprocess.Popen(

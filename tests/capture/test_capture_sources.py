@@ -8,7 +8,7 @@ import pytest
 
 from appliance.capture.sources import DecodeError, EndOfStream, SourceConfigError, SourceError, make_source
 from appliance.config.redact import redact_credentials
-from support.rtsp import free_port
+from support.ports import free_port
 
 
 def frame(shape=(240, 320)) -> np.ndarray:

@@ -15,9 +15,9 @@ from typing import Iterator
 
 import pytest
 from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca, make_tls_material
+from support.ports import free_port
 from support.subscriber import Subscriber
 
-from appliance.mqtt.localbroker import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = f"pw-{uuid.uuid4().hex}"

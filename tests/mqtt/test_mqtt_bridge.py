@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pytest
+from support.ports import free_port
 from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
-from appliance.mqtt.localbroker import free_port
 from appliance.mqtt.publisher import MqttPublisher, State
 from mqtt_helpers import CameraStreams, seqs_by_camera
 from support.mosquitto import Mosquitto, MosquittoFromFile, publish_as

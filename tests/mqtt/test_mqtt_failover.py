@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from support.mqttdocs import subscriber_check
+from support.ports import free_port
 from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.publisher import MqttPublisher, State
-from appliance.mqtt.localbroker import free_port
 from mqtt_helpers import CameraStreams, validate
 from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca
 from support.subscriber import Message, Subscriber

@@ -15,7 +15,8 @@ from appliance.mqtt.messages import CameraStatus
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 from mqtt_helpers import frame, make_config, seqs_by_camera, set_aside_payloads, validate
 from support.detections import rows
-from support.mosquitto import Mosquitto, free_port
+from support.mosquitto import Mosquitto
+from support.ports import free_port
 from support.wait import wait_until
 
 

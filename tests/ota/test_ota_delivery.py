@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from support.bundleserver import Server, tls_server
+from support.ports import free_port
 from support.schemas import validate_ota_status
 
 from appliance.ota.config import HealthPolicy, OtaConfig
@@ -289,14 +290,6 @@ def test_a_failed_download_is_rejected_as_delivery(tmp_path, keys, http_server, 
         handler.handle({"url": url}, request_id="r-fail")
     assert info.value.code == "delivery" and f"download of {url} failed" in info.value.reason
     assert_refused(events, "delivery", "r-fail", handler.incoming)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_replayed_old_bundle_sent_as_chunks_is_a_downgrade_on_the_status_stream(tmp_path, keys, sign,

@@ -28,10 +28,10 @@ import pytest
 from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon
 from support.mosquitto import Mosquitto
+from support.ports import free_port
 from support.schemas import validate_message
 from support.subscriber import Subscriber
 
-from appliance.mqtt.localbroker import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from support.daemon import RunningDaemon
 from support.mosquitto import Mosquitto
+from support.ports import free_port
 from support.schemas import validate_message
 from support.subscriber import Subscriber
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV
-from appliance.mqtt.localbroker import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"

@@ -23,11 +23,11 @@ import pytest
 from support.engineseed import seed_state_dir
 from support.daemon import IMAGES_IN_ORDER, RunningDaemon, make_camera_dir
 from support.mosquitto import Mosquitto
+from support.ports import free_port
 from support.processes import stubs_serving
 from support.subscriber import Subscriber
 from support.wait import wait_until
 
-from appliance.mqtt.localbroker import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

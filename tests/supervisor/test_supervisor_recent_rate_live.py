@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from support.daemon import IMAGES_IN_ORDER, RunningDaemon, device_of, write_config
 from support.mosquitto import Mosquitto
+from support.ports import free_port
 from support.provisioned import DARKNET_IMAGES
 from support.subscriber import Subscriber
 
 from appliance.commands.status import fetch_health
-from appliance.mqtt.localbroker import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 COPIES = 20  # 3 images x 20 = 60 frames: 15 s at 4 fps

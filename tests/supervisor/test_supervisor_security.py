@@ -21,10 +21,10 @@ import pytest
 from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon, make_camera_dir
 from support.mosquitto import Mosquitto, make_tls_material, publish_as
+from support.ports import free_port
 from support.schemas import validate_message
 from support.subscriber import Subscriber
 
-from appliance.mqtt.localbroker import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ACL = REPO / "docs/examples/mosquitto/acl"

@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.daemon import NotifySocket, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
+from support.ports import free_port
 from support.promql import load_dashboard, unknown_metrics
 from support.shm import private_shm_dir
 from support.subscriber import Subscriber
@@ -31,7 +32,6 @@ from support.wait import wait_until
 
 import appliance
 from appliance.commands.status import fetch_health
-from appliance.mqtt.localbroker import free_port
 from appliance.ota.status import OtaStatus
 from appliance.ota.store import OtaStore
 from appliance.triton.locate import TritonDistribution

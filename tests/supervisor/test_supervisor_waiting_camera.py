@@ -14,11 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
+from support.ports import free_port
 from support.subscriber import Subscriber
 
 from appliance.capture.sample import build_sample_video
 from appliance.commands.status import fetch_health
-from appliance.mqtt.localbroker import free_port
 from appliance.mqtt.schema import load_schema
 
 REPO = Path(__file__).resolve().parents[2]

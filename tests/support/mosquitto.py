@@ -29,7 +29,8 @@ from typing import Callable, Iterable, Mapping, Optional
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from appliance.mqtt.localbroker import LocalBroker, free_port
+from appliance.mqtt.localbroker import LocalBroker
+from support.ports import free_port
 from support.wait import wait_until
 
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"

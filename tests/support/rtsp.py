@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from appliance.procs import kill_process, stop_process
+from support.ports import free_port
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -59,12 +60,6 @@ if server.attach(None) == 0:
 print("ready", flush=True)
 GLib.MainLoop().run()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_test_video(
