@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.otamanager import ota_manager
 from support.provisioned import require_detector
 from support.schemas import validate_ota_status
 
@@ -29,11 +30,6 @@ from ota_helpers import (DETECTOR_ONNX, make_tiny_detector, tiny_model_profile, 
                          yolo_engine_profile, yolo_model_profile)
 
 
-def manager(tmp_path: Path, trusted: TrustedKeys, events: list | None = None, **kw) -> OtaManager:  # type: ignore[no-untyped-def]
-    cb = events.append if events is not None else None
-    return OtaManager(tmp_path / "state", trusted, OfflineSwitcher(), config=OtaConfig(**kw), status_cb=cb)
-
-
 def rewrite(bundle: Path, out: Path, edit) -> Path:  # type: ignore[no-untyped-def]
     """Copy a bundle member by member, letting edit(name, data) -> data | None (None drops the member)."""
     with tarfile.open(bundle) as src, tarfile.open(out, "w") as dst:
@@ -47,7 +43,7 @@ def rewrite(bundle: Path, out: Path, edit) -> Path:  # type: ignore[no-untyped-d
 
 def test_signed_bundle_installs_and_points_at_the_new_version(tmp_path, keys, sign, tiny_source) -> None:
     events: list = []
-    m = manager(tmp_path, keys.trusted(), events)
+    m = ota_manager(tmp_path / "state", keys.trusted(), events=events)
     result = m.install(sign(tiny_source("2")))
     assert result["state"] == "active"
     assert m.store.read_pointer().version == "2" and m.store.serving() == "2"
@@ -96,7 +92,7 @@ def test_bad_bundles_are_rejected_with_a_reason(tmp_path, keys, sign, tiny_sourc
     elif case == "bad_sig_doc":
         rewrite(good, bad, lambda n, d: b"{not json" if n == "manifest.sig" else d)
     events: list = []
-    m = manager(tmp_path, keys.trusted(), events)
+    m = ota_manager(tmp_path / "state", keys.trusted(), events=events)
     with pytest.raises(OtaRejected) as info:
         m.install(bad)
     assert info.value.code == code, info.value
@@ -109,7 +105,7 @@ def test_bad_bundles_are_rejected_with_a_reason(tmp_path, keys, sign, tiny_sourc
 
 def test_no_trusted_keys_rejects_everything(tmp_path, sign, tiny_source) -> None:
     with pytest.raises(OtaRejected, match="no trusted keys are configured .ota.trusted_keys.: OTA updates are off"):
-        manager(tmp_path, TrustedKeys({})).install(sign(tiny_source("2")))
+        ota_manager(tmp_path / "state", TrustedKeys({})).install(sign(tiny_source("2")))
 
 
 def test_key_files_load_only_as_the_ed25519_pem_kind_asked_for(tmp_path, keys) -> None:
@@ -150,7 +146,7 @@ def test_manifest_path_traversal_is_invalid(tmp_path, keys, sign, tiny_source) -
     bad = tmp_path / "evil.bundle"
     write_bundle(bad, data, sign_manifest(data, load_private_key(keys.private)), {})
     with pytest.raises(OtaRejected) as info:
-        manager(tmp_path, keys.trusted()).install(bad)
+        ota_manager(tmp_path / "state", keys.trusted()).install(bad)
     assert info.value.code == "invalid_manifest" and "not a safe relative path" in info.value.reason
     assert not (tmp_path / "state" / "ota" / "evil").exists()
 
@@ -158,13 +154,13 @@ def test_manifest_path_traversal_is_invalid(tmp_path, keys, sign, tiny_source) -
 def test_appliance_too_old_is_incompatible(tmp_path, keys, sign, tiny_source) -> None:
     bundle = sign(tiny_source("2", min_appliance_version="99.0"))
     with pytest.raises(OtaRejected, match="needs appliance >= 99.0, this is") as info:
-        manager(tmp_path, keys.trusted()).install(bundle)
+        ota_manager(tmp_path / "state", keys.trusted()).install(bundle)
     assert info.value.code == "incompatible"
 
 
 def test_input_shape_that_does_not_match_the_onnx_is_incompatible(tmp_path, keys, sign, tiny_source) -> None:
     bundle = sign(tiny_source("2", model_profile=tiny_model_profile(size=64)))
-    m = manager(tmp_path, keys.trusted())
+    m = ota_manager(tmp_path / "state", keys.trusted())
     with pytest.raises(OtaRejected, match=r"input images is \['\?', 3, 32, 32\].*needs \[batch, 3, 64, 64\]") as info:
         m.install(bundle)
     assert info.value.code == "incompatible"
@@ -178,13 +174,13 @@ def test_real_detector_at_another_input_size_is_incompatible(tmp_path, keys, sig
     profile["input"].update(width=320, height=320)
     bundle = sign(tiny_source("2", onnx=DETECTOR_ONNX, model_profile=profile, engine_profile=yolo_engine_profile()))
     with pytest.raises(OtaRejected, match=r"\['\?', 3, 416, 416\].*\[batch, 3, 320, 320\]"):
-        manager(tmp_path, keys.trusted()).install(bundle)
+        ota_manager(tmp_path / "state", keys.trusted()).install(bundle)
 
 
 def test_engine_build_failure_is_rejected(tmp_path, keys, sign, tiny_source) -> None:
     broken = make_tiny_detector(tmp_path / "broken.onnx", broken=True)
     events: list = []
-    m = manager(tmp_path, keys.trusted(), events)
+    m = ota_manager(tmp_path / "state", keys.trusted(), events=events)
     with pytest.raises(OtaRejected) as info:
         m.install(sign(tiny_source("2", onnx=broken)))
     assert info.value.code == "build_failed", info.value
@@ -198,8 +194,7 @@ def serving_1(tmp_path: Path, keys: Any, sign: Any, tiny_source: Any, events: li
               **kw: Any) -> OtaManager:
     """A manager that serves version 1 (routed, pointed at); no health watch unless ``health`` is given."""
     kw.setdefault("health", HealthPolicy(period_s=0))
-    m = OtaManager(tmp_path / "state", keys.trusted(), switcher or OfflineSwitcher(), config=OtaConfig(**kw),
-                   status_cb=events.append)
+    m = ota_manager(tmp_path / "state", keys.trusted(), switcher, events=events, **kw)
     assert m.install(sign(tiny_source("1"), "1.bundle"))["state"] == "active"
     return m
 
@@ -324,7 +319,7 @@ def test_keep_versions_keeps_that_many_on_disk_and_rollback_reaches_them_then_th
 
 
 def test_keep_versions_1_keeps_only_the_active_version(tmp_path, keys, sign, tiny_source) -> None:
-    m = manager(tmp_path, keys.trusted(), keep_versions=1, health=HealthPolicy(period_s=0))
+    m = ota_manager(tmp_path / "state", keys.trusted(), keep_versions=1, health=HealthPolicy(period_s=0))
     for version in ("1", "2", "3"):
         m.install(sign(tiny_source(version), f"{version}.bundle"))
     assert m.store.installed() == ["3"] and m.store.read_pointer() == Pointer("3", (None,))
@@ -334,7 +329,7 @@ def test_an_update_while_another_process_holds_the_state_lock_is_busy(tmp_path, 
     from appliance.ota.store import OtaStore
 
     events: list = []
-    m = manager(tmp_path, keys.trusted(), events)
+    m = ota_manager(tmp_path / "state", keys.trusted(), events=events)
     bundle = sign(tiny_source("2"))
     with OtaStore(tmp_path / "state").lock():  # its own open file, as `appliance ota install` would hold it
         with pytest.raises(OtaRejected) as info:
@@ -346,7 +341,7 @@ def test_an_update_while_another_process_holds_the_state_lock_is_busy(tmp_path, 
 
 
 def test_same_version_twice_is_a_duplicate(tmp_path, keys, sign, tiny_source) -> None:
-    m = manager(tmp_path, keys.trusted())
+    m = ota_manager(tmp_path / "state", keys.trusted())
     m.install(sign(tiny_source("2")))
     with pytest.raises(OtaRejected) as info:
         m.install(sign(tiny_source("2", name="again"), "again.bundle"))
@@ -356,7 +351,7 @@ def test_same_version_twice_is_a_duplicate(tmp_path, keys, sign, tiny_source) ->
 
 def test_over_the_size_limit_is_too_large(tmp_path, keys, sign, tiny_source) -> None:
     with pytest.raises(OtaRejected) as info:
-        manager(tmp_path, keys.trusted(), max_bundle_bytes=1000).install(sign(tiny_source("2")))
+        ota_manager(tmp_path / "state", keys.trusted(), max_bundle_bytes=1000).install(sign(tiny_source("2")))
     assert info.value.code == "too_large"
 
 
@@ -420,7 +415,7 @@ def test_inbox_push_is_atomic_and_the_watcher_installs(tmp_path, keys, sign, tin
     from appliance.ota.delivery import InboxWatcher
     from appliance.fleet.push import push_to_inbox
 
-    m = manager(tmp_path, keys.trusted())
+    m = ota_manager(tmp_path / "state", keys.trusted())
     inbox = tmp_path / "inbox"
     push_to_inbox(sign(tiny_source("2")), inbox)
     push_to_inbox(sign(tiny_source("x", name="x", min_appliance_version="99"), "x.bundle"), inbox)
@@ -447,7 +442,7 @@ def test_the_engine_profiles_golden_inputs_travel_in_the_bundle_and_the_build_us
     np.savez(npz, **{spec.name: np.random.default_rng(3).uniform(0, 1, shape).astype(np.float32)})
     profile = tiny_engine_profile()
     profile["verify"]["golden"] = "golden/engine.npz"  # relative: to the staged bundle, never the cwd
-    m = manager(tmp_path, keys.trusted())
+    m = ota_manager(tmp_path / "state", keys.trusted())
     assert m.install(sign(tiny_source("2", engine_profile=profile,
                                       golden_files={"golden/engine.npz": npz})))["state"] == "active"
     manifest = m.store.manifest("2")

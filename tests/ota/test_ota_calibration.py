@@ -11,25 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.otamanager import ota_manager
 from support.provisioned import require_detector
 
 from appliance.detector.calibration.frames import files_digest
 from appliance.detector.buildprofile import EngineProfile
 from appliance.fleet.bundle import BundleSourceError
 from appliance.ota.errors import OtaRejected
-from appliance.ota.manager import OtaManager
 from appliance.ota.manifest import Manifest
-from appliance.ota.offline import OfflineSwitcher
-from appliance.ota.signing import TrustedKeys
 
 from ota_helpers import DETECTOR_ONNX, IMAGES, yolo_engine_profile, yolo_model_profile  # noqa: E402
 
 CALIB = ("dog", "eagle", "giraffe", "scream")
 HELD_OUT = ("horses", "kite", "person")
-
-
-def _manager(tmp_path: Path, trusted: TrustedKeys) -> OtaManager:
-    return OtaManager(tmp_path / "state", trusted, OfflineSwitcher())
 
 
 def _frames() -> dict[str, Path]:
@@ -66,7 +60,7 @@ def test_a_bundle_with_a_calibration_folder_installs_an_int8_engine_calibrated_o
     require_detector()
     src = tiny_source("2", onnx=DETECTOR_ONNX, model_profile=yolo_model_profile(), engine_profile=_int8_profile(),
                       golden_files=_frames(), calibration="calibration")
-    m = _manager(tmp_path, keys.trusted())
+    m = ota_manager(tmp_path / "state", keys.trusted())
     result = m.install(sign(src))
     assert result["state"] == "active", result
     manifest = m.store.manifest("2")
@@ -94,7 +88,7 @@ def test_a_tampered_or_unlisted_calibration_file_is_rejected(tmp_path: Path, key
             info = tarfile.TarInfo("calibration/extra.jpg")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    m = _manager(tmp_path, keys.trusted())
+    m = ota_manager(tmp_path / "state", keys.trusted())
     with pytest.raises(OtaRejected) as info:
         m.install(bad)
     assert info.value.code == code, info.value

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from support.bundleserver import Server, tls_server
+from support.otamanager import ota_manager
 from support.ports import free_port
 from support.schemas import validate_ota_status
 
@@ -129,9 +130,8 @@ def test_an_upload_over_the_limit_is_too_large_and_leaves_nothing(tmp_path: Path
 
 
 def handler_for(tmp_path: Path, keys: Any, events: list[Any], **config: Any) -> OtaCommandHandler:
-    cfg = OtaConfig(health=HealthPolicy(period_s=0), **config)
-    m = OtaManager(tmp_path / "state", keys.trusted(), OfflineSwitcher(), config=cfg, status_cb=events.append)
-    return OtaCommandHandler(m, cfg, tmp_path / "state" / "ota" / "incoming", background=False)
+    m = ota_manager(tmp_path / "state", keys.trusted(), events=events, health=HealthPolicy(period_s=0), **config)
+    return OtaCommandHandler(m, m.config, tmp_path / "state" / "ota" / "incoming", background=False)
 
 
 def test_what_an_earlier_run_left_while_receiving_is_removed_at_start(tmp_path, keys, sign, tiny_source) -> None:

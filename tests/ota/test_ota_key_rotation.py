@@ -6,22 +6,13 @@ bundles, the real OtaManager and store, the real ONNX Runtime builder on a tiny 
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
+from support.otamanager import offline_base, ota_manager
 
-from appliance.ota.config import HealthPolicy, OtaConfig
+from appliance.ota.config import HealthPolicy
 from appliance.ota.errors import OtaRejected
-from appliance.ota.manager import OtaManager
-from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys
-from appliance.detector.serving.switcher import ModelSpec
-
-
-def manager(state: Path, trusted_dir: Path) -> OtaManager:
-    """A manager as the supervisor builds one at start: trust is the directory's *.pub files now."""
-    return OtaManager(state, TrustedKeys.from_paths([trusted_dir]), OfflineSwitcher(),
-                      base_spec=lambda: ModelSpec(None, None, None), config=OtaConfig(health=HealthPolicy(period_s=0)))
 
 
 def test_during_rotation_either_key_installs_and_after_it_the_old_key_is_refused(tmp_path, keys, sign,
@@ -33,7 +24,8 @@ def test_during_rotation_either_key_installs_and_after_it_the_old_key_is_refused
     shutil.copy(keys.other_public, trusted / "new.pub")
     state = tmp_path / "state"
 
-    m = manager(state, trusted)
+    # as the supervisor builds it at start: trust is the directory's *.pub files now
+    m = ota_manager(state, TrustedKeys.from_paths([trusted]), base_spec=offline_base, health=HealthPolicy(period_s=0))
     assert set(m.trusted.keys) == {keys.id, keys.other_id}
     assert m.install(sign(tiny_source("1"), "1-old.bundle", key=old_key))["state"] == "active"
     assert m.install(sign(tiny_source("2"), "2-new.bundle", key=new_key))["state"] == "active"
@@ -41,7 +33,8 @@ def test_during_rotation_either_key_installs_and_after_it_the_old_key_is_refused
     assert [m.store.verified_record(v)["key_id"] for v in ("1", "2", "3")] == [keys.id, keys.other_id, keys.id]
 
     (trusted / "old.pub").unlink()  # rotation done: the old public key leaves every device's trust
-    m = manager(state, trusted)  # a restart reads ota.trusted_keys again
+    # a restart reads ota.trusted_keys again
+    m = ota_manager(state, TrustedKeys.from_paths([trusted]), base_spec=offline_base, health=HealthPolicy(period_s=0))
     with pytest.raises(OtaRejected) as refused:
         m.install(sign(tiny_source("4"), "4-old.bundle", key=old_key))
     assert refused.value.code == "unknown_key"

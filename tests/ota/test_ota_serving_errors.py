@@ -22,6 +22,7 @@ from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 
 from ota_helpers import REPO  # noqa: E402
 from support.engineseed import seed_state_dir  # noqa: E402
+from support.otamanager import ota_manager  # noqa: E402
 from support.provisioned import require_detector  # noqa: E402
 
 
@@ -53,8 +54,7 @@ class Live:
         from appliance.detector.repository.materialize import RepositoryOptions
 
         switcher = TritonSwitcher(self.server, self.repo, Router(), options=RepositoryOptions(preprocess_instances=1))
-        return OtaManager(state, keys.trusted(), switcher, config=OtaConfig(check_golden=False),
-                          base_spec=lambda: base)
+        return ota_manager(state, keys.trusted(), switcher, base_spec=lambda: base, check_golden=False)
 
 
 @pytest.fixture(scope="module")

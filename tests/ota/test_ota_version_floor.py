@@ -8,21 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
+from support.otamanager import offline_base, ota_manager
 from support.schemas import validate_ota_status
 
-from appliance.ota.config import HealthPolicy, OtaConfig
+from appliance.ota.config import HealthPolicy
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.manifest import version_order
 from appliance.ota.store import OtaStore, Pointer
-from appliance.ota.offline import OfflineSwitcher
-from appliance.detector.serving.switcher import ModelSpec
 
-
-def manager(state: Path, keys, events: list | None = None, **kw) -> OtaManager:  # type: ignore[no-untyped-def]
-    return OtaManager(state, keys.trusted(), OfflineSwitcher(), base_spec=lambda: ModelSpec(None, None, None),
-                      config=OtaConfig(**{"health": HealthPolicy(period_s=0), **kw}),
-                      status_cb=events.append if events is not None else None)
+NO_WATCH = HealthPolicy(period_s=0)  # an install ends active at the switch: no health watch after it
 
 
 def rejected(m: OtaManager, bundle: Path) -> OtaRejected:
@@ -43,7 +38,7 @@ def test_versions_are_ordered_as_dotted_numbers() -> None:
 def test_a_replayed_older_bundle_is_a_downgrade_and_the_active_version_serves_on(tmp_path, keys, sign,
                                                                                  tiny_source) -> None:
     events: list = []
-    m = manager(tmp_path / "state", keys, events)
+    m = ota_manager(tmp_path / "state", keys.trusted(), events=events, base_spec=offline_base, health=NO_WATCH)
     old = sign(tiny_source("1"), "1.bundle")
     assert m.install(old)["state"] == "active"
     assert m.install(sign(tiny_source("2"), "2.bundle"))["state"] == "active"
@@ -60,7 +55,7 @@ def test_a_replayed_older_bundle_is_a_downgrade_and_the_active_version_serves_on
 
 def test_an_explicit_rollback_still_works_and_the_versions_rolled_away_from_stay_refused(
         tmp_path, keys, sign, tiny_source) -> None:
-    m = manager(tmp_path / "state", keys, keep_versions=3)
+    m = ota_manager(tmp_path / "state", keys.trusted(), base_spec=offline_base, health=NO_WATCH, keep_versions=3)
     bundles = {v: sign(tiny_source(v), f"{v}.bundle") for v in ("1", "2", "3")}
     for version in ("1", "2", "3"):
         assert m.install(bundles[version])["state"] == "active"
@@ -75,7 +70,7 @@ def test_an_explicit_rollback_still_works_and_the_versions_rolled_away_from_stay
 
 
 def test_a_version_that_cannot_be_ordered_is_refused_with_the_rule(tmp_path, keys, sign, tiny_source) -> None:
-    m = manager(tmp_path / "state", keys)
+    m = ota_manager(tmp_path / "state", keys.trusted(), base_spec=offline_base, health=NO_WATCH)
     refusal = rejected(m, sign(tiny_source("2.0-rc1"), "rc.bundle"))
     assert refusal.code == "invalid_manifest"
     assert "version '2.0-rc1' cannot be ordered: bundle versions are dotted numbers" in refusal.reason
@@ -83,7 +78,7 @@ def test_a_version_that_cannot_be_ordered_is_refused_with_the_rule(tmp_path, key
 
 
 def test_numeric_order_not_string_order_decides(tmp_path, keys, sign, tiny_source) -> None:
-    m = manager(tmp_path / "state", keys)
+    m = ota_manager(tmp_path / "state", keys.trusted(), base_spec=offline_base, health=NO_WATCH)
     assert m.install(sign(tiny_source("9"), "9.bundle"))["state"] == "active"
     assert m.install(sign(tiny_source("10"), "10.bundle"))["state"] == "active"
     assert rejected(m, sign(tiny_source("9.5"), "9.5.bundle")).code == "downgrade"
@@ -95,12 +90,13 @@ def test_the_floor_is_durable_survives_a_restart_and_a_damaged_one_refuses(tmp_p
     state = tmp_path / "state"
     old = sign(tiny_source("1"), "1.bundle")
     for version, bundle in (("1", old), ("2", sign(tiny_source("2"), "2.bundle"))):
-        assert manager(state, keys).install(bundle)["state"] == "active"
+        m = ota_manager(state, keys.trusted(), base_spec=offline_base, health=NO_WATCH)
+        assert m.install(bundle)["state"] == "active"
     store = OtaStore(state)
     assert json.loads((store.root / "floor.json").read_text()) == {"format": 1, "version": "2"}
     assert not list(store.root.glob(".floor.json.*"))  # written through a temp file renamed over
     (store.root / ".floor.json.123.abcd").write_text("half")  # a power cut mid-write leaves this
-    restarted = manager(state, keys)
+    restarted = ota_manager(state, keys.trusted(), base_spec=offline_base, health=NO_WATCH)
     assert restarted.start_serving().version == "2"
     assert not list(store.root.glob(".floor.json.*"))
     assert rejected(restarted, old).code == "downgrade"
@@ -114,7 +110,7 @@ def test_a_floor_behind_the_pointer_counts_the_active_version(tmp_path, keys, si
     """A power cut between moving the pointer and raising the floor: the active version is the floor, and a
     rollback raises the file to it before the pointer moves back."""
     state = tmp_path / "state"
-    m = manager(state, keys)
+    m = ota_manager(state, keys.trusted(), base_spec=offline_base, health=NO_WATCH)
     old = sign(tiny_source("1"), "1.bundle")
     for bundle in (old, sign(tiny_source("2"), "2.bundle")):
         assert m.install(bundle)["state"] == "active"
