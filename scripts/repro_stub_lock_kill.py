@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,18 +26,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SLOW_MODEL = ROOT / "tests" / "triton" / "models" / "slow"  # model files, copied as data: it polls is_cancelled()
 
 
 def _round(mode: str, workdir: Path) -> int:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    sys.path.insert(0, str(ROOT))
     import numpy as np
-    from support.triton import copy_models, ensure_stub_site
 
-    from appliance.triton import robustlocks
+    from appliance.triton import robustlocks, stubsite
     from appliance.triton.server import Server, ServerOptions
 
-    ensure_stub_site()
-    repo = copy_models(workdir / "repo", [ROOT / "tests" / "triton" / "models" / "slow"])
+    if stubsite.needed():  # the numpy<2 directory the Python-backend stub needs
+        stubsite.ensure()
+    repo = workdir / "repo"  # a copy: the server writes its stub hook into the model's directory
+    shutil.copytree(SLOW_MODEL, repo / "slow", ignore=shutil.ignore_patterns("__pycache__", "_appliance_site.py"))
     server = Server(ServerOptions([repo], startup_models=["slow"], exit_timeout_s=0))
     server.start(120)
     marker = workdir / "started"

@@ -11,11 +11,10 @@ restarts the broker (stop, --broker-down-s, start on the same port), disconnects
 SIGKILLs the daemon and starts it again, pushes one signed OTA bundle (the same detector as version 2, by
 `appliance ota push`), and kills the camera once more. It samples the daemon's RSS and open fds every --sample-s.
 At the end it stops the daemon with SIGTERM and reports, key=value lines last: per camera messages received, lost
-and duplicated (checks in tests/support/soakcheck.py), leftover /dev/shm entries and processes, RSS/fd growth per
+and duplicated (checks in soakcheck.py), leftover /dev/shm entries and processes, RSS/fd growth per
 daemon incarnation, and the soak_* totals. Exit 0 when nothing was lost or leaked, 1 otherwise. Not part of CI
-(docs/supervisor.md, "Soak"). A script, not `appliance bench`: it runs on the test infrastructure in tests/support
-(the RTSP server needs the system python3-gi, mosquitto persistence), which the installed package must not
-depend on.
+(docs/supervisor.md, "Soak"). The stand-ins it runs (the RTSP camera, the notify socket, the signed bundle) are
+appliance.harness, which the tests use too; nothing here comes from tests/.
 """
 
 from __future__ import annotations
@@ -33,22 +32,20 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+from soakcheck import check_messages, growth
+from soakparts import Daemon, Recorder, sampler
+
+from appliance.capture.sample import ensure_sample_video
+from appliance.harness.bundle import detector_bundle
+from appliance.harness.processes import running
+from appliance.harness.rtsp import RtspServer
+from appliance.mqtt.localbroker import LocalBroker
+from appliance.ota.signing import generate_keypair
+from appliance.paths import models_dir
+from appliance.triton.stubs import StubScanner, region_server_pid
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the test support helpers: real broker, RTSP server, notify socket
-
-import yaml  # noqa: E402
-from support.bundles import detector_bundle  # noqa: E402
-from support.mosquitto import Mosquitto  # noqa: E402
-from support.processes import running  # noqa: E402
-from support.rtsp import RtspServer  # noqa: E402
-from support.soakcheck import check_messages, growth  # noqa: E402
-from support.soakparts import Daemon, Recorder, sampler  # noqa: E402
-from support.wait import wait_until  # noqa: E402
-
-from appliance.capture.sample import ensure_sample_video  # noqa: E402
-from appliance.ota.signing import generate_keypair  # noqa: E402
-from appliance.paths import models_dir  # noqa: E402
-from appliance.triton.stubs import StubScanner, region_server_pid  # noqa: E402
 
 # A live H.264 test pattern that never ends (a file would reach EOS and make the camera reconnect on its own).
 RTSP_LAUNCH = ("( videotestsrc is-live=true pattern=ball ! video/x-raw,width=640,height=480,framerate={fps}/1 ! "
@@ -87,11 +84,23 @@ def write_config(path: Path, device: str, video: Path, rtsp_url: str, broker_por
 
 def wait_for(predicate: Callable[[], object], timeout_s: float) -> bool:
     """Whether ``predicate`` came true within ``timeout_s`` (a soak reports a timeout; it does not stop)."""
-    try:
-        wait_until(predicate, timeout_s, 0.2)
-        return True
-    except AssertionError:
-        return False
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def persistent_broker(workdir: Path) -> LocalBroker:
+    """mosquitto on a free port that saves its queues (a restart keeps what it queued for the subscriber's session),
+    with no cap on queued messages, logging connections to ``workdir``/mosquitto.log."""
+    store = workdir / "persist"
+    store.mkdir(parents=True)
+    return LocalBroker(workdir, config=["log_type error", "log_type warning", "log_type notice",
+                                        "log_type information", "connection_messages true", "max_queued_messages 0",
+                                        "persistence true", f"persistence_location {store}/", "autosave_interval 1"],
+                       log_path=workdir / "mosquitto.log")
 
 
 class Soak:
@@ -101,7 +110,7 @@ class Soak:
         self.args, self.workdir = args, workdir
         self.device = f"soak{uuid.uuid4().hex[:6]}"
         self.shm_root = Path("/dev/shm") / f"appliance-soak-{uuid.uuid4().hex[:12]}"
-        self.broker = Mosquitto(workdir / "broker", persistence=True)
+        self.broker = persistent_broker(workdir / "broker")
         self.rtsp = RtspServer(workdir / "none.mp4", launch=RTSP_LAUNCH.format(fps=max(1, round(args.fps))))
         self.recorder = Recorder(self.broker.port, self.device)
         self.daemon = Daemon(workdir / "appliance.yaml", workdir)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from appliance.capture import CaptureProcess, CaptureState
-from support.rtsp import RtspServer, make_test_video
+from appliance.harness.rtsp import RtspServer
+from support.rtsp import make_test_video
 from support.wait import wait_until
 
 

@@ -13,9 +13,9 @@ from typing import Any, Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.processes import running
 from support.wait import wait_until
 
+from appliance.harness.processes import running
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.tegrastats import CpuCore, TegrastatsMonitor, parse_line, system_fields
 

@@ -17,11 +17,11 @@ import jsonschema
 import pytest
 from support.daemon import IMAGES_IN_ORDER, RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
-from support.processes import children_of, running
 from support.subscriber import Subscriber
 from support.wait import wait_until
 
 from appliance.capture.sample import SAMPLE_IMAGES, build_sample_video
+from appliance.harness.processes import children_of, running
 from appliance.mqtt.schema import load_schema
 
 REPO = Path(__file__).resolve().parents[2]

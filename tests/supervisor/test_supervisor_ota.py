@@ -18,15 +18,16 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.bundles import detector_bundle
-from support.daemon import NotifySocket, device_of, make_camera_dir, write_config
+from support.daemon import device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.ports import free_port
-from support.processes import children_of, running
 from support.schemas import validate_message
 from support.subscriber import Subscriber
 from support.wait import wait_until
 
+from appliance.harness.bundle import detector_bundle
+from appliance.harness.notify import NotifySocket
+from appliance.harness.processes import children_of, running
 from appliance.mqtt.config import MqttConfig
 from appliance.fleet.push import chunk_payloads, push_mqtt
 from appliance.ota.signing import generate_keypair, load_private_key

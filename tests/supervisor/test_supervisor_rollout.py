@@ -20,12 +20,12 @@ from typing import Any, Iterator
 import cv2
 import numpy as np
 import pytest
-from support.bundles import detector_bundle
 from support.bundleserver import serve_directory
 from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.subscriber import Subscriber
 
+from appliance.harness.bundle import detector_bundle
 from appliance.ota.signing import generate_keypair
 from appliance.ota.store import OtaStore
 

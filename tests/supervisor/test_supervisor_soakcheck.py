@@ -1,4 +1,4 @@
-"""The soak's checks (tests/support/soakcheck.py, used by scripts/soak.py): a known loss and a known duplicate are
+"""The soak's checks (scripts/soakcheck.py, used by scripts/soak.py): a known loss and a known duplicate are
 found, under the per-camera counter contract and in the seq fallback for today's messages; a clean stream
 reports nothing; RSS and fd growth skip the first minute."""
 
@@ -7,11 +7,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from support.soakcheck import (Sample, Seen, check_camera, check_contract, check_fallback, check_messages, growth,
-                               parse_status_rss_kib)
+from support.scripts import load_script
 
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo, detections_payload
 from appliance.mqtt.numbering import MessageNumber
+
+soakcheck = load_script("soakcheck")
+Sample, Seen, growth, parse_status_rss_kib = (soakcheck.Sample, soakcheck.Seen, soakcheck.growth,
+                                              soakcheck.parse_status_rss_kib)
+check_camera, check_contract, check_fallback, check_messages = (soakcheck.check_camera, soakcheck.check_contract,
+                                                                soakcheck.check_fallback, soakcheck.check_messages)
 
 
 def _contract(camera: str, boot: str, numbers: list[int], ids: list[str] | None = None) -> list[Seen]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.daemon import NotifySocket, device_of, make_camera_dir, write_config
+from support.daemon import device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.promql import load_dashboard, unknown_metrics
@@ -32,6 +32,7 @@ from support.wait import wait_until
 
 import appliance
 from appliance.commands.status import fetch_health
+from appliance.harness.notify import NotifySocket
 from appliance.ota.status import OtaStatus
 from appliance.ota.store import OtaStore
 from appliance.triton.locate import TritonDistribution

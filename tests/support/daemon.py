@@ -1,16 +1,14 @@
-"""Helpers for tests that run `appliance run` as a real process: the systemd notify socket it reports to, a
-folder of real images for an `images` camera and the config that ties them together (a real broker and a private
-/dev/shm root). What it publishes is read with support.subscriber."""
+"""Helpers for tests that run `appliance run` as a real process: a folder of real images for an `images` camera,
+the config that ties them together (a real broker and a private /dev/shm root) and the daemon reporting to a
+notify socket (appliance.harness.notify). What it publishes is read with support.subscriber."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import uuid
 from pathlib import Path
 from typing import Callable, Sequence
@@ -20,45 +18,10 @@ from support.mosquitto import Mosquitto
 from support.provisioned import DARKNET_IMAGES
 from support.wait import wait_until
 
+from appliance.harness.notify import NotifySocket
+
 # Played in name order, so frame seq k shows IMAGES_IN_ORDER[(k - 1) % 3].
 IMAGES_IN_ORDER = [("dog.jpg", "dog"), ("eagle.jpg", "bird"), ("horses.jpg", "horse")]
-
-
-class NotifySocket:
-    """The systemd side of sd_notify: collects every datagram the daemon sends."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.2)
-        self.messages: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.messages.append(self.sock.recv(65536).decode())
-            except socket.timeout:
-                continue
-
-    def fields(self) -> list[str]:
-        return [line for m in list(self.messages) for line in m.splitlines()]
-
-    def wait_for(self, line: str, timeout: float) -> bool:
-        """Whether ``line`` arrived within ``timeout`` seconds (callers assert it, adding the daemon's log)."""
-        try:
-            wait_until(lambda: line in self.fields(), timeout, 0.05, line)
-        except AssertionError:
-            return False
-        return True
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sock.close()
 
 
 def make_camera_dir(tmp_path: Path) -> Path:

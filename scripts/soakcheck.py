@@ -1,4 +1,4 @@
-"""The soak's checks as pure functions (scripts/soak.py runs the appliance;
+"""The soak's checks as pure functions (soak.py beside it runs the appliance;
 tests/supervisor/test_supervisor_soakcheck.py tests these): lost and duplicated detections messages per camera, and
 RSS / file-descriptor growth.
 

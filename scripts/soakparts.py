@@ -1,6 +1,7 @@
 """The running parts of the soak (scripts/soak.py): a subscriber with a persistent MQTT 5 session that records
 every detections and ota/status message of a device, and `appliance run` as a real process, one Incarnation per
-start, read every minute for RSS and open file descriptors. The checks on what they record are in soakcheck.py."""
+start, read every minute for RSS and open file descriptors. The checks on what they record are in soakcheck.py
+beside it."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from support.daemon import NotifySocket
-from support.processes import children_of
-from support.soakcheck import Sample, Seen, parse_status_rss_kib
+from soakcheck import Sample, Seen, parse_status_rss_kib
 
+from appliance.harness.notify import NotifySocket
+from appliance.harness.processes import children_of
 from appliance.procs import kill_process, stop_process
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 class Recorder:

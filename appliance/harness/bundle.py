@@ -1,5 +1,5 @@
-"""A signed OTA bundle of the served detector as another version (a lower score threshold, the engine verified on
-one sample to keep an on-device build short): what the daemon tests and the soak push."""
+"""A signed OTA bundle of the served detector as another version: the shipped profiles with a lower score
+threshold, the engine verified on one sample to keep an on-device build short."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ from pathlib import Path
 import yaml
 
 from appliance.fleet.bundle import build_bundle
-from appliance.paths import models_dir
-
-REPO = Path(__file__).resolve().parents[2]
+from appliance.paths import engines_dir, models_dir, profiles_dir
 
 
 def detector_bundle(workdir: Path, private_key: Path, version: str) -> Path:
@@ -19,9 +17,9 @@ def detector_bundle(workdir: Path, private_key: Path, version: str) -> Path:
     src = workdir / f"bundle-src-{version}"
     src.mkdir()
     os.symlink(models_dir() / "yolov3-tiny" / "model.onnx", src / "model.onnx")
-    profile = yaml.safe_load((REPO / "repository/profiles/yolov3-tiny.yaml").read_text())
+    profile = yaml.safe_load((profiles_dir() / "yolov3-tiny.yaml").read_text())
     profile["thresholds"]["score"] = 0.3
-    engine = yaml.safe_load((REPO / "engines/yolov3-tiny.yaml").read_text())
+    engine = yaml.safe_load((engines_dir() / "yolov3-tiny.yaml").read_text())
     engine["verify"]["samples"] = 1  # keeps the on-device build short
     (src / "bundle.yaml").write_text(yaml.safe_dump({
         "model": "yolov3-tiny", "version": version, "min_appliance_version": "0.1.0",
