@@ -83,7 +83,7 @@ def violations(source: str, where: str, names: set[str]) -> list[str]:
             modules = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             modules = [node.module]
-        found += [f"{where}:{node.lineno}: imports {m}" for m in modules if m.split(".")[0] in names]
+        found += [f"{where}:{getattr(node, 'lineno', '?')}: imports {m}" for m in modules if m.split(".")[0] in names]
         if _changes_path(node) and _names_tests(node, tainted):
             found.append(f"{where}:{getattr(node, 'lineno', '?')}: puts tests/ on the import path")
     return sorted(set(found))

@@ -176,10 +176,10 @@ class MosquittoFromFile(LocalBroker):
 def publish_as(broker: LocalBroker, username: Optional[str], password: Optional[str], topic: str,
                payload: str | bytes, tls: Optional[TlsMaterial] = None, retain: bool = False) -> None:
     """Connect as ``username`` (None: anonymously; a fresh client, mutual TLS with ``tls``'s client certificate when
-    given), publish once with QoS 1 (retained with ``retain``) and wait for the broker's PUBACK or for it to drop the connection:
-    either way the broker has handled the message, and routed it to its subscribers if it was allowed. Under an
-    ACL that denies it, MQTT 3.1.1 gives the sender no error (mosquitto drops the message, and closes the
-    connection), so callers assert on what an allowed reader receives."""
+    given), publish once with QoS 1 (retained with ``retain``) and wait for the broker's PUBACK or for it to drop
+    the connection: either way the broker has handled the message, and routed it to its subscribers if it was
+    allowed. Under an ACL that denies it, MQTT 3.1.1 gives the sender no error (mosquitto drops the message, and
+    closes the connection), so callers assert on what an allowed reader receives."""
     client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"as-{uuid.uuid4().hex[:8]}")
     if tls is not None:
         client.tls_set(ca_certs=str(tls.ca.cert), certfile=str(tls.client.cert), keyfile=str(tls.client.key))

@@ -19,7 +19,7 @@ from appliance.ota.signing import TrustedKeys
 
 def offline_base() -> ModelSpec:
     """The base model as the offline switcher serves it: nothing to load (``appliance ota``'s stand-in)."""
-    return ModelSpec(None, None, None)  # type: ignore[arg-type]
+    return ModelSpec(None, None, None)
 
 
 def ota_manager(state: Path, trusted: TrustedKeys, switcher: Optional[ModelSwitcher] = None, *,

@@ -7,8 +7,8 @@ on its topic filters, thread-safely, from the moment the broker acknowledged the
         sub.messages[0].retain           # Message: topic, payload, qos, retain, properties, at, json()
 
 ``wait_for`` fails with an AssertionError that names what arrived. MQTT 3.1.1 by default, 5 with
-``protocol=paho.MQTTv5`` (then ``properties`` holds each message's). ``persistent``: a persistent session that
-subscribes again on every reconnect, so that with a broker keeping persistence nothing published while it is
+``protocol=paho.MQTTv5`` (then ``properties`` holds each message's). It subscribes again on every reconnect;
+``persistent`` keeps its session too, so that with a broker keeping persistence nothing published while it is
 away is lost to it. A raw paho client stays only in a test about the client protocol itself.
 """
 
@@ -75,8 +75,8 @@ class Subscriber:
     or use it as a context manager."""
 
     def __init__(self, broker: Address, topics: Union[str, Iterable[str]], *, qos: int = 1,
-                 protocol: int = paho.MQTTv311, persistent: bool = False, tls: Optional[TlsMaterial] = None,
-                 username: Optional[str] = None, password: Optional[str] = None,
+                 protocol: paho.MQTTProtocolVersion = paho.MQTTv311, persistent: bool = False,
+                 tls: Optional[TlsMaterial] = None, username: Optional[str] = None, password: Optional[str] = None,
                  subscribe_timeout: float = 15.0) -> None:
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         self._qos = qos
