@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import functools
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from appliance.exitcodes import ExitCode
+from appliance.mqtt.localbroker import free_port
 from appliance.procs import stop_process
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
@@ -65,12 +65,6 @@ def write_repository(root: Path) -> Path:
     (root / MODEL / "config.pbtxt").write_text(CONFIG)
     (root / MODEL / "1" / "model.py").write_text(MODEL_PY)
     return root
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class BinaryServer:
