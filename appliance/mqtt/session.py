@@ -63,6 +63,8 @@ class Session:
         self._commands = commands
         self._group = group  # the fleet group named in the device status (ota.group)
         self._subscriptions: dict[str, MessageHandler] = {}  # exact topic -> handler; guarded by shared.lock
+        # True once this session has sent its SUBSCRIBEs (guarded by shared.lock): a later subscribe() sends its own
+        self._subscribed = False
         self._halt = threading.Event()         # network thread: disconnect and exit
         # status topic -> (payload, MQTT 5 user properties), republished on reconnect
         self._retained: dict[str, tuple[bytes, tuple[tuple[str, str], ...]]] = {}
@@ -94,8 +96,8 @@ class Session:
         ones included, go to ``handler`` on the network thread."""
         with self._shared.lock:
             self._subscriptions[topic] = handler
-        client = self._shared.client
-        if self._shared.state is State.CONNECTED and client is not None:
+            subscribed, client = self._subscribed, self._shared.client
+        if subscribed and client is not None:  # else the session subscribes it when it comes up
             client.subscribe(topic, qos=self._config.qos.commands)
 
     def remember_retained(self, topic: str, payload: bytes, user_properties: Sequence[tuple[str, str]] = ()) -> None:
@@ -220,6 +222,8 @@ class Session:
         assert client is not None
         with self._shared.gate:
             self._shared.set_state(State.CONNECTING)
+            with self._shared.lock:
+                self._subscribed = False
             self._connack = None
             self._disconnect_reason = None
             self._socket_error = None
@@ -258,8 +262,9 @@ class Session:
         window = self._window.resize(cfg.inflight_window, receive_max)
         qos = cfg.qos
         _, self._commands_mid = client.subscribe(self._topics.command_filter, qos=qos.commands)
-        with shared.lock:
+        with shared.lock:  # together with subscribe(): each topic is subscribed by exactly one of the two
             extra = list(self._subscriptions)
+            self._subscribed = True
         for topic in extra:
             client.subscribe(topic, qos=qos.commands)
         online = encode(device_status_payload(cfg.device_id, "online", self._clock.time(), self._versions,

@@ -15,7 +15,7 @@ from appliance.mqtt.messages import CameraStatus
 from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 from mqtt_helpers import frame, make_config, seqs_by_camera, set_aside_payloads, validate
 from support.detections import rows
-from support.mosquitto import Mosquitto
+from support.mosquitto import Mosquitto, publish_as
 from support.ports import free_port
 from support.wait import wait_until
 
@@ -363,3 +363,29 @@ def test_batch_publish_keeps_order_and_reports_each_result(tmp_path: Path) -> No
         assert health["cameras"] == {} and health["spool"]["backlog"] == 4 + kept
     finally:
         publisher.stop(timeout=0.5)
+
+
+def test_a_subscription_made_while_the_session_comes_up_is_not_lost(tmp_path: Path, broker: Mosquitto) -> None:
+    """subscribe() called after the session has sent its SUBSCRIBEs but before it counts as connected (what a
+    device joining its fleet group right after start() does on a busy machine) still receives the topic's
+    retained message. The call is made at that exact point: from the session's own step between the two."""
+    topic = "plant/groups/line/ota/desired"
+    publish_as(broker, None, None, topic, b"desired-state", retain=True)
+    received: list[bytes] = []
+    publisher = MqttPublisher(make_config(broker), tmp_path / "spool.sqlite3")
+    window = publisher._session._window
+    expect_status = window.expect_status
+
+    def subscribe_then_expect_status() -> None:
+        if not received and topic not in publisher._session._subscriptions:
+            publisher.subscribe(topic, received.append)
+        expect_status()
+
+    window.expect_status = subscribe_then_expect_status  # type: ignore[method-assign]
+    publisher.start()
+    try:
+        assert publisher.wait_connected(20)
+        wait_until(lambda: received, 10, 0.02, f"the retained message on {topic}")
+    finally:
+        publisher.stop()
+    assert received == [b"desired-state"]
