@@ -1,17 +1,8 @@
 """The frame path: one leased frame into the ensemble the router names, its result out to the publisher.
 
-The scheduler calls ``submit`` (from its own thread) and ``on_result`` (from Triton's completion thread, in each
-camera's frame order) and ``on_drop`` (a frame the recovery gate refused). Everything this needs is handed in
-by the Appliance and typed by the small protocols below, so a test can drive it without Triton or a broker.
-
-Per frame: the route is acquired at submit time (an OTA switch moves traffic atomically per request) and
-released when the result or error arrives; a failure that means the served model is broken is noted to the
-recovery at once, so frames stop before the next tick's probe; latencies (capture to submit, inference,
-capture to result) go to the metrics and the message. A camera with analytics
-(``appliance.supervisor.eventstage``) runs them on its result before the detections are published, so each
-detection carries its ``track_id``; with snapshots on, its frame's pixels are copied at submit (the lease is
-released before the result comes, ``appliance.supervisor.snapshots`` says why). While the engine profile wants
-first-boot calibration frames, a frame now and then is copied for them (``appliance.detector.calibration.collector``).
+The scheduler calls ``submit`` from its thread and ``on_result`` from Triton's completion thread, in each camera's
+frame order. The route is held from submit to result, so an OTA switch moves traffic per request; everything
+else comes in through small protocols, so tests drive it without Triton (docs/supervisor.md).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Frame scheduling: which camera's frame goes into Triton next.
 
-Rules, in order:
-- latest frame wins: a camera's newest frame is taken; frames it skipped are counted, never queued;
-- a camera has at most ``per_camera_inflight`` requests outstanding and is not sampled faster than its
-  target fps, so one fast camera cannot starve the others;
-- at most ``max_inflight`` requests in total (backpressure: when Triton is saturated, frames wait in the ring
-  where newer frames replace them);
-- cameras are visited round-robin, starting after the one served last (fairness);
-- a camera's results are handed on in the order its frames were submitted, even when several detector
-  instances finish them out of order: subscribers see each camera's ``seq`` rising;
-- while the gate names a reason (the served model is being recovered), each camera's newest frame is dropped
-  and counted instead of submitted: frames are never queued for a pipeline that cannot take them.
-
-Batching across cameras happens in Triton's dynamic batcher: requests from several cameras in flight at once
-share a detector batch.
+Latest frame wins (skipped frames are counted, never queued), per-camera and total in-flight limits,
+round-robin between cameras, and each camera's results handed on in submit order; while the served model is
+being recovered, frames are dropped and counted. docs/supervisor.md, "Scheduling", has the rules.
 """
 
 from __future__ import annotations

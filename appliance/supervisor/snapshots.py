@@ -1,17 +1,8 @@
-"""Snapshots: a JPEG of the exact frame that raised analytics events, its boxes drawn from that frame's detections.
+"""Snapshots: a JPEG of the exact frame that raised analytics events, with that frame's boxes drawn.
 
-Why a copy at submit time: the frame lives in the camera's ring only while its lease is held, and the frame path
-releases the lease as soon as Triton has taken the input, before the result (and so before anyone knows
-whether the frame raises an event). "The last frame per camera" would be a later frame by then. So the frame
-path copies the pixels of each frame of a camera with snapshots on when it submits it (one memcpy of the frame,
-~0.1-0.3 ms for 768x576 here) and drops the copy when the result raised nothing.
-
-Encoding (resize, boxes, JPEG) runs on one worker thread behind a small bounded queue: a full queue drops the
-snapshot (counted, the event says ``snapshot_id: null``) and never blocks the completion thread.
-
-On disk, per camera, ``<state>/snapshots/<camera>/<snapshot_id>.jpg`` and a sidecar ``<snapshot_id>.json``
-(frame seq, capture time, the event ids and every box drawn, in frame pixels as the messages carry them), the
-newest ``keep`` of them; the index (event id -> snapshot) is rebuilt from the sidecars at start.
+The frame path copies a frame's pixels at submit (its ring slot is released before the result says whether it
+raised an event); one worker thread behind a bounded queue encodes, and a full queue drops the snapshot rather
+than block. Files, sidecars and the index: docs/analytics.md, under "Snapshots".
 """
 
 from __future__ import annotations
