@@ -47,7 +47,8 @@ class Session:
       on), ``remember_retained``, ``publish_if_connected``; the stopping thread: ``publish_offline``, ``halt``.
     - ``shared.gate`` is held while reconnecting and while the state turns CONNECTED, so the sender publishes only
       into a session whose CONNACK has been fully handled (paho has re-queued the previous session's unacknowledged
-      messages by then, so they go out first); ``shared.lock`` guards ``_retained`` and the counters.
+      messages by then, so they go out first); ``shared.lock`` guards ``_retained``, ``_subscriptions``,
+      ``_subscribed`` and the counters.
     """
 
     def __init__(self, config: MqttConfig, topics: Topics, clock: Clock, rng: random.Random,
