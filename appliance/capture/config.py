@@ -16,6 +16,7 @@ from appliance.analytics.config import AnalyticsConfig
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.redact import redact_credentials
 from appliance.config.base import StrictModel
+from appliance.config.ids import Id
 
 PixelFormat = Literal["bgr", "rgb"]
 
@@ -111,7 +112,7 @@ class BackoffConfig(BaseBackoffConfig):
 class CameraConfig(StrictModel):
     """One camera: where frames come from and the shared-memory ring they land in."""
 
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$", description="unique camera id; names the shm ring")
+    id: Id = Field(description="unique camera id; names the shm ring")
     source: Source
     width: int = Field(ge=16, le=7680, description="frame width in the ring, pixels")
     height: int = Field(ge=16, le=4320, description="frame height in the ring, pixels")
