@@ -13,7 +13,7 @@ PACKAGE = REPO / "appliance"
 
 # Lowest first. Within a floor, packages do not import each other.
 FLOORS: list[set[str]] = [
-    {"config", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "detections", "__init__",
+    {"config", "helptext", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "detections", "__init__",
      "detector"},                                                                # the toolkit
     {"backoff", "analytics", "triton", "detector.profile", "detector.buildprofile", "detector.source"},  # libraries
     {"detector.prepost", "capture", "mqtt"},                                     # frames in, messages out

@@ -68,7 +68,7 @@ def _operator_commands_find_the_installed_config_and_state(dest: Path, bin_: Pat
     def appliance(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(bin_), *args], env=env, capture_output=True, text=True, timeout=120, cwd=dest)
 
-    status = appliance("ota", "status")
+    status = appliance("ota", "status", "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["state_dir"] == str(state), status.stdout
     listed = appliance("spool", "list")
