@@ -1,4 +1,4 @@
-"""The packages of ``appliance`` stand in floors, and every import points down (README, "Layout"): a package imports
+"""The packages of ``appliance`` stand in floors, and every import points down (CONTRIBUTING.md, "Layout"): a package imports
 only packages on lower floors. A new package must be given its floor here; an import that runs back up fails.
 Read from the source with ``ast`` (every import, including those inside functions and under TYPE_CHECKING; a relative
 import is resolved against its file's package)."""

@@ -64,3 +64,14 @@ def test_the_starting_config_is_valid_says_what_to_change_and_is_installed() -> 
     script = (REPO / "scripts" / "install-service.sh").read_text()
     assert 'cp docs/examples/appliance.yaml "$ROOT/etc/appliance/appliance.yaml"' in script
     assert "demo.yaml" not in script
+
+
+def test_the_readmes_minimal_config_is_valid(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### 2. Configure"):]
+    block = section[section.index("```yaml\n") + 8:section.index("```\n", section.index("```yaml\n") + 8)]
+    path = tmp_path / "appliance.yaml"
+    path.write_text(block)
+    report = check_config(path, environ=ENV, machine=False)
+    assert report.ok and report.config is not None, report.issues
+    assert [c.id for c in report.config.cameras] == ["Dock-1"] and report.config.device.id == "Line-1"
