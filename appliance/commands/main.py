@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import appliance
 from appliance.commands.bench import bench_names
+from appliance.commands.exitcodes import ExitCode
 from appliance.commands.mqttoptions import add_mqtt_client_arguments
 from appliance.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure
 
@@ -188,5 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.log_format is not None:
         os.environ[LOG_FORMAT_ENV] = args.log_format  # capture processes, spawned later, log the same way
-    configure(args.log_level)
+    try:
+        configure(args.log_level)
+    except ValueError as exc:  # APPLIANCE_LOG_FORMAT names no format
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     return int(args.func(args) or 0)
