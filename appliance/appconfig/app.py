@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from appliance.backoff import BackoffConfig, RestartPolicy, lift_deprecated_keys
 from appliance.capture.config import CameraConfig
 from appliance.config.base import ConfigFieldError, StrictModel
-from appliance.config.ids import Id, id_problem
+from appliance.config.ids import ID_PATTERN, Id, id_problem  # noqa: F401 (ID_PATTERN: re-exported)
 from appliance.mqtt.config import MqttConfig
 from appliance.ota.config import OtaConfig
 

@@ -14,7 +14,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.base import ConfigFieldError, StrictModel
-from appliance.config.ids import Id
+from appliance.config.ids import ID_PATTERN, Id  # noqa: F401 (ID_PATTERN: re-exported)
 from appliance.mqtt.sparkplugconfig import SparkplugConfig
 
 QoS = Literal[0, 1, 2]
