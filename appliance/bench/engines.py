@@ -23,6 +23,7 @@ import numpy as np
 from appliance.bench.pipeline import Ensemble, Run
 from appliance.exitcodes import ExitCode
 from appliance.paths import engines_dir, models_dir
+from appliance.helptext import plain_help
 
 
 def _session(path: Path, optimize: bool = True) -> Any:
@@ -88,7 +89,7 @@ class Options:
 
 
 def parse_args(argv: list[str]) -> Options:
-    parser = argparse.ArgumentParser(prog="appliance bench engines", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="appliance bench engines", description=plain_help(__doc__))
     parser.add_argument("--quick", action="store_true", help="fewer rounds and frames (a smoke run, noisier)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 7, quick 1)")
     parser.add_argument("--frames", type=int, default=None,
