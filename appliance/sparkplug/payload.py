@@ -40,7 +40,8 @@ class DataType(IntEnum):
     Text = pb.Text
 
 
-# datatype -> (value field, bits, signed) for the integer types; signed values travel as two's complement
+# datatype -> (value field, bits, signed) for the integer types. Signed values travel as two's complement of the
+# field's width (Int8 -1 as 0xFFFFFFFF), as Eclipse Tahu's Java and JavaScript codecs write them.
 _INTEGER: dict[DataType, tuple[str, int, bool]] = {
     DataType.Int8: ("int_value", 8, True), DataType.Int16: ("int_value", 16, True),
     DataType.Int32: ("int_value", 32, True), DataType.UInt8: ("int_value", 8, False),
@@ -81,7 +82,7 @@ def _set_value(target: Any, metric: Metric) -> None:
         low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
         if not low <= value <= high:
             raise ValueError(f"metric {metric.name!r}: {value} does not fit {datatype.name}")
-        setattr(target, number, value & ((1 << bits) - 1))
+        setattr(target, number, value & ((1 << (32 if number == "int_value" else 64)) - 1))
     elif datatype in _FLOATING:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"metric {metric.name!r}: {datatype.name} needs a number, not {value!r}")
@@ -140,7 +141,8 @@ def _value(name: str, datatype: Optional[DataType], metric: Any) -> Scalar:
         return value
     expected = (_INTEGER[datatype][0] if datatype in _INTEGER else _FLOATING.get(datatype) or
                 ("boolean_value" if datatype is DataType.Boolean else "string_value"))
-    if which != expected:
+    tahu_js_uint32 = datatype is DataType.UInt32 and which == "long_value"  # Tahu's JavaScript codec writes it so
+    if which != expected and not tahu_js_uint32:
         raise PayloadError(f"metric {name!r}: {datatype.name} in {which}, not {expected}")
     if datatype in _INTEGER and _INTEGER[datatype][2]:
         return _signed(int(value), _INTEGER[datatype][1])  # Int8/16 may also come sign-extended to 32 bits

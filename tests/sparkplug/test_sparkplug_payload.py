@@ -39,9 +39,9 @@ def _reference(timestamp: int, metrics: list[Metric], seq: int | None) -> bytes:
             pm.timestamp = m.timestamp_ms
         if m.value is None:
             pm.is_null = True
-        elif m.datatype in BITS:  # two's complement in the type's width
+        elif m.datatype in BITS:  # two's complement in the field's width: Int8 -1 as 0xFFFFFFFF
             field = "long_value" if BITS[m.datatype] == 64 else "int_value"
-            setattr(pm, field, int(m.value) & ((1 << BITS[m.datatype]) - 1))
+            setattr(pm, field, int(m.value) & ((1 << (64 if BITS[m.datatype] == 64 else 32)) - 1))
         elif m.datatype is DataType.Float:
             pm.float_value = float(m.value)
         elif m.datatype is DataType.Double:
@@ -85,9 +85,9 @@ def test_our_reader_decodes_what_google_protobuf_writes() -> None:
             assert isinstance(got.value, float) and math.isclose(got.value, want.value, rel_tol=1e-7)
         else:
             assert got.value == want.value
-    sign_extended = Payload()
-    sign_extended.metrics.add(name="i8", datatype=1, int_value=0xFFFFFF80)  # Tahu's Java writer: -128 as int32
-    assert decode_payload(sign_extended.SerializeToString()).metrics[0].value == -128
+    own_width = Payload()
+    own_width.metrics.add(name="i8", datatype=1, int_value=0x80)  # -128 in 8 bits, not sign-extended: read too
+    assert decode_payload(own_width.SerializeToString()).metrics[0].value == -128
     (rebirth,) = decode_payload(rebirth_command()).metrics
     assert (rebirth.name, rebirth.datatype, rebirth.value) == ("Node Control/Rebirth", DataType.Boolean, True)
 
