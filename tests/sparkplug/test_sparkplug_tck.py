@@ -223,7 +223,7 @@ def ndeath_then_disconnect_on_host_offline(life: Life) -> None:
     lines = [line for line in life.broker_log.splitlines() if CLIENT_ID in line and "PUBACK" not in line]
     death = next(i for i, line in enumerate(lines) if f"Received PUBLISH from {CLIENT_ID}" in line and "NDEATH" in line)
     assert f"Received DISCONNECT from {CLIENT_ID}" in lines[death + 1], lines[death:death + 2]  # nothing between
-    offline = next(i for i, doc in life.states if i > life.marks["offline"] and doc["online"] is False)
+    offline = next(i for i, doc in life.states if i >= life.marks["offline"] and doc["online"] is False)
     after = [m for m in life.messages if m.index > offline]
     death = next(i for i, m in enumerate(after) if m.kind == "NDEATH")
     assert all(m.kind in DATA for m in after[:death]) and death <= 3, [m.kind for m in after[:death]]  # in flight
@@ -232,15 +232,15 @@ def ndeath_then_disconnect_on_host_offline(life: Life) -> None:
 
 def reconnects_after_host_offline(life: Life) -> None:
     ndeath_then_disconnect_on_host_offline(life)
-    later = [m.kind for m in life.messages if life.marks["offline"] < m.index < life.marks["online again"]]
+    later = [m.kind for m in life.messages if life.marks["offline"] <= m.index < life.marks["online again"]]
     assert later[-1] == "NDEATH" and set(later) <= {"NDEATH", *DATA}  # connected again, no birth while offline
     assert len(log_lines(life, f"as {CLIENT_ID} ")) == 2
-    reborn = [m for m in life.messages if m.index > life.marks["online again"]]
+    reborn = [m for m in life.messages if m.index >= life.marks["online again"]]
     assert reborn[0].kind == "NBIRTH" and reborn[0].seq == 0
 
 
 def stays_on_a_stale_offline(life: Life) -> None:
-    between = [m for m in life.messages if life.marks["stale offline"] < m.index < life.marks["offline"]]
+    between = [m for m in life.messages if life.marks["stale offline"] <= m.index < life.marks["offline"]]
     assert between and "NDEATH" not in {m.kind for m in between} and {"DDATA"} <= {m.kind for m in between}
     assert "ignoring a stale STATE" in life.child_log
 
@@ -357,7 +357,7 @@ def decodes(kind: str) -> Callable[[Life], None]:
 
 def will_payload(life: Life) -> None:
     will = life.messages[-1]  # after SIGKILL: the broker published the will
-    assert will.kind == "NDEATH" and will.index > life.marks["kill"]
+    assert will.kind == "NDEATH" and will.index >= life.marks["kill"]
     assert [(x["name"], x["type"], x["value"]) for x in will.doc["metrics"]] == [
         ("bdSeq", "Int64", life.of("NBIRTH")[-1].metrics["bdSeq"])]
     assert life.of("NDEATH")[0].metrics["bdSeq"] + 1 == will.metrics["bdSeq"]
