@@ -363,6 +363,20 @@ def will_payload(life: Life) -> None:
     assert life.of("NDEATH")[0].metrics["bdSeq"] + 1 == will.metrics["bdSeq"]
 
 
+def one_value_each(life: Life) -> None:
+    """No metric twice in one message, so a message's values cannot be out of time order."""
+    for m in life.messages:
+        keys = [x.get("alias", x.get("name")) for x in m.doc.get("metrics", [])]
+        assert len(keys) == len(set(keys)), (m.topic, keys)
+
+
+def topic_levels(life: Life) -> None:
+    for m in life.messages:
+        parts = m.topic.split("/")
+        assert parts[:2] == ["spBv1.0", GROUP] and parts[3] == NODE, m.topic
+        assert len(parts) == (5 if m.kind.startswith("D") else 4), m.topic
+
+
 def births_then_each(life: Life) -> None:
     for run in sessions(life):
         assert run[0].kind == "NBIRTH" and all(m.kind == "DBIRTH" for m in run[1:3])
@@ -431,6 +445,7 @@ CHECKS: dict[str, Callable[[Life], None]] = {
     "payloads-ddata-seq": seq_follows("DDATA"),
     "payloads-ddata-seq-inc": seq_follows("DDATA"),
     "payloads-ddata-timestamp": has_timestamp("DDATA"),
+    "message-flow-device-birth-publish-dbirth-payload-seq": seq_follows("DBIRTH"),
     "payloads-ddeath-seq": seq_follows("DDEATH"),
     "payloads-ddeath-seq-inc": seq_follows("DDEATH"),
     "payloads-ddeath-seq-number": seq_follows("DDEATH"),
@@ -501,6 +516,14 @@ CHECKS: dict[str, Callable[[Life], None]] = {
     "topics-ndeath-seq": ndeath_only_bdseq,
     "topics-ndeath-topic": topic_is("NDEATH", False),
     "principles-rbe-recommended": data_only_changes("DDATA"),
+    "operational-behavior-data-publish-nbirth-change": data_only_changes("NDATA"),
+    "operational-behavior-data-publish-dbirth-change": data_only_changes("DDATA"),
+    "operational-behavior-data-publish-nbirth-order": one_value_each,
+    "operational-behavior-data-publish-dbirth-order": one_value_each,
+    "topic-structure": topic_levels,
+    "topic-structure-namespace-a": topic_levels,
+    "topic-structure-namespace-device-id-associated-message-types": topic_levels,
+    "topic-structure-namespace-device-id-non-associated-message-types": topic_levels,
 }
 
 
