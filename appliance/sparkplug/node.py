@@ -234,6 +234,7 @@ class EdgeNode:
         self._reports = NodeReports(self.topics, bd_seq, self._clock_ms)
 
     def _born(self, client: paho.Client, bd_seq: int) -> None:
+        self._rebirth = False  # a request that came while waiting for the host: these births answer it
         self._publish(client, self._births())
         self.connects += 1
         self.last_error = None
