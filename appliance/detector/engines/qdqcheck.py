@@ -35,7 +35,7 @@ class QdqSummary:
                 "qdq_nodes": self.qdq_nodes, "tensorrt_rules": "passed"}
 
 
-def _tensorrt_rules(model: onnx.ModelProto, producers: dict[str, Any]) -> list[str]:
+def _tensorrt_rules(model: onnx.ModelProto) -> list[str]:
     """TensorRT builds symmetric signed int8 only: every zero point int8 and 0, nothing but int8 dequantized, and
     no Q/DQ among the nodes the pre/post wrap added (they stay float)."""
     inits = {i.name: i for i in model.graph.initializer}
@@ -90,7 +90,7 @@ def check_quantized(model: onnx.ModelProto, float_nodes: Sequence[str]) -> QdqSu
         raise QdqCheckError(f"the quantized model fails the ONNX checker: {exc}") from exc
     producers = {out: node for node in model.graph.node for out in node.output}
     int8, kept, problems = _placement(model, producers, float_nodes)
-    problems = _tensorrt_rules(model, producers) + problems
+    problems = _tensorrt_rules(model) + problems
     if not int8:
         problems.append("no Conv computes in int8")
     if problems:
