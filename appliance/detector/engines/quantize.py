@@ -1,11 +1,9 @@
 """The one INT8 model: static QDQ quantization calibrated on real frames, in the form TensorRT builds.
 
-ONNX Runtime serves this model and TensorRT builds its plan from it (explicit quantization), so it keeps to what
-TensorRT's ONNX parser takes: signed int8 with zero points of 0 (symmetric activations, per-channel symmetric
-weights), float weights behind a Q/DQ pair (TensorRT 8.x rejects int8 initializers), float biases. The decode head (everything after the last Conv on each path to an output: reshapes, sigmoids, grid offsets,
-anchor exps, concats) stays in float. Quantizing it maps sigmoid outputs and pixel coordinates onto one
-8-bit scale per tensor, which on YOLOv3-tiny collapsed objectness to a constant (docs/engines.md); the
-detection gate exists to catch exactly that kind of damage.
+ONNX Runtime serves this model and TensorRT builds its plan from it, so it keeps to what TensorRT's ONNX parser
+takes: signed int8 with zero points of 0, float weights behind a Q/DQ pair, float biases (docs/engines.md, "INT8").
+The decode head (everything after the last Conv on each path to an output) stays in float: quantizing it collapsed
+YOLOv3-tiny's objectness to a constant, the kind of damage the detection gate exists to catch.
 """
 
 from __future__ import annotations
