@@ -141,6 +141,37 @@ class Analytics:
             self._class[rows], self._score[rows] = det_classes, det_scores
         return track_ids, events, bool(events)
 
+    def replace_layout(self, config: AnalyticsConfig, width: int, height: int) -> None:
+        """``config``'s zones and lines from the next frame on; the tracker, its ids and the event numbering go on.
+        A zone or line whose name and definition did not change keeps its memberships, sides and counts; a new
+        or changed one starts with no one inside, each track on the side of a line it was last seen on."""
+        old_zones = {z.name: (i, z) for i, z in enumerate(self.config.zones)}
+        old_lines = {ln.name: (i, ln) for i, ln in enumerate(self.config.lines)}
+        zmap = [old_zones[z.name][0] if old_zones.get(z.name, (0, None))[1] == z else -1 for z in config.zones]
+        lmap = [old_lines[ln.name][0] if old_lines.get(ln.name, (0, None))[1] == ln else -1 for ln in config.lines]
+
+        def remap(array: np.ndarray, mapping: list[int], fresh: object) -> np.ndarray:
+            out = np.empty((array.shape[0], len(mapping), *array.shape[2:]), dtype=array.dtype)
+            for new, old in enumerate(mapping):
+                out[:, new] = array[:, old] if old >= 0 else fresh
+            return out
+
+        self._inside, self._since = remap(self._inside, zmap, False), remap(self._since, zmap, 0.0)
+        self._dwell_at, self._zone_run = remap(self._dwell_at, zmap, np.inf), remap(self._zone_run, zmap, -2)
+        self._side, self._line_run = remap(self._side, lmap, 0), remap(self._line_run, lmap, -2)
+        self.config, self.layout = config, Layout(config, width, height)
+        seen = ~np.isnan(self._last[:, 0])
+        fresh = [j for j, old in enumerate(lmap) if old < 0]
+        if fresh and seen.any():
+            sides = self.layout.sides(self._last[seen])
+            for j in fresh:
+                self._side[seen, j] = sides[:, j]
+        zones, lines = self.counts.zones, self.counts.lines
+        self.counts = Counts(
+            {z.name: zones[z.name] if zmap[i] >= 0 else {"current": 0, "entered": 0, "exited": 0}
+             for i, z in enumerate(config.zones)},
+            {ln.name: lines[ln.name] if lmap[i] >= 0 else {"in": 0, "out": 0} for i, ln in enumerate(config.lines)})
+
     # -- state per confirmed track --------------------------------------------------------------------------
 
     def _drop_removed(self, removed: np.ndarray, events: list[Event], ctx: tuple[int, float]) -> None:
