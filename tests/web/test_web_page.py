@@ -176,13 +176,22 @@ def test_a_self_intersecting_zone_shows_its_error_and_is_not_applied(site: Site,
     assert _layout(browser)["zones"] == before["zones"]  # nothing applied
 
 
+def _post_layout(browser: Chrome, token_js: str) -> int:
+    return int(browser.execute_async_script(f"""
+        const done = arguments[arguments.length - 1];
+        fetch('/api/cameras/hall/layout', {{method: 'POST', headers: {{'Content-Type': 'application/json',
+          'X-CSRF-Token': {token_js}}}, body: JSON.stringify({{zones: [], lines: []}})}}).then(r => done(r.status));"""))
+
+
+def test_an_edit_without_the_sessions_csrf_token_is_refused(site: Site, browser: Chrome) -> None:
+    _login(browser, site, "olga")
+    assert _post_layout(browser, "''") == 403 and _post_layout(browser, "'a-guess'") == 403
+    assert [ln["name"] for ln in _layout(browser)["lines"]] == ["walkway", "aisle"]
+
+
 def test_a_viewer_cannot_edit(site: Site, browser: Chrome) -> None:
     _login(browser, site, "victor")
     assert not browser.find_element(By.ID, "apply").is_enabled()
     assert not browser.find_element(By.ID, "add-line").is_enabled()
-    status = browser.execute_async_script("""
-        const done = arguments[arguments.length - 1];
-        fetch('/api/cameras/hall/layout', {method: 'POST', headers: {'Content-Type': 'application/json',
-          'X-CSRF-Token': App.me.csrf}, body: JSON.stringify({zones: [], lines: []})}).then(r => done(r.status));""")
-    assert status == 403
+    assert _post_layout(browser, "App.me.csrf") == 403  # with the viewer's own valid token
     assert [ln["name"] for ln in _layout(browser)["lines"]] == ["walkway", "aisle"]
