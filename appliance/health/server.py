@@ -119,6 +119,7 @@ class HealthServer:
                  timeout_s: float = SOCKET_TIMEOUT_S, retry_s: float = BIND_RETRY_S) -> None:
         """``files(path)``: (content type, body) for a snapshot path, else None."""
         self._address = (host, port)
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # its start and stop lines: ours say it
         self._app = _app([*routes, *health_routes(metrics, health, files)])
         self._protocol = _bounded_protocol(max_connections, timeout_s)
         self._timeout_s, self._retry_s = timeout_s, retry_s
