@@ -94,6 +94,8 @@ def browser() -> Iterator[Chrome]:
 
 
 def _login(browser: Chrome, site: Site, name: str) -> None:
+    browser.get("about:blank")  # the last page's scripts stop: none of them follows a 401 to /login meanwhile
+    browser.get(f"{site.url}/login")
     browser.delete_all_cookies()
     browser.get(f"{site.url}/camera/hall")
     assert browser.current_url.endswith("/login"), "the page must ask for a login beyond loopback"
