@@ -171,8 +171,9 @@ def test_a_self_intersecting_zone_shows_its_error_and_is_not_applied(site: Site,
     _click_frame(browser, BOWTIE)
     browser.find_element(By.ID, "finish").click()
     browser.find_element(By.ID, "apply").click()
-    problem = wait_until(lambda: browser.find_element(By.CSS_SELECTOR, "#shapes .shape:last-child .problem").text,
-                         10, 0.1, "the zone's error beside it")
+    problem = wait_until(lambda: browser.execute_script(  # read in the page: the list is redrawn as it changes
+        "return document.querySelector('#shapes .shape:last-child .problem').textContent"), 10, 0.1,
+        "the zone's error beside it")
     assert "intersect" in problem.lower(), problem
     save_screenshot(browser, site.artifacts, "ui-zone-error.png")
     assert _layout(browser)["zones"] == before["zones"]  # nothing applied
