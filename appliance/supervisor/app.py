@@ -306,9 +306,9 @@ class Appliance:
         scheduler = inference.scheduler if inference else None
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
                                            progressing=self._pipeline_progressing(), status=self.status_line())
-        analytics = inference.analytics if inference else {}
-        summary["analytics"] = {camera_id: {**stage.summary(), "layout": inference.layouts.source(camera_id)}
-                                for camera_id, stage in analytics.items()} if inference else {}
+        summary["analytics"] = {} if inference is None else {
+            camera_id: {**stage.summary(), "layout": inference.layouts.source(camera_id)}
+            for camera_id, stage in inference.analytics.items()}
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=scheduler,
             recent_per_s=inference.frames.rate.per_second() if inference else 0.0,
