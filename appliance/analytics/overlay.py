@@ -87,8 +87,9 @@ def write_overlay(state_dir: Path, camera: str, config: AnalyticsConfig, who: st
     return Overlay(camera, zones, lines, who, now, path)
 
 
-def with_layout(base: AnalyticsConfig, zones: Sequence[Any], lines: Sequence[Any], width: int, height: int,
-                class_names: Sequence[str], camera: str = "") -> tuple[AnalyticsConfig | None, list[LayoutProblem]]:
+def with_layout(base: AnalyticsConfig, zones: Sequence[Any], lines: Sequence[Any], width: int | None,
+                height: int | None, class_names: Sequence[str],
+                camera: str = "") -> tuple[AnalyticsConfig | None, list[LayoutProblem]]:
     """``base`` with its zones and lines replaced, validated as ``check-config`` validates the file (the models'
     checks, then :func:`check_analytics` against the frame and the classes): (config, []) or (None, problems)."""
     doc = base.model_dump(mode="json")
@@ -110,7 +111,7 @@ def with_layout(base: AnalyticsConfig, zones: Sequence[Any], lines: Sequence[Any
     return config, []
 
 
-def overlaid(base: AnalyticsConfig, overlay: Overlay, width: int, height: int,
+def overlaid(base: AnalyticsConfig, overlay: Overlay, width: int | None, height: int | None,
              class_names: Sequence[str]) -> AnalyticsConfig:
     """``base`` with the overlay's zones and lines; OverlayError naming the file when they no longer fit."""
     config, problems = with_layout(base, overlay.zones, overlay.lines, width, height, class_names, overlay.camera)

@@ -51,7 +51,7 @@ class Layouts:
             overlay = read_overlay(self._state_dir, camera.id)
             if overlay is None:
                 return camera.analytics
-            config = overlaid(camera.analytics, overlay, camera.width, camera.height, self._class_names)
+            config = overlaid(camera.analytics, overlay, *camera.frame_size, self._class_names)
         except OverlayError as exc:
             log.error("camera %s: %s; running the config file's zones and lines", camera.id, exc)
             return camera.analytics
@@ -73,7 +73,7 @@ class Layouts:
 
     def frame_size(self, camera_id: str) -> tuple[int, int] | None:
         camera = self._cameras.get(camera_id)
-        return (camera.width, camera.height) if camera is not None else None
+        return camera.frame_size if camera is not None else None
 
     def yaml(self, camera_id: str) -> str:
         config = self._current.get(camera_id)
@@ -85,7 +85,7 @@ class Layouts:
         if camera is None or camera.analytics is None or stage is None:
             return Applied(None, [LayoutProblem((), f"camera {camera_id!r} has no analytics section")])
         with self._lock:
-            config, problems = with_layout(self._current[camera_id], zones, lines, camera.width, camera.height,
+            config, problems = with_layout(self._current[camera_id], zones, lines, *camera.frame_size,
                                            self._class_names, camera_id)
             if config is None:
                 log.info("camera %s: layout from %s not applied: %s", camera_id, who,

@@ -57,7 +57,8 @@ def test_loopback_needs_no_login_anything_else_does() -> None:
 def _message(seq: int) -> DetectionsMessage:
     detections = Detections(np.array([[10, 20, 50, 90]], np.float32), np.array([0.9], np.float32),
                             np.array([0]), class_names=("person",), track_ids=np.array([7]))
-    return DetectionsMessage("hall", seq, 1_700_000_000.0, ModelInfo("m", "base", "sha256:" + "0" * 64), 160, 120, detections,
+    model = ModelInfo("m", "base", "sha256:" + "0" * 64)
+    return DetectionsMessage("hall", seq, 1_700_000_000.0, model, 160, 120, detections,
                              {"queue": 1.0, "inference": 2.0, "total": 3.0})
 
 

@@ -183,7 +183,8 @@ def _post_layout(browser: Chrome, token_js: str) -> int:
     return int(browser.execute_async_script(f"""
         const done = arguments[arguments.length - 1];
         fetch('/api/cameras/hall/layout', {{method: 'POST', headers: {{'Content-Type': 'application/json',
-          'X-CSRF-Token': {token_js}}}, body: JSON.stringify({{zones: [], lines: []}})}}).then(r => done(r.status));"""))
+          'X-CSRF-Token': {token_js}}}, body: JSON.stringify({{zones: [], lines: []}})}})
+          .then(r => done(r.status));"""))
 
 
 def test_an_edit_without_the_sessions_csrf_token_is_refused(site: Site, browser: Chrome) -> None:
