@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +42,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx")]
 @dataclass
 class Site:
     url: str
-    daemon: RunningDaemon
+    daemon: RunningDaemon  # the test that restarts the appliance puts the new one here
     events: Subscriber
-    state_dir: Path
-    artifacts: Path
+    root: Path
+    config: Path
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
 
 
 def _lan_address() -> str:
@@ -63,7 +72,7 @@ def site(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterato
     users = "".join(f"\n    - {{name: {n}, role: {r}, password_hash: '{hash_password(p)}'}}"
                     for n, (r, p) in USERS.items())
     host, port = _lan_address(), free_port()
-    text = DEMO_CONFIG.read_text().replace("health:\n", f"health:\n  host: 0.0.0.0\n")
+    text = DEMO_CONFIG.read_text().replace("health:\n", "health:\n  host: 0.0.0.0\n")
     config = root / "demo.yaml"
     config.write_text(f"{text}\npaths:\n  state_dir: {root / 'state'}\n  shm_root: {shm_root}\n"
                       f"web:\n  users:{users}\n")
@@ -73,13 +82,13 @@ def site(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterato
         env.setenv("APPLIANCE_HEALTH_PORT", str(port))
         env.setenv(DEMO_VIDEO_ENV, str(VTEST))
         events = Subscriber(broker, "appliance/demo/+/events")
-        daemon = RunningDaemon(root, config, REPO)
+        site = Site(f"http://{host}:{port}", RunningDaemon(root, config, REPO), events, root, config)
         try:
-            assert daemon.notify.wait_for("READY=1", 240), daemon.tail()
-            yield Site(f"http://{host}:{port}", daemon, events, root / "state", root / "artifacts")
-            assert daemon.terminate() == 0, daemon.tail()
+            assert site.daemon.notify.wait_for("READY=1", 240), site.daemon.tail()
+            yield site
+            assert site.daemon.terminate() == 0, site.daemon.tail()
         finally:
-            daemon.close()
+            site.daemon.close()
             events.close()
     next(shm, None)
 
@@ -199,3 +208,21 @@ def test_a_viewer_cannot_edit(site: Site, browser: Chrome) -> None:
     assert not browser.find_element(By.ID, "add-line").is_enabled()
     assert _post_layout(browser, "App.me.csrf") == 403  # with the viewer's own valid token
     assert [ln["name"] for ln in _layout(browser)["lines"]] == ["walkway", "aisle"]
+
+
+def _healthz(site: Site) -> dict:
+    with urllib.request.urlopen(f"{site.url}/healthz", timeout=10) as response:  # open without a login
+        return dict(json.load(response))
+
+
+def test_the_applied_layout_survives_a_restart_and_status_names_it(site: Site) -> None:
+    assert "applied on the page by olga" in _healthz(site)["analytics"]["hall"]["layout"]
+    assert site.daemon.terminate() == 0, site.daemon.tail()
+    site.daemon.close()
+    (site.root / "restarted").mkdir()
+    site.daemon = RunningDaemon(site.root / "restarted", site.config, REPO)
+    assert site.daemon.notify.wait_for("READY=1", 240), site.daemon.tail()
+    hall = _healthz(site)["analytics"]["hall"]
+    assert set(hall["lines"]) == {"walkway", "aisle"}, hall
+    assert hall["layout"].startswith(str(site.state_dir / "layouts" / "hall.json")), hall["layout"]
+    assert "camera hall: zones and lines from" in site.daemon.log_path.read_text()
