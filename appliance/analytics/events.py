@@ -74,9 +74,7 @@ class Analytics:
             raise ValueError(f"camera {camera!r}: analytics names unknown classes {unknown}")
         self.camera, self.config, self.class_names = camera, config, list(class_names)
         self._new_id = new_id
-        # min score per class id; +inf keeps a class out of the allow-list (and of the tracker).
-        self._min_score = np.array([config.min_score if config.classes is None else config.classes.get(c, np.inf)
-                                    for c in class_names], dtype=np.float32)
+        self._min_score = self._class_min_scores(config)
         self.layout = Layout(config, width, height)
         self.tracker = ByteTracker(config.tracker)
         nz, nl = len(self.layout.zone_names), len(self.layout.line_names)
@@ -97,6 +95,11 @@ class Analytics:
         self._frame_seq: int | None = None  # the previous step's, for the gap the tracker ages lost tracks by
         self.counts = Counts({n: {"current": 0, "entered": 0, "exited": 0} for n in self.layout.zone_names},
                              {n: {"in": 0, "out": 0} for n in self.layout.line_names})
+
+    def _class_min_scores(self, config: AnalyticsConfig) -> np.ndarray:
+        """The minimum score per class id; +inf keeps a class out of the allow-list (and of the tracker)."""
+        return np.array([config.min_score if config.classes is None else config.classes.get(c, np.inf)
+                         for c in self.class_names], dtype=np.float32)
 
     @property
     def active_tracks(self) -> int:
@@ -142,7 +145,7 @@ class Analytics:
         return track_ids, events, bool(events)
 
     def replace_layout(self, config: AnalyticsConfig, width: int, height: int) -> None:
-        """``config``'s zones and lines from the next frame on; the tracker, its ids and the event numbering go on.
+        """``config``'s zones, lines and class filter from the next frame on; the tracker, its ids and the event numbering go on.
         A zone or line whose name and definition did not change keeps its memberships, sides and counts; a new
         or changed one starts with no one inside, each track on the side of a line it was last seen on."""
         old_zones = {z.name: (i, z) for i, z in enumerate(self.config.zones)}
@@ -160,6 +163,7 @@ class Analytics:
         self._dwell_at, self._zone_run = remap(self._dwell_at, zmap, np.inf), remap(self._zone_run, zmap, -2)
         self._side, self._line_run = remap(self._side, lmap, 0), remap(self._line_run, lmap, -2)
         self.config, self.layout = config, Layout(config, width, height)
+        self._min_score = self._class_min_scores(config)
         seen = ~np.isnan(self._last[:, 0])
         fresh = [j for j, old in enumerate(lmap) if old < 0]
         if fresh and seen.any():

@@ -1,6 +1,6 @@
 """Zones and lines edited on the operator's page: one JSON file per camera in the state directory,
-``<state>/layouts/<camera>.json``, that replaces that camera's ``zones`` and ``lines`` from the config file
-(everything else of its ``analytics:`` still comes from the file). Removing the file reverts to the config;
+``<state>/layouts/<camera>.json``, that replaces that camera's ``zones``, ``lines`` and ``classes`` from the
+config file (everything else of its ``analytics:`` still comes from the file). Removing the file reverts to the config;
 an OTA update never touches it. docs/ui.md, "Edits and the config file"."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union
 
 from pydantic import ValidationError
 
@@ -21,6 +21,9 @@ from appliance.config.validate import describe_error
 from appliance.durable import write_json_durably
 
 LAYOUT_DIR = "layouts"
+# The camera's class filter (``classes``: name -> minimum score; None: every class at ``min_score``), or "keep":
+# the config file's.
+Classes = Union[dict[str, float], None, Literal["keep"]]
 
 
 class OverlayError(ValueError):
@@ -48,6 +51,7 @@ class Overlay:
     edited_by: str
     edited_at: float
     path: Path
+    classes: Classes = "keep"
 
     def describe(self) -> str:
         return f"{self.path} (applied on the page by {self.edited_by} at {_utc(self.edited_at)})"
@@ -71,8 +75,9 @@ def read_overlay(state_dir: Path, camera: str) -> Overlay | None:
     except (OSError, ValueError) as exc:
         raise OverlayError(f"{path}: cannot read the page's layout: {exc}") from exc
     try:
+        classes = doc.get("classes", "keep")
         return Overlay(camera, list(doc["zones"]), list(doc["lines"]), str(doc["edited_by"]),
-                       float(doc["edited_at"]), path)
+                       float(doc["edited_at"]), path, dict(classes) if isinstance(classes, dict) else classes)
     except (KeyError, TypeError, ValueError) as exc:
         raise OverlayError(f"{path}: not a layout file (zones, lines, edited_by, edited_at): {exc}") from exc
 
@@ -83,17 +88,20 @@ def write_overlay(state_dir: Path, camera: str, config: AnalyticsConfig, who: st
     lines = [ln.model_dump(mode="json", exclude_defaults=True) for ln in config.lines]
     path = overlay_path(state_dir, camera)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_durably(path, {"camera": camera, "zones": zones, "lines": lines, "edited_by": who, "edited_at": now})
-    return Overlay(camera, zones, lines, who, now, path)
+    write_json_durably(path, {"camera": camera, "zones": zones, "lines": lines, "classes": config.classes,
+                              "edited_by": who, "edited_at": now})
+    return Overlay(camera, zones, lines, who, now, path, config.classes)
 
 
 def with_layout(base: AnalyticsConfig, zones: Sequence[Any], lines: Sequence[Any], width: int | None,
-                height: int | None, class_names: Sequence[str],
-                camera: str = "") -> tuple[AnalyticsConfig | None, list[LayoutProblem]]:
+                height: int | None, class_names: Sequence[str], camera: str = "",
+                classes: Classes = "keep") -> tuple[AnalyticsConfig | None, list[LayoutProblem]]:
     """``base`` with its zones and lines replaced, validated as ``check-config`` validates the file (the models'
     checks, then :func:`check_analytics` against the frame and the classes): (config, []) or (None, problems)."""
     doc = base.model_dump(mode="json")
     doc.update(zones=list(zones), lines=list(lines))
+    if classes != "keep":
+        doc["classes"] = classes
     try:
         config = AnalyticsConfig.model_validate(doc)
     except ValidationError as exc:
@@ -114,7 +122,8 @@ def with_layout(base: AnalyticsConfig, zones: Sequence[Any], lines: Sequence[Any
 def overlaid(base: AnalyticsConfig, overlay: Overlay, width: int | None, height: int | None,
              class_names: Sequence[str]) -> AnalyticsConfig:
     """``base`` with the overlay's zones and lines; OverlayError naming the file when they no longer fit."""
-    config, problems = with_layout(base, overlay.zones, overlay.lines, width, height, class_names, overlay.camera)
+    config, problems = with_layout(base, overlay.zones, overlay.lines, width, height, class_names, overlay.camera,
+                                   overlay.classes)
     if config is None:
         detail = "; ".join(f"{'.'.join(map(str, p.path))}: {p.message}" for p in problems)
         raise OverlayError(f"{overlay.path}: the page's layout for camera {overlay.camera!r} does not fit: {detail}")
@@ -122,8 +131,8 @@ def overlaid(base: AnalyticsConfig, overlay: Overlay, width: int | None, height:
 
 
 def layout_yaml(config: AnalyticsConfig) -> str:
-    """The ``zones:`` and ``lines:`` keys of a camera's ``analytics:`` section, for the config file (Copy YAML)."""
-    out = []
+    """The ``classes:``, ``zones:`` and ``lines:`` keys of a camera's ``analytics:`` section (Copy YAML)."""
+    out = [f"classes: {json.dumps(config.classes) if config.classes is not None else 'null'}"]
     for key, items in (("zones", config.zones), ("lines", config.lines)):
         out.append(f"{key}:" if items else f"{key}: []")
         for item in items:

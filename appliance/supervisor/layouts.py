@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.analytics.config import AnalyticsConfig
-from appliance.analytics.overlay import LayoutProblem, OverlayError, layout_yaml, overlaid, read_overlay
+from appliance.analytics.overlay import Classes, LayoutProblem, OverlayError, layout_yaml, overlaid, read_overlay
 from appliance.analytics.overlay import with_layout, write_overlay
 from appliance.capture.config import CameraConfig
 from appliance.supervisor.eventstage import CameraAnalytics
@@ -79,14 +79,15 @@ class Layouts:
         config = self._current.get(camera_id)
         return layout_yaml(config) if config is not None else ""
 
-    def apply(self, camera_id: str, zones: Sequence[Any], lines: Sequence[Any], who: str) -> Applied:
-        """Validate, keep, and run ``zones`` and ``lines`` for the camera from its next frame on."""
+    def apply(self, camera_id: str, zones: Sequence[Any], lines: Sequence[Any], who: str,
+              classes: Classes = "keep") -> Applied:
+        """Validate, keep, and run ``zones``, ``lines`` and ``classes`` for the camera from its next frame on."""
         camera, stage = self._cameras.get(camera_id), self.stages.get(camera_id)
         if camera is None or camera.analytics is None or stage is None:
             return Applied(None, [LayoutProblem((), f"camera {camera_id!r} has no analytics section")])
         with self._lock:
             config, problems = with_layout(self._current[camera_id], zones, lines, *camera.frame_size,
-                                           self._class_names, camera_id)
+                                           self._class_names, camera_id, classes)
             if config is None:
                 log.info("camera %s: layout from %s not applied: %s", camera_id, who,
                          "; ".join(f"{'.'.join(map(str, p.path))}: {p.message}" for p in problems))

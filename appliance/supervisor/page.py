@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from appliance.analytics.overlay import Classes
 from appliance.mqtt.messages import EventMessage
 from appliance.supervisor.eventstage import Publisher
 from appliance.supervisor.layouts import Layouts
@@ -52,9 +53,10 @@ class ApplianceSite:
                 "zones": [z.model_dump(mode="json") for z in config.zones],
                 "lines": [ln.model_dump(mode="json") for ln in config.lines],
                 "source": self._layouts.source(camera_id), "yaml": self._layouts.yaml(camera_id),
-                "classes": self._class_names}
+                "class_filter": config.classes, "min_score": config.min_score, "classes": self._class_names}
 
-    def apply_layout(self, camera_id: str, zones: list[Any], lines: list[Any], who: str) -> dict[str, Any]:
-        applied = self._layouts.apply(camera_id, zones, lines, who)
+    def apply_layout(self, camera_id: str, zones: list[Any], lines: list[Any], who: str,
+                     classes: Classes = "keep") -> dict[str, Any]:
+        applied = self._layouts.apply(camera_id, zones, lines, who, classes)
         return {"applied": applied.config is not None, "problems": [p.as_dict() for p in applied.problems],
                 "source": applied.source, "yaml": self._layouts.yaml(camera_id)}

@@ -31,7 +31,8 @@ class Site(Protocol):
     def overview(self) -> dict[str, Any]: ...
     def counts(self, camera_id: str) -> dict[str, Any] | None: ...
     def layout(self, camera_id: str) -> dict[str, Any] | None: ...
-    def apply_layout(self, camera_id: str, zones: list[Any], lines: list[Any], who: str) -> dict[str, Any]: ...
+    def apply_layout(self, camera_id: str, zones: list[Any], lines: list[Any], who: str,
+                     classes: Any = "keep") -> dict[str, Any]: ...
 
 
 class Page:
@@ -118,11 +119,12 @@ class Page:
             return JSONResponse({"error": "missing or stale CSRF token: reload the page"}, status_code=403)
         try:
             body = await request.json()
-            zones, lines = list(body["zones"]), list(body["lines"])
-        except (ValueError, KeyError, TypeError):
-            return JSONResponse({"error": "expected JSON {zones: [...], lines: [...]}"}, status_code=400)
+            zones, lines, classes = list(body["zones"]), list(body["lines"]), body.get("classes", "keep")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return JSONResponse({"error": "expected JSON {zones: [...], lines: [...], classes: {...}}"},
+                                status_code=400)
         result = await run_in_threadpool(self.site.apply_layout, request.path_params["camera"], zones, lines,
-                                         session.user)
+                                         session.user, classes)
         return JSONResponse(result, status_code=200 if result.get("applied") else 422)
 
     # -- the events stream ----------------------------------------------------------------------------------

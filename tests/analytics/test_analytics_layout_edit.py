@@ -57,3 +57,14 @@ def test_a_moved_zone_starts_empty_and_one_removed_is_gone() -> None:
     assert [(e.type, e.frame_seq, e.track_id) for e in _walk(a, range(21, 23))] == [("enter", 21, 1)]
     a.replace_layout(_config(zones=[]), 640, 480)
     assert a.counts.as_dict() == {"zones": {}, "lines": {}} and _walk(a, range(23, 45)) == []
+
+
+def test_a_class_filter_applied_mid_walk_drops_the_class_from_the_tracker() -> None:
+    a = _analytics()
+    _walk(a, range(0, 10))
+    assert a.step(10, 1.0, frame(box_at(155)))[0].tolist() == [1]  # the person is track 1
+    a.replace_layout(_config(classes={"car": 0.3}), 640, 480)
+    assert a.step(11, 1.1, frame(box_at(165)))[0].tolist() == [-1]  # no longer counted: no track id
+    a.replace_layout(_config(classes={"person": 0.3}), 640, 480)
+    track_ids = [a.step(i, i / FPS, frame(box_at(55 + 10 * i)))[0].tolist() for i in range(12, 16)]
+    assert track_ids == [[1]] * 4  # counted again, and lost for less than lost_frames (5): the same track

@@ -68,3 +68,15 @@ def test_copy_yaml_is_the_config_files_zones_and_lines() -> None:
     assert config is not None
     doc = yaml.safe_load(layout_yaml(config))
     assert AnalyticsConfig(**doc).zones == config.zones and AnalyticsConfig(**doc).lines == config.lines
+
+
+def test_the_class_filter_is_checked_kept_and_restored(tmp_path: Path) -> None:
+    config, problems = with_layout(BASE, [], [], 768, 576, CLASSES, "hall", {"dog": 0.5})
+    assert config is None and [(p.path, "unknown class 'dog'" in p.message) for p in problems] == [
+        (("classes", "dog"), True)]
+    config, problems = with_layout(BASE, [], [], 768, 576, CLASSES, "hall", {"car": 0.4})
+    assert problems == [] and config is not None and config.classes == {"car": 0.4}
+    write_overlay(tmp_path, "hall", config, "olga", 0.0)
+    overlay = read_overlay(tmp_path, "hall")
+    assert overlay is not None and overlaid(BASE, overlay, 768, 576, CLASSES).classes == {"car": 0.4}
+    assert with_layout(BASE, [], [], 768, 576, CLASSES)[0].classes == {"person": 0.3}  # type: ignore[union-attr]

@@ -20,13 +20,28 @@ function fromPixels(shape) {
   if (shape.kind === "zone") item.points = pts; else { item.a = pts[0]; item.b = pts[1]; }
   return item;
 }
+function classFilter() {
+  // "person: 0.3, car" -> {person: 0.3, car: <min_score>}; empty -> null (every class at min_score)
+  const text = document.getElementById("classes").value.trim();
+  if (!text) return null;
+  const out = {};
+  for (const part of text.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const [name, score] = part.split(":").map((p) => p.trim());
+    out[name] = score === undefined || score === "" ? S.layout.min_score : Number(score);
+  }
+  return out;
+}
 function draft() {
-  return {zones: S.shapes.filter((s) => s.kind === "zone").map(fromPixels),
+  return {classes: classFilter(), zones: S.shapes.filter((s) => s.kind === "zone").map(fromPixels),
           lines: S.shapes.filter((s) => s.kind === "line").map(fromPixels)};
 }
 function loadShapes() {
   S.shapes = S.layout.zones.map((z) => toPixels(z, "zone")).concat(S.layout.lines.map((l) => toPixels(l, "line")));
   S.selected = -1; S.problems = {}; S.drawing = null;
+  const filter = S.layout.class_filter;
+  document.getElementById("classes").value = filter ?
+    Object.entries(filter).map(([name, score]) => `${name}: ${score}`).join(", ") : "";
+  document.getElementById("classes-error").textContent = "";
   renderList();
 }
 function freeName(prefix) {
@@ -107,7 +122,7 @@ function renderList() {
     for (const input of div.querySelectorAll("input, select, button")) input.disabled = !edit;
     box.appendChild(div);
   });
-  for (const id of ["add-line", "add-zone", "apply", "revert"]) document.getElementById(id).disabled = !edit;
+  for (const id of ["add-line", "add-zone", "apply", "revert", "classes"]) document.getElementById(id).disabled = !edit;
   document.getElementById("hint").hidden = !edit;
 }
 
@@ -183,7 +198,8 @@ document.getElementById("revert").onclick = () => { loadShapes(); draw(); };
 function yamlOf(d) {
   const part = (k, items) => items.length ? `${k}:\n` + items.map((i) => `  - ${JSON.stringify(i)}\n`).join("")
                                           : `${k}: []\n`;
-  return part("zones", d.zones) + part("lines", d.lines);
+  return `classes: ${d.classes === null ? "null" : JSON.stringify(d.classes)}\n` + part("zones", d.zones) +
+    part("lines", d.lines);
 }
 document.getElementById("apply").onclick = async () => {
   const d = draft(), error = document.getElementById("apply-error");
@@ -199,11 +215,14 @@ document.getElementById("apply").onclick = async () => {
   } else {
     const zones = S.shapes.map((s, i) => [s, i]).filter(([s]) => s.kind === "zone").map(([, i]) => i);
     const lines = S.shapes.map((s, i) => [s, i]).filter(([s]) => s.kind === "line").map(([, i]) => i);
-    const loose = [];
+    const loose = [], classes = [];
     for (const p of result.problems || []) {
       const index = p.path[0] === "zones" ? zones[p.path[1]] : p.path[0] === "lines" ? lines[p.path[1]] : undefined;
-      if (index === undefined) loose.push(p.message); else (S.problems[index] = S.problems[index] || []).push(p.message);
+      if (p.path[0] === "classes") classes.push(p.message);
+      else if (index === undefined) loose.push(p.message);
+      else (S.problems[index] = S.problems[index] || []).push(p.message);
     }
+    document.getElementById("classes-error").textContent = classes.join("\n");
     error.textContent = ["Not applied.", ...loose, result.error || ""].join("\n").trim();
     renderList();
   }
