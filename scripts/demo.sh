@@ -36,5 +36,6 @@ mosquitto_sub -h 127.0.0.1 -p "$PORT" -v -t 'appliance/demo/#' -T 'appliance/dem
 pids+=($!)
 mosquitto_sub -h 127.0.0.1 -p "$PORT" -v -t 'appliance/demo/+/events' -t 'appliance/demo/+/counts' &
 pids+=($!)
+echo "demo: the operator's page on http://127.0.0.1:${APPLIANCE_HEALTH_PORT:-9108}/ (the live picture; draw zones and lines there)"
 echo "demo: health on http://127.0.0.1:${APPLIANCE_HEALTH_PORT:-9108}/metrics; 'appliance status' summarizes it"
 .venv/bin/appliance run "$@"

@@ -74,9 +74,7 @@ class Analytics:
             raise ValueError(f"camera {camera!r}: analytics names unknown classes {unknown}")
         self.camera, self.config, self.class_names = camera, config, list(class_names)
         self._new_id = new_id
-        # min score per class id; +inf keeps a class out of the allow-list (and of the tracker).
-        self._min_score = np.array([config.min_score if config.classes is None else config.classes.get(c, np.inf)
-                                    for c in class_names], dtype=np.float32)
+        self._min_score = self._class_min_scores(config)
         self.layout = Layout(config, width, height)
         self.tracker = ByteTracker(config.tracker)
         nz, nl = len(self.layout.zone_names), len(self.layout.line_names)
@@ -97,6 +95,11 @@ class Analytics:
         self._frame_seq: int | None = None  # the previous step's, for the gap the tracker ages lost tracks by
         self.counts = Counts({n: {"current": 0, "entered": 0, "exited": 0} for n in self.layout.zone_names},
                              {n: {"in": 0, "out": 0} for n in self.layout.line_names})
+
+    def _class_min_scores(self, config: AnalyticsConfig) -> np.ndarray:
+        """The minimum score per class id; +inf keeps a class out of the allow-list (and of the tracker)."""
+        return np.array([config.min_score if config.classes is None else config.classes.get(c, np.inf)
+                         for c in self.class_names], dtype=np.float32)
 
     @property
     def active_tracks(self) -> int:
@@ -140,6 +143,38 @@ class Analytics:
             self._last[rows], self._seen_at[rows] = points, frame_seq
             self._class[rows], self._score[rows] = det_classes, det_scores
         return track_ids, events, bool(events)
+
+    def replace_layout(self, config: AnalyticsConfig, width: int, height: int) -> None:
+        """``config``'s zones, lines and class filter from the next frame on; the tracker, its ids and the event numbering go on.
+        A zone or line whose name and definition did not change keeps its memberships, sides and counts; a new
+        or changed one starts with no one inside, each track on the side of a line it was last seen on."""
+        old_zones = {z.name: (i, z) for i, z in enumerate(self.config.zones)}
+        old_lines = {ln.name: (i, ln) for i, ln in enumerate(self.config.lines)}
+        zmap = [old_zones[z.name][0] if old_zones.get(z.name, (0, None))[1] == z else -1 for z in config.zones]
+        lmap = [old_lines[ln.name][0] if old_lines.get(ln.name, (0, None))[1] == ln else -1 for ln in config.lines]
+
+        def remap(array: np.ndarray, mapping: list[int], fresh: object) -> np.ndarray:
+            out = np.empty((array.shape[0], len(mapping), *array.shape[2:]), dtype=array.dtype)
+            for new, old in enumerate(mapping):
+                out[:, new] = array[:, old] if old >= 0 else fresh
+            return out
+
+        self._inside, self._since = remap(self._inside, zmap, False), remap(self._since, zmap, 0.0)
+        self._dwell_at, self._zone_run = remap(self._dwell_at, zmap, np.inf), remap(self._zone_run, zmap, -2)
+        self._side, self._line_run = remap(self._side, lmap, 0), remap(self._line_run, lmap, -2)
+        self.config, self.layout = config, Layout(config, width, height)
+        self._min_score = self._class_min_scores(config)
+        seen = ~np.isnan(self._last[:, 0])
+        fresh = [j for j, old in enumerate(lmap) if old < 0]
+        if fresh and seen.any():
+            sides = self.layout.sides(self._last[seen])
+            for j in fresh:
+                self._side[seen, j] = sides[:, j]
+        zones, lines = self.counts.zones, self.counts.lines
+        self.counts = Counts(
+            {z.name: zones[z.name] if zmap[i] >= 0 else {"current": 0, "entered": 0, "exited": 0}
+             for i, z in enumerate(config.zones)},
+            {ln.name: lines[ln.name] if lmap[i] >= 0 else {"in": 0, "out": 0} for i, ln in enumerate(config.lines)})
 
     # -- state per confirmed track --------------------------------------------------------------------------
 

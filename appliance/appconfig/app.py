@@ -17,6 +17,7 @@ from appliance.config.base import ConfigFieldError, StrictModel
 from appliance.config.ids import ID_PATTERN, Id, id_problem  # noqa: F401 (ID_PATTERN: re-exported)
 from appliance.mqtt.config import MqttConfig
 from appliance.ota.config import OtaConfig
+from appliance.web.config import WebConfig
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 # pipeline.recovery's deprecated flat keys -> their key in the backoff section every other part uses
@@ -129,6 +130,7 @@ class AppConfig(StrictModel):
     model: ModelConfig = Field(default_factory=ModelConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
+    web: WebConfig = Field(default_factory=WebConfig, description="the operator's page (docs/ui.md)")
     cameras: list[CameraConfig] = Field(min_length=1, description="one entry per camera")
     mqtt: MqttConfig
     ota: OtaConfig = Field(default_factory=OtaConfig, description="over-the-air model updates (docs/ota.md); "

@@ -16,6 +16,7 @@ from typing import Mapping
 
 from appliance import paths
 from appliance.analytics.check import check_analytics
+from appliance.analytics.overlay import OverlayError, overlaid, read_overlay
 from appliance.appconfig.app import AppConfig
 from appliance.capture.check import absent_source, check_cameras
 from appliance.config.validate import validate_document
@@ -32,6 +33,8 @@ class CheckReport:
     config: AppConfig | None = None
     # What can heal by itself (a camera's source absent now): reported, but the config is still OK.
     warnings: list[ConfigIssue] = field(default_factory=list)
+    # Cameras whose zones and lines come from the operator's page (the state directory), not from this file.
+    layouts: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -45,8 +48,10 @@ class CheckReport:
         state = "OK" if self.ok else f"{len(self.issues)} problem(s)"
         if self.warnings:
             state += f", {len(self.warnings)} warning(s)"
+        layouts = "".join(f"\n{note}" for note in self.layouts)
         return (f"{self.source}: {state}: device {c.device.id}; cameras {cameras}; model {c.model.name}; "
-                f"{'brokers' if len(c.mqtt.brokers) > 1 else 'broker'} {', '.join(str(b) for b in c.mqtt.brokers)}")
+                f"{'brokers' if len(c.mqtt.brokers) > 1 else 'broker'} {', '.join(str(b) for b in c.mqtt.brokers)}"
+                f"{layouts}")
 
 
 def report_dict(report: CheckReport) -> dict[str, object]:
@@ -161,8 +166,34 @@ def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: 
     if machine:
         found += _machine_issues(report.config, doc)
         report.warnings = _absent_source_warnings(report.config, doc)
+        layout_issues, report.layouts = _page_layouts(report.config, doc)
+        found += layout_issues
     report.issues = sorted(found, key=lambda i: (i.line or 0, i.key))
     return report
+
+
+def _page_layouts(config: AppConfig, doc: YamlDocument) -> tuple[list[ConfigIssue], list[str]]:
+    """The cameras whose zones and lines the operator's page replaced (docs/ui.md): a note naming the file for
+    each, or a problem when that file no longer fits the camera (it is checked like the config's own)."""
+    issues, notes = [], []
+    state_dir = resolved_paths(config)["state_dir"]
+    classes = model_class_names(config)
+    for index, camera in enumerate(config.cameras):
+        if camera.analytics is None:
+            continue
+        path = ("cameras", index, "analytics")
+        try:
+            overlay = read_overlay(state_dir, camera.id)
+            if overlay is None:
+                continue
+            names = classes if classes is not None else list(camera.analytics.classes or {})
+            overlaid(camera.analytics, overlay, camera.width, camera.height, names)
+        except OverlayError as exc:
+            issues.append(ConfigIssue(doc.source, doc.line_of(path), path, str(exc)))
+            continue
+        notes.append(f"camera {camera.id}: zones and lines from {overlay.describe()}, not from this file "
+                     f"(remove that file to go back to the file's)")
+    return issues, notes
 
 
 def _absent_source_warnings(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:

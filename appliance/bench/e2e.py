@@ -25,6 +25,7 @@ import numpy as np
 from appliance.bench._broker import start_local_broker
 from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, video_frames
 from appliance.bench._e2e_subscriber import Received, subscriber, topic_counter
+from appliance.bench._e2e_viewer import health_section, side_by_side, watch
 from appliance.exitcodes import ExitCode
 from appliance.paths import engines_dir, models_dir
 from appliance.triton.server import Server
@@ -84,11 +85,13 @@ def _stage_means(before: dict[str, tuple[float, int]], after: dict[str, tuple[fl
 
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
-                    engines_dir: Path | None = None) -> tuple[float, list[float]]:
+                    engines_dir: Path | None = None, page: dict[str, int] | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``_stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
-    over the measuring window (proof that the analytics did work, not only that they were configured)."""
+    over the measuring window (proof that the analytics did work, not only that they were configured). Given
+    ``page``, the operator's page is served; with ``page["viewers"]`` 1, someone watches cam0's live view, and
+    ``page["pictures"]`` gets how many pictures they saw."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
@@ -108,7 +111,7 @@ device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
 cameras:{cams}
 mqtt: {{host: 127.0.0.1, port: {port}}}
-health: {{enabled: false, tegrastats_interval_ms: null}}
+{health_section(page)}
 """)
     received = Received()
     sub = subscriber(port, "appliance/bench/+/detections", received)
@@ -122,6 +125,7 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
         time.sleep(3)  # warm-up: first batches, capture processes settling
         start_count = received.count()
         counted_before = dict(counted)
+        viewer = watch(app, page)
         before = _stage_totals(server) if split is not None else {}
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
@@ -129,6 +133,8 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
             time.sleep(0.5)
         elapsed = time.perf_counter() - t0
         got = received.since(start_count)
+        if viewer is not None and page is not None:
+            page["pictures"] = viewer.stop()
         if analytics is not None:
             analytics.update({key: counted[key] - counted_before[key] for key in counted})
         if split is not None:
@@ -190,6 +196,7 @@ class Options:
     latency_fps: float
     triton_home: Path | None
     analytics: bool
+    viewer: bool = False
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -205,9 +212,12 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--analytics", action="store_true",
                         help="also run the appliance with analytics on every camera (tracking, a zone, a line, "
                              "snapshots); ends with e2e_analytics_vs_detector_alone=<ratio>")
+    parser.add_argument("--viewer", action="store_true",
+                        help="only the appliance with its page served: nobody watching, one viewer on cam0's live "
+                             "view, nobody again; ends with e2e_viewer_vs_unwatched=<ratio>")
     args = parser.parse_args(argv)
     return Options(8.0 if args.quick else args.seconds, args.cameras, args.fps, args.latency_fps, args.triton_home,
-                   args.analytics)
+                   args.analytics, args.viewer)
 
 
 @dataclass(frozen=True)
@@ -262,9 +272,26 @@ def run(opts: Options) -> int:
     profile = load_profile(PROFILE)
     pre = Preprocessor(profile)
     tensors = [pre.frame(f, "BGR")[0] for f in video_frames(video, every=4)]
+    if opts.viewer:
+        return _viewer(opts, onnx, video, tensors)
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         results = _measure(opts, Path(tmp), onnx, dist, video, profile, tensors)
     _print_report(opts, video, results)
+    return 0
+
+
+def _viewer(opts: Options, onnx: Path, video: Path, tensors: list[np.ndarray]) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+        broker = start_local_broker(Path(tmp))
+        try:
+            fps = opts.fps or math.ceil(OFFERED_VS_DETECTOR * bench_detector(onnx, tensors, opts.seconds / 2)[0]
+                                        / opts.cameras)
+            lines = side_by_side(bench_appliance, Path(tmp), video, broker.port, opts.cameras, fps, opts.seconds)
+        finally:
+            broker.stop()
+    print(f"e2e --viewer on {video.name} (640x480), {opts.cameras} cameras x {fps:g} fps offered, "
+          f"{os.cpu_count()} CPUs, {opts.seconds:g} s per run, load average {os.getloadavg()[0]:.1f} at the end")
+    print("\n".join(lines))
     return 0
 
 

@@ -65,6 +65,9 @@ def format_status(health: dict[str, Any]) -> str:
     if counts:
         lines.append("")
         lines += _table(["CAMERA", "ZONE/LINE", "NOW", "ENTERED", "EXITED", "IN", "OUT"], counts)
+        lines += [f"  {camera_id}: zones and lines from "
+                  f"{'the config file' if cam['layout'] == 'config' else cam['layout']}"
+                  for camera_id, cam in sorted((health.get("analytics") or {}).items()) if cam.get("layout")]
     return "\n".join(lines)
 
 

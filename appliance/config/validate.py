@@ -26,7 +26,7 @@ def _yaml_kind(value: object) -> str:
     return f"text ({value!r})" if isinstance(value, str) else type(value).__name__
 
 
-def _describe(error: Mapping) -> str:
+def describe_error(error: Mapping) -> str:
     kind = error.get("type", "")
     if kind == "extra_forbidden":
         return "unknown key (not allowed here; check the spelling against `appliance check-config --schema`)"
@@ -66,7 +66,7 @@ def validate_document(doc: YamlDocument, model: type[M]) -> M:
             if isinstance(cause, ConfigFieldError):  # a cross-field check names its key
                 loc = loc + tuple(cause.path)
             path = _file_path(doc, loc)
-            issues.append(ConfigIssue(doc.source, doc.line_of(path), path, _describe(error)))
+            issues.append(ConfigIssue(doc.source, doc.line_of(path), path, describe_error(error)))
         issues.sort(key=lambda i: (i.line or 0, i.key))  # in file order, as an operator reads it
         raise ConfigError(issues) from None
 

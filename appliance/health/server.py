@@ -1,79 +1,132 @@
-"""The local health endpoint: ``/metrics`` (ours plus Triton's), ``/healthz`` (JSON summary), camera snapshots.
+"""The appliance's HTTP endpoint: ``/metrics`` (ours plus Triton's), ``/healthz`` (JSON summary), and whatever
+routes the caller adds (camera snapshots, the operator's page), served by Starlette on uvicorn in one background
+thread with its own event loop.
 
 It never stops the appliance: a port that is taken is retried in the background (health still goes out over
-MQTT), at most ``max_connections`` requests are served at once, each socket times out, and a failing collector
-answers a plain 500 whose detail goes only to the log.
+MQTT), at most ``max_connections`` connections are served at once (the next one gets a plain 503), a client that
+sends no request within ``timeout_s`` is hung up on, and a failing handler answers a plain 500 whose detail goes
+only to the log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from collections.abc import Sequence
+from typing import Callable
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.concurrency import run_in_threadpool
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE_PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
-MAX_CONNECTIONS = 8  # a scraper, a person and `appliance status` need a few; more is a client gone wrong
-SOCKET_TIMEOUT_S = 10.0  # a client that stops sending or reading frees its slot after this
+# A scraper, `appliance status` and a browser or two (each page holds an event stream and polls the picture).
+MAX_CONNECTIONS = 32
+SOCKET_TIMEOUT_S = 10.0  # a client that sends no request, or idles between requests, frees its slot after this
 BIND_RETRY_S = 5.0
+STOP_GRACE_S = 1.0  # open event streams are cut after this on close
 _BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\nConnection: close\r\n\r\nbusy\n"
-_INTERNAL = b"internal error: see the appliance's log\n"
+_INTERNAL = "internal error: see the appliance's log\n"
 
 
-class _BoundedHTTPServer(ThreadingHTTPServer):
-    """One thread per connection, but at most ``slots`` at once: the next one gets a 503 and is closed."""
+def _bounded_protocol(slots: int, timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's HTTP/1.1 protocol that turns a connection past ``slots`` away at once (before it sends anything)
+    and hangs up on one that has not sent a whole request head within ``timeout_s``."""
 
-    daemon_threads = True
+    class Bounded(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], slots: int) -> None:
-        self._slots = threading.BoundedSemaphore(slots)
-        super().__init__(address, handler)
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > slots:
+                log.debug("http endpoint busy (%d connections); turning %s away", slots, self.client)
+                transport.write(_BUSY)
+                transport.close()
+                return
+            self._head_timer = self.loop.call_later(timeout_s, self._head_timeout)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            log.debug("health endpoint busy (%d connections); turning %s away", MAX_CONNECTIONS, client_address)
-            try:
-                request.setblocking(False)  # never let a full client buffer stall the accept loop
-                request.send(_BUSY)
-            except OSError:
-                pass  # the client is gone or not reading: closing is all that is left to do
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
+        def _head_timeout(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.cycle is not None and self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+    return Bounded
+
+
+def health_routes(metrics: Callable[[], bytes], health: Callable[[], dict],
+                  files: Callable[[str], tuple[str, bytes] | None] | None = None) -> list[BaseRoute]:
+    """``/metrics``, ``/healthz`` (200 when ``ok``, else 503) and, through ``files(path)``, the snapshot paths
+    ``/cameras/<id>/latest.jpg`` and ``/events/<id>.jpg``. The collectors run in a worker thread."""
+
+    async def metrics_page(_request: Request) -> Response:
+        return Response(await run_in_threadpool(metrics), media_type=CONTENT_TYPE_PROMETHEUS)
+
+    async def healthz(_request: Request) -> Response:
+        summary = await run_in_threadpool(health)
+        return Response(json.dumps(summary, default=str), status_code=200 if summary.get("ok") else 503,
+                        media_type="application/json")
+
+    async def file(request: Request) -> Response:
+        found = await run_in_threadpool(files, request.url.path) if files is not None else None
+        if found is None:
+            return PlainTextResponse("not found: try /metrics or /healthz\n", status_code=404)
+        return Response(found[1], media_type=found[0])
+
+    return [Route("/metrics", metrics_page), Route("/healthz", healthz), Route("/health", healthz),
+            Route("/cameras/{camera}/latest.jpg", file), Route("/events/{event}.jpg", file)]
+
+
+def _app(routes: Sequence[BaseRoute]) -> Starlette:
+    async def not_found(_request: Request, _exc: Exception) -> Response:
+        return PlainTextResponse("not found: try /metrics or /healthz\n", status_code=404)
+
+    async def internal(request: Request, _exc: Exception) -> Response:
+        log.error("http endpoint failed on %s", request.url.path, exc_info=_exc)
+        return PlainTextResponse(_INTERNAL, status_code=500)
+
+    return Starlette(routes=list(routes), exception_handlers={404: not_found, Exception: internal})
 
 
 class HealthServer:
-    """Serves health on ``host:port`` (port 0 picks a free one) from background threads; ``close()`` stops it.
+    """Serves health on ``host:port`` (port 0 picks a free one) from a background thread; ``close()`` stops it.
 
     If the port cannot be had, it says so in the log and tries again every ``retry_s`` until it can or is closed.
+    ``routes``: more Starlette routes, served before the snapshot paths (the operator's page).
     """
 
     def __init__(self, host: str, port: int, metrics: Callable[[], bytes], health: Callable[[], dict],
                  files: Callable[[str], tuple[str, bytes] | None] | None = None, *,
-                 max_connections: int = MAX_CONNECTIONS, timeout_s: float = SOCKET_TIMEOUT_S,
-                 retry_s: float = BIND_RETRY_S) -> None:
-        """``files(path)``: (content type, body) for any other path it serves (the snapshots), else None."""
-        self._metrics, self._health, self._files = metrics, health, files
+                 routes: Sequence[BaseRoute] = (), max_connections: int = MAX_CONNECTIONS,
+                 timeout_s: float = SOCKET_TIMEOUT_S, retry_s: float = BIND_RETRY_S) -> None:
+        """``files(path)``: (content type, body) for a snapshot path, else None."""
         self._address = (host, port)
-        self._handler = self._make_handler(timeout_s)
-        self._slots, self._retry_s = max_connections, retry_s
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # its start and stop lines: ours say it
+        self._app = _app([*routes, *health_routes(metrics, health, files)])
+        self._protocol = _bounded_protocol(max_connections, timeout_s)
+        self._timeout_s, self._retry_s = timeout_s, retry_s
         self._closed = threading.Event()
         self._lock = threading.Lock()  # close() against a bind that succeeds at that moment
-        self._httpd: _BoundedHTTPServer | None = None
+        self._server: uvicorn.Server | None = None
+        self._port: int | None = None
         self._thread: threading.Thread | None = None
         self._retrier: threading.Thread | None = None
         if not self._try_bind(first=True):
@@ -83,81 +136,68 @@ class HealthServer:
     @property
     def port(self) -> int | None:
         """The port it listens on; None while the configured one is still taken."""
-        httpd = self._httpd
-        return None if httpd is None else int(httpd.server_address[1])
+        return self._port
 
     def close(self) -> None:
         with self._lock:
             self._closed.set()
-            httpd, self._httpd = self._httpd, None
+            server = self._server
         if self._retrier is not None:
             self._retrier.join(timeout=5)
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
+        if server is not None:
+            server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=5 + STOP_GRACE_S)
+        self._port = None
+
+    def _listen(self) -> socket.socket:
+        host, port = self._address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     def _try_bind(self, first: bool) -> bool:
         host, port = self._address
         try:
-            httpd = _BoundedHTTPServer(self._address, self._handler, self._slots)
+            sock = self._listen()
         except OSError as exc:
             if first:
                 log.warning("health endpoint: cannot listen on %s:%d (%s); trying again every %g s, and health "
                             "still goes out over MQTT", host, port, exc.strerror or exc, self._retry_s)
             return False
+        config = uvicorn.Config(self._app, loop="asyncio", http=self._protocol, lifespan="off", log_config=None,
+                                access_log=False, timeout_keep_alive=max(1, round(self._timeout_s)),
+                                timeout_graceful_shutdown=max(1, round(STOP_GRACE_S)), server_header=False)
         with self._lock:
             if self._closed.is_set():
-                httpd.server_close()
+                sock.close()
                 return True
-            self._httpd = httpd
-            self._thread = threading.Thread(target=httpd.serve_forever, name="health-http", daemon=True)
+            self._server = server = uvicorn.Server(config)
+            self._port = int(sock.getsockname()[1])
+            self._thread = threading.Thread(target=self._serve, args=(server, sock), name="health-http", daemon=True)
             self._thread.start()
         if not first:
             log.info("health endpoint: listening on %s:%d now", host, port)
         return True
+
+    @staticmethod
+    def _serve(server: uvicorn.Server, sock: socket.socket) -> None:
+        try:
+            server.run(sockets=[sock])
+        except Exception:
+            log.exception("health endpoint stopped")
+        finally:
+            sock.close()
 
     def _retry_bind(self) -> None:
         while not self._closed.wait(self._retry_s):
             if self._try_bind(first=False):
                 return
 
-    def _make_handler(self, timeout_s: float) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            timeout = timeout_s  # StreamRequestHandler sets it on the socket: a silent client cannot hold a slot
-
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                try:
-                    self._route()
-                except (socket.timeout, ConnectionError):
-                    log.debug("health endpoint: client went away on %s", self.path)
-                except Exception:  # a broken collector must not take the endpoint down; the detail is for the log
-                    log.exception("health endpoint failed on %s", self.path)
-                    self._send(500, "text/plain", _INTERNAL)
-
-            def _route(self) -> None:
-                if self.path == "/metrics":
-                    self._send(200, CONTENT_TYPE_PROMETHEUS, server._metrics())
-                elif self.path in ("/healthz", "/health"):
-                    summary = server._health()
-                    code = 200 if summary.get("ok") else 503
-                    self._send(code, "application/json", json.dumps(summary, default=str).encode())
-                elif server._files is not None and (found := server._files(self.path)) is not None:
-                    self._send(200, found[0], found[1])
-                else:
-                    self._send(404, "text/plain", b"not found: try /metrics or /healthz\n")
-
-            def _send(self, code: int, content_type: str, body: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # scrapes every few seconds: keep quiet
-                log.debug("health: " + format, *args)
-
-        return Handler

@@ -41,6 +41,9 @@ from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
 from appliance.supervisor.running import Built, Capturing, Connected, Inference, Running, Serving, Stage, TritonUp
 from appliance.supervisor.running import start_inference
+from appliance.supervisor.page import ApplianceSite
+from appliance.web.auth import is_loopback, make_auth
+from appliance.web.routes import page_routes
 from appliance.supervisor.servedmodel import LateHandler, start_serving
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
@@ -208,9 +211,20 @@ class Appliance:
         if not health.enabled:
             return None
         self._step(f"health endpoint on {health.host}:{health.port}")
-        snapshots = running.inference.snapshots
-        return HealthServer(health.host, health.port, lambda: reporting.render_metrics(self.metrics, running.server),
-                            self.health_summary, snapshots.store.http if snapshots else None)
+        snapshots, inference = running.inference.snapshots, running.inference
+        routes = []
+        if self.config.web.enabled:
+            route = running.served.router.current()
+            site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
+                                 self.health_summary, inference.layouts, route.class_names if route else ())
+            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed)
+        server = HealthServer(health.host, health.port,
+                              lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
+                              snapshots.store.http if snapshots else None, routes=routes)
+        if self.config.web.enabled:
+            log.info("the operator's page: http://%s:%d/ (%s)", health.host, server.port or health.port,
+                     "no login: loopback only" if is_loopback(health.host) else "login required")
+        return server
 
     def _on_ota_status(self, status: OtaStatus) -> None:
         reporting.report_ota_status(self.metrics, self.publisher, self.config.mqtt.device_id, status)
@@ -292,8 +306,9 @@ class Appliance:
         scheduler = inference.scheduler if inference else None
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
                                            progressing=self._pipeline_progressing(), status=self.status_line())
-        analytics = inference.analytics if inference else {}
-        summary["analytics"] = {camera_id: stage.summary() for camera_id, stage in analytics.items()}
+        summary["analytics"] = {} if inference is None else {
+            camera_id: {**stage.summary(), "layout": inference.layouts.source(camera_id)}
+            for camera_id, stage in inference.analytics.items()}
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=scheduler,
             recent_per_s=inference.frames.rate.per_second() if inference else 0.0,

@@ -49,6 +49,7 @@ class CameraAnalytics:
                  height: int, publisher: EventSink, metrics: AnalyticsMetrics,
                  snapshots: SnapshotWorker | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.camera_id, self.config = camera_id, config
+        self.width, self.height = width, height
         self.analytics = Analytics(camera_id, config, class_names, width, height, new_id=lambda: uuid.uuid4().hex)
         self._publisher, self._metrics, self._snapshots = publisher, metrics, snapshots
         self._clock = clock
@@ -80,6 +81,12 @@ class CameraAnalytics:
         elapsed = time.perf_counter() - started
         self._metrics.record_analytics_step(self.camera_id, elapsed, [e.type for e in events])
         return message
+
+    def apply_layout(self, config: AnalyticsConfig) -> None:
+        """``config``'s zones and lines from the next frame on (Analytics.replace_layout: tracks keep their ids)."""
+        with self._lock:
+            self.analytics.replace_layout(config, self.width, self.height)
+            self.config = config
 
     def publish_pending(self) -> None:
         """After the frame's detections were spooled: its events (so they follow it in the spool), its counts."""

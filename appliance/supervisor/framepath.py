@@ -67,6 +67,13 @@ class FrameMetrics(Protocol):
     def record_frame_dropped(self, camera_id: str, reason: str) -> None: ...
 
 
+class LiveTap(Protocol):
+    """appliance.web.live.LiveFrames: the newest frame of a camera someone watches on the page."""
+
+    def wants(self, camera_id: str) -> bool: ...
+    def offer(self, camera_id: str, pixels: np.ndarray, pixel_format: str, message: DetectionsMessage) -> None: ...
+
+
 class FramePath:
     """Submits frames and hands their results on; ``latencies_ms`` keeps the newest capture-to-result times,
     ``rate`` the inferences handed on per second over the last 10 s."""
@@ -75,7 +82,7 @@ class FramePath:
                  recovery: FaultSink | None, metrics: FrameMetrics, *, request_timeout_s: float | None,
                  on_error: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
                  analytics: Mapping[str, CameraAnalytics] | None = None,
-                 calibration: CalibrationFeed | None = None) -> None:
+                 calibration: CalibrationFeed | None = None, live: LiveTap | None = None) -> None:
         self._server = server
         self._router = router
         self._publisher = publisher
@@ -91,6 +98,8 @@ class FramePath:
         self.analytics: dict[str, CameraAnalytics] = dict(analytics or {})
         self._pixels: dict[tuple[str, int], np.ndarray] = {}  # frames copied for a snapshot, until their result
         self.calibration = calibration  # first-boot INT8 calibration frames, while it wants more
+        self.live = live  # unwatched: one lookup per frame, no copy
+        self._live_pixels: dict[tuple[str, int], np.ndarray] = {}
 
     @property
     def completed(self) -> int:
@@ -106,6 +115,9 @@ class FramePath:
         stage = self.analytics.get(camera_id)
         if stage is not None and stage.wants_frames:
             self._pixels[(camera_id, meta.seq)] = np.array(lease.array, copy=True)
+        if self.live is not None and self.live.wants(camera_id):
+            copied = self._pixels.get((camera_id, meta.seq))
+            self._live_pixels[(camera_id, meta.seq)] = copied if copied is not None else np.array(lease.array)
         if self.calibration is not None and not self.calibration.done:
             self.calibration.offer(camera_id, lease.array, meta.pixel_format, meta.t_mono)
         route = self._router.acquire()  # released in on_result, or here if the request never starts
@@ -120,6 +132,7 @@ class FramePath:
         except BaseException:
             self._router.release(route, False, 0.0)
             self._pixels.pop((camera_id, meta.seq), None)
+            self._live_pixels.pop((camera_id, meta.seq), None)
             raise
         future.submitted_mono = submitted  # type: ignore[attr-defined]
         future.route = route  # type: ignore[attr-defined]
@@ -131,6 +144,7 @@ class FramePath:
         submitted: float = getattr(future, "submitted_mono", done)
         ok, found = False, 0
         pixels = self._pixels.pop((camera_id, meta.seq), None)
+        live = self._live_pixels.pop((camera_id, meta.seq), None) if self._live_pixels else None
         try:
             error = future.exception() if not future.cancelled() else None
             if future.cancelled() or error is not None:
@@ -146,6 +160,8 @@ class FramePath:
             if stage is not None:
                 message = self._track(stage, meta, message, pixels)
             ok, found = True, len(message.detections)
+            if live is not None and self.live is not None:
+                self.live.offer(camera_id, live, meta.pixel_format, message)
             self._publisher.publish_detections(message)
             if stage is not None:
                 stage.publish_pending()

@@ -26,10 +26,14 @@ from appliance.supervisor.cameras import Capture
 from appliance.supervisor.detectorsetup import DetectorSetup
 from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
 from appliance.supervisor.framepath import FramePath
+from appliance.supervisor.layouts import Layouts
+from appliance.supervisor.page import FeedingPublisher
 from appliance.supervisor.scheduler import Scheduler
 from appliance.supervisor.servedmodel import Served
 from appliance.supervisor.snapshots import SnapshotWorker
 from appliance.triton.server import Server
+from appliance.web.feed import EventFeed
+from appliance.web.live import LiveFrames
 
 log = logging.getLogger("appliance.supervisor")
 # The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
@@ -94,6 +98,9 @@ class Inference:
     scheduler: Scheduler
     analytics: Mapping[str, CameraAnalytics]  # per camera with an ``analytics:`` section
     snapshots: SnapshotWorker | None  # when a camera takes snapshots
+    layouts: Layouts  # each camera's zones and lines: the config file's, or the page's
+    live: LiveFrames  # the newest frame of a camera someone watches on the page
+    feed: EventFeed   # the newest events, for the page
 
     def stop(self, drain_timeout_s: float) -> None:
         """No new frames; in-flight ones drain (their detections spool), then what they queued is written."""
@@ -112,8 +119,12 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
     served, engine = capturing.served, capturing.detector.engine
     with ExitStack() as undo:  # what this step started, stopped if a later part of it fails
         route = served.router.current()
-        analytics, snapshots = start_analytics(config.cameras, route.class_names if route else (),
-                                               capturing.publisher, metrics, paths["state_dir"] / "snapshots")
+        class_names = route.class_names if route else ()
+        layouts, live, feed = Layouts(config.cameras, paths["state_dir"], class_names), LiveFrames(), EventFeed()
+        analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names,
+                                               FeedingPublisher(capturing.publisher, feed), metrics,
+                                               paths["state_dir"] / "snapshots")
+        layouts.stages = analytics
         if snapshots is not None:
             undo.callback(snapshots.stop)
         calibration = start_calibration_feed(paths["engines_dir"], engine.model, paths["state_dir"],
@@ -122,7 +133,7 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
             undo.callback(calibration.stop)
         frames = FramePath(capturing.server, served.router, capturing.publisher, served.recovery, metrics,
                            request_timeout_s=config.pipeline.request_timeout_s, on_error=on_error,
-                           analytics=analytics, calibration=calibration)
+                           analytics=analytics, calibration=calibration, live=live)
         scheduler = Scheduler(frames.submit, frames.on_result, max_inflight=capturing.detector.max_inflight,
                               per_camera_inflight=config.pipeline.per_camera_inflight, clock=clock,
                               gate=served.recovery.drop_reason, on_drop=frames.on_drop,
@@ -130,4 +141,4 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         capturing.capture.open_readers(config.cameras, scheduler, on_error)
         scheduler.start()
         undo.pop_all()  # all of it runs: Appliance.stop ends it from here on
-    return Inference(frames, scheduler, analytics, snapshots)
+    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed)

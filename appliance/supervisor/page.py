@@ -1,0 +1,62 @@
+"""What the operator's page reads and changes of the running appliance (appliance.web.routes.Site), and the
+publisher that also notes each analytics event for the page's event list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from appliance.analytics.overlay import Classes
+from appliance.mqtt.messages import EventMessage
+from appliance.supervisor.eventstage import Publisher
+from appliance.supervisor.layouts import Layouts
+from appliance.web.feed import EventFeed
+
+
+class FeedingPublisher:
+    """The publisher, with every event it is handed also noted in the page's feed."""
+
+    def __init__(self, publisher: Publisher, feed: EventFeed) -> None:
+        self._publisher, self._feed = publisher, feed
+
+    def publish_events(self, events: Sequence[EventMessage]) -> int:
+        self._feed.note(events)
+        return self._publisher.publish_events(events)
+
+    def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int, counts: Any) -> None:
+        self._publisher.publish_counts(camera_id, last_event_seq, active_tracks, counts)
+
+    def publish_snapshot(self, camera_id: str, jpeg: bytes, user_properties: Sequence[tuple[str, str]] = ()) -> None:
+        self._publisher.publish_snapshot(camera_id, jpeg, user_properties)
+
+
+class ApplianceSite:
+    """``device``: id and name; ``health``: the health summary (Appliance.health_summary)."""
+
+    def __init__(self, device: dict[str, Any], health: Callable[[], dict[str, Any]], layouts: Layouts,
+                 class_names: Sequence[str]) -> None:
+        self._device, self._health, self._layouts, self._class_names = device, health, layouts, list(class_names)
+
+    def overview(self) -> dict[str, Any]:
+        return {"device": self._device, **self._health()}
+
+    def counts(self, camera_id: str) -> dict[str, Any] | None:
+        stage = self._layouts.stages.get(camera_id)
+        return {"camera": camera_id, "analytics": stage.summary() if stage is not None else None,
+                "layout_source": self._layouts.source(camera_id)}
+
+    def layout(self, camera_id: str) -> dict[str, Any] | None:
+        config, size = self._layouts.current(camera_id), self._layouts.frame_size(camera_id)
+        if config is None or size is None:
+            return None
+        return {"camera": camera_id, "width": size[0], "height": size[1], "anchor": config.anchor,
+                "zones": [z.model_dump(mode="json") for z in config.zones],
+                "lines": [ln.model_dump(mode="json") for ln in config.lines],
+                "source": self._layouts.source(camera_id), "yaml": self._layouts.yaml(camera_id),
+                "class_filter": config.classes, "min_score": config.min_score, "classes": self._class_names}
+
+    def apply_layout(self, camera_id: str, zones: list[Any], lines: list[Any], who: str,
+                     classes: Classes = "keep") -> dict[str, Any]:
+        applied = self._layouts.apply(camera_id, zones, lines, who, classes)
+        return {"applied": applied.config is not None, "problems": [p.as_dict() for p in applied.problems],
+                "source": applied.source, "yaml": self._layouts.yaml(camera_id)}

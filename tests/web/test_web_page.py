@@ -1,0 +1,228 @@
+"""The operator's page in a real browser (headless Chromium, Selenium) against the real appliance playing the
+bundled demo (vtest.avi, the real detector, a real mosquitto), bound beyond loopback so that it asks for a login:
+the picture shows (pixels, not a blank box), a line drawn across the walkway with the mouse and applied counts
+`cross` events over MQTT, a self-intersecting zone shows its error and is not applied, and a viewer cannot edit.
+One appliance and one browser for the module; screenshots go to the module's artifacts folder (and to
+$APPLIANCE_UI_SCREENSHOTS when set)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from selenium.webdriver import ActionChains, Chrome
+from selenium.webdriver.common.by import By
+from support.browser import chromium, save_screenshot
+from support.daemon import RunningDaemon
+from support.engineseed import seed_state_dir
+from support.mosquitto import Mosquitto
+from support.ports import free_port
+from support.shm import private_shm_dir
+from support.subscriber import Subscriber
+from support.wait import wait_until
+
+from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV
+from appliance.web.auth import hash_password
+
+REPO = Path(__file__).resolve().parents[2]
+VTEST = REPO / ".models" / "vtest" / "vtest.avi"
+USERS = {"olga": ("operator", "line-setup-1"), "victor": ("viewer", "just-looking-2")}
+# A vertical line left of the demo's own, across the walkway: people walk across it both ways.
+NEW_LINE = ((300, 200), (300, 470))
+BOWTIE = ((100, 100), (250, 250), (250, 100), (100, 250))  # its edges 0-1 and 2-3 cross
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx")]
+
+
+@dataclass
+class Site:
+    url: str
+    daemon: RunningDaemon  # the test that restarts the appliance puts the new one here
+    events: Subscriber
+    root: Path
+    config: Path
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
+
+
+def _lan_address() -> str:
+    """This machine's address on its default route (not loopback), where the page asks for a login."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: nothing is sent, the kernel only picks a route
+        return str(probe.getsockname()[0])
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterator[Site]:
+    assert VTEST.is_file(), f"{VTEST} missing: scripts/setup.d/40-vtest.sh fetches it"
+    root = tmp_path_factory.mktemp("page")
+    shm = private_shm_dir()
+    shm_root = next(shm)
+    users = "".join(f"\n    - {{name: {n}, role: {r}, password_hash: '{hash_password(p)}'}}"
+                    for n, (r, p) in USERS.items())
+    host, port = _lan_address(), free_port()
+    text = DEMO_CONFIG.read_text().replace("health:\n", "health:\n  host: 0.0.0.0\n")
+    config = root / "demo.yaml"
+    config.write_text(f"{text}\npaths:\n  state_dir: {root / 'state'}\n  shm_root: {shm_root}\n"
+                      f"web:\n  users:{users}\n")
+    seed_state_dir(root / "state", engine_seed)
+    with pytest.MonkeyPatch.context() as env, Mosquitto(root / "broker") as broker:
+        env.setenv("APPLIANCE_MQTT_PORT", str(broker.port))
+        env.setenv("APPLIANCE_HEALTH_PORT", str(port))
+        env.setenv(DEMO_VIDEO_ENV, str(VTEST))
+        events = Subscriber(broker, "appliance/demo/+/events")
+        site = Site(f"http://{host}:{port}", RunningDaemon(root, config, REPO), events, root, config)
+        try:
+            assert site.daemon.notify.wait_for("READY=1", 240), site.daemon.tail()
+            yield site
+            assert site.daemon.terminate() == 0, site.daemon.tail()
+        finally:
+            site.daemon.close()
+            events.close()
+    next(shm, None)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Chrome]:
+    driver = chromium()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _login(browser: Chrome, site: Site, name: str) -> None:
+    browser.get("about:blank")  # the last page's scripts stop: none of them follows a 401 to /login meanwhile
+    browser.get(f"{site.url}/login")
+    browser.delete_all_cookies()
+    browser.get(f"{site.url}/camera/hall")
+    assert browser.current_url.endswith("/login"), "the page must ask for a login beyond loopback"
+    browser.find_element(By.ID, "name").send_keys(name)
+    browser.find_element(By.ID, "password").send_keys(USERS[name][1])
+    browser.find_element(By.ID, "login").click()
+    wait_until(lambda: browser.current_url.rstrip("/") == site.url, 10, 0.1, "the overview after logging in")
+    browser.get(f"{site.url}/camera/hall")
+    wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 20, 0.1,
+               "the camera page to load")
+
+
+def _picture_spread(browser: Chrome) -> float:
+    """The standard deviation of the canvas's grey levels: 0 for a blank box, tens for a picture of the hall."""
+    return float(browser.execute_script("""
+        const c = document.getElementById('picture'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0, s = 0, s2 = 0;
+        for (let i = 0; i < d.length; i += 4 * 97) { const g = (d[i] + d[i+1] + d[i+2]) / 3; n++; s += g; s2 += g * g; }
+        return Math.sqrt(s2 / n - (s / n) ** 2);"""))
+
+
+def _click_frame(browser: Chrome, points: tuple[tuple[int, int], ...]) -> None:
+    """Mouse clicks on the picture at these frame pixels (the canvas is scaled to the page)."""
+    canvas = browser.find_element(By.ID, "picture")
+    width, height = browser.execute_script("return [arguments[0].width, arguments[0].height]", canvas)
+    rect = canvas.rect
+    chain = ActionChains(browser)
+    for x, y in points:
+        chain.move_to_element_with_offset(canvas, round(x * rect["width"] / width - rect["width"] / 2),
+                                          round(y * rect["height"] / height - rect["height"] / 2)).click()
+    chain.perform()
+
+
+def _layout(browser: Chrome) -> dict:
+    return dict(browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch('/api/cameras/hall/layout').then(r => r.json()).then(done);"))
+
+
+def test_the_operator_sees_the_picture_draws_a_line_and_it_counts(site: Site, browser: Chrome) -> None:
+    _login(browser, site, "olga")
+    wait_until(lambda: _picture_spread(browser) > 15, 30, 0.2, "the hall's picture on the canvas")
+    wait_until(lambda: browser.execute_script("return S.detections.some(d => d.track_id !== null)"), 30, 0.2,
+               "a tracked person drawn on the picture")
+    save_screenshot(browser, site.artifacts, "ui-camera.png")
+
+    browser.find_element(By.ID, "add-line").click()
+    _click_frame(browser, NEW_LINE)
+    name = browser.find_element(By.CSS_SELECTOR, "#shapes .shape:last-child .name")
+    name.clear()
+    name.send_keys("aisle")
+    browser.find_element(By.ID, "apply").click()
+    wait_until(lambda: "Applied" in browser.find_element(By.ID, "applied").text, 10, 0.1, "the edit applied")
+    line = next(ln for ln in _layout(browser)["lines"] if ln["name"] == "aisle")
+    assert abs(line["a"][0] - 300) <= 3 and abs(line["b"][0] - 300) <= 3, line  # where the mouse drew it
+    site.events.wait_for(lambda ms: any(m.json().get("line") == "aisle" and m.json()["event"] == "cross"
+                                        for m in ms), timeout=60, what="a cross event on the drawn line")
+    save_screenshot(browser, site.artifacts, "ui-editor.png")
+    kept = json.loads((site.state_dir / "layouts" / "hall.json").read_text())
+    assert kept["edited_by"] == "olga" and [ln["name"] for ln in kept["lines"]] == ["walkway", "aisle"]
+    assert "applied on the page by olga" in site.daemon.log_path.read_text()
+    browser.get(site.url)
+    wait_until(lambda: browser.execute_script(
+        "return [...document.querySelectorAll('#events li')].some(li => li.dataset.name === 'aisle')"), 20, 0.2,
+        "the line's events on the overview")
+    save_screenshot(browser, site.artifacts, "ui-overview.png")
+
+
+def test_a_self_intersecting_zone_shows_its_error_and_is_not_applied(site: Site, browser: Chrome) -> None:
+    _login(browser, site, "olga")
+    before = _layout(browser)
+    browser.find_element(By.ID, "add-zone").click()
+    _click_frame(browser, BOWTIE)
+    browser.find_element(By.ID, "finish").click()
+    browser.find_element(By.ID, "apply").click()
+    problem = wait_until(lambda: browser.execute_script(  # read in the page: the list is redrawn as it changes
+        "return document.querySelector('#shapes .shape:last-child .problem').textContent"), 10, 0.1,
+        "the zone's error beside it")
+    assert "intersect" in problem.lower(), problem
+    save_screenshot(browser, site.artifacts, "ui-zone-error.png")
+    assert _layout(browser)["zones"] == before["zones"]  # nothing applied
+
+
+def _post_layout(browser: Chrome, token_js: str) -> int:
+    return int(browser.execute_async_script(f"""
+        const done = arguments[arguments.length - 1];
+        fetch('/api/cameras/hall/layout', {{method: 'POST', headers: {{'Content-Type': 'application/json',
+          'X-CSRF-Token': {token_js}}}, body: JSON.stringify({{zones: [], lines: []}})}})
+          .then(r => done(r.status));"""))
+
+
+def test_an_edit_without_the_sessions_csrf_token_is_refused(site: Site, browser: Chrome) -> None:
+    _login(browser, site, "olga")
+    assert _post_layout(browser, "''") == 403 and _post_layout(browser, "'a-guess'") == 403
+    assert [ln["name"] for ln in _layout(browser)["lines"]] == ["walkway", "aisle"]
+
+
+def test_a_viewer_cannot_edit(site: Site, browser: Chrome) -> None:
+    _login(browser, site, "victor")
+    assert not browser.find_element(By.ID, "apply").is_enabled()
+    assert not browser.find_element(By.ID, "add-line").is_enabled()
+    assert _post_layout(browser, "App.me.csrf") == 403  # with the viewer's own valid token
+    assert [ln["name"] for ln in _layout(browser)["lines"]] == ["walkway", "aisle"]
+
+
+def _healthz(site: Site) -> dict:
+    with urllib.request.urlopen(f"{site.url}/healthz", timeout=10) as response:  # open without a login
+        return dict(json.load(response))
+
+
+def test_the_applied_layout_survives_a_restart_and_status_names_it(site: Site) -> None:
+    assert "applied on the page by olga" in _healthz(site)["analytics"]["hall"]["layout"]
+    assert site.daemon.terminate() == 0, site.daemon.tail()
+    site.daemon.close()
+    (site.root / "restarted").mkdir()
+    site.daemon = RunningDaemon(site.root / "restarted", site.config, REPO)
+    assert site.daemon.notify.wait_for("READY=1", 240), site.daemon.tail()
+    hall = _healthz(site)["analytics"]["hall"]
+    assert set(hall["lines"]) == {"walkway", "aisle"}, hall
+    assert hall["layout"].startswith(str(site.state_dir / "layouts" / "hall.json")), hall["layout"]
+    assert "camera hall: zones and lines from" in site.daemon.log_path.read_text()
