@@ -15,6 +15,7 @@ from appliance.backoff import BackoffConfig, RestartPolicy, lift_deprecated_keys
 from appliance.capture.config import CameraConfig
 from appliance.config.base import ConfigFieldError, StrictModel
 from appliance.mqtt.config import MqttConfig
+from appliance.opcua.config import OpcUaConfig
 from appliance.ota.config import OtaConfig
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
@@ -132,6 +133,8 @@ class AppConfig(StrictModel):
     mqtt: MqttConfig
     ota: OtaConfig = Field(default_factory=OtaConfig, description="over-the-air model updates (docs/ota.md); "
                                                                    "no trusted_keys: every update is refused")
+    opcua: Optional[OpcUaConfig] = Field(None, description="the OPC UA server a PLC reads (docs/opcua.md); "
+                                                           "absent: none")
 
     @model_validator(mode="before")
     @classmethod

@@ -34,6 +34,8 @@ from appliance.ota.status import OtaStatus
 from appliance.sdnotify import Notifier
 from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.detector.serving.router import Router
+from appliance.opcua.feed import Feed
+from appliance.opcua.server import OpcUaServer, OpcUaStartError
 from appliance.sparkplug.node import EdgeNode
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
@@ -41,6 +43,7 @@ from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
 from appliance.supervisor.running import Built, Capturing, Connected, Inference, Running, Serving, Stage, TritonUp
 from appliance.supervisor.running import start_inference
+from appliance.supervisor.opcuasetup import start_opcua
 from appliance.supervisor.servedmodel import LateHandler, start_serving
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
@@ -75,6 +78,10 @@ class Appliance:
         # publisher; its readings are the health summary's.
         self._sparkplug = (EdgeNode(config.mqtt, lambda: readings_from_summary(self.health_summary()),
                                     self.paths["state_dir"]) if config.mqtt.sparkplug is not None else None)
+        # When opcua is set (docs/opcua.md): counts and events reach its feed beside MQTT, readings by sampling.
+        self._opcua_feed = Feed() if config.opcua is not None else None
+        self._opcua: OpcUaServer | None = None
+        self._stopping = False
         self._late_ota = LateHandler("the OTA manager", wait_s=60.0)  # the `ota` command until the manager runs
         self._now: Stage = Stage()  # how far the start got (appliance.supervisor.running); Running once started
         self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
@@ -90,6 +97,7 @@ class Appliance:
             self._start_tegrastats()
             self._now = connected = self._start_publisher()
             self._start_sparkplug()
+            self._start_opcua(connected)
             self._now = built = self._build_engine(connected)
             self._now = up = self._start_triton(built, triton_timeout_s)
             self._now = serving = self._serve(up)
@@ -147,6 +155,23 @@ class Appliance:
             self._step("Sparkplug B edge node")
             self._sparkplug.start()
 
+    def _start_opcua(self, connected: Connected) -> None:
+        if self._opcua_feed is None:
+            return
+        self._step(f"OPC UA server on port {self.config.opcua.port if self.config.opcua else '-'}")
+        try:
+            self._opcua = start_opcua(
+                self.config, self.paths["state_dir"], self._opcua_feed, boot_id=connected.publisher.boot_id,
+                summary=self.health_summary, phase=lambda: (isinstance(self._now, Running), self._stopping),
+                reset_line=self._reset_line)
+        except OpcUaStartError as exc:
+            raise StartupError(str(exc)) from exc
+
+    def _reset_line(self, camera_id: str, line: str) -> bool:
+        inference = self._inference()
+        stage = inference.analytics.get(camera_id) if inference else None
+        return stage.reset_line(line) if stage is not None else False
+
     def _build_engine(self, connected: Connected) -> Built:
         """The engine, its progress to the metrics, the health summary and the retained MQTT engine status; then
         the detector planned for these cameras, and an empty live repository."""
@@ -199,7 +224,7 @@ class Appliance:
 
     def _start_inference(self, capturing: Capturing) -> Running:
         inference = start_inference(capturing, self.config, self.paths, self.metrics, clock=self._clock,
-                                    on_error=self._note_error)
+                                    on_error=self._note_error, mirror=self._opcua_feed)
         return Running(capturing.publisher, capturing.detector, capturing.server, capturing.served,
                        capturing.capture, inference, health_server=None)
 
@@ -311,6 +336,7 @@ class Appliance:
         """Stop capture, drain in-flight frames, close Triton, flush the publisher to its spool: in this order, and
         only what the start got to (after a failed step, what the steps before it started)."""
         now = self._now
+        self._stopping = True
         self.notifier.stopping("stopping: draining in-flight frames")
         self._late_ota.close()  # an `ota` command still waiting for the manager gets its reply now
         if self._sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one
@@ -322,6 +348,8 @@ class Appliance:
         self._children.stop_all(lambda child: cast(CaptureChild, child).process.stop())
         if self._tegrastats is not None:
             self._tegrastats.stop()
+        if self._opcua is not None:
+            self._opcua.stop()
         # Triton before the rings: a frame still in flight when the drain gave up holds a lease whose memory Triton
         # reads in place; stopping the server fails such requests and hands their leases back.
         if isinstance(now, TritonUp):
