@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, cast
 
 from asyncua import Node, Server, ua
@@ -37,6 +38,7 @@ def _nid(key: str, namespace: int) -> ua.NodeId:
     return ua.NodeId(cast(Any, key), cast(Any, namespace))
 
 
+NULL_TIME = datetime(1601, 1, 1, tzinfo=timezone.utc)  # OPC UA's "no time yet" (a DateTime of 0)
 ResetLine = Callable[[str, str], Awaitable[bool]]  # (camera, line) -> whether it was reset
 
 
@@ -72,7 +74,7 @@ async def _types(server: Server, mv: int) -> tuple[Node, Node, Node, dict[str, u
 
 async def _variable(parent: Node, idx: int, key: str, name: str, vtype: ua.VariantType,
                     variables: dict[str, ua.NodeId]) -> None:
-    initial = ua.get_default_value(vtype)
+    initial = {ua.VariantType.String: "", ua.VariantType.DateTime: NULL_TIME}.get(vtype, ua.get_default_value(vtype))
     node = await parent.add_variable(_nid(key, idx), ua.QualifiedName(name, idx), ua.Variant(initial, vtype))
     variables[key] = node.nodeid
 
