@@ -1,8 +1,8 @@
 """The whole appliance on the sample video versus the detector alone and the naive design, in one run.
 
 ``appliance bench e2e``: results/s and latency are what an MQTT subscriber sees, so they include capture, the
-scheduler, embedded Triton and the durable spool. The last line is ``e2e_vs_detector_alone=<ratio>``, or with
-``--analytics`` ``e2e_analytics_vs_detector_alone``. The alternatives, every line and today's figures:
+scheduler, embedded Triton and the durable spool. The last line is ``e2e_vs_detector_alone=<ratio>``, with
+``--analytics`` ``e2e_analytics_vs_detector_alone``, with ``--opcua`` ``e2e_opcua_vs_without``. The alternatives, every line and today's figures:
 docs/supervisor.md, "Benchmark: appliance bench e2e"."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from appliance.bench._broker import start_local_broker
+from appliance.bench._e2e_opcua import opcua_setup, start_client, stop_client
 from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, video_frames
 from appliance.bench._e2e_subscriber import Received, subscriber, topic_counter
 from appliance.exitcodes import ExitCode
@@ -83,15 +84,17 @@ def _stage_means(before: dict[str, tuple[float, int]], after: dict[str, tuple[fl
 
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
-                    engines_dir: Path | None = None) -> tuple[float, list[float]]:
+                    engines_dir: Path | None = None, opcua: dict[str, int] | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``_stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
-    over the measuring window (proof that the analytics did work, not only that they were configured)."""
+    over the measuring window (proof that the analytics did work, not only that they were configured). Given
+    ``opcua``, the OPC UA server runs with one subscribed client, and it gets what that client received."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
 
+    setup = opcua_setup(workdir) if opcua is not None else None
     shm_root = Path(tempfile.mkdtemp(prefix="appliance-bench-", dir="/dev/shm"))  # a fresh name nobody took first
     cams = "".join(f"""
   - id: cam{n}
@@ -101,22 +104,24 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     fps: {fps}
 {ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
     config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
-                             f"{'-' + engines_dir.name if engines_dir else ''}.yaml")
+                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}.yaml")
     config_path.write_text(f"""
 device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
 cameras:{cams}
 mqtt: {{host: 127.0.0.1, port: {port}}}
 health: {{enabled: false, tegrastats_interval_ms: null}}
-""")
+""" + (setup.section if setup else ""))
     received = Received()
     sub = subscriber(port, "appliance/bench/+/detections", received)
     counted: dict[str, int] = {"events": 0, "snapshot": 0}
     counter = (topic_counter(port, ("appliance/bench/+/events", "appliance/bench/+/snapshot"), counted)
                if analytics is not None else None)
     app = Appliance(load_config(config_path, AppConfig))
+    client = None
     try:
         app.start()
+        client = start_client(setup) if setup is not None else None
         server = app.running.server
         time.sleep(3)  # warm-up: first batches, capture processes settling
         start_count = received.count()
@@ -138,6 +143,8 @@ health: {{enabled: false, tegrastats_interval_ms: null}}
             if to_submit:
                 split["capture_to_submit"] = statistics.fmean(to_submit)
     finally:
+        if client is not None and opcua is not None:
+            opcua.update(stop_client(client))
         app.stop()
         sub.loop_stop()
         sub.disconnect()
@@ -189,6 +196,7 @@ class Options:
     latency_fps: float
     triton_home: Path | None
     analytics: bool
+    opcua: bool
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -204,9 +212,13 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--analytics", action="store_true",
                         help="also run the appliance with analytics on every camera (tracking, a zone, a line, "
                              "snapshots); ends with e2e_analytics_vs_detector_alone=<ratio>")
+    parser.add_argument("--opcua", action="store_true",
+                        help="also run it with analytics and the OPC UA server, one client subscribed to every "
+                             "camera variable and result event (implies --analytics); ends with "
+                             "e2e_opcua_vs_without=<ratio>")
     args = parser.parse_args(argv)
     return Options(8.0 if args.quick else args.seconds, args.cameras, args.fps, args.latency_fps, args.triton_home,
-                   args.analytics)
+                   args.analytics or args.opcua, args.opcua)
 
 
 @dataclass(frozen=True)
@@ -228,6 +240,8 @@ class _Results:
     python_stages: _Rate  # the same with the Python pre/post stages
     analytics: _Rate | None  # the same with analytics, when asked for
     analytics_counts: dict[str, int]  # events and snapshot messages in the analytics run's window
+    opcua: _Rate | None  # the analytics run again with the OPC UA server and a subscribed client
+    opcua_counts: dict[str, int]  # what that client received: data changes and result events
     latency: _Rate  # one camera below capacity
     in_graph_split: dict[str, float]
     python_split: dict[str, float]
@@ -294,6 +308,9 @@ def _measure(opts: Options, workdir: Path, onnx: Path, dist: Any, video: Path, p
         if opts.analytics:  # right after the plain appliance: the two compare under the same load
             analytics = _Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds,
                                                analytics=counts))
+        opcua_counts: dict[str, int] = {}
+        opcua = (_Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds,
+                                        analytics={}, opcua=opcua_counts)) if opts.opcua else None)
         split: dict[str, float] = {}
         latency = _Rate(*bench_appliance(workdir, video, port, 1, opts.latency_fps, seconds, split))
         det_fps_b, _ = bench_detector(onnx, tensors, seconds / 2)
@@ -301,7 +318,7 @@ def _measure(opts: Options, workdir: Path, onnx: Path, dist: Any, video: Path, p
     finally:
         broker.stop()
     return _Results((det_fps_a, det_fps_b), det_p50, det_paced_p50, offered_fps, naive, app, python, analytics,
-                    counts, latency, in_graph_split, python_split, split)
+                    counts, opcua, opcua_counts, latency, in_graph_split, python_split, split)
 
 
 def _rows(opts: Options, r: _Results) -> list[tuple[str, float | None, float, float | None]]:
@@ -326,6 +343,10 @@ def _rows(opts: Options, r: _Results) -> list[tuple[str, float | None, float, fl
         rows.insert(4, (f"appliance + analytics ({opts.cameras} cameras, {r.analytics_counts['events']} events, "
                         f"{r.analytics_counts['snapshot']} snapshots)",
                         r.analytics.fps, _p(an, 0.5), _p(an, 0.99)))
+    if r.opcua is not None:
+        op = r.opcua.latencies
+        rows.insert(5, (f"appliance + analytics + OPC UA (1 client: {r.opcua_counts.get('changes')} changes, "
+                        f"{r.opcua_counts.get('events')} events)", r.opcua.fps, _p(op, 0.5), _p(op, 0.99)))
     return rows
 
 
@@ -361,3 +382,6 @@ def _print_report(opts: Options, video: Path, r: _Results) -> None:
     if r.analytics is not None:
         print(f"e2e_analytics_vs_e2e={r.analytics.fps / app_fps:.2f}")
         print(f"e2e_analytics_vs_detector_alone={r.analytics.fps / det_fps:.2f}")
+    if r.opcua is not None and r.analytics is not None:
+        print(f"opcua_client_changes={r.opcua_counts.get('changes')} opcua_client_events={r.opcua_counts.get('events')}")
+        print(f"e2e_opcua_vs_without={r.opcua.fps / r.analytics.fps:.3f}")
