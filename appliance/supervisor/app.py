@@ -5,7 +5,8 @@ processes a dead run left are reclaimed -> MQTT publisher (spools until the brok
 and the OPC UA server, when configured -> engine and detector plan -> embedded Triton -> the served model (the
 active OTA version, else the base model; docs/ota.md), warmed up with frames of the cameras' sizes -> capture
 processes -> scheduler and frame path -> health endpoint -> READY=1. Each tick checks the served models
-(docs/supervisor.md, "Model failures"). Stop drains in-flight frames into the spool before the publisher closes. The status line, health summary and metrics text are ``reporting``'s.
+(docs/supervisor.md, "Model failures"). Stop drains in-flight frames into the spool before the publisher closes.
+The status line, health summary and metrics text are ``reporting``'s.
 """
 
 from __future__ import annotations
