@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import signal
 import subprocess
 import sys
@@ -57,7 +58,9 @@ def start_client(setup: OpcUaSetup) -> subprocess.Popen[str]:
 def stop_client(client: subprocess.Popen[str]) -> dict[str, int]:
     client.send_signal(signal.SIGINT)
     out, _ = client.communicate(timeout=30)
-    return dict(json.loads(out.strip().splitlines()[-1])) if out.strip() else {"changes": -1, "events": -1}
+    if not out.strip():
+        return {"changes": -1, "events": -1, "cpu_ms": -1}
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 class _Counter:
@@ -97,7 +100,9 @@ async def _subscribe(port: int, cert: str, key: str, counter: _Counter) -> None:
         try:
             await asyncio.Event().wait()
         finally:
-            print(json.dumps(counter.counts), flush=True)
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            print(json.dumps({**counter.counts, "cpu_ms": round(1000 * (usage.ru_utime + usage.ru_stime))}),
+                  flush=True)
 
 
 def _main(argv: list[str]) -> None:

@@ -264,6 +264,10 @@ class Appliance:
         return self._now.served.router if isinstance(self._now, Serving) else None  # the route each frame takes
 
     @property
+    def opcua(self) -> OpcUaServer | None:
+        return self._opcua
+
+    @property
     def ota(self) -> OtaManager | None:
         return self._now.served.ota if isinstance(self._now, Serving) else None
 

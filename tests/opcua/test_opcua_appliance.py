@@ -119,8 +119,9 @@ def running(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iter
 
 def _node(running: Running, name: str, identity: ClientIdentity, policy: str, user: tuple[str, str],
           **extra: Any) -> Any:
-    return run_node_client(running.work / name, endpoint=running.endpoint, server_certificate=running.server_certificate,
-                           identity=identity, policy=policy, user=user[0], password=user[1], **extra)
+    return run_node_client(running.work / name, endpoint=running.endpoint,
+                           server_certificate=running.server_certificate, identity=identity, policy=policy,
+                           user=user[0], password=user[1], **extra)
 
 
 def test_node_opcua_browses_and_sees_a_line_count_rise_over_an_encrypted_password_session(running: Running) -> None:
@@ -209,8 +210,9 @@ async def _reader_checks(running: Running) -> None:
         ns = await client.get_namespace_index(running.namespace)
         results = _Results()
         subscription = await client.create_subscription(100, results)
+        mv = await client.get_namespace_index("http://opcfoundation.org/UA/MachineVision")
         result_type = await client.nodes.root.get_child(
-            ["0:Types", "0:EventTypes", "0:BaseEventType", f"{await client.get_namespace_index('http://opcfoundation.org/UA/MachineVision')}:ResultReadyEventType"])
+            ["0:Types", "0:EventTypes", "0:BaseEventType", f"{mv}:ResultReadyEventType"])
         await subscription.subscribe_events(client.get_node(ua.NodeId("VisionSystem", ns)), result_type)
 
         async def same_as_mqtt() -> bool:
