@@ -21,6 +21,7 @@ from asyncua.crypto.validator import CertificateValidator, CertificateValidatorO
 from appliance.opcua.access import ApplianceUsers, ReadOnlyUnlessOperator
 from appliance.opcua.certs import ClientTrust, server_identity
 from appliance.opcua.config import OpcUaConfig
+from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
 from appliance.opcua.passwords import UserEntry, read_users_file
 from appliance.opcua.space import Space, build
@@ -32,10 +33,6 @@ _POLICIES = {"Basic256Sha256": ua.SecurityPolicyType.Basic256Sha256_SignAndEncry
              "Aes256Sha256RsaPss": ua.SecurityPolicyType.Aes256Sha256RsaPss_SignAndEncrypt}
 _VALIDATION = (CertificateValidatorOptions.TIME_RANGE | CertificateValidatorOptions.URI
                | CertificateValidatorOptions.TRUSTED | CertificateValidatorOptions.PEER_CLIENT)
-
-
-class OpcUaStartError(RuntimeError):
-    """The server could not start (port taken, unreadable certificate or users file...); the message says why."""
 
 
 @dataclass(frozen=True)

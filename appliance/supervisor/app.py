@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
@@ -35,8 +35,8 @@ from appliance.ota.status import OtaStatus
 from appliance.sdnotify import Notifier
 from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.detector.serving.router import Router
+from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
-from appliance.opcua.server import OpcUaServer, OpcUaStartError
 from appliance.sparkplug.node import EdgeNode
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
@@ -44,12 +44,14 @@ from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
 from appliance.supervisor.running import Built, Capturing, Connected, Inference, Running, Serving, Stage, TritonUp
 from appliance.supervisor.running import start_inference
-from appliance.supervisor.opcuasetup import start_opcua
 from appliance.supervisor.servedmodel import LateHandler, start_serving
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
+
+if TYPE_CHECKING:  # asyncua is imported only when an opcua: section asks for the server
+    from appliance.opcua.server import OpcUaServer
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -159,6 +161,8 @@ class Appliance:
     def _start_opcua(self, connected: Connected) -> None:
         if self._opcua_feed is None:
             return
+        from appliance.supervisor.opcuasetup import start_opcua
+
         self._step(f"OPC UA server on port {self.config.opcua.port if self.config.opcua else '-'}")
         try:
             self._opcua = start_opcua(

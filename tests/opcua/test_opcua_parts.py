@@ -120,3 +120,14 @@ def test_counts_are_uint64_for_the_configured_zones_and_lines_only() -> None:
 ])
 def test_the_vision_state_follows_the_appliance(summary: dict, started: bool, stopping: bool, state: str) -> None:
     assert vision_state(summary, started=started, stopping=stopping) == state
+
+
+def test_check_config_names_a_missing_users_file_at_its_line(tmp_path: Path) -> None:
+    from appliance.appconfig.check import check_config
+
+    path = tmp_path / "appliance.yaml"
+    path.write_text(f"device: {{id: a}}\ncameras:\n  - id: c\n    source: {{type: file, path: {tmp_path}/v.mp4}}\n"
+                    f"    width: 640\n    height: 480\nmqtt: {{host: localhost}}\nopcua:\n"
+                    f"  users_file: {tmp_path}/users\n")
+    report = check_config(path, environ={})
+    assert f"{path}:9: opcua.users_file: file {tmp_path}/users does not exist" in [str(i) for i in report.issues]
