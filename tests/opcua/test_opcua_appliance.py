@@ -5,8 +5,9 @@ module. Clients from two stacks connect to it:
 - node-opcua (another OPC UA stack) over Basic256Sha256 SignAndEncrypt with a user name and password browses the
   model and sees a line's count rise when a walker crosses; it also signs in over Aes256Sha256RsaPss, and a wrong
   password and an untrusted client certificate are refused;
-- asyncua reads the same counts the MQTT counts message carries, gets a ResultReady event for an MQTT event, is
-  refused anonymously, and may reset a line only as an operator.
+- asyncua reads the same counts the MQTT counts message carries (a rise reaches it within a frame of MQTT's,
+  publishing interval included), gets a ResultReady event for an MQTT event, is refused anonymously, and may
+  reset a line only as an operator.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"
 # Vertical lines across the square (x in pixels): walkers cross one of them within seconds.
 LINES = {"west": 120, "left": 250, "middle": 384, "right": 520, "east": 650}
+FPS = 5  # the camera's rate: a frame is 0.2 s
 READER, OPERATOR = ("plc", "plc-secret-1"), ("shift-lead", "lead-secret-2")
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx")]
@@ -73,7 +75,7 @@ cameras:
     source: {{type: file, path: {VTEST}, loop: true, realtime: true}}
     width: 768
     height: 576
-    fps: 5
+    fps: {FPS}
     analytics:
       classes: {{person: 0.3}}
       zones:
@@ -188,11 +190,34 @@ async def _counts(client: Client, ns: int) -> dict[str, Any]:
 
 
 class _Results:
+    """Result events, and each data change with the time it arrived (time.monotonic, as the MQTT subscriber's)."""
+
     def __init__(self) -> None:
         self.events: list[Any] = []
+        self.changes: list[tuple[str, int, float]] = []
 
     def event_notification(self, event: Any) -> None:
         self.events.append(event)
+
+    def datachange_notification(self, node: Any, value: Any, _data: Any) -> None:
+        self.changes.append((node.nodeid.Identifier, int(value), time.monotonic()))
+
+
+def _lags(results: _Results, subscriber: Subscriber, since: float) -> list[float]:
+    """Per line count that rose while both watched: when OPC UA notified it minus when MQTT delivered it."""
+    first_mqtt: dict[tuple[str, int], float] = {}
+    for message in subscriber.messages_of_type("counts", since):
+        for line, counts in message.json()["lines"].items():
+            for direction, value in counts.items():
+                first_mqtt.setdefault((f"Cameras.hall.Lines.{line}.{direction.capitalize()}", value), message.at)
+    first_opc: dict[tuple[str, int], float] = {}
+    for node, value, at in results.changes:
+        first_opc.setdefault((node, value), at)
+    return sorted(first_opc[key] - at for key, at in first_mqtt.items() if key in first_opc and at > since + 1)
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def _wait(predicate: Any, timeout_s: float, what: str) -> Any:
@@ -214,6 +239,9 @@ async def _reader_checks(running: Running) -> None:
         result_type = await client.nodes.root.get_child(
             ["0:Types", "0:EventTypes", "0:BaseEventType", f"{mv}:ResultReadyEventType"])
         await subscription.subscribe_events(client.get_node(ua.NodeId("VisionSystem", ns)), result_type)
+        await subscription.subscribe_data_change([client.get_node(ua.NodeId(f"Cameras.hall.Lines.{name}.{d}", ns))
+                                                  for name in LINES for d in ("In", "Out")])
+        watching = time.monotonic()
 
         async def same_as_mqtt() -> bool:
             mqtt = running.mqtt_counts()
@@ -230,6 +258,10 @@ async def _reader_checks(running: Running) -> None:
                                                                      event["class_name"])
         assert (result.Line or None, result.Zone or None, result.Direction or None) == (
             event["line"], event["zone"], event["direction"])
+        await _wait(lambda: _true(len(_lags(results, running.subscriber, watching)) >= 3), 60, "three rises")
+        lags = _lags(results, running.subscriber, watching)
+        print(f"OPC UA notification minus MQTT arrival, s: {[round(lag, 3) for lag in lags]}")
+        assert lags[len(lags) // 2] < 1 / FPS, f"the counts lag MQTT's by more than a frame: {lags}"
         reset = client.get_node(ua.NodeId("Cameras.hall.Lines.middle", ns))
         with pytest.raises(ua.uaerrors.BadUserAccessDenied):
             await reset.call_method(ua.NodeId("Cameras.hall.Lines.middle.ResetCounts", ns))
