@@ -9,8 +9,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,7 +24,7 @@ from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
 from appliance.opcua.passwords import UserEntry, read_users_file
 from appliance.opcua.space import Space, build
-from appliance.opcua.updater import Updater
+from appliance.opcua.updater import Readings, Updater
 from appliance.opcua.values import CameraLayout
 
 log = logging.getLogger("appliance.opcua")
@@ -33,16 +32,6 @@ _POLICIES = {"Basic256Sha256": ua.SecurityPolicyType.Basic256Sha256_SignAndEncry
              "Aes256Sha256RsaPss": ua.SecurityPolicyType.Aes256Sha256RsaPss_SignAndEncrypt}
 _VALIDATION = (CertificateValidatorOptions.TIME_RANGE | CertificateValidatorOptions.URI
                | CertificateValidatorOptions.TRUSTED | CertificateValidatorOptions.PEER_CLIENT)
-
-
-@dataclass(frozen=True)
-class Readings:
-    """What the server reads of the appliance: ``summary`` is ``Appliance.health_summary``; ``phase`` says
-    (frame path running, stopping); ``reset_line`` resets a line's counts, True when it exists."""
-
-    summary: Callable[[], Mapping[str, Any]]
-    phase: Callable[[], tuple[bool, bool]]
-    reset_line: Callable[[str, str], bool]
 
 
 def application_uri(device_id: str) -> str:
@@ -102,7 +91,7 @@ class OpcUaServer:
             users += read_users_file(self.config.users_file)
         return users
 
-    async def _configure(self, trust: TrustStore) -> tuple[Server, ApplianceUsers]:
+    async def _configure(self, trust: TrustStore) -> Server:
         config, uri = self.config, application_uri(self.device_id)
         identity = server_identity(self._state_dir, uri, config.certificate, config.private_key,
                                    config.trusted_clients_dir)
@@ -126,11 +115,11 @@ class OpcUaServer:
         trust.trust_locations.append(identity.trusted_dir)
         await trust.load()
         server.set_certificate_validator(CertificateValidator(_VALIDATION, trust))
-        return server, users
+        return server
 
     async def _main(self) -> None:
         trust = ClientTrust([], [])
-        server, _ = await self._configure(trust)
+        server = await self._configure(trust)
         space: Space = await build(server, application_uri(self.device_id), self.device_id, self.cameras,
                                    self._reset)
         updater = Updater(server, space, self.cameras, self._readings, self._boot)

@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from asyncua import Node, Server, ua
-from asyncua.common.event_objects import BaseEvent
 
 from appliance.opcua.values import PREOPERATIONAL, STATE_NUMBERS, CameraLayout, Value, camera_key, device_key
 
@@ -155,8 +154,3 @@ async def write_values(server: Server, space: Space, values: dict[str, Value], w
         written[key] = value
         count += 1
     return count
-
-
-def result_event(event: BaseEvent, fields: dict[str, Any]) -> None:
-    for name, value in fields.items():
-        setattr(event, name, value)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from asyncua import Server, ua
 from asyncua.crypto.truststore import TrustStore
@@ -23,17 +24,18 @@ from appliance.opcua.values import (CameraLayout, Value, camera_values, count_va
 log = logging.getLogger("appliance.opcua")
 
 
-class ReadingsSource(Protocol):
-    """appliance.opcua.server.Readings."""
+@dataclass(frozen=True)
+class Readings:
+    """What the server reads of the appliance: ``summary`` is ``Appliance.health_summary``; ``phase`` says
+    (frame path running, stopping); ``reset_line`` resets a line's counts, True when it exists."""
 
-    @property
-    def summary(self) -> Any: ...
-    @property
-    def phase(self) -> Any: ...
+    summary: Callable[[], Mapping[str, Any]]
+    phase: Callable[[], tuple[bool, bool]]
+    reset_line: Callable[[str, str], bool]
 
 
 class Updater:
-    def __init__(self, server: Server, space: Space, cameras: Sequence[CameraLayout], readings: ReadingsSource,
+    def __init__(self, server: Server, space: Space, cameras: Sequence[CameraLayout], readings: Readings,
                  boot: tuple[str, float]) -> None:
         self._server, self._space, self._readings, self._boot = server, space, readings, boot
         self._layouts = {c.camera_id: c for c in cameras}

@@ -159,14 +159,15 @@ class Appliance:
             self._sparkplug.start()
 
     def _start_opcua(self, connected: Connected) -> None:
-        if self._opcua_feed is None:
+        section = self.config.opcua
+        if section is None or self._opcua_feed is None:
             return
-        from appliance.supervisor.opcuasetup import start_opcua
+        from appliance.supervisor.opcuasetup import start_opcua  # asyncua: only when configured
 
-        self._step(f"OPC UA server on port {self.config.opcua.port if self.config.opcua else '-'}")
+        self._step(f"OPC UA server on {section.host}:{section.port}")
         try:
             self._opcua = start_opcua(
-                self.config, self.paths["state_dir"], self._opcua_feed, boot_id=connected.publisher.boot_id,
+                self.config, section, self.paths["state_dir"], self._opcua_feed, boot_id=connected.publisher.boot_id,
                 summary=self.health_summary, phase=lambda: (isinstance(self._now, Running), self._stopping),
                 reset_line=self._reset_line)
         except OpcUaStartError as exc:

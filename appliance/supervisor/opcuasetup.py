@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.appconfig.app import AppConfig
+from appliance.opcua.config import OpcUaConfig
 from appliance.opcua.feed import Feed
 from appliance.opcua.server import OpcUaServer, Readings
 from appliance.opcua.values import CameraLayout
@@ -20,11 +21,10 @@ def camera_layouts(config: AppConfig) -> list[CameraLayout]:
             for camera in config.cameras]
 
 
-def start_opcua(config: AppConfig, state_dir: Path, feed: Feed, *, boot_id: str,
+def start_opcua(config: AppConfig, section: OpcUaConfig, state_dir: Path, feed: Feed, *, boot_id: str,
                 summary: Callable[[], Mapping[str, Any]], phase: Callable[[], tuple[bool, bool]],
                 reset_line: Callable[[str, str], bool]) -> OpcUaServer:
-    """Started: clients can connect when this returns (OpcUaStartError otherwise)."""
-    assert config.opcua is not None, "only with an opcua: section"
-    server = OpcUaServer(config.opcua, config.device.id, camera_layouts(config), state_dir,
+    """``section``: ``config.opcua``. Started: clients can connect when this returns (OpcUaStartError otherwise)."""
+    server = OpcUaServer(section, config.device.id, camera_layouts(config), state_dir,
                          Readings(summary, phase, reset_line), feed, boot_id=boot_id, started_at=time.time())
     return server.start()
