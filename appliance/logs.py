@@ -1,4 +1,4 @@
-"""Logging to journald when running under systemd, to stderr otherwise.
+"""Logging to journald when running under systemd, to stderr otherwise; JSON lines when asked (a container).
 
 Under systemd the journal gets structured entries through its native protocol (no systemd-python needed):
 PRIORITY from the level, the logger, the code location, and the fields CAMERA, MODEL and STAGE when a log
@@ -7,21 +7,26 @@ call passes them (``log.info(..., extra={"camera": "line1"})``), so operators ca
 
 Capture processes configure logging through the same :func:`configure` with ``camera=``: every record they log
 carries CAMERA (whichever module logged it), and warnings reach the journal at priority 4, not as stderr lines
-that journald stamps 6.
+that journald stamps 6. ``APPLIANCE_LOG_FORMAT=json`` (or ``--log-format json``) writes one JSON object per line
+to stderr instead, with the same fields, for a container's log collector.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import struct
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 JOURNAL_SOCKET = Path("/run/systemd/journal/socket")
 STRUCTURED = ("camera", "model", "stage")
+LOG_FORMAT_ENV = "APPLIANCE_LOG_FORMAT"
+LOG_FORMATS = ["text", "json"]
 _PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6, logging.DEBUG: 7}
 
 
@@ -66,6 +71,34 @@ class JournalHandler(logging.Handler):
         super().close()
 
 
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time (UTC, ISO 8601), level, logger, message, the structured fields it carries
+    (camera, model, stage), the process, and the traceback when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname, "logger": record.name, "message": record.getMessage(),
+        }
+        for key in STRUCTURED:
+            value = getattr(record, key, None)
+            if value is not None:
+                entry[key] = str(value)
+        entry["process"] = record.processName if record.processName != "MainProcess" else "appliance"
+        entry["pid"] = record.process
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def log_format(environ: Mapping[str, str] | None = None) -> str:
+    """``text`` or ``json``, from APPLIANCE_LOG_FORMAT; an unknown value is an error, not silently text."""
+    value = (os.environ if environ is None else environ).get(LOG_FORMAT_ENV, "text") or "text"
+    if value not in LOG_FORMATS:
+        raise ValueError(f"{LOG_FORMAT_ENV}={value!r}: use one of {', '.join(LOG_FORMATS)}")
+    return value
+
+
 def use_journal(environ: Mapping[str, str] | None = None, path: Path = JOURNAL_SOCKET) -> bool:
     """systemd sets JOURNAL_STREAM when stderr goes to the journal; then log natively instead."""
     env = os.environ if environ is None else environ
@@ -88,14 +121,18 @@ class DefaultFields(logging.Filter):
 
 def configure(level: str | int, environ: Mapping[str, str] | None = None, journal_path: Path = JOURNAL_SOCKET,
               *, camera: str | None = None) -> None:
-    """Log to the journal under systemd, to stderr otherwise. ``camera``: this process works for one camera
-    (a capture process): every record gets CAMERA, and stderr lines say ``capture[<camera>]``."""
+    """Log to the journal under systemd, to stderr otherwise, as JSON lines when APPLIANCE_LOG_FORMAT is json.
+    ``camera``: this process works for one camera (a capture process): every record gets CAMERA, and stderr
+    lines say ``capture[<camera>]``."""
     root = logging.getLogger()
     root.setLevel(level)
     for old in list(root.handlers):
         root.removeHandler(old)
-    if use_journal(environ, journal_path):
-        handler: logging.Handler = JournalHandler(journal_path)
+    if log_format(environ) == "json":  # asked for by name, so it wins over the journal
+        handler: logging.Handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+    elif use_journal(environ, journal_path):
+        handler = JournalHandler(journal_path)
         handler.setFormatter(logging.Formatter("%(message)s"))  # journald stamps time and level itself
     else:
         handler = logging.StreamHandler(sys.stderr)

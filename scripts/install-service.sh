@@ -5,7 +5,8 @@
 #                           editable into
 #   /opt/appliance/venv     the virtualenv the units run (plus numpy<2 for Triton's Python-backend stub)
 #   /opt/appliance/triton   Triton: a link to /opt/tritonserver (Jetson igpu image) or a CPU build from PyPI
-#   /etc/appliance/         appliance.yaml (kept if present) and engines/ (engine build profiles)
+#   /etc/appliance/         appliance.yaml (kept if present, else docs/examples/appliance.yaml to edit) and
+#                           engines/ (engine build profiles)
 #   /var/lib/appliance/     state: models/ (detector, demo video), engines, repository, MQTT spool (user "appliance")
 #   /etc/systemd/system/    appliance.service, appliance-build-engines.service (enabled)
 #
@@ -76,15 +77,16 @@ step "config and profiles -> $ROOT/etc/appliance"
 mkdir -p "$ROOT/etc/appliance/engines"
 cp engines/*.yaml "$ROOT/etc/appliance/engines/"
 if [ ! -f "$ROOT/etc/appliance/appliance.yaml" ]; then
-  cp appliance/appconfig/demo.yaml "$ROOT/etc/appliance/appliance.yaml"
-  echo "install: wrote the demo config to /etc/appliance/appliance.yaml: edit cameras and mqtt, then"
-  echo "         check it with: $PREFIX/venv/bin/appliance check-config /etc/appliance/appliance.yaml"
+  cp docs/examples/appliance.yaml "$ROOT/etc/appliance/appliance.yaml"
+  echo "install: wrote a starting config to /etc/appliance/appliance.yaml: set device.id, the camera's URL and"
+  echo "         the broker (the lines marked CHANGE), then check it with:"
+  echo "         $PREFIX/venv/bin/appliance check-config --config /etc/appliance/appliance.yaml"
 fi
 
 step "models -> $ROOT/var/lib/appliance/models"
 mkdir -p "$ROOT/var/lib/appliance/models"
 cp -r .models/. "$ROOT/var/lib/appliance/models/"
-# The demo config's camera plays models/sample/sample.mp4 (setup builds it; a no-op when it was copied).
+# The benchmarks play models/sample/sample.mp4 (setup builds it; a no-op when it was copied).
 "$PREFIX/venv/bin/python" -m appliance.capture.sample "$ROOT/var/lib/appliance/models/sample/sample.mp4" >/dev/null
 
 step "units -> $ROOT/etc/systemd/system"

@@ -113,3 +113,54 @@ def test_the_igpu_dockerfile_is_emulated_whole_and_builds_what_the_engine_profil
                 if not source["path"].startswith("/"):  # relative: under the models root the image fills
                     assert f"{models}/{source['path']}" in text, \
                         f"{profile.name} {section} reads {source['path']}, which Dockerfile.igpu does not build"
+
+
+def test_the_igpu_image_runs_as_an_unprivileged_user_with_device_groups_and_a_healthcheck() -> None:
+    import json
+    import shlex
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from dockerfile_steps import instructions
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    steps = instructions((REPO / "Dockerfile.igpu").read_text())
+    keywords = [k for k, _ in steps]
+    users = [args for k, args in steps if k == "USER"]
+    assert users == ["appliance"] and keywords.index("USER") > max(i for i, k in enumerate(keywords) if k == "RUN")
+    (useradd,) = [args for k, args in steps if k == "RUN" and "useradd" in args]
+    assert "--groups video,render appliance" in useradd and "chown -R appliance:appliance /var/lib/appliance" in useradd
+    assert "id appliance" in useradd and "getent group render" in useradd  # idempotent: the arm64 root reruns it
+    (check,) = [args for k, args in steps if k == "HEALTHCHECK"]
+    options, _, command = check.partition("CMD ")
+    assert "--start-period=" in options  # the first start builds the engine
+    argv = json.loads(command)
+    assert argv[0] == "/opt/appliance/venv/bin/python" and "/healthz" in argv[-1], shlex.join(argv)
+
+
+def test_the_healthcheck_command_fails_on_503_and_passes_on_200() -> None:
+    import http.server
+    import json
+    import threading
+
+    text = (REPO / "Dockerfile.igpu").read_text()
+    code = json.loads(text[text.index("CMD [", text.index("HEALTHCHECK")) + 4:].splitlines()[0])[-1]
+    status = {"code": 503}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status["code"] if self.path == "/healthz" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {"APPLIANCE_HEALTHZ_URL": f"http://127.0.0.1:{server.server_port}/healthz"}
+        assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode != 0
+        status["code"] = 200
+        assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode == 0
+    finally:
+        server.shutdown()

@@ -1,4 +1,4 @@
-"""The packages of ``appliance`` stand in floors, and every import points down (README, "Layout"): a package imports
+"""The packages of ``appliance`` stand in floors, and every import points down (CONTRIBUTING.md, "Layout"): a package imports
 only packages on lower floors. A new package must be given its floor here; an import that runs back up fails.
 Read from the source with ``ast`` (every import, including those inside functions and under TYPE_CHECKING; a relative
 import is resolved against its file's package)."""
@@ -13,7 +13,7 @@ PACKAGE = REPO / "appliance"
 
 # Lowest first. Within a floor, packages do not import each other.
 FLOORS: list[set[str]] = [
-    {"config", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "detections", "__init__",
+    {"config", "helptext", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "detections", "__init__",
      "detector"},                                                                # the toolkit
     {"backoff", "analytics", "triton", "detector.profile", "detector.buildprofile", "detector.source"},  # libraries
     {"detector.prepost", "capture", "mqtt"},                                     # frames in, messages out

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from appliance.analytics.geometry import polygon_problem
 from appliance.config.base import ConfigFieldError, StrictModel
+from appliance.config.ids import Id
 
 Units = Literal["pixels", "normalized"]
 Anchor = Literal["bottom_center", "center", "top_center"]
@@ -47,7 +48,7 @@ class HysteresisConfig(StrictModel):
 class ZoneConfig(StrictModel):
     """A polygon; a track is in it while its anchor point is inside."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="unique per camera; named in events and counts")
+    name: Id = Field(description="unique per camera; named in events and counts")
     units: Units = Field("pixels", description="points in frame pixels, or normalized 0..1 of the frame's width/height")
     points: list[PointXY] = Field(description="polygon corners [x, y] in order, at least 3; the last joins the first")
     dwell_s: float | None = Field(None, gt=0, le=86_400,
@@ -70,7 +71,7 @@ class ZoneConfig(StrictModel):
 class LineConfig(StrictModel):
     """A directed segment a->b; a track whose anchor moves across it raises a `cross` event with a direction."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="unique per camera; named in events and counts")
+    name: Id = Field(description="unique per camera; named in events and counts")
     units: Units = Field("pixels", description="points in frame pixels, or normalized 0..1 of the frame's width/height")
     a: PointXY = Field(description="start of the line [x, y]")
     b: PointXY = Field(description="end of the line [x, y]")

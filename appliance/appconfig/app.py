@@ -14,17 +14,18 @@ from pydantic import Field, model_validator
 from appliance.backoff import BackoffConfig, RestartPolicy, lift_deprecated_keys
 from appliance.capture.config import CameraConfig
 from appliance.config.base import ConfigFieldError, StrictModel
+from appliance.config.ids import ID_PATTERN, Id, id_problem  # noqa: F401 (ID_PATTERN: re-exported)
 from appliance.mqtt.config import MqttConfig
 from appliance.opcua.config import OpcUaConfig
 from appliance.ota.config import OtaConfig
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 # pipeline.recovery's deprecated flat keys -> their key in the backoff section every other part uses
 DEPRECATED_RECOVERY_KEYS = {"initial_backoff_s": "initial_s", "max_backoff_s": "max_s"}
 
 
 class DeviceConfig(StrictModel):
-    id: str = Field(pattern=ID_PATTERN, description="this appliance's id: its MQTT topic level and metrics label")
+    id: Id = Field(description="this appliance's id: its MQTT topic level and metrics label")
     name: Optional[str] = Field(None, max_length=200, description="human-readable name shown in status")
 
 
@@ -47,7 +48,7 @@ class TritonConfig(StrictModel):
 
 
 class ModelConfig(StrictModel):
-    name: str = Field("yolov3-tiny", pattern=ID_PATTERN,
+    name: str = Field("yolov3-tiny", pattern=MODEL_NAME_PATTERN,
                       description="engines/<name>.yaml (build) and repository/profiles/<name>.yaml (pre/post)")
     builder: Literal["auto", "tensorrt", "onnxruntime"] = Field("auto", description="auto: TensorRT where present")
     max_batch_size: int = Field(4, ge=1, le=64, description="largest detector batch (frames of several cameras)")
@@ -141,9 +142,9 @@ class AppConfig(StrictModel):
     def _mqtt_device_id_defaults_to_device_id(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("mqtt"), dict) and "device_id" not in data["mqtt"]:
             device = data.get("device")
-            if isinstance(device, dict) and "id" in device:
+            if isinstance(device, dict) and id_problem(device.get("id")) is None:
                 device_id = device["id"]
-            else:  # device is missing or broken and reported as such; "mqtt.device_id missing" would mislead
+            else:  # device.id is missing or broken and reported as such; a second report for mqtt would mislead
                 device_id = "device-id-unset"
             data = {**data, "mqtt": {**data["mqtt"], "device_id": device_id}}
         return data

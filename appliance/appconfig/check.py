@@ -49,6 +49,21 @@ class CheckReport:
                 f"{'brokers' if len(c.mqtt.brokers) > 1 else 'broker'} {', '.join(str(b) for b in c.mqtt.brokers)}")
 
 
+def report_dict(report: CheckReport) -> dict[str, object]:
+    """The report as ``check-config --json`` prints it: ok, problems and warnings (file, line, key, message), and
+    what the config runs when it is good."""
+    def issue(i: ConfigIssue) -> dict[str, object]:
+        return {"file": i.source, "line": i.line, "key": i.key, "message": i.message}
+
+    out: dict[str, object] = {"file": report.source, "ok": report.ok, "problems": [issue(i) for i in report.issues],
+                              "warnings": [issue(i) for i in report.warnings]}
+    if report.config is not None:
+        c = report.config
+        out.update(device=c.device.id, model=c.model.name, brokers=[str(b) for b in c.mqtt.brokers],
+                   cameras=[{"id": cam.id, "source": cam.source.type} for cam in c.cameras])
+    return out
+
+
 def resolved_paths(config: AppConfig) -> dict[str, Path]:
     """The state, models and engines directories this config means on this machine."""
     return {

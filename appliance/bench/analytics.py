@@ -24,6 +24,7 @@ import numpy as np
 from appliance.analytics.config import AnalyticsConfig, LineConfig, ZoneConfig
 from appliance.analytics.events import Analytics
 from appliance.detector.prepost.pipeline import PostprocessResult
+from appliance.helptext import plain_help
 
 WIDTH, HEIGHT = 1920, 1080
 SIZES = (1, 100, 20)  # 20 last: its line is the benchmark's last line
@@ -80,7 +81,7 @@ def measure(objects: int, frames: int, rounds: int, fps: float = 10.0) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="appliance bench analytics", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="appliance bench analytics", description=plain_help(__doc__))
     parser.add_argument("--frames", type=int, default=300, help="frames per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per size; the median round counts")
     args = parser.parse_args(argv)

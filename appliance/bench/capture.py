@@ -22,6 +22,7 @@ import numpy as np
 from appliance.capture.layout import RingGeometry
 from appliance.capture.ring import RingReader, RingWriter
 from appliance.capture.ringfile import create_ring, ring_path
+from appliance.helptext import plain_help
 
 
 def _frame(width: int, height: int) -> np.ndarray:
@@ -117,7 +118,7 @@ def bench_calls(root: Path, width: int, height: int, count: int) -> tuple[float,
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="appliance bench capture", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="appliance bench capture", description=plain_help(__doc__))
     parser.add_argument("--frames", type=int, default=300, help="frames per method (default 300)")
     parser.add_argument("--quick", action="store_true", help="60 frames per method")
     parser.add_argument("--width", type=int, default=1920)

@@ -30,6 +30,7 @@ from appliance.bench._e2e_subscriber import Received, subscriber, topic_counter
 from appliance.exitcodes import ExitCode
 from appliance.paths import models_dir
 from appliance.triton.server import Server
+from appliance.helptext import plain_help
 
 # Each camera's analytics in the --analytics run (normalized, so independent of the frame size): every class,
 # a zone over most of the frame (the sample video's objects, whose bottom centres sit at 0.6..0.9 of its height,
@@ -195,7 +196,7 @@ class Options:
 
 
 def parse_args(argv: list[str]) -> Options:
-    parser = argparse.ArgumentParser(prog="appliance bench e2e", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="appliance bench e2e", description=plain_help(__doc__))
     parser.add_argument("--seconds", type=float, default=20.0, help="measuring time per alternative")
     parser.add_argument("--cameras", type=int, default=4)
     parser.add_argument("--fps", type=float, default=None,

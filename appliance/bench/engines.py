@@ -23,6 +23,7 @@ import numpy as np
 from appliance.bench.pipeline import Ensemble, Run
 from appliance.exitcodes import ExitCode
 from appliance.paths import engines_dir, models_dir
+from appliance.helptext import plain_help
 
 
 def _session(path: Path, optimize: bool = True) -> Any:
@@ -49,11 +50,13 @@ def _median_ratio(num: list[float], den: list[float]) -> float:
 
 
 def _build_int8(profile: Any, models_root: Path, work: Path) -> tuple[Path, Any, Any, Any, dict[str, object]]:
-    """The int8 engine as build-engines makes it, its gate report, and the gate frames and model profile."""
+    """The int8 model as build-engines makes it (the one TensorRT builds too; here without the pre/post, which the
+    ensembles add), its gate report, and the gate frames and model profile."""
     from appliance.detector.engines.acceptance import calibration_frames, gate_frames
     from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder, reference_session
     from appliance.detector.engines.gate import run_gate
     from appliance.detector.engines.onnxinfo import inspect_onnx
+    from appliance.detector.engines.quantize import build_int8_model
 
     int8 = profile.model_copy(update={"onnxruntime": profile.onnxruntime.model_copy(update={"precision": "int8"})})
     onnx = inspect_onnx(int8.onnx_path(models_root))
@@ -61,7 +64,7 @@ def _build_int8(profile: Any, models_root: Path, work: Path) -> tuple[Path, Any,
     builder = OnnxRuntimeBuilder()
     engine = work / "int8.onnx"
     with contextlib.redirect_stdout(sys.stderr):  # ORT's calibrator prints its progress; stdout is the report
-        details = builder.build(onnx, int8, engine, lambda _f, _m: None, work, calibration=calib)
+        details = build_int8_model(onnx.path, onnx.inputs[0].name, calib, int8.quantization, engine, None)
     model_profile, held_out = gate_frames(int8, models_root, None, calib)
     candidate = builder.load(engine, int8)
     reference = reference_session(onnx.path)
@@ -88,7 +91,7 @@ class Options:
 
 
 def parse_args(argv: list[str]) -> Options:
-    parser = argparse.ArgumentParser(prog="appliance bench engines", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="appliance bench engines", description=plain_help(__doc__))
     parser.add_argument("--quick", action="store_true", help="fewer rounds and frames (a smoke run, noisier)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 7, quick 1)")
     parser.add_argument("--frames", type=int, default=None,
@@ -231,7 +234,7 @@ def _print_report(model: str, opts: Options, m: _Measured) -> None:
     print(f"engines: {model}, ONNX Runtime on {os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} "
           f"at the end); int8 built in {m.build_s:.1f} s from {m.details.get('calibration_frames')} calibration "
           f"frames ({m.details.get('quantization')}; {len(report_float_nodes(m.details))} nodes in float: the decode "
-          f"head and onnxruntime.float_nodes); "
+          f"head and quantization.float_nodes); "
           f"{opts.rounds} alternating rounds of {m.frames} held-out frames")
     print(m.gate.summary())
     print(f"{'path':<56} {'ms/frame':>9} {'fps':>7}")

@@ -25,6 +25,7 @@ from appliance.mqtt.messages import DetectionsMessage, ModelInfo, detections_pay
 from appliance.mqtt.numbering import MessageCounter
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.mqtt.spool import Spool, SpoolRecord
+from appliance.helptext import plain_help
 
 CAMERAS = ("cam0", "cam1", "cam2", "cam3")
 MODEL = ModelInfo("yolov3-tiny", "1", "sha256:" + "0f" * 32)
@@ -140,7 +141,7 @@ def bench_spool_replay(host: str, port: int, n: int, window: int, workdir: Path)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="appliance bench mqtt", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="appliance bench mqtt", description=plain_help(__doc__))
     parser.add_argument("--messages", type=int, default=20000, help="messages per alternative (default 20000)")
     parser.add_argument("--quick", action="store_true", help="3000 messages per alternative")
     parser.add_argument("--window", type=int, default=100, help="in-flight window for every alternative")

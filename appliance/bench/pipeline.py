@@ -24,6 +24,7 @@ from appliance.detector.repository.materialize import Repository, RepositoryOpti
 from appliance.detector.profile import ModelProfile
 from appliance.paths import models_dir, profiles_dir
 from appliance.triton.server import Server
+from appliance.helptext import plain_help
 
 IMAGES = Path("/usr/share/darknet/data")
 IMAGE_NAMES = ("dog", "person", "horses", "kite", "eagle", "giraffe")
@@ -218,7 +219,7 @@ class Options:
 
 
 def parse_args(argv: list[str]) -> Options:
-    parser = argparse.ArgumentParser(prog="appliance bench pipeline", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="appliance bench pipeline", description=plain_help(__doc__))
     parser.add_argument("--quick", action="store_true", help="fewer frames (a smoke run, noisier numbers)")
     parser.add_argument("--frames", type=int, default=None, help="frames per round (all cameras together)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating plain/ensemble rounds")

@@ -29,6 +29,7 @@ from appliance.mqtt.localbroker import free_port
 from appliance.procs import stop_process
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
+from appliance.helptext import plain_help
 
 MODEL_PY = '''\
 import _appliance_site  # noqa: F401
@@ -195,7 +196,7 @@ def report(samples: dict[tuple[str, str], list[float]]) -> float:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="appliance bench triton", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="appliance bench triton", description=plain_help(__doc__))
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument("--triton-home", help="Triton distribution (default: discovered)")
     parser.add_argument("--small-iterations", type=int, default=600)

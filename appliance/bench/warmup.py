@@ -27,6 +27,7 @@ from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 from appliance.detector.serving.warmup import FrameShape, WarmupPlan, warmup_frame
 from appliance.triton import stubsite
 from appliance.triton.server import Server, ServerOptions
+from appliance.helptext import plain_help
 
 FRAME = FrameShape(1080, 1920, "BGR")
 
@@ -45,7 +46,7 @@ def _first_frame_ms(server: Server, switcher: TritonSwitcher, spec: ModelSpec) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="appliance bench warmup", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="appliance bench warmup", description=plain_help(__doc__))
     parser.add_argument("--rounds", type=int, default=3, help="loads per variant (default 3)")
     parser.add_argument("--warmup-frames", type=int, default=2, help="warm-up rounds of the warmed variant")
     args = parser.parse_args(argv)

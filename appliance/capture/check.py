@@ -18,7 +18,10 @@ from appliance.capture.ringfile import shm_free_bytes
 
 
 def ring_bytes(camera: CameraConfig) -> int:
-    return RingGeometry(camera.width, camera.height, camera.ring_slots, camera.pixel_format).total_bytes
+    """The ring's size; 0 for a camera whose frame size is read from its source at start (unknown here)."""
+    if camera.width is None or camera.height is None:
+        return 0
+    return RingGeometry(*camera.frame_size, camera.ring_slots, camera.pixel_format).total_bytes
 
 
 def check_camera(camera: CameraConfig) -> list[str]:
@@ -67,7 +70,8 @@ def check_cameras(
     needed = sum(ring_bytes(c) for c in cameras if not find_rings(shm_root, c.id))
     free = shm_free_bytes(shm_root, statvfs)
     if needed > free:
-        detail = ", ".join(f"{c.id}: {ring_bytes(c) / 2**20:.1f} MiB" for c in cameras)
+        detail = ", ".join(f"{c.id}: {ring_bytes(c) / 2**20:.1f} MiB" if c.width else f"{c.id}: its source's size"
+                           for c in cameras)
         problems.append(
             f"rings need {needed / 2**20:.1f} MiB in {shm_root} but only {free / 2**20:.1f} MiB is free ({detail}); "
             f"enlarge it (docker --shm-size, or mount -o remount,size=...) or lower ring_slots / resolution"

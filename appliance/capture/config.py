@@ -16,8 +16,13 @@ from appliance.analytics.config import AnalyticsConfig
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.redact import redact_credentials
 from appliance.config.base import StrictModel
+from appliance.config.ids import Id
 
 PixelFormat = Literal["bgr", "rgb"]
+
+
+class SizeNotResolved(RuntimeError):
+    """A camera's frame size was asked for before it was read from its source."""
 
 
 class V4l2Source(StrictModel):
@@ -111,10 +116,12 @@ class BackoffConfig(BaseBackoffConfig):
 class CameraConfig(StrictModel):
     """One camera: where frames come from and the shared-memory ring they land in."""
 
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$", description="unique camera id; names the shm ring")
+    id: Id = Field(description="unique camera id; names the shm ring")
     source: Source
-    width: int = Field(ge=16, le=7680, description="frame width in the ring, pixels")
-    height: int = Field(ge=16, le=4320, description="frame height in the ring, pixels")
+    width: int | None = Field(None, ge=16, le=7680, description="frame width in the ring, pixels; absent (with "
+                              "height): the source's own size, read when the appliance starts")
+    height: int | None = Field(None, ge=16, le=4320, description="frame height in the ring, pixels; absent (with "
+                               "width): the source's own size")
     pixel_format: PixelFormat = Field("bgr", description="channel order of frames in the ring")
     fps: float | None = Field(None, gt=0, le=240, description="target rate: pacing for files/images, cap for live")
     resize: bool = Field(False, description="scale frames of another size; False makes a size mismatch an error")
@@ -124,6 +131,28 @@ class CameraConfig(StrictModel):
     backoff: BackoffConfig = Field(default_factory=BackoffConfig)
     analytics: AnalyticsConfig | None = Field(
         None, description="tracking, zones, lines, events, counts and snapshots (docs/analytics.md); absent: off")
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """(width, height) of the ring's frames. A camera configured without a size has one only once
+        ``appliance.capture.probe.resolve_sizes`` read it from the source, at start."""
+        if self.width is None or self.height is None:
+            raise SizeNotResolved(f"camera {self.id!r}: its size is read from the source when the appliance starts")
+        return self.width, self.height
+
+    @model_validator(mode="after")
+    def _size_given_whole(self) -> "CameraConfig":
+        if (self.width is None) != (self.height is None):
+            raise ValueError("give width and height together, or neither to take the source's own size")
+        if self.width is None and isinstance(self.source, GStreamerSource):
+            raise ValueError("a gstreamer source needs width and height (the appliance sets the pipeline's caps)")
+        if self.width is None and self.analytics is not None:
+            pixels = [z.name for z in self.analytics.zones if z.units == "pixels"] + \
+                [line.name for line in self.analytics.lines if line.units == "pixels"]
+            if pixels:
+                raise ValueError(f"{', '.join(map(repr, pixels))} use pixel points, which need the frame size: give "
+                                 "width and height, or draw them with units: normalized")
+        return self
 
     @model_validator(mode="after")
     def _paced_images_need_fps(self) -> "CameraConfig":

@@ -30,6 +30,8 @@ class CaptureHealth:
     fps: float
     last_frame_age_s: float | None
     last_error: str
+    width: int = 0   # the ring's frame size: configured, or read from the source at start
+    height: int = 0
 
     @classmethod
     def from_header(cls, h: np.ndarray, camera_id: str, writer_alive: bool, now: float) -> "CaptureHealth":
@@ -51,4 +53,6 @@ class CaptureHealth:
             fps=float(h["fps"]),
             last_frame_age_s=max(0.0, now - last) if last > 0 else None,
             last_error=get_text(h, "last_error"),
+            width=int(h["width"]),
+            height=int(h["height"]),
         )

@@ -152,7 +152,7 @@ class CaptureLoop:
             claim = None if skip else self.writer.claim()
             if claim is None:
                 if scratch is None:
-                    scratch = np.empty((cam.height, cam.width, 3), np.uint8)
+                    scratch = np.empty((cam.frame_size[1], cam.frame_size[0], 3), np.uint8)
                 target = scratch
             else:
                 target = claim.array

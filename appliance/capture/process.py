@@ -63,7 +63,7 @@ class CaptureSpec:
 
 
 def ring_geometry(camera: CameraConfig) -> RingGeometry:
-    return RingGeometry(camera.width, camera.height, camera.ring_slots, camera.pixel_format)
+    return RingGeometry(*camera.frame_size, camera.ring_slots, camera.pixel_format)
 
 
 def capture_main(spec: CaptureSpec) -> None:

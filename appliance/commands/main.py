@@ -1,6 +1,7 @@
 """The ``appliance`` command line.
 
-Every command's arguments are declared here; its action is ``run(args)`` in ``appliance.commands.<name>``,
+Every command's arguments are declared here, global options (``--log-level``, ``--log-format``) on every
+command too, so they may come before or after it; its action is ``run(args)`` in ``appliance.commands.<name>``,
 returning an :class:`~appliance.commands.exitcodes.ExitCode`. That module is imported only when its command
 runs (see ``_lazy``), so ``appliance --help`` stays fast and a missing optional dependency only affects the
 command that needs it.
@@ -10,13 +11,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import appliance
 from appliance.commands.bench import bench_names
+from appliance.commands.exitcodes import ExitCode
 from appliance.commands.mqttoptions import add_mqtt_client_arguments
-from appliance.logs import configure
+from appliance.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure
+
+DESCRIPTION = "Edge vision appliance: cameras, object detection on Triton, results over MQTT."
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
 def _lazy(command: str) -> Callable[[argparse.Namespace], int]:
@@ -101,13 +108,27 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
             a.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
         a.add_argument("--state-dir", help="state directory (default: $APPLIANCE_STATE_DIR, else an installed "
                                            "device's /var/lib/appliance)")
+        if name == "status":
+            a.add_argument("--json", action="store_true", help="print the status as JSON")
     return p
 
 
+def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """--log-level and --log-format; on a command, with no default, so they override the ones given before it."""
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO" if top else argparse.SUPPRESS,
+                        help="least severe log level shown (default INFO)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default=None if top else argparse.SUPPRESS,
+                        help=f"text, or json: one JSON object per line (default: ${LOG_FORMAT_ENV}, else text)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                if command.prog.split()[-1] != "bench":  # a benchmark's arguments are its own
+                    _add_global_options(command, top=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="appliance", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"appliance {appliance.__version__}")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="run the appliance (the bundled demo camera when no config is given)")
@@ -118,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check-config", help="validate a config file and check it against this machine")
     p.add_argument("file", nargs="?", help="YAML config file (default on an installed device: its config)")
+    p.add_argument("--config", help="the same as FILE")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (problems included) on stdout")
     p.add_argument("--schema", action="store_true", help="print the config's JSON Schema (for editors) and exit")
     p.add_argument("--no-machine", action="store_true", help="only validate the file; skip checks of this machine")
     p.set_defaults(func=_lazy("checkconfig"))
@@ -129,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the bundled demo)")
     p.add_argument("--id", type=int, action="append", dest="ids", help="requeue only this message (repeatable)")
     p.add_argument("--payload", action="store_true", help="list: print each payload too")
+    p.add_argument("--json", action="store_true", help="list: print the messages as JSON")
     p.set_defaults(func=_lazy("spool"))
 
     p = sub.add_parser("status", help="what the running appliance is doing (from its health endpoint)")
@@ -138,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
+    p.add_argument("--json", action="store_true", help="print what was found as JSON")
     p.set_defaults(func=_lazy("tritoninfo"))
 
     p = sub.add_parser("build-engines", help="build, verify and cache an engine per model for this device")
@@ -162,10 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", choices=bench_names())
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     p.set_defaults(func=_lazy("bench"))
+    _add_global_options(parser, top=True)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure(args.log_level)
+    if args.log_format is not None:
+        os.environ[LOG_FORMAT_ENV] = args.log_format  # capture processes, spawned later, log the same way
+    try:
+        configure(args.log_level)
+    except ValueError as exc:  # APPLIANCE_LOG_FORMAT names no format
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     return int(args.func(args) or 0)

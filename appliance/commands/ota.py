@@ -121,8 +121,13 @@ def _rollback(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     manager = _offline_manager(args)
-    print(json.dumps({**manager.status(), "serving_at_next_start": manager.store.serving(),
-                      "state_dir": str(state_dir(args.state_dir))}, indent=2))
+    status = {**manager.status(), "serving_at_next_start": manager.store.serving(),
+              "state_dir": str(state_dir(args.state_dir))}
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        for key, value in status.items():
+            print(f"{key}: {value if isinstance(value, str) else 'none' if value is None else json.dumps(value)}")
     return ExitCode.OK
 
 

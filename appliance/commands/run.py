@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
+from appliance.capture.probe import SizeUnknown, resolve_sizes
 from appliance.commands.configload import load_and_report
 from appliance.commands.exitcodes import ExitCode
 from appliance.supervisor.app import Appliance
@@ -34,6 +35,11 @@ def run(args: argparse.Namespace) -> int:
     config = load_and_report(path, log=log)
     if config is None:
         return ExitCode.BAD_INPUT
+    try:
+        config = config.model_copy(update={"cameras": resolve_sizes(config.cameras)})
+    except SizeUnknown as exc:
+        log.error("%s", exc)  # not exit 2: the camera may answer at the next start
+        return ExitCode.FAILED
 
     stop = threading.Event()
 

@@ -9,6 +9,7 @@ with the appliance stopped.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -18,8 +19,28 @@ from appliance.commands.configload import load_and_report
 from appliance.commands.exitcodes import ExitCode
 from appliance.mqtt.errors import SpoolError
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms
+from appliance.mqtt.setaside import SetAsideMessage
 from appliance.mqtt.spool import Spool
 from appliance.paths import installed_config
+
+
+def _message_dict(m: SetAsideMessage, payload: bool) -> dict[str, object]:
+    out: dict[str, object] = {"id": m.id, "set_at": iso_utc_ms(epoch_ms(m.set_at)), "topic": m.topic,
+                              "bytes": len(m.payload), "reason": m.reason}
+    if payload:
+        out["payload"] = m.payload.decode("utf-8", "replace")
+    return out
+
+
+def _list(messages: list[SetAsideMessage], args: argparse.Namespace, path: Path) -> None:
+    if args.json:
+        print(json.dumps([_message_dict(m, args.payload) for m in messages], indent=2))
+    else:
+        for m in messages:
+            payload = f"  {m.payload.decode('utf-8', 'replace')}" if args.payload else ""
+            when = iso_utc_ms(epoch_ms(m.set_at))
+            print(f"{m.id}\t{when}\t{m.topic}\t{len(m.payload)} bytes\t{m.reason}{payload}")
+    print(f"{len(messages)} message(s) set aside in {path}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,12 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.FAILED
     try:
         if args.action == "list":
-            messages = spool.set_aside_messages()
-            for m in messages:
-                payload = f"  {m.payload.decode('utf-8', 'replace')}" if args.payload else ""
-                when = iso_utc_ms(epoch_ms(m.set_at))
-                print(f"{m.id}\t{when}\t{m.topic}\t{len(m.payload)} bytes\t{m.reason}{payload}")
-            print(f"{len(messages)} message(s) set aside in {path}", file=sys.stderr)
+            _list(spool.set_aside_messages(), args, path)
             return ExitCode.OK
         wanted = sorted(set(args.ids)) if args.ids else None
         if wanted:

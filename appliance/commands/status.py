@@ -52,8 +52,11 @@ def format_status(health: dict[str, Any]) -> str:
     cameras = health.get("cameras") or {}
     if cameras:
         lines.append("")
-        lines += _table(["CAMERA", "STATE", "FPS", "INFERRED", "SKIPPED", "DROPPED", "ERRORS", "RECONNECTS"],
-                        [[camera_id, _camera_state(cam.get("state")), _number(cam.get("fps"), "{:.1f}"),
+        sized = any("size" in cam for cam in cameras.values())  # the ring's frame size (configured or the source's)
+        lines += _table(["CAMERA", "STATE", *(["SIZE"] if sized else []), "FPS", "INFERRED", "SKIPPED", "DROPPED",
+                         "ERRORS", "RECONNECTS"],
+                        [[camera_id, _camera_state(cam.get("state")), *([str(cam.get("size") or "-")] if sized else []),
+                          _number(cam.get("fps"), "{:.1f}"),
                           *(_number(cam.get(k)) for k in ("inferred", "skipped", "dropped", "errors", "reconnects"))]
                          for camera_id, cam in sorted(cameras.items())])
         lines += [f"  {camera_id}: waiting since {cam.get('waiting_since')}: {cam.get('waiting_for')}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from appliance.commands.exitcodes import ExitCode
@@ -15,5 +16,8 @@ def run(args: argparse.Namespace) -> int:
     except TritonNotFound as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    print(dist.describe())
+    if args.json:
+        print(json.dumps(dist.to_dict(), indent=2))
+    else:
+        print(dist.describe())
     return ExitCode.OK

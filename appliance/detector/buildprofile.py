@@ -95,7 +95,6 @@ class TensorRTProfile(StrictModel):
     optimization_level: int | None = Field(
         None, ge=0, le=5, description="builder optimization level (TensorRT >= 8.6); default: TensorRT's own (3)"
     )
-    calibration_batches: int = Field(8, ge=1, le=1024, description="INT8 calibration batches of real frames")
     fallback: Precision = Field("fp16", description="built instead when the detection gate refuses the engine")
 
     @model_validator(mode="after")
@@ -110,6 +109,16 @@ class OnnxRuntimeProfile(StrictModel):
 
     precision: Literal["fp32", "int8"] = Field("fp32", description="fp32, or int8: static QDQ quantization")
     fallback: Literal["fp32"] = Field("fp32", description="built instead when the detection gate refuses int8")
+    optimization_level: Literal["basic", "extended", "all"] = Field(
+        "all", description="'all' adds layout transforms specific to this CPU's instruction set"
+    )
+    intra_op_threads: int = Field(0, ge=0, le=256, description="threads per operator; 0 lets ORT choose")
+
+
+class QuantizationProfile(StrictModel):
+    """How the one INT8 model both builders serve is made: a static QDQ model calibrated on real frames, in the
+    form TensorRT builds (signed int8, zero points 0); ONNX Runtime serves it, TensorRT builds its plan from it."""
+
     calibration_method: Literal["minmax", "entropy", "percentile"] = Field(
         "percentile", description="activation ranges; percentile (99.999) kept the most detections on YOLOv3-tiny"
     )
@@ -117,12 +126,8 @@ class OnnxRuntimeProfile(StrictModel):
         False, description="quantize the YOLO decode head too (collapses objectness on YOLOv3-tiny: tests only)"
     )
     float_nodes: list[str] = Field(
-        default_factory=list, description="int8: nodes kept in float besides the decode head (by node name; the "
-                                          "layers a per-layer sensitivity scan finds worst, docs/engines.md)")
-    optimization_level: Literal["basic", "extended", "all"] = Field(
-        "all", description="'all' adds layout transforms specific to this CPU's instruction set"
-    )
-    intra_op_threads: int = Field(0, ge=0, le=256, description="threads per operator; 0 lets ORT choose")
+        default_factory=list, description="nodes kept in float besides the decode head (by node name; the layers a "
+                                          "per-layer sensitivity scan finds worst, docs/engines.md)")
 
 
 class FrameSource(StrictModel):
@@ -181,6 +186,7 @@ class EngineProfile(StrictModel):
     inputs: dict[str, InputShape] = Field(default_factory=dict, description="fixes dynamic non-batch dims")
     tensorrt: TensorRTProfile = Field(default_factory=TensorRTProfile)
     onnxruntime: OnnxRuntimeProfile = Field(default_factory=OnnxRuntimeProfile)
+    quantization: QuantizationProfile = Field(default_factory=QuantizationProfile)
     verify: VerifyProfile = Field(default_factory=VerifyProfile)
     calibration: CalibrationProfile = Field(default_factory=CalibrationProfile)
     gate: GateProfile = Field(default_factory=GateProfile)

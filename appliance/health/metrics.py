@@ -1,8 +1,9 @@
 """The appliance's own Prometheus metrics, in a registry the caller owns (no global registration).
 
 Named by Prometheus' conventions: a cumulative count is a Counter (exposed as ``<name>_total``), a unit is in
-the name in base units (``_seconds``, ``_bytes``, ``_hertz``, ``_celsius``, ``_watts``) or says it is a
-``_percent`` (0-100), and ``appliance_build_info`` is 1 with what was built labelled. Counts that are kept
+the name in base units (``_seconds``, ``_bytes``, ``_hertz``, ``_celsius``, ``_watts``), a share is a
+``_ratio`` (0..1; the ``_percent`` twins are deprecated, :class:`_Percentage`), and ``appliance_build_info`` is 1
+with what was built labelled. Counts that are kept
 elsewhere as absolute numbers (a ring header, the publisher's stats) advance their Counter by what is new
 (``_CountFrom``), so a scrape sees a counter that only resets when the appliance restarts.
 """
@@ -72,8 +73,8 @@ class ApplianceMetrics:
                                                 "(reason: oldest, newest, expired)", ["reason"], registry=r))
         self.published = _CountFrom(Counter("appliance_mqtt_acked", "Detections acknowledged by the broker",
                                             registry=r))
-        self.engine_build = Gauge("appliance_engine_build_percent", "Engine build progress in percent (100 when done)",
-                                  ["model"], registry=r)
+        self.engine_build = _Percentage("appliance_engine_build_ratio", "appliance_engine_build_percent",
+                                        "Engine build progress (done: 1, or 100 percent)", ["model"], r)
         self.ota_state = Gauge("appliance_ota_state", "1 for the state of the latest OTA update status, else 0",
                                ["state"], registry=r)
         # The served pipeline's models (docs/supervisor.md, "Model failures"): found broken, reloaded, and the
@@ -101,7 +102,7 @@ class ApplianceMetrics:
                                                  "(direction: in, out)", ["camera", "line", "direction"], registry=r))
         self.snapshots_dropped = _CountFrom(Counter("appliance_snapshots_dropped", "Event snapshots not encoded "
                                                     "because the encoder's queue was full", ["camera"], registry=r))
-        self.cpu_percent = Gauge("appliance_cpu_percent", "System CPU busy, in percent (0-100)", registry=r)
+        self.cpu = _Percentage("appliance_cpu_usage_ratio", "appliance_cpu_percent", "System CPU busy", [], r)
         self.mem_available = Gauge("appliance_memory_available_bytes", "System memory available", registry=r)
         self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
         self.power = Gauge("appliance_power_watts", "Power rail (Jetson INA3221)", ["rail"], registry=r)
@@ -173,7 +174,7 @@ class ApplianceMetrics:
 
     def record_system(self, reading: SystemReading) -> None:
         if reading.cpu_percent is not None:
-            self.cpu_percent.set(reading.cpu_percent)
+            self.cpu.set(reading.cpu_percent)
         if reading.mem_available_bytes is not None:
             self.mem_available.set(reading.mem_available_bytes)
         for zone, celsius in reading.temperatures_c.items():
@@ -219,15 +220,15 @@ class _TegraGauges:
     def __init__(self, r: CollectorRegistry) -> None:
         self.up = Gauge("appliance_tegrastats_up", "1 while tegrastats delivers fresh readings", registry=r)
         self.restarts = _CountFrom(Counter("appliance_tegrastats_restarts", "tegrastats exits", registry=r))
-        self.gpu_load = Gauge("appliance_gpu_load_percent", "iGPU (GR3D) load in percent (0-100), tegrastats",
-                              registry=r)
+        self.gpu_load = _Percentage("appliance_gpu_load_ratio", "appliance_gpu_load_percent",
+                                    "iGPU (GR3D) load, tegrastats", [], r)
         self.gpu_freq = Gauge("appliance_gpu_freq_hertz", "iGPU (GR3D) clock, tegrastats", registry=r)
-        self.emc_load = Gauge("appliance_emc_load_percent", "External memory controller load in percent (0-100), "
-                              "tegrastats", registry=r)
+        self.emc_load = _Percentage("appliance_emc_load_ratio", "appliance_emc_load_percent",
+                                    "External memory controller load, tegrastats", [], r)
         self.emc_freq = Gauge("appliance_emc_freq_hertz", "External memory controller clock, tegrastats",
                               registry=r)
-        self.cpu_core_load = Gauge("appliance_cpu_core_load_percent", "Per-core CPU load in percent (0-100), "
-                                   "tegrastats (off: absent)", ["core"], registry=r)
+        self.cpu_core_load = _Percentage("appliance_cpu_core_load_ratio", "appliance_cpu_core_load_percent",
+                                         "Per-core CPU load, tegrastats (off: absent)", ["core"], r)
         self.cpu_core_freq = Gauge("appliance_cpu_core_freq_hertz", "Per-core CPU clock, tegrastats", ["core"],
                                    registry=r)
         self.ram_used = Gauge("appliance_tegrastats_ram_used_bytes", "RAM in use (CPU and GPU: unified memory)",
@@ -246,7 +247,7 @@ class _TegraGauges:
         for gauge, value in ((self.gpu_load, reading.gpu_percent), (self.gpu_freq, _hertz(reading.gpu_freq_mhz)),
                              (self.emc_load, reading.emc_percent), (self.emc_freq, _hertz(reading.emc_freq_mhz))):
             if value is not None:
-                gauge.set(value)
+                gauge.set(value)  # a _Percentage takes percent, a Gauge its own unit
         if reading.ram_used_mb is not None:
             self.ram_used.set(reading.ram_used_mb * 1024 * 1024)
         if reading.swap_used_mb is not None:
@@ -266,6 +267,36 @@ class _TegraGauges:
             self.temperature.labels(sensor=sensor).set(celsius)
         for rail, milliwatts in reading.power_mw.items():
             self.power.labels(rail=rail).set(milliwatts / 1000.0)
+
+
+class _Percentage:
+    """A share measured in percent, exported as a ratio (0..1) and, for one more version, as its deprecated
+    ``_percent`` twin (0..100) whose HELP names the new metric. ``set`` and ``labels(...).set`` take percent."""
+
+    def __init__(self, name: str, old_name: str, what: str, labels: Sequence[str], r: CollectorRegistry) -> None:
+        self.ratio = Gauge(name, f"{what}, as a ratio (0..1)", labels, registry=r)
+        self.percent = Gauge(old_name, f"DEPRECATED, removed in the next version: use {name} (0..1). {what}, in "
+                             "percent (0-100)", labels, registry=r)
+
+    def set(self, percent: float) -> None:
+        self.ratio.set(percent / 100.0)
+        self.percent.set(percent)
+
+    def labels(self, **labels: str) -> _LabelledPercentage:
+        return _LabelledPercentage(self, labels)
+
+    def remove(self, *values: str) -> None:
+        for gauge in (self.ratio, self.percent):
+            gauge.remove(*values)
+
+
+class _LabelledPercentage:
+    def __init__(self, parent: _Percentage, labels: dict[str, str]) -> None:
+        self._parent, self._labels = parent, labels
+
+    def set(self, percent: float) -> None:
+        self._parent.ratio.labels(**self._labels).set(percent / 100.0)
+        self._parent.percent.labels(**self._labels).set(percent)
 
 
 def _hertz(mhz: float | None) -> float | None:

@@ -14,12 +14,11 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.base import ConfigFieldError, StrictModel
+from appliance.config.ids import ID_PATTERN, Id  # noqa: F401 (ID_PATTERN: re-exported)
 from appliance.mqtt.sparkplugconfig import SparkplugConfig
 
 QoS = Literal[0, 1, 2]
 
-# One topic level: no '/', no wildcards, nothing that needs escaping in a dashboard.
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 PREFIX_PATTERN = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"
 
 
@@ -202,7 +201,7 @@ class MqttConfig(StrictModel):
                                   "session after a disconnect")
     topic_prefix: str = Field("appliance", min_length=1, max_length=128, pattern=PREFIX_PATTERN,
                               description="first topic levels, e.g. 'factory/line1'")
-    device_id: str = Field(..., pattern=ID_PATTERN, description="this appliance's topic level")
+    device_id: Id = Field(..., description="this appliance's topic level")
     keepalive_s: int = Field(30, ge=5, le=3600, description="MQTT keepalive; the broker sends the last will after "
                              "1.5x this without traffic")
     connect_timeout_s: float = Field(10.0, gt=0, le=300, description="TCP/TLS connect and CONNACK wait")

@@ -25,6 +25,9 @@ class SparkplugConfig(StrictModel):
     group_id: str = Field(..., pattern=SPARKPLUG_ID_PATTERN, description="Sparkplug group (e.g. the plant or line)")
     edge_node_id: Optional[str] = Field(None, pattern=SPARKPLUG_ID_PATTERN,
                                         description="this edge node's id; None: mqtt.device_id")
+    primary_host_id: Optional[str] = Field(None, pattern=SPARKPLUG_ID_PATTERN,
+                                           description="the primary host application's id: births only while its "
+                                           "STATE (spBv1.0/STATE/<id>) says online; None: births at once")
     interval_s: float = Field(1.0, ge=0.01, le=3600, description="how often the readings are sampled; only "
                               "metrics that changed are published (report by exception)")
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import re
 
+from appliance.config.ids import ID_PATTERN, id_problem
 from appliance.mqtt.errors import MqttConfigError
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ID = re.compile(ID_PATTERN)
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 # Camera ids share a topic level with these device-level topics.
 RESERVED_CAMERA_IDS = frozenset({"status", "health", "command", "reply", "ota", "engines"})
 
 
 def check_id(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _ID.match(value):
-        raise MqttConfigError(
-            f"{kind} {value!r} is not a valid topic level: use 1-64 of letters, digits, '_', '.', '-', "
-            "starting with a letter or digit")
+    problem = id_problem(value)
+    if problem is not None:
+        raise MqttConfigError(f"{kind} {problem} (it is an MQTT topic level)")
     return value
 
 

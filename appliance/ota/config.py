@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from appliance.config import StrictModel
+from appliance.config.ids import Id
 
 
 class HealthPolicy(StrictModel):
@@ -26,9 +27,8 @@ class HealthPolicy(StrictModel):
 
 
 class OtaConfig(StrictModel):
-    group: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
-                              description="fleet group (e.g. canary, line-3): the device follows the signed desired "
-                                          "state on <prefix>/groups/<group>/ota/desired (docs/fleet-rollout.md)")
+    group: Id | None = Field(None, description="fleet group (e.g. canary, line-3): the device follows the signed "
+                             "desired state on <prefix>/groups/<group>/ota/desired (docs/fleet-rollout.md)")
     trusted_keys: list[Path] = Field(default_factory=list, description="Ed25519 public keys (PEM) or dirs of them")
     inbox: Path | None = Field(None, description="watched directory for bundles (*.bundle)")
     inbox_poll_s: float = Field(2.0, gt=0, le=3600)

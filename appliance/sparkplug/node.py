@@ -1,4 +1,5 @@
-"""The Sparkplug B edge node: its own MQTT connection, births, data by exception, death by last will.
+"""The Sparkplug B edge node: its own MQTT connection, births, data by exception, death by last will; with
+``primary_host_id`` set, births only while that host's STATE says online.
 
 One thread, ``sparkplug-node``, owns the paho client: it connects, loops, samples and publishes, so paho's
 callbacks run on it too and nothing here needs a lock. The connection is its own because the NDEATH must be the
@@ -14,13 +15,16 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.reasoncodes import ReasonCode
 
 from appliance.backoff import Backoff
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.connection import (aim, build_client, describe_connect_error, describe_early_close,
                                         describe_refusal)
 from appliance.mqtt.rotation import BrokerRotation
-from appliance.sparkplug.payload import DataType, PayloadError, decode_payload
+from appliance.sparkplug.payload import PayloadError, decode_payload
+from appliance.sparkplug.primaryhost import PrimaryHost
 from appliance.sparkplug.reports import (REBIRTH, NodeReports, Outgoing, Readings, SparkplugTopics,
                                          death_payload)
 from appliance.sparkplug.sequence import BdSeqStore
@@ -65,6 +69,9 @@ class EdgeNode:
         self._disconnect_reason: Optional[str] = None
         self._broker = self._config.brokers[0]  # the one connected to or being tried (mqtt.hosts: it moves)
         self._rebirth = False
+        host_id = self._sparkplug.primary_host_id
+        self._host = PrimaryHost(host_id) if host_id else None
+        self._host_online: Optional[bool] = None  # the primary host's state on this broker; None: not known yet
 
     @property
     def connected(self) -> bool:
@@ -106,20 +113,33 @@ class EdgeNode:
         self._disconnect_reason = str(reason)
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
-        if msg.topic != self.topics.node("NCMD"):
-            log.info("sparkplug: ignoring %s: device metrics are read-only", msg.topic)
+        if self._host is not None and msg.topic == self._host.topic:
+            state = self._host.judge(str(self._broker), msg.topic, msg.payload)
+            if state is not None:
+                self._host_online = state
             return
+        device = None if msg.topic == self.topics.node("NCMD") else msg.topic.rsplit("/", 1)[-1]
         try:
             payload = decode_payload(msg.payload)
         except PayloadError as exc:
-            log.warning("sparkplug: ignoring a malformed NCMD (%d bytes): %s", len(msg.payload), exc)
+            log.warning("sparkplug: ignoring a malformed command on %s (%d bytes): %s", msg.topic, len(msg.payload),
+                        exc)
             return
         for metric in payload.metrics:
-            if metric.name == REBIRTH and metric.datatype is DataType.Boolean and metric.value is True:
+            name = metric.name or self._aliased(device, metric.alias)
+            if device is None and name == REBIRTH and metric.value is True:
                 log.info("sparkplug: rebirth requested")
                 self._rebirth = True
-            elif metric.name != REBIRTH:
-                log.info("sparkplug: ignoring NCMD metric %r: only %r is writable", metric.name, REBIRTH)
+            elif not (device is None and name == REBIRTH):
+                log.info("sparkplug: ignoring the command to %s %r: only %r is writable",
+                         f"device {device}" if device else "the node", name, REBIRTH)
+
+    def _aliased(self, device: Optional[str], alias: Optional[int]) -> str:
+        """The name of the metric a command names by alias (a host sends commands by alias once it has one)."""
+        found = self._reports.aliases.metric(alias) if self._reports is not None and alias is not None else None
+        if found is None or found[0] != device:
+            return f"<unknown alias {alias}>"
+        return found[1]
 
     # -- the node's thread ---------------------------------------------------------------------------------
 
@@ -135,7 +155,7 @@ class EdgeNode:
                 break
             self.last_error = reason
             following, delay = rotation.ended(held=was_up and time.monotonic() - began >= _STABLE_SESSION_S)
-            ended = "connection lost" if was_up else "connect failed"
+            ended = "session ended" if was_up else "no session"
             if following != self._broker:
                 self._broker = following
                 aim(self._client, self._config, following)  # type: ignore[arg-type]
@@ -153,38 +173,50 @@ class EdgeNode:
         client.will_set(self.topics.node("NDEATH"), death_payload(bd_seq, self._clock_ms()), qos=_DEATH_QOS,
                         retain=False)
         self._connack, self._disconnect_reason, self._rebirth = None, None, False
+        self._reports, self._host_online = None, None
         try:
             client.reconnect()
         except Exception as exc:  # socket, TLS and DNS errors all mean "not connected; retry"
             return False, describe_connect_error(exc, self._config, self._broker)
         deadline = time.monotonic() + self._config.connect_timeout_s
+        while self._reports is None:  # until CONNACK
+            if self._halt.is_set():
+                client.disconnect()
+                return False, "stopping"
+            rc = client.loop(timeout=0.05)
+            if self._connack is not None:
+                reason, _properties = self._connack
+                if reason.is_failure:
+                    return False, describe_refusal(reason, self._config, self._broker)
+                self._session_open(client, bd_seq)
+            elif rc != paho.MQTT_ERR_SUCCESS:
+                detail = self._disconnect_reason or paho.error_string(rc)
+                return False, describe_early_close(detail, self._config, self._broker)
+            elif time.monotonic() > deadline:
+                client.disconnect()
+                return False, f"no CONNACK from {self._broker} within {self._config.connect_timeout_s} s"
+        return self._connected(client, bd_seq)
+
+    def _connected(self, client: paho.Client, bd_seq: int) -> tuple[bool, str]:
+        """The session after CONNACK: births once the primary host (if any) is online, then data by exception."""
         up = False
         next_sample = 0.0
         while True:
             if self._halt.is_set():
-                if up:
-                    self._die(client, bd_seq)
-                else:
-                    client.disconnect()
+                self._leave(client, bd_seq, up)
                 return up, "stopping"
             rc = client.loop(timeout=0.02 if up else 0.05)
-            if not up and self._connack is not None:
-                reason, _properties = self._connack
-                if reason.is_failure:
-                    return False, describe_refusal(reason, self._config, self._broker)
-                up = True
-                self._session_up(client, bd_seq)
-                next_sample = time.monotonic() + self._sparkplug.interval_s
             if rc != paho.MQTT_ERR_SUCCESS:
-                detail = self._disconnect_reason or paho.error_string(rc)
-                return (True, detail) if up else (False, describe_early_close(detail, self._config, self._broker))
+                return up, self._disconnect_reason or paho.error_string(rc)
+            if self._host is not None and self._host_online is False and (up or len(self._config.brokers) > 1):
+                self._leave(client, bd_seq, up)
+                return up, f"the primary host {self._host.host_id} is offline on {self._broker}"
             if not up:
-                if time.monotonic() > deadline:
-                    client.disconnect()
-                    return False, (f"no CONNACK from {self._broker} within "
-                                   f"{self._config.connect_timeout_s} s")
-                continue
-            if self._rebirth:
+                if self._host is None or self._host_online:
+                    up = True
+                    self._born(client, bd_seq)
+                    next_sample = time.monotonic() + self._sparkplug.interval_s
+            elif self._rebirth:
                 self._rebirth = False
                 self._publish(client, self._births())
             elif time.monotonic() >= next_sample:
@@ -192,9 +224,17 @@ class EdgeNode:
                 next_sample = max(next_sample, time.monotonic())  # after a slow sample, do not burst to catch up
                 self._publish_changes(client)
 
-    def _session_up(self, client: paho.Client, bd_seq: int) -> None:
-        client.subscribe([(self.topics.node("NCMD"), 1), (self.topics.device("DCMD", "+"), 1)])
+    def _session_open(self, client: paho.Client, bd_seq: int) -> None:
+        topics = [(self.topics.node("NCMD"), 1), (self.topics.device("DCMD", "+"), 1)]
+        if self._host is not None:
+            topics.append((self._host.topic, 1))
+            log.info("sparkplug: connected to %s; waiting for the primary host %s to be online (%s)", self._broker,
+                     self._host.host_id, self._host.topic)
+        client.subscribe(topics)
         self._reports = NodeReports(self.topics, bd_seq, self._clock_ms)
+
+    def _born(self, client: paho.Client, bd_seq: int) -> None:
+        self._rebirth = False  # a request that came while waiting for the host: these births answer it
         self._publish(client, self._births())
         self.connects += 1
         self.last_error = None
@@ -229,15 +269,25 @@ class EdgeNode:
         for message in messages:
             client.publish(message.topic, message.payload, qos=0, retain=False)
 
+    def _leave(self, client: paho.Client, bd_seq: int, born: bool) -> None:
+        if born:
+            self._die(client, bd_seq)
+        else:
+            client.disconnect()
+
     def _die(self, client: paho.Client, bd_seq: int) -> None:
-        """A clean stop: NDEATH ourselves (the broker drops the will on DISCONNECT), then disconnect."""
+        """An intentional end: NDEATH ourselves, then DISCONNECT. With MQTT 3.1.1 the broker drops the will on
+        DISCONNECT; with MQTT 5 the DISCONNECT says "with will message", as the spec asks, so the will follows."""
         info = client.publish(self.topics.node("NDEATH"), death_payload(bd_seq, self._clock_ms()),
                               qos=_DEATH_QOS, retain=False)
         end = time.monotonic() + 2.0
         while time.monotonic() < end and not info.is_published():
             if client.loop(timeout=0.05) != paho.MQTT_ERR_SUCCESS:
                 return
-        client.disconnect()
+        if self._config.protocol == "5":
+            client.disconnect(reasoncode=ReasonCode(PacketTypes.DISCONNECT, "Disconnect with will message"))
+        else:
+            client.disconnect()
         end = time.monotonic() + 1.0
         while time.monotonic() < end and client.want_write():
             if client.loop(timeout=0.05) != paho.MQTT_ERR_SUCCESS:

@@ -1,15 +1,17 @@
-"""The Sparkplug B payload (``org.eclipse.tahu.protobuf.Payload``), written and read as protobuf wire format by hand.
-
-The part of the schema an edge node needs is small, and this keeps protoc, generated code and a new dependency
-out of the appliance. The reader skips fields it does not know, so a command from a host that sends more than we
-write still decodes; malformed bytes raise ``PayloadError``. The fields: docs/sparkplug.md, "Payload"."""
+"""The Sparkplug B payload (``org.eclipse.tahu.protobuf.Payload``) through google.protobuf and the specification's
+schema, ``sparkplug_b.proto`` beside this module, compiled into ``sparkplug_b_pb2`` (committed; how to
+regenerate it: docs/sparkplug.md, "Payload"). This module maps the scalar metrics an edge node uses to and from
+that message; malformed bytes raise ``PayloadError``."""
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
+
+from google.protobuf.message import DecodeError
+
+from appliance.sparkplug import sparkplug_b_pb2 as pb
 
 Scalar = Union[bool, int, float, str]
 
@@ -19,41 +21,47 @@ class PayloadError(ValueError):
 
 
 class DataType(IntEnum):
-    """The spec's ``DataType`` enum: the scalar types (datasets, templates and arrays are not used here)."""
+    """The scalar types of the schema's ``DataType`` enum (the same numbers; datasets, templates and arrays are
+    not used here)."""
 
-    Int8 = 1
-    Int16 = 2
-    Int32 = 3
-    Int64 = 4
-    UInt8 = 5
-    UInt16 = 6
-    UInt32 = 7
-    UInt64 = 8
-    Float = 9
-    Double = 10
-    Boolean = 11
-    String = 12
-    DateTime = 13
-    Text = 14
+    Int8 = pb.Int8
+    Int16 = pb.Int16
+    Int32 = pb.Int32
+    Int64 = pb.Int64
+    UInt8 = pb.UInt8
+    UInt16 = pb.UInt16
+    UInt32 = pb.UInt32
+    UInt64 = pb.UInt64
+    Float = pb.Float
+    Double = pb.Double
+    Boolean = pb.Boolean
+    String = pb.String
+    DateTime = pb.DateTime
+    Text = pb.Text
 
 
-# datatype -> (value field, bits, signed) for the integer types
-_INTEGER: dict[DataType, tuple[int, int, bool]] = {
-    DataType.Int8: (10, 8, True), DataType.Int16: (10, 16, True), DataType.Int32: (10, 32, True),
-    DataType.UInt8: (10, 8, False), DataType.UInt16: (10, 16, False), DataType.UInt32: (10, 32, False),
-    DataType.Int64: (11, 64, True), DataType.UInt64: (11, 64, False), DataType.DateTime: (11, 64, False),
+# datatype -> (value field, bits, signed) for the integer types. Signed values travel as two's complement of the
+# field's width (Int8 -1 as 0xFFFFFFFF), as Eclipse Tahu's Java and JavaScript codecs write them.
+_INTEGER: dict[DataType, tuple[str, int, bool]] = {
+    DataType.Int8: ("int_value", 8, True), DataType.Int16: ("int_value", 16, True),
+    DataType.Int32: ("int_value", 32, True), DataType.UInt8: ("int_value", 8, False),
+    DataType.UInt16: ("int_value", 16, False), DataType.UInt32: ("int_value", 32, False),
+    DataType.Int64: ("long_value", 64, True), DataType.UInt64: ("long_value", 64, False),
+    DataType.DateTime: ("long_value", 64, False),
 }
-_VARINT, _FIXED64, _BYTES, _FIXED32 = 0, 1, 2, 5
+_FLOATING = {DataType.Float: "float_value", DataType.Double: "double_value"}
 
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric: ``value`` None is sent as ``is_null`` (e.g. a latency before the first frame)."""
+    """One metric. ``value`` None is sent as ``is_null``. In births a metric has its name, datatype and alias; in
+    DATA only its alias (``name`` None). A decoded metric's ``datatype`` is None when the sender left it out."""
 
-    name: str
-    datatype: DataType
+    name: Optional[str]
+    datatype: Optional[DataType]
     value: Optional[Scalar]
     timestamp_ms: Optional[int] = None
+    alias: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -65,184 +73,105 @@ class Payload:
 
 # -- writing -----------------------------------------------------------------------------------------------------
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _key(number: int, wire: int) -> bytes:
-    return _varint(number << 3 | wire)
-
-
-def _length_delimited(number: int, data: bytes) -> bytes:
-    return _key(number, _BYTES) + _varint(len(data)) + data
-
-
-def _integer_field(metric: Metric) -> bytes:
-    number, bits, signed = _INTEGER[metric.datatype]
-    value = metric.value
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"metric {metric.name!r}: {metric.datatype.name} needs an int, not {value!r}")
-    low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-    if not low <= value <= high:
-        raise ValueError(f"metric {metric.name!r}: {value} does not fit {metric.datatype.name}")
-    # Two's complement in the type's own width (Int8 -1 is 0xFF): Tahu's Java reader casts to the width, its Python
-    # reader subtracts 2**bits; a sign extended to 32 bits would read wrong in the latter.
-    return _key(number, _VARINT) + _varint(value & ((1 << bits) - 1))
-
-
-def _value_field(metric: Metric) -> bytes:
-    dt, value = metric.datatype, metric.value
-    if dt in _INTEGER:
-        return _integer_field(metric)
-    if dt is DataType.Boolean:
+def _set_value(target: Any, metric: Metric) -> None:
+    datatype, value = metric.datatype, metric.value
+    if datatype in _INTEGER:
+        number, bits, signed = _INTEGER[datatype]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"metric {metric.name!r}: {datatype.name} needs an int, not {value!r}")
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        if not low <= value <= high:
+            raise ValueError(f"metric {metric.name!r}: {value} does not fit {datatype.name}")
+        setattr(target, number, value & ((1 << (32 if number == "int_value" else 64)) - 1))
+    elif datatype in _FLOATING:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"metric {metric.name!r}: {datatype.name} needs a number, not {value!r}")
+        setattr(target, _FLOATING[datatype], float(value))
+    elif datatype is DataType.Boolean:
         if not isinstance(value, bool):
             raise ValueError(f"metric {metric.name!r}: Boolean needs a bool, not {value!r}")
-        return _key(14, _VARINT) + _varint(int(value))
-    if dt in (DataType.Float, DataType.Double):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"metric {metric.name!r}: {dt.name} needs a number, not {value!r}")
-        if dt is DataType.Float:
-            return _key(12, _FIXED32) + struct.pack("<f", value)
-        return _key(13, _FIXED64) + struct.pack("<d", value)
-    if not isinstance(value, str):
-        raise ValueError(f"metric {metric.name!r}: {dt.name} needs a str, not {value!r}")
-    return _length_delimited(15, value.encode("utf-8"))
+        target.boolean_value = value
+    elif datatype in (DataType.String, DataType.Text):
+        if not isinstance(value, str):
+            raise ValueError(f"metric {metric.name!r}: {datatype.name} needs a str, not {value!r}")
+        target.string_value = value
+    else:
+        raise ValueError(f"metric {metric.name!r}: no datatype to write its value with")
 
 
-def encode_metric(metric: Metric) -> bytes:
-    """One ``Payload.Metric``. Raises ValueError for a value its datatype cannot hold."""
-    out = _length_delimited(1, metric.name.encode("utf-8"))
-    if metric.timestamp_ms is not None:
-        out += _key(3, _VARINT) + _varint(metric.timestamp_ms)
-    out += _key(4, _VARINT) + _varint(int(metric.datatype))
-    if metric.value is None:
-        return out + _key(7, _VARINT) + _varint(1)
-    return out + _value_field(metric)
-
-
-def encode_payload(timestamp_ms: int, metrics: Sequence[Metric], seq: Optional[int]) -> bytes:
-    """A ``Payload``; ``seq`` None leaves it out (NDEATH carries none)."""
-    out = _key(1, _VARINT) + _varint(timestamp_ms)
+def encode_payload(timestamp_ms: int, metrics: Sequence[Metric], seq: Optional[int], *,
+                   datatypes: bool = True) -> bytes:
+    """A ``Payload``; ``seq`` None leaves it out (NDEATH carries none). ``datatypes`` False leaves each metric's
+    datatype out (the spec's advice for DATA messages: the host knows it from the birth)."""
+    message = pb.Payload(timestamp=timestamp_ms)
     for metric in metrics:
-        out += _length_delimited(2, encode_metric(metric))
+        out = message.metrics.add()
+        if metric.name is not None:
+            out.name = metric.name
+        if metric.alias is not None:
+            out.alias = metric.alias
+        if metric.timestamp_ms is not None:
+            out.timestamp = metric.timestamp_ms
+        if datatypes and metric.datatype is not None:
+            out.datatype = int(metric.datatype)
+        if metric.value is None:
+            out.is_null = True
+        else:
+            _set_value(out, metric)
     if seq is not None:
-        out += _key(3, _VARINT) + _varint(seq)
-    return out
+        message.seq = seq
+    return bytes(message.SerializeToString())
 
 
 # -- reading -----------------------------------------------------------------------------------------------------
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise PayloadError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift >= 70:
-            raise PayloadError("varint longer than 10 bytes")
-
-
-def _fields(data: bytes) -> list[tuple[int, int, Union[int, bytes]]]:
-    """(field number, wire type, value) in order: an int for varints, the raw bytes otherwise."""
-    found: list[tuple[int, int, Union[int, bytes]]] = []
-    pos = 0
-    while pos < len(data):
-        key, pos = _read_varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise PayloadError("field number 0")
-        value: Union[int, bytes]
-        if wire == _VARINT:
-            value, pos = _read_varint(data, pos)
-        elif wire in (_FIXED64, _FIXED32):
-            size = 8 if wire == _FIXED64 else 4
-            if pos + size > len(data):
-                raise PayloadError(f"truncated fixed{size * 8} field {number}")
-            value, pos = data[pos:pos + size], pos + size
-        elif wire == _BYTES:
-            size, pos = _read_varint(data, pos)
-            if pos + size > len(data):
-                raise PayloadError(f"truncated field {number}: {size} bytes announced, {len(data) - pos} left")
-            value, pos = data[pos:pos + size], pos + size
-        else:
-            raise PayloadError(f"wire type {wire} (field {number}) is not used by Sparkplug B")
-        found.append((number, wire, value))
-    return found
-
 
 def _signed(value: int, bits: int) -> int:
     value &= (1 << bits) - 1
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-def decode_metric(data: bytes) -> Metric:
-    name, timestamp, datatype, is_null = "", None, None, False
-    raw: dict[int, Union[int, bytes]] = {}
-    for number, wire, value in _fields(data):
-        if number == 1 and isinstance(value, bytes):
-            name = value.decode("utf-8", errors="replace")
-        elif number == 3 and isinstance(value, int):
-            timestamp = value
-        elif number == 4 and isinstance(value, int):
-            datatype = value
-        elif number == 7 and isinstance(value, int):
-            is_null = bool(value)
-        elif 10 <= number <= 15:
-            raw[number] = value
-    try:
-        dt = DataType(-1 if datatype is None else datatype)
-    except ValueError:
-        raise PayloadError(f"metric {name!r}: datatype {datatype} is not a scalar Sparkplug type") from None
-    if is_null:
-        return Metric(name, dt, None, timestamp)
-    return Metric(name, dt, _decode_value(name, dt, raw), timestamp)
+def _value(name: str, datatype: Optional[DataType], metric: Any) -> Scalar:
+    which = metric.WhichOneof("value")
+    if which is None:
+        raise PayloadError(f"metric {name!r}: neither a value nor is_null")
+    if which not in ("int_value", "long_value", "float_value", "double_value", "boolean_value", "string_value"):
+        raise PayloadError(f"metric {name!r}: a {which}, which no scalar metric carries")
+    value: Scalar = getattr(metric, which)
+    if datatype is None:
+        return value
+    expected = (_INTEGER[datatype][0] if datatype in _INTEGER else _FLOATING.get(datatype) or
+                ("boolean_value" if datatype is DataType.Boolean else "string_value"))
+    tahu_js_uint32 = datatype is DataType.UInt32 and which == "long_value"  # Tahu's JavaScript codec writes it so
+    if which != expected and not tahu_js_uint32:
+        raise PayloadError(f"metric {name!r}: {datatype.name} in {which}, not {expected}")
+    if datatype in _INTEGER and _INTEGER[datatype][2]:
+        return _signed(int(value), _INTEGER[datatype][1])  # Int8/16 may also come sign-extended to 32 bits
+    return value
 
 
-def _decode_value(name: str, dt: DataType, raw: dict[int, Union[int, bytes]]) -> Scalar:
-    if dt in _INTEGER:
-        number, bits, signed = _INTEGER[dt]
-        value = raw.get(number)
-        if not isinstance(value, int):
-            raise PayloadError(f"metric {name!r}: {dt.name} without its value field {number}")
-        return _signed(value, bits) if signed else value
-    if dt is DataType.Boolean:
-        flag = raw.get(14)
-        if not isinstance(flag, int):
-            raise PayloadError(f"metric {name!r}: Boolean without boolean_value")
-        return bool(flag)
-    if dt in (DataType.Float, DataType.Double):
-        number, fmt = (12, "<f") if dt is DataType.Float else (13, "<d")
-        packed = raw.get(number)
-        if not isinstance(packed, bytes) or len(packed) != struct.calcsize(fmt):
-            raise PayloadError(f"metric {name!r}: {dt.name} without its value field {number}")
-        return float(struct.unpack(fmt, packed)[0])
-    text = raw.get(15)
-    if not isinstance(text, bytes):
-        raise PayloadError(f"metric {name!r}: {dt.name} without string_value")
-    return text.decode("utf-8", errors="replace")
+def _metric(metric: Any) -> Metric:
+    name = metric.name if metric.HasField("name") else None
+    alias = metric.alias if metric.HasField("alias") else None
+    label = name if name is not None else f"alias {alias}"
+    datatype: Optional[DataType] = None
+    if metric.HasField("datatype"):
+        try:
+            datatype = DataType(metric.datatype)
+        except ValueError:
+            raise PayloadError(f"metric {label!r}: datatype {metric.datatype} is not a scalar Sparkplug type") \
+                from None
+    timestamp = metric.timestamp if metric.HasField("timestamp") else None
+    value = None if metric.is_null else _value(label, datatype, metric)
+    return Metric(name, datatype, value, timestamp, alias)
 
 
 def decode_payload(data: bytes) -> Payload:
     """A ``Payload`` from its bytes. Raises PayloadError for anything malformed."""
-    timestamp, seq, metrics = None, None, []
-    for number, _wire, value in _fields(data):
-        if number == 1 and isinstance(value, int):
-            timestamp = value
-        elif number == 2 and isinstance(value, bytes):
-            metrics.append(decode_metric(value))
-        elif number == 3 and isinstance(value, int):
-            seq = value
-    return Payload(timestamp, seq, metrics)
+    message = pb.Payload()
+    try:
+        message.ParseFromString(data)
+    except DecodeError as exc:
+        raise PayloadError(f"not a Sparkplug B payload: {exc}") from None
+    return Payload(message.timestamp if message.HasField("timestamp") else None,
+                   message.seq if message.HasField("seq") else None,
+                   [_metric(m) for m in message.metrics])

@@ -3,11 +3,12 @@
 
 Rules, in the order they apply to one sample of the readings:
 1. ``births``: NBIRTH (seq 0, ``bdSeq``, ``Node Control/Rebirth`` = false, every node metric) and a DBIRTH for
-   each live device with every metric. After a connect and on a rebirth request.
+   each live device with every metric, each with its name, datatype and alias. After a connect and on a rebirth
+   request.
 2. ``changes``: a node metric set that changed (a metric added, removed or retyped) needs a new NBIRTH, so it
    is rule 1 again. Otherwise an NDATA with the node metrics whose value changed; a DDEATH for each device that
    is no longer live; a DBIRTH for a new device or one whose metric set changed; a DDATA with the metrics
-   of a born device whose value changed. Nothing changed: nothing is sent.
+   of a born device whose value changed. Nothing changed: nothing is sent. DATA metrics carry their alias only.
 Every message but NDEATH takes the next ``seq``; NDEATH carries only ``bdSeq`` (it is the connection's will).
 """
 
@@ -17,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
+from appliance.sparkplug.aliases import AliasTable
 from appliance.sparkplug.payload import DataType, Metric, Scalar, encode_payload
 from appliance.sparkplug.sequence import SeqCounter
 
@@ -75,6 +77,7 @@ class NodeReports:
         self.bd_seq = bd_seq
         self._clock_ms = clock_ms
         self._seq = seq or SeqCounter()
+        self.aliases = AliasTable()
         self._node: dict[str, Reading] = {}
         self._devices: dict[str, dict[str, Reading]] = {}
 
@@ -83,7 +86,7 @@ class NodeReports:
         self._seq.reset()
         now = self._clock_ms()
         fixed = [Metric(BDSEQ, DataType.Int64, self.bd_seq, now), Metric(REBIRTH, DataType.Boolean, False, now)]
-        out = [self._message(self.topics.node("NBIRTH"), fixed + self._metrics(readings.node, now), now)]
+        out = [self._message(self.topics.node("NBIRTH"), fixed + self._births_of(None, readings.node, now), now)]
         self._node = dict(readings.node)
         self._devices = {}
         for device_id, metrics in readings.devices.items():
@@ -99,7 +102,7 @@ class NodeReports:
         out = []
         changed = {k: v for k, v in readings.node.items() if self._node.get(k) != v}
         if changed:
-            out.append(self._message(self.topics.node("NDATA"), self._metrics(changed, now), now))
+            out.append(self._data(self.topics.node("NDATA"), self._changes_of(None, changed, now), now))
             self._node.update(changed)
         for device_id in [d for d in self._devices if d not in readings.devices]:
             out.append(self._message(self.topics.device("DDEATH", device_id), [], now))
@@ -111,17 +114,26 @@ class NodeReports:
                 continue
             changed = {k: v for k, v in metrics.items() if born.get(k) != v}
             if changed:
-                out.append(self._message(self.topics.device("DDATA", device_id), self._metrics(changed, now), now))
+                out.append(self._data(self.topics.device("DDATA", device_id),
+                                      self._changes_of(device_id, changed, now), now))
                 born.update(changed)
         return out
 
     def _device_birth(self, device_id: str, metrics: MetricSet, now: int) -> Outgoing:
         self._devices[device_id] = dict(metrics)
-        return self._message(self.topics.device("DBIRTH", device_id), self._metrics(metrics, now), now)
+        return self._message(self.topics.device("DBIRTH", device_id), self._births_of(device_id, metrics, now), now)
 
     def _message(self, topic: str, metrics: list[Metric], now: int) -> Outgoing:
         return Outgoing(topic, encode_payload(now, metrics, seq=self._seq.take()))
 
-    @staticmethod
-    def _metrics(metrics: MetricSet, now: int) -> list[Metric]:
-        return [Metric(name, datatype, value, now) for name, (datatype, value) in metrics.items()]
+    def _data(self, topic: str, metrics: list[Metric], now: int) -> Outgoing:
+        """NDATA/DDATA: no names and no datatypes, the host has both from the births."""
+        return Outgoing(topic, encode_payload(now, metrics, seq=self._seq.take(), datatypes=False))
+
+    def _births_of(self, device: Optional[str], metrics: MetricSet, now: int) -> list[Metric]:
+        return [Metric(name, datatype, value, now, self.aliases.alias(device, name))
+                for name, (datatype, value) in metrics.items()]
+
+    def _changes_of(self, device: Optional[str], metrics: MetricSet, now: int) -> list[Metric]:
+        return [Metric(None, datatype, value, now, self.aliases.alias(device, name))
+                for name, (datatype, value) in metrics.items()]

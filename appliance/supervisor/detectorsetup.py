@@ -110,6 +110,7 @@ def plan_detector(config: AppConfig, engine: InstalledEngine) -> tuple[DetectorL
 def plan_warmup(config: AppConfig, max_inflight: int) -> WarmupPlan:
     """Warm-up frames as the cameras deliver them (each size and channel order once), as many at once as the
     scheduler keeps in flight (the detector's batches and instances)."""
-    shapes = dict.fromkeys(FrameShape(c.height, c.width, c.pixel_format.upper()) for c in config.cameras)
+    shapes = dict.fromkeys(FrameShape(height=c.frame_size[1], width=c.frame_size[0],
+                                      channel_order=c.pixel_format.upper()) for c in config.cameras)
     return WarmupPlan(frames=config.pipeline.warmup_frames, shapes=tuple(shapes),
                       concurrency=min(max_inflight, WARMUP_MAX_CONCURRENCY))

@@ -166,9 +166,7 @@ class CameraSpec(Protocol):
     @property
     def id(self) -> str: ...
     @property
-    def width(self) -> int: ...
-    @property
-    def height(self) -> int: ...
+    def frame_size(self) -> tuple[int, int]: ...
     @property
     def analytics(self) -> AnalyticsConfig | None: ...
 
@@ -197,7 +195,7 @@ def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], p
     stages = {}
     for camera in with_analytics:
         assert camera.analytics is not None
-        stages[camera.id] = CameraAnalytics(camera.id, camera.analytics, class_names, camera.width, camera.height,
+        stages[camera.id] = CameraAnalytics(camera.id, camera.analytics, class_names, *camera.frame_size,
                                             publisher, metrics, worker if camera.id in snapping else None,
                                             mirror=mirror)
         log.info("camera %s: analytics on (%d zone(s), %d line(s), snapshots %s)", camera.id,

@@ -45,7 +45,8 @@ def capture_readings(health: CaptureHealth | None) -> dict[str, Any]:
     other slot was leased."""
     if health is None:
         return {}
-    return {"fps": round(health.fps, 2), "frames": health.frames, "ring_drops": health.drops,
+    return {"size": f"{health.width}x{health.height}", "fps": round(health.fps, 2), "frames": health.frames,
+            "ring_drops": health.drops,
             "ring_full": health.ring_full, "decode_errors": health.decode_errors, "reconnects": health.reconnects,
             "stalls": health.stalls}
 

@@ -53,6 +53,12 @@ class TritonDistribution:
     def server_binary(self) -> Path | None:
         return None if self.bin_dir is None else self.bin_dir / "tritonserver"
 
+    def to_dict(self) -> dict[str, str | None]:
+        """What ``appliance triton-info --json`` prints: the same rows as :meth:`describe`, null where absent."""
+        return {"home": str(self.home), "found_via": self.source, "version": self.version,
+                "library": str(self.library), "backends": str(self.backend_dir), "python_stub": str(self.python_stub),
+                "server_binary": str(self.server_binary) if self.server_binary else None}
+
     def describe(self) -> str:
         rows = [
             ("home", str(self.home)),

@@ -43,7 +43,7 @@ def test_defaults_are_sane():
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"width": 0}, "greater than or equal to 16"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"height": 100000}, "less than or equal to 4320"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"ring_slots": 2}, "greater than or equal to 3"),
-        ({"type": "rtsp", "url": "rtsp://cam/1"}, {"id": "Cam 1"}, "String should match pattern"),
+        ({"type": "rtsp", "url": "rtsp://cam/1"}, {"id": "Cam 1"}, "is not a valid id"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"fps": 2, "stall_timeout_s": 0.4}, "longer than one frame"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"backoff": {"initial_s": 5, "max_s": 1}}, "must be >= initial_s"),
     ],

@@ -20,7 +20,8 @@ def _status(url: str) -> subprocess.CompletedProcess:
 
 def test_status_prints_a_readable_summary_and_exit_code_follows_health() -> None:
     summary = {"ok": True, "triton_ready": True, "status": "1/1 cameras streaming, 2.0 inferences/s, mqtt connected",
-               "cameras": {"line1": {"state": "streaming", "inferred": 40, "skipped": 2, "errors": 0}}}
+               "cameras": {"line1": {"state": "streaming", "size": "768x576", "inferred": 40, "skipped": 2,
+                                     "errors": 0}}}
     server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: summary)
     try:
         result = _status(f"http://127.0.0.1:{server.port}")
@@ -29,8 +30,8 @@ def test_status_prints_a_readable_summary_and_exit_code_follows_health() -> None
             "OK: 1/1 cameras streaming, 2.0 inferences/s, mqtt connected",
             "  triton  ready",
             "",
-            "CAMERA  STATE      FPS  INFERRED  SKIPPED  DROPPED  ERRORS  RECONNECTS",
-            "line1   streaming    -        40        2        -       0           -",
+            "CAMERA  STATE         SIZE  FPS  INFERRED  SKIPPED  DROPPED  ERRORS  RECONNECTS",
+            "line1   streaming  768x576    -        40        2        -       0           -",
         ]
         summary["ok"] = False
         result = _status(f"http://127.0.0.1:{server.port}")

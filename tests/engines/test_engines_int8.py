@@ -41,11 +41,13 @@ def frames_dir(tmp_path: Path) -> Path:
     return root
 
 
-def _profile(tmp_path: Path, **onnxruntime: object) -> EngineProfile:
-    """The shipped profile with small frame sets (the gate floors and settings as shipped unless overridden)."""
+def _profile(tmp_path: Path, **quantization: object) -> EngineProfile:
+    """The shipped profile at int8 with small frame sets (the gate floors and the quantization as shipped unless
+    overridden)."""
     shipped = load_profile(REPO / "engines" / "yolov3-tiny.yaml")
     data = shipped.model_dump(mode="json")
-    data["onnxruntime"].update({"precision": "int8", **onnxruntime})
+    data["onnxruntime"]["precision"] = "int8"
+    data["quantization"].update(quantization)
     data["calibration"]["sources"] = [{"path": "calib"}, {"path": "sample/sample.mp4", "frames": 6, "end_s": 6.0}]
     data["gate"]["sources"] = [{"path": "held"}, {"path": "sample/sample.mp4", "frames": 6, "start_s": 6.0}]
     return EngineProfile.model_validate(data).located_in(tmp_path)
@@ -118,8 +120,12 @@ def test_int8_with_the_head_in_float_passes_the_gate_it_is_given(frames_dir: Pat
     assert gate["passed"] and gate["recall"] >= 0.85 and gate["precision"] >= 0.85
     assert gate["reference_detections"] >= 20 and gate["frames"] == 9
     assert manifest["build"]["float_nodes"] and "calibration_sha256" in manifest["fingerprint"]
-    # the shipped profile's first two conv blocks stay in float beside the head
-    assert {"conv0_3", "leakyrelu_4", "conv2_8", "leakyrelu_9"} <= set(manifest["build"]["float_nodes"])
+    assert manifest["fingerprint"]["quantizer"].startswith("onnxruntime ")
+    # the shipped profile's float conv blocks stay in float beside the head; the served file is the checked one
+    assert {"conv0_3", "leakyrelu_4", "conv2_8", "leakyrelu_9", "conv8_23"} <= set(manifest["build"]["float_nodes"])
+    quantized = manifest["build"]["quantized"]
+    assert quantized["sha256"] == manifest["engine_sha256"] == manifest["build"]["in_graph"]["graph_sha256"]
+    assert quantized["float_convs"] == ["conv0_3", "conv2_8", "conv8_23"] and quantized["int8_convs"] == 10
     assert any(e.phase == "verify" and "detection gate passed: recall" in e.message for e in events)
     done = [e for e in events if e.phase == "done"]
     assert len(done) == 1 and done[0].gate is not None
@@ -158,7 +164,7 @@ def test_a_harmful_quantization_is_refused_with_numbers_and_the_fallback_is_buil
 
 def test_a_float_node_the_graph_lacks_is_a_build_error_naming_it(frames_dir: Path, tmp_path: Path,
                                                                 detector_onnx: Path) -> None:
-    """A typo in onnxruntime.float_nodes would otherwise quantize the layer it meant to keep in float."""
+    """A typo in quantization.float_nodes would otherwise quantize the layer it meant to keep in float."""
     profile = _profile(tmp_path, float_nodes=["conv0_3", "conv_typo"])
     with pytest.raises(EngineBuildError, match=r"float_nodes names nodes the graph does not have: \['conv_typo'\]"):
         _manager(tmp_path, frames_dir, []).ensure(profile)

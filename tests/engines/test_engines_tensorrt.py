@@ -131,3 +131,31 @@ def test_tensorrt_builds_the_detector(tmp_path: Path) -> None:
     assert engine.inputs == [{"name": "FRAME", "dtype": "uint8", "dims": [None, 416, 416, 3]}]
     assert [(o["name"], o["dtype"]) for o in engine.outputs] == [
         ("BOXES", "float32"), ("SCORES", "float32"), ("CLASSES", "int32"), ("COUNT", "int32")]
+
+
+@pytest.mark.gpu
+@needs_tensorrt
+@pytest.mark.slow
+@pytest.mark.usefixtures("detector_onnx", "darknet_images")
+def test_tensorrt_builds_the_int8_detector_from_the_quantized_model(tmp_path: Path) -> None:
+    """The shipped profile at tensorrt.precision int8: TensorRT builds the one quantized model (explicit Q/DQ, no
+    calibrator), wrapped with EfficientNMS, and the engine passes verification and the detection gate."""
+    import yaml
+
+    from appliance.detector.engines import ensure_engines
+
+    data = yaml.safe_load((REPO / "engines" / "yolov3-tiny.yaml").read_text())
+    data["tensorrt"]["precision"] = "int8"
+    (tmp_path / "engines").mkdir()
+    (tmp_path / "engines" / "yolov3-tiny.yaml").write_text(yaml.safe_dump(data))
+    [engine] = ensure_engines(tmp_path / "engines", state_dir=tmp_path / "state", models_root=REPO / ".models",
+                              builder="tensorrt", models=["yolov3-tiny"])
+    assert engine.precision == "int8" and engine.refused is None, engine.refused
+    assert engine.verification.startswith("detection gate passed"), engine.verification
+    assert engine.in_graph and engine.inputs[0]["name"] == "FRAME"
+    build = json.loads(engine.manifest_path.read_text())["build"]
+    assert build["in_graph"]["when"] == "after" and build["in_graph"]["nms"] == "trt"
+    assert build["quantized"]["tensorrt_rules"] == "passed" and build["quantized"]["int8_convs"] == 10
+    major = int(build["tensorrt_version"].split(".")[0])
+    assert build["network"] == ("strongly typed" if major >= 10 else "weakly typed")
+    assert not list((tmp_path / "state" / "engines" / "timing").glob("*.calib"))  # no calibration table

@@ -1,7 +1,8 @@
 """The TensorRT builder's own logic, in CI: appliance/detector/engines/builders/trt.py runs for real against a recording
 stand-in `tensorrt` module (tests/engines/trt_standin.py), put in sys.modules only for these tests, since TensorRT
 cannot run without an NVIDIA GPU. Checked: builder flags per precision, the workspace pool, the optimization
-profile's shapes, DLA settings and errors, the timing cache's life cycle, parser errors, INT8 calibration, progress.
+profile's shapes, DLA settings and errors, the timing cache's life cycle, parser errors, explicit INT8 (the quantized
+model, a strongly typed network on TensorRT 10, no calibrator), progress.
 Real builds and their verification run in test_engines_tensorrt.py (marked `gpu`)."""
 
 from __future__ import annotations
@@ -11,21 +12,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import yaml
 
-import appliance.detector.engines.builders.cuda as cuda_module
+from appliance.detector.buildprofile import QuantizationProfile
 from appliance.detector.engines.builders.base import BuildError
 from appliance.detector.engines.builders.trt import TensorRTBuilder
 from appliance.detector.calibration.frames import FrameSet, frame_set, model_profile_for
 from appliance.detector.engines.manager import EngineBuildError
 from appliance.detector.engines.onnxinfo import inspect_onnx
-from appliance.detector.buildprofile import EngineProfile, load_profile
+from appliance.detector.engines.qdqcheck import QdqCheckError, check_quantized
+from appliance.detector.engines.quantize import build_int8_model
+from appliance.detector.buildprofile import EngineProfile
 from engines_helpers import EngineEnv, make_onnx, write_profile
-from tests.engines.trt_standin import (
-    BuilderFlag, DeviceType, MemoryPoolType, StandInGpu, make_cuda_runtime, make_tensorrt,
-)
+from tests.engines.trt_standin import BuilderFlag, DeviceType, MemoryPoolType, StandInGpu, make_tensorrt
 
 IDENTITY = {"gpu_name": "Orin (stand-in)", "gpu_cc": "8.7", "cuda_driver": "12.2"}
 
@@ -41,7 +41,6 @@ class _StandInGpuBuilder(TensorRTBuilder):
 def gpu(monkeypatch: pytest.MonkeyPatch) -> StandInGpu:
     device = StandInGpu()
     monkeypatch.setitem(sys.modules, "tensorrt", make_tensorrt(device))
-    monkeypatch.setattr(cuda_module, "CudaRuntime", make_cuda_runtime(device))  # the INT8 calibrator's buffers
     return device
 
 
@@ -62,7 +61,7 @@ def _frames(env: EngineEnv, names: tuple[str, ...] = ("dog", "eagle", "giraffe",
 
 
 def _build(env: EngineEnv, profile: EngineProfile | None = None, onnx: Path | None = None,
-           progress: list[tuple[float, str]] | None = None, calibration: FrameSet | None = None) -> dict[str, Any]:
+           progress: list[tuple[float, str]] | None = None) -> dict[str, Any]:
     """One real TensorRTBuilder.build of the env's ONNX into the env's state dir."""
     out = env.root / "build" / "model.plan"
     out.parent.mkdir(exist_ok=True)
@@ -70,8 +69,7 @@ def _build(env: EngineEnv, profile: EngineProfile | None = None, onnx: Path | No
     timing_dir.mkdir(parents=True, exist_ok=True)
     seen = progress if progress is not None else []
     return _StandInGpuBuilder().build(inspect_onnx(onnx or env.models / "tiny.onnx"), profile or env.profile(), out,
-                                      lambda frac, msg: seen.append((frac, msg)), timing_dir,
-                                      calibration=calibration if calibration is not None else _frames(env))
+                                      lambda frac, msg: seen.append((frac, msg)), timing_dir)
 
 
 def _profile(env: EngineEnv, **tensorrt: Any) -> EngineProfile:
@@ -79,19 +77,11 @@ def _profile(env: EngineEnv, **tensorrt: Any) -> EngineProfile:
     return env.profile()
 
 
-@pytest.mark.parametrize("precision, flags", [
-    ("fp32", set()),
-    ("fp16", {BuilderFlag.FP16}),
-    ("int8", {BuilderFlag.FP16, BuilderFlag.INT8}),  # FP16 too, for the layers INT8 cannot quantize
-])
+@pytest.mark.parametrize("precision, flags", [("fp32", set()), ("fp16", {BuilderFlag.FP16})])
 def test_precision_sets_the_builder_flags(env: EngineEnv, gpu: StandInGpu, precision: str, flags: set[str]) -> None:
     details = _build(env, _profile(env, precision=precision))
     assert gpu.config.flags == flags and details["precision"] == precision
-    if precision == "int8":  # no Q/DQ in the ONNX: calibrated over the same optimization profile
-        assert gpu.config.int8_calibrator is not None
-        assert gpu.config.calibration_profile is gpu.config.profiles[0]
-    else:
-        assert gpu.config.int8_calibrator is None
+    assert not gpu.network.strongly_typed and details["network"] == "weakly typed"
     assert (env.root / "build" / "model.plan").read_bytes() == gpu.plan
 
 
@@ -211,55 +201,72 @@ def test_progress_is_reported_and_never_goes_back(env: EngineEnv, gpu: StandInGp
     assert fractions == sorted(fractions), fractions  # an operator must never see the percentage drop
 
 
-def test_int8_calibrates_on_distinct_real_frames(env: EngineEnv, gpu: StandInGpu) -> None:
-    """Batches of the profile's opt size (2), each frame a different darknet image, never one tensor repeated."""
-    frames = _frames(env)
-    profile = _profile(env, precision="int8", calibration_batches=3)
-    _build(env, profile, calibration=frames)
-    assert [b["images"].shape for b in gpu.calibration] == [(2, 3, 8, 8)] * 3
-    handed = [image for batch in gpu.calibration for image in batch["images"]]
-    assert len({image.tobytes() for image in handed}) == 6  # six distinct frames
-    for got, want in zip(handed, frames.tensors):  # in order: the real frames, as preprocessed for inference
-        assert np.array_equal(got, want)
-    # Real pixels: the letterbox border (pad 127/255) is there, and no frame is flat.
-    assert all(0 <= image.min() and image.max() <= 1 and image.std() > 0.02 for image in handed)
-    calib = env.state / "timing" / f"tiny-{profile.digest()[:12]}-{frames.digest[:12]}.calib"
-    assert calib.read_bytes() == b"stand-in calibration table"
-    gpu.calibration.clear()
-    _build(env, profile, calibration=frames)
-    assert gpu.calibration == []  # the calibration cache of the same frames was read back: no second calibration
-    other = _frames(env, ("person", "kite", "horses", "giraffe"))
-    _build(env, profile, calibration=other)
-    assert len(gpu.calibration) == 2  # new frames: a new table, calibrated again (4 frames fill 2 batches)
+def _quantized(env: EngineEnv) -> Path:
+    """The tiny model quantized the way every int8 build quantizes, calibrated on six real darknet images."""
+    out = env.models / "tiny-int8.onnx"
+    build_int8_model(env.models / "tiny.onnx", "images", _frames(env), QuantizationProfile(), out, None)
+    return out
 
 
-def test_int8_without_calibration_frames_is_a_build_error(env: EngineEnv, gpu: StandInGpu) -> None:
-    profile = _profile(env, precision="int8")
-    empty = FrameSet([], [], "0" * 64)
-    with pytest.raises(BuildError, match="int8 needs real calibration frames"):
-        _build(env, profile, calibration=empty)
-    with pytest.raises(BuildError, match="cannot fill one batch of 2"):
-        _build(env, profile, calibration=_frames(env, ("dog",)))
-    assert gpu.calibration == []
+@pytest.mark.parametrize("version, strongly_typed, flags", [
+    ("10.3.0", True, set()),  # types from the Q/DQ model; TensorRT 10 refuses precision flags on such a network
+    ("8.6.1", False, {BuilderFlag.INT8, BuilderFlag.FP16}),  # weakly typed: INT8 for the Q/DQ, FP16 for the rest
+])
+def test_int8_builds_the_quantized_model_explicitly(env: EngineEnv, gpu: StandInGpu, monkeypatch: pytest.MonkeyPatch,
+                                                    version: str, strongly_typed: bool, flags: set[str]) -> None:
+    gpu.version = version
+    monkeypatch.setitem(sys.modules, "tensorrt", make_tensorrt(gpu))
+    quantized = _quantized(env)
+    details = _build(env, _profile(env, precision="int8"), onnx=quantized)
+    assert gpu.network.strongly_typed is strongly_typed and gpu.config.flags == flags
+    assert details["network"] == ("strongly typed" if strongly_typed else "weakly typed")
+    assert not hasattr(gpu.config, "int8_calibrator")  # no implicit calibration: nothing was handed a calibrator
+    assert sorted(p.name for p in (env.state / "timing").iterdir()) == [Path(details["timing_cache"]).name]
+    assert (env.root / "build" / "model.plan").read_bytes() == gpu.plan
 
 
-def test_int8_with_explicit_qdq_needs_no_calibrator(env: EngineEnv, gpu: StandInGpu) -> None:
-    from onnx import TensorProto, helper, numpy_helper, save
+def test_the_stand_in_refuses_precision_flags_on_a_strongly_typed_network(gpu: StandInGpu) -> None:
+    """What makes the test above able to fail: TensorRT 10 stops such a build, and so does the stand-in."""
+    import tensorrt  # the stand-in, from sys.modules
 
-    scale = numpy_helper.from_array(np.array(0.02, dtype=np.float32), "scale")
-    zero = numpy_helper.from_array(np.array(0, dtype=np.int8), "zero")
-    graph = helper.make_graph(
-        [helper.make_node("QuantizeLinear", ["images", "scale", "zero"], ["q"]),
-         helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["dq"]),
-         helper.make_node("Relu", ["dq"], ["scores"])],
-        "qdq", [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, 8, 8])],
-        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 3, 8, 8])], [scale, zero])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    save(model, str(env.models / "qdq.onnx"))
-    _build(env, _profile(env, precision="int8"), onnx=env.models / "qdq.onnx")
-    assert BuilderFlag.INT8 in gpu.config.flags
-    assert gpu.config.int8_calibrator is None and gpu.calibration == []
+    class Recorder(tensorrt.ILogger):
+        messages: list[str] = []
+
+        def log(self, severity: Any, msg: str) -> None:
+            self.messages.append(msg)
+
+    builder = tensorrt.Builder(Recorder())
+    network = builder.create_network(1 << tensorrt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    config = builder.create_builder_config()
+    config.set_flag(BuilderFlag.INT8)
+    assert builder.build_serialized_network(network, config) is None
+    assert "API Usage Error" in Recorder.messages[-1] and "kINT8" in Recorder.messages[-1]
+
+
+def test_int8_of_a_model_without_qdq_is_a_build_error(env: EngineEnv, gpu: StandInGpu) -> None:
+    with pytest.raises(BuildError, match=r"int8 builds a quantized \(Q/DQ\) model; this network has no Q/DQ layers"):
+        _build(env, _profile(env, precision="int8"))
+    assert gpu.config.flags == set()
+
+
+def test_the_quantized_model_keeps_to_tensorrt_rules_and_the_old_form_does_not(env: EngineEnv) -> None:
+    """Signed int8 with zero points of 0 (checked here on the file, independently of check_quantized); ONNX
+    Runtime's uint8 asymmetric activations, the form TensorRT's parser rejects, fail the check."""
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from appliance.detector.engines.quantize import _FrameReader
+
+    model = onnx.load(str(_quantized(env)))
+    inits = {i.name: i for i in model.graph.initializer}
+    zeros = [inits[n.input[2]] for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert zeros and all(z.data_type == onnx.TensorProto.INT8 and not numpy_helper.to_array(z).any() for z in zeros)
+    assert check_quantized(model, []).int8_convs
+    old = env.models / "tiny-uint8.onnx"
+    quantize_static(str(env.models / "tiny.onnx"), str(old), _FrameReader("images", _frames(env).tensors),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    with pytest.raises(QdqCheckError, match="not an int8 initializer.*dequantizes a INT32 initializer"):
+        check_quantized(onnx.load(str(old)), [])
 
 
 def test_load_sets_the_dla_core_and_names_a_plan_that_does_not_deserialize(env: EngineEnv, gpu: StandInGpu) -> None:

@@ -2,8 +2,11 @@
 
 TensorRT cannot run on a CI host without an NVIDIA GPU, so these few classes answer the calls that
 appliance/detector/engines/builders/trt.py makes, the way TensorRT's Python API documents them, and keep what they were
-given for the assertions. The parser reads the real ONNX (inputs, Q/DQ layers); the "build" drives the progress
-monitor and the INT8 calibrator like TensorRT does. Nothing here optimizes or runs a network.
+given for the assertions. The parser reads the real ONNX (inputs, outputs, Q/DQ layers); the "build" drives the
+progress monitor like TensorRT does and refuses what TensorRT refuses: precision flags on a strongly typed network
+(TensorRT 10 stops the build with an API usage error), a calibrator (this stand-in has none: TensorRT 10.1
+deprecated implicit quantization). TensorRT before 10 has no strongly typed flag. Nothing here optimizes or runs a
+network.
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ import importlib.machinery
 import types
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 TIMING_MAGIC = b"STANDIN-TIMING-CACHE"
 
@@ -32,8 +33,6 @@ class StandInGpu:
     config: Any = None
     runtime: Any = None
     timing_blobs: list[bytes] = field(default_factory=list)  # what create_timing_cache was given
-    calibration: list[dict[str, np.ndarray]] = field(default_factory=list)  # batches the calibrator handed over
-    device_memory: dict[int, np.ndarray] = field(default_factory=dict)  # CudaRuntime stand-in's copies
 
 
 class ILogger:
@@ -44,11 +43,6 @@ class ILogger:
 
 
 class IProgressMonitor:
-    def __init__(self) -> None:
-        pass
-
-
-class IInt8EntropyCalibrator2:
     def __init__(self) -> None:
         pass
 
@@ -70,6 +64,14 @@ class LayerType:
 
 
 class NetworkDefinitionCreationFlag:
+    """TensorRT 10's: EXPLICIT_BATCH is ignored there, STRONGLY_TYPED types every tensor from the network."""
+
+    EXPLICIT_BATCH, STRONGLY_TYPED = 0, 1
+
+
+class NetworkDefinitionCreationFlag8:
+    """TensorRT 8.x's: no strongly typed networks."""
+
     EXPLICIT_BATCH = 0
 
 
@@ -77,7 +79,12 @@ class Network:
     def __init__(self, flags: int) -> None:
         self.flags = flags
         self.inputs: list[types.SimpleNamespace] = []
+        self.outputs: list[str] = []
         self.layers: list[types.SimpleNamespace] = []
+
+    @property
+    def strongly_typed(self) -> bool:
+        return bool(self.flags & (1 << NetworkDefinitionCreationFlag.STRONGLY_TYPED))
 
     @property
     def num_inputs(self) -> int:
@@ -111,8 +118,10 @@ class OnnxParser:
             if vi.name not in weights:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
                 self._network.inputs.append(types.SimpleNamespace(name=vi.name, shape=dims))
+        self._network.outputs = [o.name for o in graph.output]
         kinds = {"QuantizeLinear": LayerType.QUANTIZE, "DequantizeLinear": LayerType.DEQUANTIZE}
-        self._network.layers = [types.SimpleNamespace(type=kinds.get(n.op_type, LayerType.OTHER)) for n in graph.node]
+        self._network.layers = [types.SimpleNamespace(type=kinds.get(n.op_type, LayerType.OTHER), op_type=n.op_type)
+                                for n in graph.node]
         return True
 
     @property
@@ -147,8 +156,6 @@ class BuilderConfig:
         self.flags: set[str] = set()
         self.pool_limits: dict[str, int] = {}
         self.profiles: list[OptimizationProfile] = []
-        self.calibration_profile: OptimizationProfile | None = None
-        self.int8_calibrator: Any = None
         self.default_device_type = DeviceType.GPU
         self.DLA_core = -1
         self.builder_optimization_level = 3
@@ -164,10 +171,6 @@ class BuilderConfig:
     def add_optimization_profile(self, profile: OptimizationProfile) -> int:
         self.profiles.append(profile)
         return len(self.profiles) - 1
-
-    def set_calibration_profile(self, profile: OptimizationProfile) -> bool:
-        self.calibration_profile = profile
-        return True
 
     def create_timing_cache(self, blob: bytes) -> TimingCache:
         blob = bytes(blob)
@@ -195,6 +198,7 @@ class Builder:
 
     def __init__(self, gpu: StandInGpu, logger: ILogger) -> None:
         self._gpu = gpu
+        self._logger = logger
         self.num_DLA_cores = gpu.dla_cores
 
     def create_network(self, flags: int) -> Network:
@@ -209,6 +213,11 @@ class Builder:
         return OptimizationProfile()
 
     def build_serialized_network(self, network: Network, config: BuilderConfig) -> bytes | None:
+        precision_flags = config.flags & {BuilderFlag.FP16, BuilderFlag.INT8}
+        if network.strongly_typed and precision_flags:
+            self._logger.log(ILogger.ERROR, "IBuilder::buildSerializedNetwork: Error Code 3: API Usage Error "  # type: ignore[attr-defined]
+                             f"(Parameter check failed, condition: !config.getFlag(BuilderFlag::k{min(precision_flags)}). )")
+            return None
         monitor = config.progress_monitor
         if monitor is not None:  # one top-level phase of 2 steps with a nested phase, as TensorRT nests them
             monitor.phase_start("Building engine", None, 2)
@@ -219,12 +228,6 @@ class Builder:
             for step in range(2):
                 monitor.step_complete("Building engine", step)
             monitor.phase_finish("Building engine")
-        calibrator = config.int8_calibrator
-        if calibrator is not None and not calibrator.read_calibration_cache():
-            names = [t.name for t in network.inputs]
-            while (pointers := calibrator.get_batch(names)) is not None:
-                self._gpu.calibration.append({n: self._gpu.device_memory[p] for n, p in zip(names, pointers)})
-            calibrator.write_calibration_cache(b"stand-in calibration table")
         if config.timing_cache is not None:
             config.timing_cache.builds += 1  # tactics timed in this build join the cache
         return self._gpu.plan
@@ -246,27 +249,12 @@ def make_tensorrt(gpu: StandInGpu) -> types.ModuleType:
     trt = types.ModuleType("tensorrt")
     trt.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
     trt.__version__ = gpu.version  # type: ignore[attr-defined]
-    for cls in (ILogger, IProgressMonitor, IInt8EntropyCalibrator2, BuilderFlag, MemoryPoolType, DeviceType,
-                LayerType, NetworkDefinitionCreationFlag):
+    for cls in (ILogger, IProgressMonitor, BuilderFlag, MemoryPoolType, DeviceType, LayerType,
+                NetworkDefinitionCreationFlag):
         setattr(trt, cls.__name__, cls)
+    if int(gpu.version.split(".")[0]) < 10:
+        trt.NetworkDefinitionCreationFlag = NetworkDefinitionCreationFlag8  # type: ignore[attr-defined]
     trt.Builder = lambda logger: Builder(gpu, logger)  # type: ignore[attr-defined]
     trt.OnnxParser = lambda network, logger: OnnxParser(gpu, network, logger)  # type: ignore[attr-defined]
     trt.Runtime = lambda logger: Runtime(gpu, logger)  # type: ignore[attr-defined]
     return trt
-
-
-def make_cuda_runtime(gpu: StandInGpu) -> type:
-    """A CudaRuntime stand-in for the INT8 calibrator: 'device memory' is a dict of copies in ``gpu``."""
-
-    class StandInCuda:
-        def __init__(self) -> None:
-            self._next = 0x1000
-
-        def malloc(self, nbytes: int) -> int:
-            self._next += max(int(nbytes), 1)
-            return self._next
-
-        def copy_to_device(self, dst: int, src: np.ndarray) -> None:
-            gpu.device_memory[dst] = np.array(src, copy=True)
-
-    return StandInCuda

@@ -68,3 +68,15 @@ def test_the_dashboard_is_importable_and_covers_what_an_operator_watches() -> No
     broken["panels"][0]["targets"][0]["expr"] = "appliance_mqtt_conected"
     problems = unknown_metrics(broken, ApplianceMetrics().render().decode())
     assert any("appliance_mqtt_conected is not in /metrics" in p for p in problems)
+
+
+def test_the_dashboard_reads_no_deprecated_metric() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics = ApplianceMetrics()
+    metrics.record_tegrastats(None)
+    deprecated = {f.name for f in text_string_to_metric_families(metrics.render().decode())
+                  if f.documentation.startswith("DEPRECATED")}
+    assert "appliance_cpu_percent" in deprecated
+    used = {name for _where, expr in dashboard_queries(load_dashboard(DASHBOARD)) for name in metric_names(expr)}
+    assert not used & deprecated, used & deprecated

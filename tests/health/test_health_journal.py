@@ -74,3 +74,33 @@ def test_a_camera_process_tags_every_record_with_its_camera(tmp_path: Path,
     assert first["LOGGER"] == "appliance.capture.sources.rtsp"
     assert second["CAMERA"] == "other" and second["PRIORITY"] == "6"  # a record's own field wins
     assert " WARNING capture[line1]: stalled" in capsys.readouterr().err
+
+
+JSON_LOGGER = """
+import logging
+from appliance.logs import configure
+configure("INFO", camera="Dock-1")  # as a capture process does
+logging.getLogger("appliance.capture.loop").warning("source %s gone", "rtsp", extra={"stage": "capture"})
+try:
+    1 / 0
+except ZeroDivisionError:
+    logging.getLogger("appliance.supervisor").exception("tick failed")
+"""
+
+
+def test_json_format_is_one_object_per_line_with_the_structured_fields(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "APPLIANCE_LOG_FORMAT": "json", "JOURNAL_STREAM": "8:1"}  # asked for: wins over journald
+    result = subprocess.run([sys.executable, "-c", JSON_LOGGER], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    first, second = (json.loads(line) for line in result.stderr.splitlines())
+    assert first["message"] == "source rtsp gone" and first["level"] == "WARNING" and first["camera"] == "Dock-1"
+    assert first["stage"] == "capture" and first["logger"] == "appliance.capture.loop" and "model" not in first
+    assert second["camera"] == "Dock-1" and "ZeroDivisionError" in second["exception"]
+    bad = subprocess.run([sys.executable, "-c", JSON_LOGGER], env={**env, "APPLIANCE_LOG_FORMAT": "xml"},
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "APPLIANCE_LOG_FORMAT='xml': use one of text, json" in bad.stderr

@@ -90,3 +90,29 @@ def test_docs_list_every_metric_by_its_exposed_name() -> None:
     metrics.record_tegrastats(None)  # registers the tegrastats gauges (a Jetson's)
     # prometheus_client adds a <counter>_created gauge to each counter without labels: not ours to document
     assert documented == {name for name in _types(metrics) if not name.endswith("_created")}
+
+
+# (ratio, deprecated percent twin): what an operator's dashboards and alerts move between
+SHARES = {"appliance_cpu_usage_ratio": "appliance_cpu_percent",
+          "appliance_engine_build_ratio": "appliance_engine_build_percent",
+          "appliance_gpu_load_ratio": "appliance_gpu_load_percent",
+          "appliance_emc_load_ratio": "appliance_emc_load_percent",
+          "appliance_cpu_core_load_ratio": "appliance_cpu_core_load_percent"}
+
+
+def test_shares_are_ratios_and_the_old_percent_names_say_they_are_deprecated() -> None:
+    from appliance.health.system import SystemReading
+
+    metrics = ApplianceMetrics()
+    metrics.record_tegrastats(None)
+    metrics.record_system(SystemReading(37.5, None, None, {}, {}))
+    metrics.engine_build.labels(model="yolov3-tiny").set(100.0)
+    samples = _samples(metrics)
+    assert samples[("appliance_cpu_usage_ratio", ())] == 0.375 and samples[("appliance_cpu_percent", ())] == 37.5
+    assert samples[("appliance_engine_build_ratio", (("model", "yolov3-tiny"),))] == 1.0
+    assert samples[("appliance_engine_build_percent", (("model", "yolov3-tiny"),))] == 100.0
+    helps = {f.name: f.documentation for f in text_string_to_metric_families(metrics.render().decode())}
+    for ratio, old in SHARES.items():
+        assert "(0..1)" in helps[ratio] and "DEPRECATED" not in helps[ratio], helps[ratio]
+        assert helps[old].startswith(f"DEPRECATED, removed in the next version: use {ratio} (0..1)"), helps[old]
+    assert not [name for name in helps if name.endswith("_percent") and name not in SHARES.values()]

@@ -133,6 +133,10 @@ def test_metrics_from_a_reading() -> None:
     assert samples[("appliance_gpu_load_percent", ())] == 0.0
     assert samples[("appliance_cpu_core_load_percent", (("core", "0"),))] == 3.0
     assert ("appliance_cpu_core_load_percent", (("core", "1"),)) not in samples
+    # the ratios: the line says "GR3D_FREQ 0%" and core 0 at "3%@345"
+    assert samples[("appliance_gpu_load_ratio", ())] == 0.0
+    assert samples[("appliance_cpu_core_load_ratio", (("core", "0"),))] == pytest.approx(0.03)
+    assert ("appliance_cpu_core_load_ratio", (("core", "1"),)) not in samples
     assert ("appliance_cpu_core_freq_hertz", (("core", "2"),)) not in samples
     assert samples[("appliance_cpu_core_freq_hertz", (("core", "0"),))] == 345e6  # "3%@345" (MHz) in the line
     assert samples[("appliance_tegrastats_power_watts", (("rail", "POM_5V_IN"),))] == pytest.approx(4.531)

@@ -35,8 +35,8 @@ def test_defaults_are_safe() -> None:
     ({"port": 0}, "greater than or equal to 1"),
     ({"port": 70000}, "less than or equal to 65535"),
     ({"protocol": "3.1"}, "'3.1.1' or '5'"),
-    ({"device_id": "line/1"}, "String should match pattern"),
-    ({"device_id": "+"}, "String should match pattern"),
+    ({"device_id": "line/1"}, "is not a valid id"),
+    ({"device_id": "+"}, "is not a valid id"),
     ({"topic_prefix": "factory/#"}, "String should match pattern"),
     ({"topic_prefix": "factory//line"}, "String should match pattern"),
     ({"client_id": "a b"}, "String should match pattern"),
@@ -57,7 +57,7 @@ def test_defaults_are_safe() -> None:
     ({"publish": {"mode": "every_frame", "rate_hz": 5}}, "rate_hz only applies to mode 'fixed_rate'"),
     ({"publish": {"mode": "fixed_rate", "rate_hz": 5, "heartbeat_s": 1}}, "heartbeat_s only applies"),
     ({"publish": {"mode": "on_change", "min_score": 1.5}}, "less than or equal to 1"),
-    ({"cameras": {"cam/0": {"mode": "every_frame"}}}, "camera id 'cam/0' is not a valid topic level"),
+    ({"cameras": {"cam/0": {"mode": "every_frame"}}}, "camera id 'cam/0' is not a valid id"),
     ({"cameras": {"status": {"mode": "every_frame"}}}, "camera id 'status' is reserved"),
 ])
 def test_bad_input_is_rejected_with_a_clear_message(doc: dict[str, Any], fragment: str) -> None:
@@ -91,7 +91,7 @@ def test_topics_layout_and_bad_ids() -> None:
     assert t.command_filter == "factory/line1/box7/command/+"
     assert t.command_name("factory/line1/box7/command/reload") == "reload"
     assert t.command_name("factory/line1/box7/cam0/detections") is None
-    with pytest.raises(MqttConfigError, match="camera id 'a#' is not a valid topic level"):
+    with pytest.raises(MqttConfigError, match="camera id 'a#' is not a valid id"):
         t.detections("a#")
     with pytest.raises(MqttConfigError, match="reserved"):
         t.detections("command")

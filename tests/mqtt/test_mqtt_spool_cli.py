@@ -114,3 +114,15 @@ def test_a_relative_spool_path_is_found_under_the_state_directory(tmp_path: Path
     _spool_with_one_set_aside(tmp_path / "state" / "q" / "s.db")  # where the daemon puts it (MqttConfig.spool_path)
     listed = _cli("list", "--config", str(config))
     assert listed.returncode == 0 and listed.stdout.startswith("2\t"), listed.stderr
+
+
+def test_list_as_json_says_what_the_text_list_says(tmp_path: Path, broker: Mosquitto) -> None:
+    config = _config(tmp_path, broker)
+    _spool_with_one_set_aside(tmp_path / "state" / "mqtt-spool.sqlite3")
+    (line,) = _cli("list", "--config", str(config)).stdout.splitlines()
+    listed = _cli("list", "--config", str(config), "--payload", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (message,) = json.loads(listed.stdout)
+    assert line.split("\t") == [str(message["id"]), message["set_at"], message["topic"], f"{message['bytes']} bytes",
+                                message["reason"]]
+    assert message["id"] == 2 and json.loads(message["payload"]) == {"seq": 1}

@@ -1,5 +1,6 @@
-"""A real edge node process for the SIGKILL test: EdgeNode with two cameras whose fps changes every sample.
-Prints ``up <bdSeq>`` once its NBIRTH is out; runs until killed.
+"""A real edge node process for the SIGKILL tests: EdgeNode with two cameras whose fps changes every sample; cam1 is
+away for samples 20 to 29 (its DDEATH, then its DBIRTH again). Prints ``up <bdSeq>`` once its NBIRTH is out; runs
+until killed.
 
     python sparkplug_child_node.py CONFIG_JSON STATE_DIR
 """
@@ -25,9 +26,13 @@ def main() -> int:
     ticks = itertools.count()
 
     def readings() -> Readings:
-        fps = float(next(ticks) % 30)
-        return Readings(node={"Model/Version": (DataType.String, "base")},
-                        devices={cam: {"Capture/FPS": (DataType.Double, fps)} for cam in ("cam0", "cam1")})
+        tick = next(ticks)
+        fps = float(tick % 30)
+        cameras = ("cam0",) if 20 <= tick < 30 else ("cam0", "cam1")
+        return Readings(node={"Model/Version": (DataType.String, "base"), "Inference/Rate": (DataType.Double, fps),
+                              "Inference/Latency p50 ms": (DataType.Double, None)},
+                        devices={cam: {"State": (DataType.String, "streaming"), "Capture/FPS": (DataType.Double, fps),
+                                       "Capture/Frames": (DataType.Int64, tick)} for cam in cameras})
 
     node = EdgeNode(config, readings, Path(sys.argv[2])).start()
     if not node.wait_connected(30):

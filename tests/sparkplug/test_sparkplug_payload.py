@@ -1,6 +1,7 @@
-"""The hand-written Sparkplug B protobuf against google.protobuf with the spec's schema (tests/support/sparkplug_b.py):
-what we write decodes there to the same values and is byte for byte what protobuf itself writes; what protobuf
-writes (a host's NCMD) decodes here; malformed bytes raise PayloadError."""
+"""The appliance's Sparkplug B codec (generated from the spec's .proto) against a schema the tests build on their own
+(tests/support/sparkplug_b.py): what we write decodes there to the same values and is byte for byte what that
+schema writes; what it writes (a host's NCMD) decodes here; malformed bytes raise PayloadError. The codec against
+Eclipse Tahu's own JavaScript codec: tests/sparkplug/test_sparkplug_interop.py."""
 
 from __future__ import annotations
 
@@ -38,9 +39,9 @@ def _reference(timestamp: int, metrics: list[Metric], seq: int | None) -> bytes:
             pm.timestamp = m.timestamp_ms
         if m.value is None:
             pm.is_null = True
-        elif m.datatype in BITS:  # two's complement in the type's width
+        elif m.datatype in BITS:  # two's complement in the field's width: Int8 -1 as 0xFFFFFFFF
             field = "long_value" if BITS[m.datatype] == 64 else "int_value"
-            setattr(pm, field, int(m.value) & ((1 << BITS[m.datatype]) - 1))
+            setattr(pm, field, int(m.value) & ((1 << (64 if BITS[m.datatype] == 64 else 32)) - 1))
         elif m.datatype is DataType.Float:
             pm.float_value = float(m.value)
         elif m.datatype is DataType.Double:
@@ -84,14 +85,14 @@ def test_our_reader_decodes_what_google_protobuf_writes() -> None:
             assert isinstance(got.value, float) and math.isclose(got.value, want.value, rel_tol=1e-7)
         else:
             assert got.value == want.value
-    sign_extended = Payload()
-    sign_extended.metrics.add(name="i8", datatype=1, int_value=0xFFFFFF80)  # Tahu's Java writer: -128 as int32
-    assert decode_payload(sign_extended.SerializeToString()).metrics[0].value == -128
+    own_width = Payload()
+    own_width.metrics.add(name="i8", datatype=1, int_value=0x80)  # -128 in 8 bits, not sign-extended: read too
+    assert decode_payload(own_width.SerializeToString()).metrics[0].value == -128
     (rebirth,) = decode_payload(rebirth_command()).metrics
     assert (rebirth.name, rebirth.datatype, rebirth.value) == ("Node Control/Rebirth", DataType.Boolean, True)
 
 
-def test_fields_the_reader_does_not_know_are_skipped() -> None:
+def test_fields_an_edge_node_does_not_use_are_ignored() -> None:
     message = Payload()
     message.uuid, message.body = "abc", b"\x00\x01"
     metric = message.metrics.add()
@@ -112,14 +113,14 @@ def test_a_value_its_datatype_cannot_hold_is_refused(metric: Metric) -> None:
 
 
 @pytest.mark.parametrize("data, why", [
-    (rebirth_command()[:-1], "truncated"),
-    (b"\x08", "truncated varint"),
-    (b"\x08" + b"\xff" * 11, "longer than 10"),
-    (b"\x0b", "wire type 3"),
-    (b"\x00\x01", "field number 0"),
-    (b"\x12\x02\x20\x63", "datatype 99"),      # a metric with datatype 99
-    (b"\x12\x02\x20\x0b", "Boolean without"),     # a Boolean metric with no value
-    (b"\x12\x06\x20\x0a\x69\x00\x00\x00", "truncated fixed64"),
+    (rebirth_command()[:-1], "not a Sparkplug B payload"),         # truncated
+    (b"\x08", "not a Sparkplug B payload"),                         # truncated varint
+    (b"\x08" + b"\xff" * 11, "not a Sparkplug B payload"),         # a varint over 10 bytes
+    (b"\x00\x01", "not a Sparkplug B payload"),                     # field number 0
+    (b"\x12\x02\x20\x63", "datatype 99"),                          # a metric with datatype 99
+    (b"\x12\x02\x20\x0b", "neither a value nor is_null"),          # a Boolean metric with no value
+    (b"\x12\x04\x20\x0b\x50\x01", "Boolean in int_value"),        # a Boolean in the integer field
+    (b"\x12\x06\x20\x0a\x69\x00\x00\x00", "not a Sparkplug B payload"),  # truncated fixed64
 ])
 def test_malformed_bytes_raise_payload_error(data: bytes, why: str) -> None:
     with pytest.raises(PayloadError, match=why):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from appliance.sparkplug.payload import DataType
 from appliance.sparkplug.reports import NodeReports, Outgoing, Readings, SparkplugTopics, death_payload
 from appliance.sparkplug.sequence import SeqCounter
-from support.sparkplug_b import metrics_of, parse
+from support.sparkplug_b import announced, metrics_of, parse
 
 TOPICS = SparkplugTopics("plant1", "edge7")
 NODE = {"Model/Version": (DataType.String, "base"), "Inference/Latency p50 ms": (DataType.Double, None)}
@@ -16,15 +16,22 @@ def cam(fps: float, state: str = "streaming") -> dict[str, tuple[DataType, objec
     return {"State": (DataType.String, state), "Capture/FPS": (DataType.Double, fps)}
 
 
+ALIASES: dict[int, tuple[str, int]] = {}  # what the births decoded so far announced (one NodeReports per test)
+
+
 def decoded(out: list[Outgoing]) -> list[tuple[str, int | None, dict[str, object]]]:
+    """(topic, seq, metrics), DATA metrics named from the aliases the births decoded here announced."""
     result = []
     for o in out:
         p = parse(o.payload)
-        result.append((o.topic, p.seq if p.HasField("seq") else None, metrics_of(p)))
+        if "BIRTH" in o.topic:
+            ALIASES.update(announced(p))
+        result.append((o.topic, p.seq if p.HasField("seq") else None, metrics_of(p, ALIASES)))
     return result
 
 
 def reports(seq: SeqCounter | None = None) -> NodeReports:
+    ALIASES.clear()
     return NodeReports(TOPICS, bd_seq=5, clock_ms=lambda: 1_000, seq=seq)
 
 
@@ -40,7 +47,7 @@ def test_births_are_nbirth_with_seq_0_and_bdseq_then_every_dbirth() -> None:
 
 def test_only_changed_metrics_are_sent_and_nothing_when_nothing_changed() -> None:
     r = reports()
-    r.births(Readings(NODE, {"cam1": cam(10.0)}))
+    decoded(r.births(Readings(NODE, {"cam1": cam(10.0)})))
     assert r.changes(Readings(NODE, {"cam1": cam(10.0)})) == []
     node = {**NODE, "Inference/Latency p50 ms": (DataType.Double, 12.5)}
     out = decoded(r.changes(Readings(node, {"cam1": cam(9.5)})))
@@ -70,7 +77,7 @@ def test_a_new_device_metric_rebirths_that_device_and_a_new_node_metric_the_whol
 
 def test_seq_wraps_from_255_to_0_across_data_messages() -> None:
     r = reports()
-    r.births(Readings(NODE, {"cam1": cam(0.0)}))  # seq 0 and 1
+    decoded(r.births(Readings(NODE, {"cam1": cam(0.0)})))  # seq 0 and 1
     seqs = [decoded(r.changes(Readings(NODE, {"cam1": cam(float(i))})))[0][1] for i in range(1, 300)]
     assert seqs[:3] == [2, 3, 4]
     assert seqs[252:256] == [254, 255, 0, 1]

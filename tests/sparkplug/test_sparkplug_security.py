@@ -1,7 +1,8 @@
 """The edge node connects with the MQTT section's TLS and credentials (the publisher's build_client), MQTT 3.1.1
 and 5; a refused connection is never "connected", is retried with backoff, and each CONNECT takes a new bdSeq.
 Under the shipped least-privilege ACL (docs/examples/mosquitto/acl) it births and answers an operator's rebirth
-request, while a subscriber's or another device's request, and another device's forged birth, never arrive."""
+request and waits for its primary host's STATE, while a subscriber's or another device's request, another device's
+forged birth and its forged offline STATE, never arrive."""
 
 from __future__ import annotations
 
@@ -75,10 +76,11 @@ def test_under_the_shipped_acl_only_an_operator_can_ask_for_a_rebirth_and_no_dev
         tmp_path: Path) -> None:
     with Mosquitto(tmp_path / "broker", passwords=USERS, extra_config=[f"acl_file {ACL}"]) as broker:
         host = SparkplugSubscriber(broker, username="operator@ops", password=USERS["operator@ops"])
+        host.mqtt.publish("spBv1.0/STATE/scada", '{"online": true, "timestamp": 1000}', retain=True)
         config = MqttConfig.model_validate({
             "host": broker.host, "port": broker.port, "device_id": "dev1", "username": "dev1",
             "password": USERS["dev1"], "backoff": {"initial_s": 0.05, "max_s": 0.2, "jitter": 0.0},
-            "sparkplug": {"group_id": "plant1", "interval_s": 0.05}})
+            "sparkplug": {"group_id": "plant1", "interval_s": 0.05, "primary_host_id": "scada"}})
         readings = Readings(node={"Model/Version": (DataType.String, "base")},
                             devices={"cam1": {"State": (DataType.String, "streaming")}})
         node = EdgeNode(config, lambda: readings, tmp_path / "state").start()
@@ -92,6 +94,7 @@ def test_under_the_shipped_acl_only_an_operator_can_ask_for_a_rebirth_and_no_dev
             publish_as(broker, "dashboard@ops", USERS["dashboard@ops"], ncmd, rebirth_command(True, timestamp=101))
             publish_as(broker, "dev2", USERS["dev2"], ncmd, rebirth_command(True, timestamp=102))
             publish_as(broker, "dev2", USERS["dev2"], "spBv1.0/plant1/NBIRTH/dev1", rebirth_command(True, 103))
+            publish_as(broker, "dev2", USERS["dev2"], "spBv1.0/STATE/scada", '{"online": false, "timestamp": 2000}')
             publish_as(broker, "dev2", USERS["dev2"], "spBv1.0/plant1/NDATA/dev2", rebirth_command(True, 104))
             publish_as(broker, "operator@ops", USERS["operator@ops"], ncmd, rebirth_command(True, timestamp=105))
             host.wait_for(lambda m: [x for x in m if x.topic == "spBv1.0/plant1/NDATA/dev2"], message="dev2's own")
@@ -103,7 +106,7 @@ def test_under_the_shipped_acl_only_an_operator_can_ask_for_a_rebirth_and_no_dev
                           message="the operator's rebirth")
             assert len(host.of("NBIRTH")) == 2 and len(host.of("DBIRTH", "cam1")) == 2
             assert 103 not in [x.payload.timestamp for x in host.of("NBIRTH")]  # the node's own births, no forged one
-            assert node.connects == 1  # never dropped for a publish the ACL denies
+            assert node.connects == 1  # never dropped for a publish the ACL denies, nor for dev2's forged STATE
         finally:
             node.stop()
             host.stop()

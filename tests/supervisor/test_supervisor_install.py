@@ -31,6 +31,8 @@ def test_installed_tree_checks_its_config_finds_triton_and_builds_the_engine(tmp
                  "etc/systemd/system/appliance.service",
                  "etc/systemd/system/appliance-build-engines.service"]:
         assert (dest / path).is_file(), path
+    # the commented starting config to edit, not the demo
+    assert (dest / "etc/appliance/appliance.yaml").read_text() == (REPO / "docs/examples/appliance.yaml").read_text()
     env = {**os.environ, "APPLIANCE_STATE_DIR": str(dest / "var/lib/appliance"),
            "APPLIANCE_ENGINES_DIR": str(dest / "etc/appliance/engines"),
            "APPLIANCE_MODELS_DIR": str(dest / "var/lib/appliance/models"),
@@ -68,7 +70,7 @@ def _operator_commands_find_the_installed_config_and_state(dest: Path, bin_: Pat
     def appliance(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(bin_), *args], env=env, capture_output=True, text=True, timeout=120, cwd=dest)
 
-    status = appliance("ota", "status")
+    status = appliance("ota", "status", "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["state_dir"] == str(state), status.stdout
     listed = appliance("spool", "list")

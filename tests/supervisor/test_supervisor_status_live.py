@@ -173,8 +173,9 @@ def test_status_shows_each_fact_of_the_running_appliance(running: Running) -> No
     assert camera["state"] == "streaming" and 2.0 <= camera["fps"] <= 6.0, camera
     assert camera["inferred"] >= len(received)
     row = next(line for line in text.splitlines() if line.startswith("line1 "))
-    cells = row.split()  # CAMERA STATE FPS INFERRED ...: read a moment before the JSON
-    assert cells[:2] == ["line1", "streaming"] and 2.0 <= float(cells[2]) <= 6.0 and int(cells[3]) >= len(received)
+    cells = row.split()  # CAMERA STATE SIZE FPS INFERRED ...: read a moment before the JSON
+    assert cells[:3] == ["line1", "streaming", "640x480"] and camera["size"] == "640x480", (row, camera)
+    assert 2.0 <= float(cells[3]) <= 6.0 and int(cells[4]) >= len(received), row
     # the inference rate: frames over uptime, and no faster than the one camera delivers
     inference = summary["inference"]
     assert inference["inferred"] >= len(received)

@@ -91,13 +91,14 @@ def parse(data: bytes) -> Any:
     return message
 
 
-def metric_value(metric: Any) -> Any:
-    """The metric's value per the spec (signed types from their two's complement); None when is_null."""
+def metric_value(metric: Any, datatype: Optional[int] = None) -> Any:
+    """The metric's value per the spec (signed types from their two's complement); None when is_null.
+    ``datatype``: the birth's, for a DATA metric that leaves it out."""
     if metric.is_null:
         return None
     which = metric.WhichOneof("value")
     value = getattr(metric, which) if which else None
-    signed_bits = {1: 8, 2: 16, 3: 32, 4: 64}.get(metric.datatype)
+    signed_bits = {1: 8, 2: 16, 3: 32, 4: 64}.get(metric.datatype if metric.HasField("datatype") else datatype or 0)
     if signed_bits is not None and value is not None:
         value &= (1 << signed_bits) - 1  # Int8/16 may come in their own width or sign-extended to 32 bits
         if value >> (signed_bits - 1):
@@ -105,8 +106,21 @@ def metric_value(metric: Any) -> Any:
     return value
 
 
-def metrics_of(payload: Any) -> dict[str, Any]:
-    return {m.name: metric_value(m) for m in payload.metrics}
+def metrics_of(payload: Any, aliases: Optional[dict[int, tuple[str, int]]] = None) -> dict[str, Any]:
+    """name -> value; a metric sent by alias only is named from ``aliases`` (alias -> (name, datatype), as births
+    announce them; ``?alias`` if not there)."""
+    out = {}
+    for m in payload.metrics:
+        name, datatype = m.name, None
+        if not m.HasField("name") and m.HasField("alias"):
+            name, datatype = (aliases or {}).get(m.alias, (f"?{m.alias}", None))
+        out[name] = metric_value(m, datatype)
+    return out
+
+
+def announced(payload: Any) -> dict[int, tuple[str, int]]:
+    """The aliases a birth announces: alias -> (name, datatype)."""
+    return {m.alias: (m.name, m.datatype) for m in payload.metrics if m.HasField("alias")}
 
 
 def rebirth_command(value: bool = True, timestamp: int = 1) -> bytes:
@@ -119,12 +133,16 @@ def rebirth_command(value: bool = True, timestamp: int = 1) -> bytes:
     return bytes(message.SerializeToString())
 
 
+Aliases = dict[int, tuple[str, int]]  # alias -> (name, datatype), as the births announced them
+
+
 @dataclass
 class Received:
     topic: str
     kind: str              # NBIRTH, DDATA, ...
     device: Optional[str]
     payload: Any           # a decoded Payload
+    aliases: Optional[Aliases] = None  # the edge node's, as of this message (DATA and CMD name metrics by alias)
 
     @property
     def seq(self) -> Optional[int]:
@@ -132,7 +150,8 @@ class Received:
 
     @property
     def metrics(self) -> dict[str, Any]:
-        return metrics_of(self.payload)
+        """name -> value, metrics sent by alias only named from the births."""
+        return metrics_of(self.payload, self.aliases)
 
 
 NODE_KINDS = frozenset({"NBIRTH", "NDATA", "NDEATH", "DBIRTH", "DDATA", "DDEATH"})
@@ -151,6 +170,7 @@ class SparkplugSubscriber:
         self._messages: list[Received] = []
         self._commands: list[Received] = []  # NCMD and DCMD that decode (the node's subscription gets the same)
         self._undecodable: list[str] = []
+        self._aliases: dict[str, Aliases] = {}  # per edge node (group/node), from its births
 
     def _sort(self) -> None:
         """Decode what arrived since the last call, once each."""
@@ -163,6 +183,7 @@ class SparkplugSubscriber:
     def _sort_one(self, msg: Message) -> None:
         parts = msg.topic.split("/")
         device = parts[4] if len(parts) > 4 else None
+        node = "/".join(parts[1:4:2])
         if parts[2] in ("NCMD", "DCMD"):  # ours included; malformed ones are left out
             try:
                 self._commands.append(Received(msg.topic, parts[2], device, parse(msg.payload)))
@@ -172,9 +193,16 @@ class SparkplugSubscriber:
         if parts[2] not in NODE_KINDS:  # host STATE
             return
         try:
-            self._messages.append(Received(msg.topic, parts[2], device, parse(msg.payload)))
+            payload = parse(msg.payload)
         except DecodeError as exc:
             self._undecodable.append(f"{msg.topic}: {exc}")
+            return
+        aliases = self._aliases.setdefault(node, {})
+        if parts[2] == "NBIRTH":
+            aliases.clear()
+        if parts[2] in ("NBIRTH", "DBIRTH"):
+            aliases.update(announced(payload))
+        self._messages.append(Received(msg.topic, parts[2], device, payload, dict(aliases)))
 
     @property
     def messages(self) -> list[Received]:

@@ -20,8 +20,8 @@ __all__ = ["DecodeError", "EndOfStream", "FrameSource", "SourceAbsent", "SourceC
 def make_source(camera: CameraConfig) -> FrameSource:
     """Build (not open) the source for ``camera``; modules load here so OpenCV loads only where needed."""
     src = camera.source
-    common = FrameShape(width=camera.width, height=camera.height, pixel_format=camera.pixel_format,
-                        resize=camera.resize)
+    width, height = camera.frame_size
+    common = FrameShape(width=width, height=height, pixel_format=camera.pixel_format, resize=camera.resize)
     if src.type == "file":
         from appliance.capture.sources.opencv import FileCapture
 

@@ -77,6 +77,10 @@ class FrameSource(abc.ABC):
         """The rate the source itself declares (a file's frame rate), if any."""
         return None
 
+    def native_size(self) -> tuple[int, int] | None:
+        """(width, height) the open source delivers, or None when it cannot tell before a frame."""
+        return None
+
     def describe(self) -> str:
         return type(self).__name__
 

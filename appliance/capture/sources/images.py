@@ -38,6 +38,12 @@ class ImageFolder(FrameSource):
             raise SourceAbsent(f"{self.describe()} has no {'/'.join(sorted(IMAGE_SUFFIXES))} files")
         self._next = 0
 
+    def native_size(self) -> tuple[int, int] | None:
+        import cv2
+
+        first = cv2.imread(str(self._files[0]), cv2.IMREAD_COLOR) if self._files else None
+        return None if first is None else (int(first.shape[1]), int(first.shape[0]))
+
     def read_into(self, out: np.ndarray) -> None:
         import cv2
 

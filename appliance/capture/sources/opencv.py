@@ -49,6 +49,11 @@ class _OpenCvSource(FrameSource):
             cv2.cvtColor(out, cv2.COLOR_BGR2RGB, dst=out)
         return True
 
+    def native_size(self) -> tuple[int, int] | None:
+        cap = self._opened()
+        width, height = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        return (width, height) if width > 0 and height > 0 else None
+
     def close(self) -> None:
         if self._cap is not None:
             self._cap.release()
@@ -165,8 +170,9 @@ class V4l2Capture(_OpenCvSource):
             raise SourceError(f"could not open {self.describe()}: busy, no permission (video group?) or not a capture device")
         if self.fourcc:
             cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter.fourcc(*self.fourcc))
-        cap.set(cv2.CAP_PROP_FRAME_WIDTH, self.width)
-        cap.set(cv2.CAP_PROP_FRAME_HEIGHT, self.height)
+        if self.width and self.height:  # 0x0: take the mode the driver negotiates (a size probe)
+            cap.set(cv2.CAP_PROP_FRAME_WIDTH, self.width)
+            cap.set(cv2.CAP_PROP_FRAME_HEIGHT, self.height)
         if self.fps:
             cap.set(cv2.CAP_PROP_FPS, self.fps)
         got_w, got_h = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))

@@ -1,9 +1,9 @@
 """The build's graph step: which graph the builder turns into an engine, with the model's pre/post inside.
 
-``plan_wrap`` decides when to wrap: before the build (ONNX Runtime fp32, TensorRT fp32/fp16), after quantizing
-(ONNX Runtime int8, so every added op stays float), or not at all (TensorRT int8, whose calibrator feeds the
-network's float input; ``in_graph: false``; a graph that cannot be wrapped). A wrapped engine is verified against
-the original ONNX wrapped the same way with ONNX's NMS (docs/engines.md, "The graph step")."""
+``plan_wrap`` decides when to wrap: before the build (fp32, fp16), after quantizing (int8 on either builder, so every
+added op stays float; the builder then takes the wrapped quantized model), or not at all (``in_graph: false``; a
+graph that cannot be wrapped). A wrapped engine is verified against the original ONNX wrapped the same way with
+ONNX's NMS (docs/engines.md, "The graph step")."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from appliance.durable import sha256_file
 from appliance.detector.calibration.frames import CalibrationError, model_profile_for
 from appliance.detector.buildprofile import EngineProfile
 from appliance.detector.profile import ModelProfile
-from appliance.detector.repository.wrap import Unwrappable, WrapSpec, wrap_model
+from appliance.detector.repository.wrap import NmsKind, Unwrappable, WrapSpec, wrap_model
 
 log = logging.getLogger("appliance.engines")
 
@@ -50,18 +50,15 @@ def plan_wrap(profile: EngineProfile, builder: str, precision: str,
             model_profile = model_profile_for(profile)
         except CalibrationError as exc:
             return WrapPlan("none", reason=f"no model profile for the pre/post settings ({exc})")
-    if builder == "tensorrt":
-        if precision == "int8":
-            return WrapPlan("none", reason="TensorRT int8 calibrates the network's float input; the Python "
-                                           "stages keep the pre/post")
-        return WrapPlan("before", WrapSpec.from_profile(model_profile, nms="trt"))
-    return WrapPlan("after" if precision == "int8" else "before", WrapSpec.from_profile(model_profile, nms="onnx"))
+    nms: NmsKind = "trt" if builder == "tensorrt" else "onnx"
+    return WrapPlan("after" if precision == "int8" else "before", WrapSpec.from_profile(model_profile, nms=nms))
 
 
 @dataclass(frozen=True)
 class BuildSources:
-    """``build``: what the builder reads; ``reference``: the graph verification runs in ONNX Runtime (its I/O is
-    the engine's); ``after``: the spec to wrap the built engine with; ``details``: for the manifest."""
+    """``build``: what the builder reads (for int8, what is quantized first); ``reference``: the graph verification
+    runs in ONNX Runtime (its I/O is the engine's); ``after``: the spec to wrap the quantized model with;
+    ``details``: for the manifest."""
 
     build: Path
     reference: Path
@@ -88,14 +85,8 @@ def prepare(onnx_path: Path, plan: WrapPlan, workdir: Path, model: str) -> Build
     except Unwrappable as exc:
         log.warning("%s: the graph cannot be wrapped, pre/post stay in the Python stages: %s", model, exc)
         return BuildSources(onnx_path, onnx_path, None, {"applied": False, "reason": str(exc)})
-    log.info("%s: pre/post in the engine (wrapped %s the build, NMS: %s)", model, plan.when, plan.spec.nms)
+    log.info("%s: pre/post in the engine (wrapped %s, NMS: %s)", model,
+             "after quantizing" if plan.when == "after" else "before the build", plan.spec.nms)
     return BuildSources(build, reference, plan.spec if plan.when == "after" else None, {
         "applied": True, "when": plan.when, "nms": plan.spec.nms, "spec_sha256": plan.spec.digest(),
         "graph_sha256": sha256_file(build if plan.when == "before" else reference)})
-
-
-def wrap_built(engine_path: Path, spec: WrapSpec) -> None:
-    """Wrap an engine that is itself an ONNX graph (ONNX Runtime int8: after quantizing), in place."""
-    tmp = engine_path.with_suffix(".wrapped.tmp")
-    _write(engine_path, tmp, spec)
-    tmp.replace(engine_path)

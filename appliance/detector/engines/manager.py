@@ -25,8 +25,9 @@ from appliance.detector.engines.failures import (
 from appliance.detector.engines.gate import GateReport, run_gate
 from appliance.detector.engines.installed import TIMED_RUNS, InstalledEngine, batch_of, installed_from, time_engine
 from appliance.detector.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
-from appliance.detector.engines.ingraph import plan_wrap, prepare, wrap_built
-from appliance.detector.engines.onnxinfo import inspect_onnx
+from appliance.detector.engines.ingraph import plan_wrap, prepare
+from appliance.detector.engines.onnxinfo import OnnxInfo, inspect_onnx
+from appliance.detector.engines.quantize import build_int8_model, quantizer_fields
 from appliance.detector.engines.phases import BuildJob, BuildPhase, Built, Parsed, Verified, run_phase
 from appliance.detector.engines.verify import golden_inputs, verify
 from appliance.detector.buildprofile import EngineProfile, load_profiles
@@ -70,6 +71,7 @@ class EngineManager:
         frames: dict[str, str] = {}
         if precision == "int8":  # new calibration frames (sample, cameras, a bundle's folder) mean a new engine
             frames["calibration_sha256"] = files_digest(profile, "calibration", self.models_root, self.state_dir)
+            frames.update(quantizer_fields())
         if precision != "fp32" and profile.gate.sources:  # none: the build is refused at the gate, with a message
             frames["gate_sha256"] = files_digest(profile, "gate", self.models_root)
         return engine_fingerprint(
@@ -216,20 +218,32 @@ class EngineManager:
         return Parsed(precision, sources, build_info, info, samples, calibration)
 
     def _compile(self, job: BuildJob, parsed: Parsed) -> Built:
-        """The builder's run (a heartbeat re-announces the phase meanwhile), then the wrap of the built engine."""
+        """For int8, the quantized model first; then the builder's run (a heartbeat re-announces the phase
+        meanwhile)."""
         model, report, phase = job.model, self.reporter.report, BuildPhase.BUILD.value
         report(model, phase, 10, f"{self.builder.name} {self.builder.version()} ({parsed.precision})")
         engine_path = job.build_dir / self.builder.engine_file
+        build_info, in_graph = parsed.build_info, parsed.sources.details
+        quantized: dict[str, object] = {}
         with self.reporter.heartbeat():
-            details = self.builder.build(
-                parsed.build_info, job.profile, engine_path,
-                lambda frac, msg: report(model, phase, 10 + 70 * frac, msg),
-                self.cache.timing_dir,
-                **({"calibration": parsed.calibration} if parsed.calibration is not None else {}),
-            )
-            if parsed.sources.after is not None:  # ONNX Runtime int8: the added ops stay float
-                wrap_built(engine_path, parsed.sources.after)
-        return Built(engine_path, {**details, "in_graph": parsed.sources.details})
+            if parsed.precision == "int8":
+                build_info, quantized = self._quantize(job, parsed)
+                if parsed.sources.after is not None:  # what the builder takes is the wrapped quantized model
+                    in_graph = {**in_graph, "graph_sha256": sha256_file(build_info.path)}
+            details = self.builder.build(build_info, job.profile, engine_path,
+                                         lambda frac, msg: report(model, phase, 20 + 60 * frac, msg),
+                                         self.cache.timing_dir)
+        return Built(engine_path, {**quantized, **details, "in_graph": in_graph})
+
+    def _quantize(self, job: BuildJob, parsed: Parsed) -> tuple[OnnxInfo, dict[str, object]]:
+        """The one int8 model both builders take: quantized on the real frames, wrapped, checked."""
+        frames = len(parsed.calibration.tensors) if parsed.calibration is not None else 0
+        self.reporter.report(job.model, BuildPhase.BUILD.value, 12, f"int8: calibrating on {frames} real frames "
+                             "(static QDQ, symmetric int8: the form TensorRT builds too)")
+        out = job.sources_dir / "int8.onnx"
+        details = build_int8_model(job.onnx_path, parsed.build_info.inputs[0].name, parsed.calibration,
+                                   job.profile.quantization, out, parsed.sources.after)
+        return inspect_onnx(out), details
 
     def _verify(self, job: BuildJob, parsed: Parsed, built: Built) -> Verified:
         """The engine against ONNX Runtime on the golden inputs, the detection gate for a reduced precision, then

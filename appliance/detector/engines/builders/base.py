@@ -7,7 +7,6 @@ from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
-from appliance.detector.calibration.frames import FrameSet
 from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile
 
@@ -59,10 +58,9 @@ class EngineBuilder(Protocol):
         out_path: Path,
         progress: BuildProgress,
         timing_dir: Path,
-        calibration: FrameSet | None = None,
     ) -> dict[str, object]:
-        """Write the engine to ``out_path``; return build details for the manifest. ``calibration``: the real
-        frames an INT8 build calibrates on (required for int8 unless the ONNX carries Q/DQ nodes)."""
+        """Write the engine to ``out_path``; return build details for the manifest. For int8, ``onnx`` is already
+        the quantized (Q/DQ) model (appliance.detector.engines.quantize), the one both builders take."""
         ...
 
     def fallback(self, profile: EngineProfile) -> EngineProfile | None:

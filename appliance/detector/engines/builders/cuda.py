@@ -1,7 +1,7 @@
 """The few CUDA calls the TensorRT builder needs, through ctypes: no pycuda/cuda-python dependency.
 
 Driver API (libcuda, stable ABI) for the device's name and compute capability; runtime API (libcudart) for
-buffers and a stream to run the engine during verification and INT8 calibration.
+buffers and a stream to run the engine during verification.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ At level 'all' ORT applies layout transforms (NCHWc) chosen for this CPU's instr
 CPU model and flags are in the fingerprint. The saved model loads with optimizations disabled, since it is
 already optimized.
 
-``precision: int8`` instead saves a static QDQ model calibrated on real frames (appliance.detector.engines.quantize);
-it loads with ORT's optimizations on, which fuse the Q/DQ pairs into integer kernels for this CPU.
+``precision: int8`` is handed the quantized (Q/DQ) model the build made (appliance.detector.engines.quantize, the
+same file TensorRT builds from) and keeps it as it is: it loads with ORT's optimizations on, which fuse the Q/DQ
+pairs into integer kernels for this CPU.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Mapping
@@ -20,7 +22,6 @@ from typing import Mapping
 import numpy as np
 
 from appliance.detector.engines.builders.base import BuildError, BuilderUnavailable, BuildProgress
-from appliance.detector.calibration.frames import FrameSet
 from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile
 
@@ -99,12 +100,11 @@ class OnnxRuntimeBuilder:
         out_path: Path,
         progress: BuildProgress,
         timing_dir: Path,
-        calibration: FrameSet | None = None,
     ) -> dict[str, object]:
         ort = _ort()
         settings = profile.onnxruntime
         if settings.precision == "int8":
-            return self._quantize(onnx, profile, out_path, progress, calibration)
+            return self._keep_quantized(onnx, out_path, progress)
         opts = ort.SessionOptions()
         opts.graph_optimization_level = {
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -139,26 +139,14 @@ class OnnxRuntimeBuilder:
             return None
         return profile.model_copy(update={"onnxruntime": settings.model_copy(update={"precision": settings.fallback})})
 
-    def _quantize(self, onnx: OnnxInfo, profile: EngineProfile, out_path: Path, progress: BuildProgress,
-                  calibration: FrameSet | None) -> dict[str, object]:
-        from appliance.detector.engines.quantize import quantize_int8
-
-        if calibration is None or not calibration.tensors:
-            raise BuildError("onnxruntime.precision int8 needs real calibration frames (profile calibration.sources)")
-        progress(0.1, f"int8: calibrating on {len(calibration.tensors)} real frames (static QDQ, per-channel)")
-        start = time.monotonic()
-        try:
-            details = quantize_int8(onnx.path, out_path, onnx.inputs[0].name, calibration.tensors,
-                                    quantize_head=profile.onnxruntime.quantize_head,
-                                    method=profile.onnxruntime.calibration_method,
-                                    float_nodes=profile.onnxruntime.float_nodes)
-        except Exception as exc:  # onnxruntime.quantization raises plain Exception/ValueError/onnx errors
-            raise BuildError(f"ONNX Runtime could not quantize {onnx.path}: {exc}") from exc
+    def _keep_quantized(self, onnx: OnnxInfo, out_path: Path, progress: BuildProgress) -> dict[str, object]:
+        """The quantized model is the engine: copied as it is, since ORT fuses its Q/DQ pairs when it loads it."""
+        progress(0.5, "int8: the quantized model is the engine")
+        shutil.copyfile(onnx.path, out_path)
         with open(out_path, "rb") as fh:
             os.fsync(fh.fileno())
         progress(1.0, "quantized model saved")
-        return {**details, "calibration_sha256": calibration.digest, "precision": "int8",
-                "quantize_seconds": round(time.monotonic() - start, 3), "providers": ["CPUExecutionProvider"]}
+        return {"precision": "int8", "providers": ["CPUExecutionProvider"]}
 
     def load(self, engine_path: Path, profile: EngineProfile) -> OrtRunner:
         ort = _ort()

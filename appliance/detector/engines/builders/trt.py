@@ -3,7 +3,8 @@
 Parse the ONNX, apply the profile (precision, one optimization profile over the batch range, workspace pool,
 DLA core with GPU fallback, builder optimization level, a persistent timing cache) and build a serialized
 network with a progress monitor, each step a function; ``trt_runner`` runs the plan for the I/O check and
-verification."""
+verification. INT8 is explicit only: the build hands over the quantized (Q/DQ) model the ONNX Runtime path serves
+too, never a calibrator (docs/engines.md, "INT8")."""
 
 from __future__ import annotations
 
@@ -14,12 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from appliance.detector.engines.builders.base import BuilderUnavailable, BuildError, BuildProgress
 from appliance.detector.engines.builders.trt_runner import TrtRunner
 from appliance.durable import write_file_durably
-from appliance.detector.calibration.frames import FrameSet
 from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile, TensorRTProfile
 from appliance.detector.engines.verify import GoldenInputError, input_shape
@@ -93,46 +91,6 @@ def _make_monitor(trt: Any, progress: BuildProgress) -> Any | None:
     return _Monitor()
 
 
-class _Calibrator:
-    """Builds an IInt8EntropyCalibrator2 subclass lazily (the base class exists only where tensorrt does)."""
-
-    @staticmethod
-    def create(trt: Any, batches: list[dict[str, np.ndarray]], cache_path: Path) -> Any:
-        from appliance.detector.engines.builders.cuda import CudaRuntime
-
-        class Calibrator(trt.IInt8EntropyCalibrator2):
-            def __init__(self) -> None:
-                trt.IInt8EntropyCalibrator2.__init__(self)
-                self._cuda = CudaRuntime()
-                self._batches = iter(batches)
-                self._ptrs: dict[str, int] = {}
-                self._batch_size = next(iter(batches[0].values())).shape[0] if batches else 1
-
-            def get_batch_size(self) -> int:
-                return self._batch_size
-
-            def get_batch(self, names: list[str]) -> list[int] | None:
-                feeds = next(self._batches, None)
-                if feeds is None:
-                    return None
-                out = []
-                for name in names:
-                    arr = np.ascontiguousarray(feeds[name])
-                    if name not in self._ptrs:
-                        self._ptrs[name] = self._cuda.malloc(arr.nbytes)
-                    self._cuda.copy_to_device(self._ptrs[name], arr)
-                    out.append(self._ptrs[name])
-                return out
-
-            def read_calibration_cache(self) -> bytes | None:
-                return cache_path.read_bytes() if cache_path.is_file() else None
-
-            def write_calibration_cache(self, cache: Any) -> None:
-                write_file_durably(cache_path, bytes(cache))
-
-        return Calibrator()
-
-
 @dataclass(frozen=True)
 class _Network:
     """The parsed network and what must outlive it until the plan is serialized: the parser owns the network's
@@ -142,23 +100,35 @@ class _Network:
     builder: Any
     network: Any
     parser: Any
+    strongly_typed: bool
 
 
-def _parse(trt: Any, onnx: OnnxInfo, progress: BuildProgress) -> _Network:
-    """A builder, and the ONNX parsed into an explicit-batch network."""
+def strongly_typed(trt: Any, precision: str) -> bool:
+    """Whether an engine of ``precision`` is built as a strongly typed network: int8 on TensorRT >= 10, where every
+    tensor's type comes from the Q/DQ model (NVIDIA's way for explicit quantization); weakly typed before that."""
+    major = int(str(trt.__version__).split(".")[0])
+    return precision == "int8" and major >= 10 and hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
+
+
+def _parse(trt: Any, onnx: OnnxInfo, progress: BuildProgress, precision: str) -> _Network:
+    """A builder, and the ONNX parsed into an explicit-batch network (strongly typed for explicit int8 where this
+    TensorRT has it)."""
     logger = _make_logger(trt)
     builder = trt.Builder(logger)
     if builder is None:
         raise BuilderUnavailable("TensorRT could not create a builder (no CUDA device?)")
     major = int(str(trt.__version__).split(".")[0])
+    typed = strongly_typed(trt, precision)
     flags = 0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    if typed:
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
     progress(0.0, "parsing ONNX")
     if not parser.parse_from_file(str(onnx.path)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise BuildError(f"TensorRT's ONNX parser rejected {onnx.path}: {errors or 'no details'}")
-    return _Network(logger, builder, network, parser)
+    return _Network(logger, builder, network, parser, typed)
 
 
 def _configure(trt: Any, builder: Any, settings: TensorRTProfile) -> Any:
@@ -170,9 +140,9 @@ def _configure(trt: Any, builder: Any, settings: TensorRTProfile) -> Any:
     return config
 
 
-def _optimization_profile(net: _Network, config: Any, profile: EngineProfile) -> tuple[Any, dict[str, Any]]:
-    """One optimization profile spanning the batch range, other dims from the ONNX or the profile; and its shapes
-    per input, for the manifest."""
+def _optimization_profile(net: _Network, config: Any, profile: EngineProfile) -> dict[str, Any]:
+    """One optimization profile spanning the batch range, other dims from the ONNX or the profile; returns its
+    shapes per input, for the manifest."""
     opt_profile = net.builder.create_optimization_profile()
     shapes: dict[str, dict[str, list[int]]] = {}
     for i in range(net.network.num_inputs):
@@ -186,51 +156,27 @@ def _optimization_profile(net: _Network, config: Any, profile: EngineProfile) ->
         opt_profile.set_shape(tensor.name, lo, mid, hi)
         shapes[tensor.name] = {"min": list(lo), "opt": list(mid), "max": list(hi)}
     config.add_optimization_profile(opt_profile)
-    return opt_profile, shapes
+    return shapes
 
 
-def _set_precision(trt: Any, net: _Network, config: Any, opt_profile: Any, onnx: OnnxInfo, profile: EngineProfile,
-                   calibration: FrameSet | None, timing_dir: Path) -> None:
-    """The precision flags; for INT8 without Q/DQ nodes, a calibrator on the real frames."""
+def _set_precision(trt: Any, net: _Network, config: Any, profile: EngineProfile) -> None:
+    """The precision flags. INT8 needs Q/DQ nodes in the network: a strongly typed one takes its precisions from them
+    and TensorRT refuses precision flags on it; a weakly typed one (TensorRT < 10) needs the INT8 flag, and FP16 for
+    the layers the model keeps float."""
     precision = profile.tensorrt.precision
+    if precision == "int8":
+        explicit_qdq = any(net.network.get_layer(j).type in (trt.LayerType.QUANTIZE, trt.LayerType.DEQUANTIZE)
+                           for j in range(net.network.num_layers))
+        if not explicit_qdq:
+            raise BuildError("tensorrt.precision int8 builds a quantized (Q/DQ) model; this network has no Q/DQ "
+                             "layers (TensorRT's implicit INT8 calibration is not used)")
+        if net.strongly_typed:
+            return
+        config.set_flag(trt.BuilderFlag.INT8)
     if precision in ("fp16", "int8"):
         if not getattr(net.builder, "platform_has_fast_fp16", True):
             log.warning("%s: this GPU has no fast FP16; building FP16 anyway as the profile asks", profile.model)
-        config.set_flag(trt.BuilderFlag.FP16)  # INT8 engines use FP16 for layers that cannot be quantized
-    if precision != "int8":
-        return
-    config.set_flag(trt.BuilderFlag.INT8)
-    explicit_qdq = any(
-        net.network.get_layer(j).type in (trt.LayerType.QUANTIZE, trt.LayerType.DEQUANTIZE)
-        for j in range(net.network.num_layers)
-    )
-    if not explicit_qdq:
-        batches = _calibration_batches(onnx, profile, calibration)
-        assert calibration is not None  # _calibration_batches raised otherwise
-        # The frames' hash is in the name: new frames must calibrate again, not read an old table.
-        calib_path = timing_dir / f"{profile.model}-{profile.digest()[:12]}-{calibration.digest[:12]}.calib"
-        config.int8_calibrator = _Calibrator.create(trt, batches, calib_path)
-        config.set_calibration_profile(opt_profile)
-
-
-def _calibration_batches(onnx: OnnxInfo, profile: EngineProfile,
-                         calibration: FrameSet | None) -> list[dict[str, np.ndarray]]:
-    """``calibration_batches`` batches of distinct real frames at the profile's opt batch size."""
-    if calibration is None or not calibration.tensors:
-        raise BuildError("tensorrt.precision int8 needs real calibration frames (profile calibration.sources) "
-                         "or an ONNX with Q/DQ nodes")
-    if len(onnx.inputs) != 1:
-        raise BuildError(f"INT8 calibration from frames needs a single-input model; {onnx.path} has "
-                         f"{len(onnx.inputs)}")
-    batch = profile.batch.opt
-    batches = calibration.batches(batch, profile.tensorrt.calibration_batches)
-    if not batches:
-        raise BuildError(f"{len(calibration.tensors)} calibration frame(s) cannot fill one batch of {batch}")
-    if len(batches) < profile.tensorrt.calibration_batches:
-        log.warning("%s: %d calibration frames fill %d of the %d batches asked for", profile.model,
-                    len(calibration.tensors), len(batches), profile.tensorrt.calibration_batches)
-    spec = onnx.inputs[0]
-    return [{spec.name: np.ascontiguousarray(b, dtype=spec.dtype)} for b in batches]
+        config.set_flag(trt.BuilderFlag.FP16)
 
 
 def _place_on_dla(trt: Any, builder: Any, config: Any, settings: TensorRTProfile) -> None:
@@ -309,14 +255,13 @@ class TensorRTBuilder:
         out_path: Path,
         progress: BuildProgress,
         timing_dir: Path,
-        calibration: FrameSet | None = None,
     ) -> dict[str, Any]:
         trt = _trt()
         settings = profile.tensorrt
-        net = _parse(trt, onnx, progress)
+        net = _parse(trt, onnx, progress, settings.precision)
         config = _configure(trt, net.builder, settings)
-        opt_profile, shapes = _optimization_profile(net, config, profile)
-        _set_precision(trt, net, config, opt_profile, onnx, profile, calibration, timing_dir)
+        shapes = _optimization_profile(net, config, profile)
+        _set_precision(trt, net, config, profile)
         _place_on_dla(trt, net.builder, config, settings)
         cache_path = self._timing_cache_path(timing_dir)
         # The parser (in net), the timing cache and the monitor stay referenced here until the plan is written.
@@ -335,6 +280,7 @@ class TensorRTBuilder:
         return {
             "tensorrt_version": str(trt.__version__),
             "precision": settings.precision,
+            "network": "strongly typed" if net.strongly_typed else "weakly typed",
             "workspace_mib": settings.workspace_mib,
             "dla_core": settings.dla_core,
             "shapes": shapes,
