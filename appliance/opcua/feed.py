@@ -57,8 +57,12 @@ class Feed:
         with self._lock:
             wake = None if self._woken else self._wake
             self._woken = wake is not None or self._woken
-        if wake is not None:
+        if wake is None:
+            return
+        try:
             wake()
+        except RuntimeError:  # the server's loop is gone (it stopped or died): the frame path goes on without it
+            self.attach(None)
 
     def take(self) -> Taken:
         """Everything since the last take; the next put wakes the server again."""

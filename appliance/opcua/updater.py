@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,31 +98,38 @@ class Updater:
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
         feed.attach(lambda: _call_soon(loop, wake.set))
+        try:
+            await self._loop(feed, wake, stop, interval_s, trust)
+        finally:
+            feed.attach(None)
+
+    async def _loop(self, feed: Feed, wake: asyncio.Event, stop: asyncio.Event, interval_s: float,
+                    trust: TrustStore) -> None:
         trusted_mtime = _mtime(trust)
         next_sample = 0.0
         while not stop.is_set():
-            timeout = max(0.0, next_sample - time.monotonic())
             waiter = asyncio.ensure_future(wake.wait())
             stopper = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({waiter, stopper}, timeout=max(0.0, next_sample - time.monotonic()),
+                               return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             stopper.cancel()
             wake.clear()
-            await self.apply(feed.take())
+            await self._safely(self.apply(feed.take()), "counts and events")
             if time.monotonic() >= next_sample:
                 next_sample = time.monotonic() + interval_s
-                await self._sample_safely()
+                await self._safely(self.sample(), "readings")
                 if _mtime(trust) != trusted_mtime:  # a certificate was added or removed: no restart needed
                     trusted_mtime = _mtime(trust)
                     await trust.load()
                     log.info("OPC UA: reloaded the trusted client certificates")
-        feed.attach(None)
 
-    async def _sample_safely(self) -> None:
+    @staticmethod
+    async def _safely(step: Awaitable[None], what: str) -> None:
         try:
-            await self.sample()
-        except Exception as exc:  # a reading that failed once must not end the server
-            log.warning("OPC UA: readings not updated: %s", exc)
+            await step
+        except Exception as exc:  # one update that failed must not end the server
+            log.warning("OPC UA: %s not updated: %s", what, exc)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:

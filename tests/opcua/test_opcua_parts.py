@@ -4,6 +4,7 @@ readings map onto variables and the vision state."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import subprocess
@@ -131,3 +132,14 @@ def test_check_config_names_a_missing_users_file_at_its_line(tmp_path: Path) -> 
                     f"  users_file: {tmp_path}/users\n")
     report = check_config(path, environ={})
     assert f"{path}:9: opcua.users_file: file {tmp_path}/users does not exist" in [str(i) for i in report.issues]
+
+
+def test_a_dead_server_loop_never_reaches_the_frame_path() -> None:
+    loop = asyncio.new_event_loop()
+    loop.close()  # as after the server's thread ended
+    feed, woken = Feed(), []
+    feed.attach(lambda: (woken.append(1), loop.call_soon_threadsafe(print)))
+    feed.publish_counts("hall", 1, 0, {"lines": {}})  # RuntimeError inside: caught, the feed detaches
+    feed.take()
+    feed.publish_events([_event(1)])
+    assert woken == [1]
