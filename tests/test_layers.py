@@ -17,7 +17,8 @@ FLOORS: list[set[str]] = [
      "detector"},                                                                # the toolkit
     {"backoff", "analytics", "triton", "detector.profile", "detector.buildprofile", "detector.source"},  # libraries
     {"detector.prepost", "capture", "mqtt"},                                     # frames in, messages out
-    {"health", "detector.repository", "detector.calibration", "sparkplug", "web"},  # web: the operator's page
+    {"health", "detector.repository", "detector.calibration", "sparkplug", "web",  # web: the operator's page
+     "opcua"},                                                                   # opcua: the PLC's face
     {"detector.engines"},
     {"detector.serving"},                                                        # which model serves a frame
     {"ota"},                                                                     # the device's side of updates

@@ -16,6 +16,7 @@ from appliance.capture.config import CameraConfig
 from appliance.config.base import ConfigFieldError, StrictModel
 from appliance.config.ids import ID_PATTERN, Id, id_problem  # noqa: F401 (ID_PATTERN: re-exported)
 from appliance.mqtt.config import MqttConfig
+from appliance.opcua.config import OpcUaConfig
 from appliance.ota.config import OtaConfig
 from appliance.web.config import WebConfig
 
@@ -135,6 +136,8 @@ class AppConfig(StrictModel):
     mqtt: MqttConfig
     ota: OtaConfig = Field(default_factory=OtaConfig, description="over-the-air model updates (docs/ota.md); "
                                                                    "no trusted_keys: every update is refused")
+    opcua: Optional[OpcUaConfig] = Field(None, description="the OPC UA server a PLC reads (docs/opcua.md); "
+                                                           "absent: none")
 
     @model_validator(mode="before")
     @classmethod

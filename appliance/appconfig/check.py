@@ -112,6 +112,10 @@ def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
             add(("mqtt", "tls", key), f"file {value} does not exist")
     if config.mqtt.password_file is not None and not Path(config.mqtt.password_file).is_file():
         add(("mqtt", "password_file"), f"file {config.mqtt.password_file} does not exist")
+    for key in ("certificate", "private_key", "users_file"):
+        value = getattr(config.opcua, key) if config.opcua else None
+        if value is not None and not Path(value).is_file():
+            add(("opcua", key), f"file {value} does not exist")
     return found
 
 

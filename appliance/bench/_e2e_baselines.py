@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from appliance.bench._e2e_subscriber import Received, subscriber, wait_for
-from appliance.paths import profiles_dir
+from appliance.paths import engines_dir, profiles_dir
 
 PROFILE = profiles_dir() / "yolov3-tiny.yaml"
 
@@ -125,3 +125,12 @@ def bench_naive(repo, dist, video: Path, port: int, seconds: float, workdir: Pat
         sub.loop_stop()
         sub.disconnect()
         binary.close()
+
+
+def python_stages_engines(workdir: Path) -> Path:
+    """A copy of the engine profiles with ``in_graph: false``: the appliance with the Python pre/post stages."""
+    out = workdir / "engines-python-stages"
+    out.mkdir()
+    for profile in sorted(engines_dir().glob("*.yaml")):
+        (out / profile.name).write_text(profile.read_text() + "\nin_graph: false\n")
+    return out

@@ -1,9 +1,10 @@
 """The whole appliance on the sample video versus the detector alone and the naive design, in one run.
 
 ``appliance bench e2e``: results/s and latency are what an MQTT subscriber sees, so they include capture, the
-scheduler, embedded Triton and the durable spool. The last line is ``e2e_vs_detector_alone=<ratio>``, or with
-``--analytics`` ``e2e_analytics_vs_detector_alone``. The alternatives, every line and today's figures:
-docs/supervisor.md, "Benchmark: appliance bench e2e"."""
+scheduler, embedded Triton and the durable spool. The last line is ``e2e_vs_detector_alone=<ratio>``, with
+``--analytics`` ``e2e_analytics_vs_detector_alone``, with ``--opcua`` ``e2e_opcua_vs_without``. The alternatives,
+every line and today's figures: docs/supervisor.md, "Benchmark: appliance bench e2e"; the OPC UA runs:
+docs/opcua.md."""
 
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ from typing import Any
 import numpy as np
 
 from appliance.bench._broker import start_local_broker
-from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, video_frames
+from appliance.bench._e2e_opcua import opcua_setup, start_client, stop_client
+from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, python_stages_engines, video_frames
+from appliance.bench._e2e_stages import STAGES, pct, split_line, stage_means, stage_totals
 from appliance.bench._e2e_subscriber import Received, subscriber, topic_counter
 from appliance.bench._e2e_viewer import health_section, side_by_side, watch
 from appliance.exitcodes import ExitCode
-from appliance.paths import engines_dir, models_dir
-from appliance.triton.server import Server
+from appliance.paths import models_dir
 from appliance.helptext import plain_help
 
 # Each camera's analytics in the --analytics run (normalized, so independent of the frame size): every class,
@@ -46,56 +48,25 @@ ANALYTICS = """
 """
 
 
-STAGES = ("preprocess", "detector", "postprocess")
 OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the detector alone does
-
-
-def _stage_totals(server: Server) -> dict[str, tuple[float, int]]:
-    """Per stage: (ms, requests) so far. Triton's view of each stage model (queue + input + infer + output,
-    i.e. with the stub round trip) under its name, and the stage's own timer inside its stub
-    (``appliance_stage_busy_seconds_total``: for the detector, ONNX Runtime's run) under ``<stage>:inside``."""
-    totals: dict[str, tuple[float, int]] = {}
-    for model in server.model_statistics("")["model_stats"]:
-        stage = next((s for s in STAGES if model["name"].startswith(s)), None)
-        if stage is None:
-            continue
-        stats = model["inference_stats"]
-        ns = sum(int(stats[k]["ns"]) for k in ("queue", "compute_input", "compute_infer", "compute_output"))
-        ms, n = totals.get(stage, (0.0, 0))
-        totals[stage] = (ms + ns / 1e6, n + int(stats["success"]["count"]))
-    inside: dict[str, list[float]] = {}  # stage -> [busy seconds, requests]
-    for line in server.metrics().splitlines():
-        m = re.match(r'appliance_stage_(busy_seconds|requests)_total\{.*stage="(\w+)".*\} ([\d.e+-]+)$', line)
-        if m:
-            pair = inside.setdefault(m.group(2), [0.0, 0.0])
-            pair[0 if m.group(1) == "busy_seconds" else 1] += float(m.group(3))
-    for stage, (seconds, requests) in inside.items():
-        totals[f"{stage}:inside"] = (seconds * 1000, int(requests))
-    return totals
-
-
-def _stage_means(before: dict[str, tuple[float, int]], after: dict[str, tuple[float, int]]) -> dict[str, float]:
-    means = {}
-    for key, (ms, n) in after.items():
-        ms0, n0 = before.get(key, (0.0, 0))
-        if n > n0:
-            means[key] = (ms - ms0) / (n - n0)
-    return means
 
 
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
-                    engines_dir: Path | None = None, page: dict[str, int] | None = None) -> tuple[float, list[float]]:
+                    engines_dir: Path | None = None, page: dict[str, int] | None = None,
+                    opcua: dict[str, int] | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
-    gets the mean ms per stage over the same window (see ``_stage_totals``) and ``capture_to_submit``. Given
+    gets the mean ms per stage over the same window (see ``stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
     over the measuring window (proof that the analytics did work, not only that they were configured). Given
     ``page``, the operator's page is served; with ``page["viewers"]`` 1, someone watches cam0's live view, and
-    ``page["pictures"]`` gets how many pictures they saw."""
+    ``page["pictures"]`` gets how many pictures they saw. Given ``opcua``, the OPC UA server runs with one
+    subscribed client, and it gets what that client received."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
 
+    setup = opcua_setup(workdir) if opcua is not None else None
     shm_root = Path(tempfile.mkdtemp(prefix="appliance-bench-", dir="/dev/shm"))  # a fresh name nobody took first
     cams = "".join(f"""
   - id: cam{n}
@@ -105,28 +76,30 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     fps: {fps}
 {ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
     config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
-                             f"{'-' + engines_dir.name if engines_dir else ''}.yaml")
+                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}.yaml")
     config_path.write_text(f"""
 device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
 cameras:{cams}
 mqtt: {{host: 127.0.0.1, port: {port}}}
 {health_section(page)}
-""")
+""" + (setup.section if setup else ""))
     received = Received()
     sub = subscriber(port, "appliance/bench/+/detections", received)
     counted: dict[str, int] = {"events": 0, "snapshot": 0}
     counter = (topic_counter(port, ("appliance/bench/+/events", "appliance/bench/+/snapshot"), counted)
                if analytics is not None else None)
     app = Appliance(load_config(config_path, AppConfig))
+    client = None
     try:
         app.start()
+        client = start_client(setup) if setup is not None else None
         server = app.running.server
         time.sleep(3)  # warm-up: first batches, capture processes settling
         start_count = received.count()
         counted_before = dict(counted)
         viewer = watch(app, page)
-        before = _stage_totals(server) if split is not None else {}
+        before = stage_totals(server) if split is not None else {}
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             app.tick()
@@ -139,13 +112,17 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
             analytics.update({key: counted[key] - counted_before[key] for key in counted})
         if split is not None:
             time.sleep(1.1)  # the stages push their own timers at most once a second
-            split.update(_stage_means(before, _stage_totals(server)))
+            split.update(stage_means(before, stage_totals(server)))
             with received.lock:
                 to_submit = received.to_submit_ms[start_count:]
             if to_submit:
                 split["capture_to_submit"] = statistics.fmean(to_submit)
     finally:
+        if client is not None and opcua is not None:
+            opcua.update(stop_client(client))
         app.stop()
+        if opcua is not None and app.opcua is not None:
+            opcua["server_cpu_ms"] = round(app.opcua.cpu_s * 1000)
         sub.loop_stop()
         sub.disconnect()
         if counter is not None:
@@ -153,37 +130,6 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
             counter.disconnect()
         shutil.rmtree(shm_root, ignore_errors=True)
     return len(got) / elapsed, got
-
-
-def _split_line(split: dict[str, float], mean_total: float) -> str:
-    """Where the 1-camera latency goes, means in ms: each stage as Triton sees it (its work inside the stub in
-    parentheses) and what is left: Triton's ensemble, the result callback, the spool, MQTT, the broker."""
-    parts = []
-    if "capture_to_submit" in split:
-        parts.append(f"capture->submit {split['capture_to_submit']:.1f}")
-    for stage in STAGES:
-        if stage in split:
-            inside = split.get(f"{stage}:inside")
-            parts.append(f"{stage} {split[stage]:.1f}" + (f" (inside {inside:.1f})" if inside is not None else ""))
-    known = split.get("capture_to_submit", 0.0) + sum(split.get(stage, 0.0) for stage in STAGES)
-    parts.append(f"rest to the subscriber {mean_total - known:.1f}")
-    return "1-camera latency split (means, ms): " + ", ".join(parts)
-
-
-def _python_stages_engines(workdir: Path) -> Path:
-    """A copy of the engine profiles with ``in_graph: false``: the appliance with the Python pre/post stages."""
-    out = workdir / "engines-python-stages"
-    out.mkdir()
-    for profile in sorted(engines_dir().glob("*.yaml")):
-        (out / profile.name).write_text(profile.read_text() + "\nin_graph: false\n")
-    return out
-
-
-def _p(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 @dataclass(frozen=True)
@@ -196,6 +142,7 @@ class Options:
     latency_fps: float
     triton_home: Path | None
     analytics: bool
+    opcua: bool = False
     viewer: bool = False
 
 
@@ -212,12 +159,16 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--analytics", action="store_true",
                         help="also run the appliance with analytics on every camera (tracking, a zone, a line, "
                              "snapshots); ends with e2e_analytics_vs_detector_alone=<ratio>")
+    parser.add_argument("--opcua", action="store_true",
+                        help="also run it with analytics and the OPC UA server, one client subscribed to every "
+                             "camera variable and result event (implies --analytics); ends with "
+                             "e2e_opcua_vs_without=<ratio>")
     parser.add_argument("--viewer", action="store_true",
                         help="only the appliance with its page served: nobody watching, one viewer on cam0's live "
                              "view, nobody again; ends with e2e_viewer_vs_unwatched=<ratio>")
     args = parser.parse_args(argv)
     return Options(8.0 if args.quick else args.seconds, args.cameras, args.fps, args.latency_fps, args.triton_home,
-                   args.analytics, args.viewer)
+                   args.analytics or args.opcua, args.opcua, args.viewer)
 
 
 @dataclass(frozen=True)
@@ -239,6 +190,9 @@ class _Results:
     python_stages: _Rate  # the same with the Python pre/post stages
     analytics: _Rate | None  # the same with analytics, when asked for
     analytics_counts: dict[str, int]  # events and snapshot messages in the analytics run's window
+    opcua: _Rate | None  # the analytics run again, twice, with the OPC UA server and a subscribed client
+    opcua_without: _Rate | None  # then the analytics run once more without it
+    opcua_counts: dict[str, int]  # what that client received: data changes and result events
     latency: _Rate  # one camera below capacity
     in_graph_split: dict[str, float]
     python_split: dict[str, float]
@@ -303,7 +257,7 @@ def _measure(opts: Options, workdir: Path, onnx: Path, dist: Any, video: Path, p
     seconds = opts.seconds
     # the naive design sends preprocessed tensors to the plain detector: no in-graph pre/post
     repo = materialize(profile, DetectorSource(kind="onnxruntime", path=onnx, in_graph="off"), workdir / "repo")
-    python_engines = _python_stages_engines(workdir)
+    python_engines = python_stages_engines(workdir)
     broker = start_local_broker(workdir)
     port = broker.port
     try:
@@ -322,6 +276,14 @@ def _measure(opts: Options, workdir: Path, onnx: Path, dist: Any, video: Path, p
         if opts.analytics:  # right after the plain appliance: the two compare under the same load
             analytics = _Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds,
                                                analytics=counts))
+        opcua_counts: dict[str, int] = {}
+        opcua, without_again = None, None
+        if opts.opcua:  # A B B A, the analytics run the first A: a drift in the machine's load cancels out
+            runs = [bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds, analytics={},
+                                    opcua=opcua_counts) for _ in range(2)]
+            opcua = _Rate(sum(r[0] for r in runs) / 2, runs[0][1] + runs[1][1])
+            without_again = _Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds,
+                                                   analytics={}))
         split: dict[str, float] = {}
         latency = _Rate(*bench_appliance(workdir, video, port, 1, opts.latency_fps, seconds, split))
         det_fps_b, _ = bench_detector(onnx, tensors, seconds / 2)
@@ -329,7 +291,7 @@ def _measure(opts: Options, workdir: Path, onnx: Path, dist: Any, video: Path, p
     finally:
         broker.stop()
     return _Results((det_fps_a, det_fps_b), det_p50, det_paced_p50, offered_fps, naive, app, python, analytics,
-                    counts, latency, in_graph_split, python_split, split)
+                    counts, opcua, without_again, opcua_counts, latency, in_graph_split, python_split, split)
 
 
 def _rows(opts: Options, r: _Results) -> list[tuple[str, float | None, float, float | None]]:
@@ -341,19 +303,23 @@ def _rows(opts: Options, r: _Results) -> list[tuple[str, float | None, float, fl
         (f"detector alone (ONNX Runtime, preprocessed, batch 1; {det_fps_a:.1f} then {det_fps_b:.1f})",
          det_fps, r.detector_p50, None),
         (f"detector alone, paced at {opts.latency_fps:g} fps (compute time only)", None, r.detector_paced_p50, None),
-        ("naive (OpenCV client + tritonclient HTTP to tritonserver, QoS 1)", r.naive.fps, _p(naive, 0.5),
-         _p(naive, 0.99)),
+        ("naive (OpenCV client + tritonclient HTTP to tritonserver, QoS 1)", r.naive.fps, pct(naive, 0.5),
+         pct(naive, 0.99)),
         (f"appliance ({opts.cameras} cameras x {r.offered_fps:g} fps offered, capture to subscriber)", r.appliance.fps,
-         _p(app, 0.5), _p(app, 0.99)),
-        (f"appliance, Python pre/post stages ({opts.cameras} cameras, as above)", r.python_stages.fps, _p(py, 0.5),
-         _p(py, 0.99)),
-        (f"appliance (1 camera x {opts.latency_fps:g} fps, below capacity)", None, _p(lat, 0.5), _p(lat, 0.99)),
+         pct(app, 0.5), pct(app, 0.99)),
+        (f"appliance, Python pre/post stages ({opts.cameras} cameras, as above)", r.python_stages.fps, pct(py, 0.5),
+         pct(py, 0.99)),
+        (f"appliance (1 camera x {opts.latency_fps:g} fps, below capacity)", None, pct(lat, 0.5), pct(lat, 0.99)),
     ]
     if r.analytics is not None:
         an = r.analytics.latencies
         rows.insert(4, (f"appliance + analytics ({opts.cameras} cameras, {r.analytics_counts['events']} events, "
                         f"{r.analytics_counts['snapshot']} snapshots)",
-                        r.analytics.fps, _p(an, 0.5), _p(an, 0.99)))
+                        r.analytics.fps, pct(an, 0.5), pct(an, 0.99)))
+    if r.opcua is not None:
+        op = r.opcua.latencies
+        rows.insert(5, (f"appliance + analytics + OPC UA client (twice; last: {r.opcua_counts.get('changes')} "
+                        f"changes, {r.opcua_counts.get('events')} events)", r.opcua.fps, pct(op, 0.5), pct(op, 0.99)))
     return rows
 
 
@@ -372,10 +338,10 @@ def _print_report(opts: Options, video: Path, r: _Results) -> None:
     if app_fps >= 0.95 * offered:
         print(f"note: the appliance kept up with all {offered:g} frames/s it was offered, so it was not measured at "
               f"capacity and the ratios below are floors; offer more with --fps")
-    print(_split_line(split, statistics.fmean(app_lat) if app_lat else float("nan")))
+    print(split_line(split, statistics.fmean(app_lat) if app_lat else float("nan")))
     if "detector:inside" in split:  # the detector's compute measured inside the appliance, in the same run
-        print(f"latency_beyond_detector_compute_same_run_p50_ms={_p(app_lat, 0.5) - split['detector:inside']:.1f}")
-    print(f"latency_overhead_p50_ms={_p(app_lat, 0.5) - r.detector_paced_p50:.1f}")
+        print(f"latency_beyond_detector_compute_same_run_p50_ms={pct(app_lat, 0.5) - split['detector:inside']:.1f}")
+    print(f"latency_overhead_p50_ms={pct(app_lat, 0.5) - r.detector_paced_p50:.1f}")
     for design, stage_split in (("python_stages", r.python_split), ("in_graph", r.in_graph_split)):
         print(f"stage_ms_{design}_{opts.cameras}cam " + " ".join(
             f"{stage}={stage_split.get(f'{stage}:inside', float('nan')):.2f}" for stage in STAGES))
@@ -389,3 +355,11 @@ def _print_report(opts: Options, video: Path, r: _Results) -> None:
     if r.analytics is not None:
         print(f"e2e_analytics_vs_e2e={r.analytics.fps / app_fps:.2f}")
         print(f"e2e_analytics_vs_detector_alone={r.analytics.fps / det_fps:.2f}")
+    if r.opcua is not None and r.analytics is not None:
+        assert r.opcua_without is not None
+        without = (r.analytics.fps + r.opcua_without.fps) / 2
+        print(f"OPC UA runs, results/s: without {r.analytics.fps:.2f}, with (mean of two) {r.opcua.fps:.2f}, "
+              f"without {r.opcua_without.fps:.2f}")
+        for key in ("changes", "events", "cpu_ms", "server_cpu_ms"):  # the client's, then the server thread's
+            print(f"opcua_{key}={r.opcua_counts.get(key, -1)}")
+        print(f"e2e_opcua_vs_without={r.opcua.fps / without:.3f}")

@@ -178,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_ota_parser(sub).set_defaults(func=_lazy("ota"))
 
+    p = sub.add_parser("opcua-password", help="hash an OPC UA user's password (read from stdin, or asked)")
+    p.add_argument("--user", help="print a users-file line `USER:ROLE:HASH` instead of the hash alone")
+    p.add_argument("--role", default="reader", choices=["reader", "operator"], help="with --user (default: reader)")
+    p.set_defaults(func=_lazy("opcuapassword"))
+
     p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
     p.add_argument("name", choices=bench_names())
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")

@@ -1,11 +1,12 @@
 """The appliance: one object that starts every part in order, holds the record of what runs, ticks and stops.
 
 Start order (each step logged; a failure says which step and why), each step's record in ``running``: Triton
-processes a dead run left are reclaimed -> MQTT publisher (spools until the broker answers) -> engine and
-detector plan -> embedded Triton -> the served model (the active OTA version, else the base model; docs/ota.md),
-warmed up with frames of the cameras' sizes -> capture processes -> scheduler and frame path -> health endpoint ->
-READY=1. Each tick checks the served models (docs/supervisor.md, "Model failures"). Stop drains in-flight frames
-into the spool before the publisher closes. The status line, health summary and metrics text are ``reporting``'s.
+processes a dead run left are reclaimed -> MQTT publisher (spools until the broker answers) -> the Sparkplug node
+and the OPC UA server, when configured -> engine and detector plan -> embedded Triton -> the served model (the
+active OTA version, else the base model; docs/ota.md), warmed up with frames of the cameras' sizes -> capture
+processes -> scheduler and frame path -> health endpoint -> READY=1. Each tick checks the served models
+(docs/supervisor.md, "Model failures"). Stop drains in-flight frames into the spool before the publisher closes.
+The status line, health summary and metrics text are ``reporting``'s.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
@@ -34,6 +35,8 @@ from appliance.ota.status import OtaStatus
 from appliance.sdnotify import Notifier
 from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.detector.serving.router import Router
+from appliance.opcua.errors import OpcUaStartError
+from appliance.opcua.feed import Feed
 from appliance.sparkplug.node import EdgeNode
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
@@ -49,6 +52,9 @@ from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
+
+if TYPE_CHECKING:  # asyncua is imported only when an opcua: section asks for the server
+    from appliance.opcua.server import OpcUaServer
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -78,6 +84,10 @@ class Appliance:
         # publisher; its readings are the health summary's.
         self._sparkplug = (EdgeNode(config.mqtt, lambda: readings_from_summary(self.health_summary()),
                                     self.paths["state_dir"]) if config.mqtt.sparkplug is not None else None)
+        # When opcua is set (docs/opcua.md): counts and events reach its feed beside MQTT, readings by sampling.
+        self._opcua_feed = Feed() if config.opcua is not None else None
+        self._opcua: OpcUaServer | None = None
+        self._stopping = False
         self._late_ota = LateHandler("the OTA manager", wait_s=60.0)  # the `ota` command until the manager runs
         self._now: Stage = Stage()  # how far the start got (appliance.supervisor.running); Running once started
         self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
@@ -93,6 +103,7 @@ class Appliance:
             self._start_tegrastats()
             self._now = connected = self._start_publisher()
             self._start_sparkplug()
+            self._start_opcua(connected)
             self._now = built = self._build_engine(connected)
             self._now = up = self._start_triton(built, triton_timeout_s)
             self._now = serving = self._serve(up)
@@ -150,6 +161,26 @@ class Appliance:
             self._step("Sparkplug B edge node")
             self._sparkplug.start()
 
+    def _start_opcua(self, connected: Connected) -> None:
+        section = self.config.opcua
+        if section is None or self._opcua_feed is None:
+            return
+        from appliance.supervisor.opcuasetup import start_opcua  # asyncua: only when configured
+
+        self._step(f"OPC UA server on {section.host}:{section.port}")
+        try:
+            self._opcua = start_opcua(
+                self.config, section, self.paths["state_dir"], self._opcua_feed, boot_id=connected.publisher.boot_id,
+                summary=self.health_summary, phase=lambda: (isinstance(self._now, Running), self._stopping),
+                reset_line=self._reset_line)
+        except OpcUaStartError as exc:
+            raise StartupError(str(exc)) from exc
+
+    def _reset_line(self, camera_id: str, line: str) -> bool:
+        inference = self._inference()
+        stage = inference.analytics.get(camera_id) if inference else None
+        return stage.reset_line(line) if stage is not None else False
+
     def _build_engine(self, connected: Connected) -> Built:
         """The engine, its progress to the metrics, the health summary and the retained MQTT engine status; then
         the detector planned for these cameras, and an empty live repository."""
@@ -202,7 +233,7 @@ class Appliance:
 
     def _start_inference(self, capturing: Capturing) -> Running:
         inference = start_inference(capturing, self.config, self.paths, self.metrics, clock=self._clock,
-                                    on_error=self._note_error)
+                                    on_error=self._note_error, mirror=self._opcua_feed)
         return Running(capturing.publisher, capturing.detector, capturing.server, capturing.served,
                        capturing.capture, inference, health_server=None)
 
@@ -250,6 +281,10 @@ class Appliance:
     @property
     def router(self) -> Router | None:
         return self._now.served.router if isinstance(self._now, Serving) else None  # the route each frame takes
+
+    @property
+    def opcua(self) -> OpcUaServer | None:
+        return self._opcua
 
     @property
     def ota(self) -> OtaManager | None:
@@ -326,6 +361,7 @@ class Appliance:
         """Stop capture, drain in-flight frames, close Triton, flush the publisher to its spool: in this order, and
         only what the start got to (after a failed step, what the steps before it started)."""
         now = self._now
+        self._stopping = True
         self.notifier.stopping("stopping: draining in-flight frames")
         self._late_ota.close()  # an `ota` command still waiting for the manager gets its reply now
         if self._sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one
@@ -337,6 +373,8 @@ class Appliance:
         self._children.stop_all(lambda child: cast(CaptureChild, child).process.stop())
         if self._tegrastats is not None:
             self._tegrastats.stop()
+        if self._opcua is not None:
+            self._opcua.stop()
         # Triton before the rings: a frame still in flight when the drain gave up holds a lease whose memory Triton
         # reads in place; stopping the server fails such requests and hands their leases back.
         if isinstance(now, TritonUp):

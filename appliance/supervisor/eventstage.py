@@ -47,9 +47,13 @@ class CameraAnalytics:
 
     def __init__(self, camera_id: str, config: AnalyticsConfig, class_names: Sequence[str], width: int,
                  height: int, publisher: EventSink, metrics: AnalyticsMetrics,
-                 snapshots: SnapshotWorker | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 snapshots: SnapshotWorker | None = None, clock: Callable[[], float] = time.monotonic,
+                 mirror: EventSink | None = None) -> None:
+        """``mirror``: a second sink (the OPC UA server's feed) that gets the same events and counts, right
+        after the publisher."""
         self.camera_id, self.config = camera_id, config
         self.width, self.height = width, height
+        self._mirror = mirror
         self.analytics = Analytics(camera_id, config, class_names, width, height, new_id=lambda: uuid.uuid4().hex)
         self._publisher, self._metrics, self._snapshots = publisher, metrics, snapshots
         self._clock = clock
@@ -94,8 +98,25 @@ class CameraAnalytics:
         self._pending = ([], None)
         if events:
             self._publisher.publish_events(events)
+            if self._mirror is not None:
+                self._mirror.publish_events(events)
         if counts is not None:
             self._send_counts(*counts)
+            if self._mirror is not None:
+                self._mirror.publish_counts(self.camera_id, *counts)
+
+    def reset_line(self, line: str) -> bool:
+        """A line's in/out counts back to 0 (an OPC UA operator's ResetCounts), sent at once; False when the
+        camera has no such line."""
+        with self._lock:
+            if line not in self.analytics.counts.lines:
+                return False
+            self.analytics.counts.lines[line] = {direction: 0 for direction in self.analytics.counts.lines[line]}
+            counts = self._counts_locked()
+        self._send_counts(*counts)
+        if self._mirror is not None:
+            self._mirror.publish_counts(self.camera_id, *counts)
+        return True
 
     def _snapshot(self, meta: Any, message: DetectionsMessage, events: list[Event],
                   pixels: np.ndarray | None) -> str | None:
@@ -167,10 +188,10 @@ class Publisher(EventSink, SnapshotSink, Protocol):
 
 
 def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], publisher: Publisher,
-                    metrics: AnalyticsMetrics, snapshot_dir: Path) -> tuple[dict[str, CameraAnalytics],
-                                                                            SnapshotWorker | None]:
+                    metrics: AnalyticsMetrics, snapshot_dir: Path, mirror: EventSink | None = None,
+                    ) -> tuple[dict[str, CameraAnalytics], SnapshotWorker | None]:
     """One CameraAnalytics per camera with an ``analytics:`` section, and the snapshot worker they share (None
-    when no camera takes snapshots)."""
+    when no camera takes snapshots); ``mirror`` gets their events and counts too."""
     with_analytics = [c for c in cameras if c.analytics is not None]
     snapping = {c.id: c.analytics.snapshots for c in with_analytics
                 if c.analytics is not None and c.analytics.snapshots.enabled}
@@ -182,7 +203,8 @@ def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], p
     for camera in with_analytics:
         assert camera.analytics is not None
         stages[camera.id] = CameraAnalytics(camera.id, camera.analytics, class_names, *camera.frame_size,
-                                            publisher, metrics, worker if camera.id in snapping else None)
+                                            publisher, metrics, worker if camera.id in snapping else None,
+                                            mirror=mirror)
         log.info("camera %s: analytics on (%d zone(s), %d line(s), snapshots %s)", camera.id,
                  len(camera.analytics.zones), len(camera.analytics.lines), "on" if camera.id in snapping else "off")
     return stages, worker

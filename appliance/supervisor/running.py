@@ -24,7 +24,7 @@ from appliance.mqtt.publisher import MqttPublisher
 from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.supervisor.cameras import Capture
 from appliance.supervisor.detectorsetup import DetectorSetup
-from appliance.supervisor.eventstage import CameraAnalytics, start_analytics
+from appliance.supervisor.eventstage import CameraAnalytics, EventSink, start_analytics
 from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.layouts import Layouts
 from appliance.supervisor.page import FeedingPublisher
@@ -113,9 +113,11 @@ class Inference:
 
 
 def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str, Path], metrics: ApplianceMetrics,
-                    *, clock: Callable[[], float], on_error: Callable[[str], None]) -> Inference:
+                    *, clock: Callable[[], float], on_error: Callable[[str], None],
+                    mirror: EventSink | None = None) -> Inference:
     """Analytics for the served model's classes, the frame path through the router, and the scheduler reading
-    every camera's ring, started; ``on_error`` takes the appliance's last error (status line, health summary)."""
+    every camera's ring, started; ``on_error`` takes the appliance's last error (status line, health summary);
+    ``mirror`` gets the analytics' events and counts after the publisher (the OPC UA server's feed)."""
     served, engine = capturing.served, capturing.detector.engine
     with ExitStack() as undo:  # what this step started, stopped if a later part of it fails
         route = served.router.current()
@@ -123,7 +125,7 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         layouts, live, feed = Layouts(config.cameras, paths["state_dir"], class_names), LiveFrames(), EventFeed()
         analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names,
                                                FeedingPublisher(capturing.publisher, feed), metrics,
-                                               paths["state_dir"] / "snapshots")
+                                               paths["state_dir"] / "snapshots", mirror)
         layouts.stages = analytics
         if snapshots is not None:
             undo.callback(snapshots.stop)

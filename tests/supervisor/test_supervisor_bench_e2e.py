@@ -1,6 +1,7 @@
 """`appliance bench e2e` runs all its alternatives for real (a short run) and ends with its headline ratio; with
-``--analytics`` it adds the appliance with analytics on and ends with that ratio. Run as the command a user runs, in
-its own process: it starts several embedded Triton servers in turn, and the test process has had many already."""
+``--opcua`` it adds the appliance with analytics on, then with the OPC UA server and a subscribed client too, and
+ends with that ratio. Run as the command a user runs, in its own process: it starts several embedded Triton
+servers in turn, and the test process has had many already."""
 
 from __future__ import annotations
 
@@ -26,16 +27,18 @@ KEYS = ["latency_beyond_detector_compute_same_run_p50_ms", "latency_overhead_p50
         "e2e_python_stages_vs_detector_alone", "in_graph_vs_python_stages_e2e", "detector_alone_vs_naive",
         "e2e_vs_naive", "e2e_vs_detector_alone"]
 ANALYTICS_KEYS = ["e2e_analytics_vs_e2e", "e2e_analytics_vs_detector_alone"]
+# --opcua (which implies --analytics) appends what its client received, the CPU times and its ratio.
+OPCUA_KEYS = ["opcua_changes", "opcua_events", "opcua_cpu_ms", "opcua_server_cpu_ms", "e2e_opcua_vs_without"]
 
 
-@pytest.mark.parametrize("analytics", [False, True], ids=["plain", "analytics"])
+@pytest.mark.parametrize("analytics", [False, True], ids=["plain", "analytics-opcua"])
 def test_short_run_measures_every_alternative_smoke(analytics: bool) -> None:
     """Smoke test: every alternative runs and publishes, the table and latency split are complete and the key=value
     last lines parse, come in their order and agree with each other. No speed floor: on this 2-core CPU host the
     detector's compute dominates every alternative, so e2e_vs_naive sits near 1 and moves with the machine's load."""
     argv = ["--seconds", "3", "--cameras", "2", "--fps", "6", "--latency-fps", "3"]
     result = subprocess.run([sys.executable, "-m", "appliance", "bench", "e2e", *argv,
-                             *(["--analytics"] if analytics else [])],
+                             *(["--opcua"] if analytics else [])],
                             capture_output=True, text=True, timeout=600, cwd=REPO)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
@@ -44,7 +47,7 @@ def test_short_run_measures_every_alternative_smoke(analytics: bool) -> None:
                 "appliance, Python pre/post stages (2 cameras", "appliance (1 camera"):
         assert row in table
     pairs = [(m.group(1), float(m.group(2))) for m in (re.match(r"(\w+)=(-?[\d.]+)$", line) for line in lines) if m]
-    assert [key for key, _ in pairs] == KEYS + (ANALYTICS_KEYS if analytics else [])
+    assert [key for key, _ in pairs] == KEYS + (ANALYTICS_KEYS + OPCUA_KEYS if analytics else [])
     rates = dict(pairs)
     # the latency split names every stage with its work inside the stub, from the same run
     split = next(line for line in lines if line.startswith("1-camera latency split"))
@@ -76,7 +79,10 @@ def test_short_run_measures_every_alternative_smoke(analytics: bool) -> None:
     # both analytics ratios share the analytics run's rate: their quotient is the plain appliance's ratio
     assert rates["e2e_analytics_vs_detector_alone"] == pytest.approx(
         rates["e2e_analytics_vs_e2e"] * rates["e2e_vs_detector_alone"], rel=0.05, abs=0.01)
-    assert re.fullmatch(r"e2e_analytics_vs_detector_alone=\d+\.\d\d", lines[-1])
+    # --opcua: the server ran with its client subscribed, which received the counts' changes, in both runs with it
+    assert "appliance + analytics + OPC UA client (twice" in table
+    assert rates["opcua_changes"] > 0 and rates["opcua_server_cpu_ms"] > 0 and rates["opcua_cpu_ms"] > 0
+    assert re.fullmatch(r"e2e_opcua_vs_without=\d+\.\d{3}", lines[-1])
 
 
 def test_a_models_dir_without_the_detector_is_bad_input(tmp_path: Path) -> None:

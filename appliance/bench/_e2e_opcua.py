@@ -1,0 +1,119 @@
+"""The OPC UA side of ``appliance bench e2e --opcua``: the config section (a password user, encryption, the
+bench's client trusted) and one subscribed client in its own process at nice 19. It subscribes to every variable
+of every camera and to the ResultReady events, so the server does all the work it does in a plant; in a plant the
+client is a PLC, so here it takes what CPU the appliance leaves (its CPU time is reported, as the server's)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.mqtt.localbroker import free_port
+
+USER, PASSWORD = "bench", "bench-password"
+
+
+@dataclass(frozen=True)
+class OpcUaSetup:
+    port: int
+    certificate: Path
+    private_key: Path
+    section: str  # the config's opcua: section
+
+
+def opcua_setup(workdir: Path) -> OpcUaSetup:
+    from appliance.opcua.certs import make_certificate
+    from appliance.opcua.passwords import hash_password
+
+    cert, key = workdir / "opcua-client.der", workdir / "opcua-client-key.pem"
+    if not cert.exists():
+        make_certificate(cert, key, "urn:bench:client", "localhost", client=True)
+    trusted = workdir / "opcua-trusted"
+    trusted.mkdir(exist_ok=True)
+    (trusted / cert.name).write_bytes(cert.read_bytes())
+    port = free_port()
+    section = f"""
+opcua:
+  host: 127.0.0.1
+  port: {port}
+  trusted_clients_dir: {trusted}
+  users: [{{name: {USER}, password_hash: "{hash_password(PASSWORD)}"}}]
+"""
+    return OpcUaSetup(port, cert, key, section)
+
+
+def start_client(setup: OpcUaSetup) -> subprocess.Popen[str]:
+    """The subscribed client; ``stop_client`` ends it and returns what it received."""
+    return subprocess.Popen([sys.executable, "-m", "appliance.bench._e2e_opcua", str(setup.port),
+                             str(setup.certificate), str(setup.private_key)], stdout=subprocess.PIPE, text=True)
+
+
+def stop_client(client: subprocess.Popen[str]) -> dict[str, int]:
+    client.send_signal(signal.SIGINT)
+    out, _ = client.communicate(timeout=30)
+    if not out.strip():
+        return {"changes": -1, "events": -1, "cpu_ms": -1}
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.counts = {"changes": 0, "events": 0}
+
+    def datachange_notification(self, _node: Any, _value: Any, _data: Any) -> None:
+        self.counts["changes"] += 1
+
+    def event_notification(self, _event: Any) -> None:
+        self.counts["events"] += 1
+
+
+async def _subscribe(port: int, cert: str, key: str, counter: _Counter) -> None:
+    from asyncua import Client, ua
+    from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
+
+    client = Client(f"opc.tcp://127.0.0.1:{port}/", timeout=10)
+    client.application_uri = "urn:bench:client"
+    client.set_user(USER)
+    client.set_password(PASSWORD)
+    await client.set_security(SecurityPolicyBasic256Sha256, certificate=cert, private_key=key,
+                              mode=ua.MessageSecurityMode.SignAndEncrypt)
+    async with client:
+        ns = await client.get_namespace_index("urn:appliance:bench")
+        variables = []
+        for camera in await client.get_node(f"ns={ns};s=Cameras").get_children():
+            for node in await camera.get_children():
+                kids = await node.get_children()
+                variables += [node] if not kids else []
+                for kid in kids:
+                    variables += [kid] + list(await kid.get_children())
+        subscription = await client.create_subscription(100, counter)
+        variables = [v for v in variables if await v.read_node_class() == ua.NodeClass.Variable]
+        await subscription.subscribe_data_change(variables)
+        await subscription.subscribe_events(client.get_node(f"ns={ns};s=VisionSystem"))
+        try:
+            await asyncio.Event().wait()
+        finally:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            print(json.dumps({**counter.counts, "cpu_ms": round(1000 * (usage.ru_utime + usage.ru_stime))}),
+                  flush=True)
+
+
+def _main(argv: list[str]) -> None:
+    os.nice(19)
+    counter = _Counter()
+    try:
+        asyncio.run(_subscribe(int(argv[0]), argv[1], argv[2], counter))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

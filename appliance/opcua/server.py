@@ -1,0 +1,143 @@
+"""The OPC UA server on its own thread and event loop (``opcua-server``). The frame path hands counts and events
+to its ``Feed`` and never waits for it; device and camera readings are sampled from the health summary every
+``opcua.interval_s``. ``start`` returns once clients can connect, or raises ``OpcUaStartError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from asyncua import Server, ua
+from asyncua.crypto.truststore import TrustStore
+from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
+
+from appliance.opcua.access import ApplianceUsers, ReadOnlyUnlessOperator
+from appliance.opcua.certs import ClientTrust, server_identity
+from appliance.opcua.config import OpcUaConfig
+from appliance.opcua.errors import OpcUaStartError
+from appliance.opcua.feed import Feed
+from appliance.opcua.passwords import UserEntry, read_users_file
+from appliance.opcua.space import Space, build
+from appliance.opcua.updater import Readings, Updater
+from appliance.opcua.values import CameraLayout
+
+log = logging.getLogger("appliance.opcua")
+_POLICIES = {"Basic256Sha256": ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt,
+             "Aes256Sha256RsaPss": ua.SecurityPolicyType.Aes256Sha256RsaPss_SignAndEncrypt}
+_VALIDATION = (CertificateValidatorOptions.TIME_RANGE | CertificateValidatorOptions.URI
+               | CertificateValidatorOptions.TRUSTED | CertificateValidatorOptions.PEER_CLIENT)
+
+
+def application_uri(device_id: str) -> str:
+    return f"urn:appliance:{device_id}"
+
+
+class OpcUaServer:
+    def __init__(self, config: OpcUaConfig, device_id: str, cameras: Sequence[CameraLayout], state_dir: Path,
+                 readings: Readings, feed: Feed, *, boot_id: str, started_at: float) -> None:
+        self.config, self.device_id, self.cameras = config, device_id, list(cameras)
+        self.feed, self._readings, self._state_dir = feed, readings, state_dir
+        self._boot = (boot_id, started_at)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self.cpu_s = 0.0  # the server thread's CPU time, once it stopped (the benchmark reports it)
+        self._error: BaseException | None = None
+        self.endpoint = f"opc.tcp://{config.host}:{config.port}/"
+
+    def start(self, timeout_s: float = 30.0) -> OpcUaServer:
+        self._thread = threading.Thread(target=self._run, name="opcua-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise OpcUaStartError(f"OPC UA server on {self.endpoint} did not start within {timeout_s:.0f} s")
+        if self._error is not None:
+            self._thread.join(5.0)
+            raise OpcUaStartError(f"OPC UA server on {self.endpoint}: {self._error}") from self._error
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.feed.attach(None)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # reported by start(), or logged when it fails later
+            if not self._ready.is_set():
+                self._error = exc
+            else:
+                log.error("OPC UA server stopped: %s", exc)
+        finally:
+            self.cpu_s = time.thread_time()
+            self._ready.set()
+
+    def _users(self) -> list[UserEntry]:
+        users = [UserEntry(u.name, u.role, u.password_hash) for u in self.config.users]
+        if self.config.users_file is not None:
+            users += read_users_file(self.config.users_file)
+        return users
+
+    async def _configure(self, trust: TrustStore) -> Server:
+        config, uri = self.config, application_uri(self.device_id)
+        identity = server_identity(self._state_dir, uri, config.certificate, config.private_key,
+                                   config.trusted_clients_dir)
+        users = ApplianceUsers(self._users(), allow_anonymous=config.allow_anonymous, trust=trust)
+        server = Server(user_manager=users)  # type: ignore[arg-type]  # asyncua types it as its base class
+        await server.init()
+        server.set_endpoint(self.endpoint)
+        server.set_server_name(f"Edge vision appliance {self.device_id}")
+        await server.set_application_uri(uri)
+        await server.load_certificate(str(identity.certificate))
+        await server.load_private_key(str(identity.private_key))
+        policies = [_POLICIES[name] for name in config.security_policies]
+        if config.allow_unencrypted:
+            policies.append(ua.SecurityPolicyType.NoSecurity)
+        ruleset = cast(Any, ReadOnlyUnlessOperator(users.operators))  # asyncua types it as its own ruleset
+        server.set_security_policy(policies, permission_ruleset=ruleset)
+        tokens: list[type] = [ua.UserNameIdentityToken, ua.X509IdentityToken]
+        if config.allow_anonymous:
+            tokens.append(ua.AnonymousIdentityToken)
+        server.set_identity_tokens(tokens)
+        trust.trust_locations.append(identity.trusted_dir)
+        await trust.load()
+        server.set_certificate_validator(CertificateValidator(_VALIDATION, trust))
+        return server
+
+    async def _main(self) -> None:
+        trust = ClientTrust([], [])
+        server = await self._configure(trust)
+        space: Space = await build(server, application_uri(self.device_id), self.device_id, self.cameras,
+                                   self._reset)
+        updater = Updater(server, space, self.cameras, self._readings, self._boot)
+        await updater.init()
+        await server.start()
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        log.info("OPC UA server on %s (%s; anonymous %s)", self.endpoint, ", ".join(self.config.security_policies),
+                 "allowed" if self.config.allow_anonymous else "refused")
+        self._ready.set()
+        try:
+            await updater.run(self.feed, self._stop, self.config.interval_s, trust)
+        finally:
+            await server.stop()
+
+    async def _reset(self, camera_id: str, line: str) -> bool:
+        done = self._readings.reset_line(camera_id, line)
+        log.info("OPC UA: %s counts of line %s on camera %s", "reset the" if done else "no such line: kept the",
+                 line, camera_id)
+        return done
+
+

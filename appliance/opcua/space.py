@@ -1,0 +1,156 @@
+"""The address space: the OPC 40100 types this server uses (built from the specification's names, not its
+NodeSet) and one VisionSystem object for the appliance, with a variable per reading and a method per counting
+line. Variables have string NodeIds made of their path (``Cameras.<camera>.Lines.<line>.In``) in the
+appliance's namespace, so a PLC can address them without browsing and they survive restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, cast
+
+from asyncua import Node, Server, ua
+
+from appliance.opcua.values import PREOPERATIONAL, STATE_NUMBERS, CameraLayout, Value, camera_key, device_key
+
+MV_NAMESPACE = "http://opcfoundation.org/UA/MachineVision"
+RESULT_FIELDS: tuple[tuple[str, ua.VariantType], ...] = (
+    ("Camera", ua.VariantType.String), ("Result", ua.VariantType.String), ("Seq", ua.VariantType.UInt64),
+    ("TrackId", ua.VariantType.UInt64), ("ClassName", ua.VariantType.String), ("Zone", ua.VariantType.String),
+    ("Line", ua.VariantType.String), ("Direction", ua.VariantType.String))
+DEVICE_VARIABLES: tuple[tuple[str, ua.VariantType], ...] = (
+    ("SoftwareVersion", ua.VariantType.String), ("Model", ua.VariantType.String),
+    ("ModelVersion", ua.VariantType.String), ("Engine", ua.VariantType.String),
+    ("EnginePrecision", ua.VariantType.String), ("OtaState", ua.VariantType.String),
+    ("Healthy", ua.VariantType.Boolean), ("InferenceRate", ua.VariantType.Double),
+    ("LatencyP50Ms", ua.VariantType.Double), ("LatencyP99Ms", ua.VariantType.Double),
+    ("BootId", ua.VariantType.String), ("CountsSince", ua.VariantType.DateTime))
+LAST_EVENT: tuple[tuple[str, ua.VariantType], ...] = (
+    ("Time", ua.VariantType.DateTime), ("Type", ua.VariantType.String), ("Seq", ua.VariantType.UInt64),
+    ("TrackId", ua.VariantType.UInt64), ("ClassName", ua.VariantType.String), ("Zone", ua.VariantType.String),
+    ("Line", ua.VariantType.String), ("Direction", ua.VariantType.String))
+
+def _nid(key: str, namespace: int) -> ua.NodeId:
+    """A string NodeId (asyncua's stubs name its own aliases, not str and int)."""
+    return ua.NodeId(cast(Any, key), cast(Any, namespace))
+
+
+NULL_TIME = datetime(1601, 1, 1, tzinfo=timezone.utc)  # OPC UA's "no time yet" (a DateTime of 0)
+ResetLine = Callable[[str, str], Awaitable[bool]]  # (camera, line) -> whether it was reset
+
+
+@dataclass
+class Space:
+    namespace: int
+    vision: Node
+    result_type: Node
+    state: Node         # VisionStateMachine.CurrentState (LocalizedText)
+    state_id: Node      # its Id (the state's NodeId)
+    state_ids: dict[str, ua.NodeId]
+    variables: dict[str, ua.NodeId] = field(default_factory=dict)
+
+
+async def _types(server: Server, mv: int) -> tuple[Node, Node, Node, dict[str, ua.NodeId]]:
+    """VisionSystemType, VisionStateMachineType (a FiniteStateMachineType with the four top-level states) and
+    ResultReadyEventType (a BaseEventType with the result's fields)."""
+    base = server.get_node(ua.ObjectIds.BaseObjectType)
+    system_type = await base.add_object_type(_nid("VisionSystemType", mv), ua.QualifiedName("VisionSystemType", mv))
+    machine = server.get_node(ua.ObjectIds.FiniteStateMachineType)
+    machine_type = await machine.add_object_type(_nid("VisionStateMachineType", mv),
+                                                 ua.QualifiedName("VisionStateMachineType", mv))
+    states = {}
+    for name, number in STATE_NUMBERS.items():
+        state = await machine_type.add_object(_nid(f"VisionStateMachineType.{name}", mv),
+                                              ua.QualifiedName(name, mv), objecttype=ua.ObjectIds.StateType)
+        await (await state.get_child("0:StateNumber")).write_value(ua.Variant(number, ua.VariantType.UInt32))
+        states[name] = state.nodeid
+    result_type = await server.create_custom_event_type(
+        mv, "ResultReadyEventType", ua.ObjectIds.BaseEventType, [(name, vt) for name, vt in RESULT_FIELDS])
+    return system_type, machine_type, result_type, states
+
+
+async def _variable(parent: Node, idx: int, key: str, name: str, vtype: ua.VariantType,
+                    variables: dict[str, ua.NodeId]) -> None:
+    initial = {ua.VariantType.String: "", ua.VariantType.DateTime: NULL_TIME}.get(vtype, ua.get_default_value(vtype))
+    node = await parent.add_variable(_nid(key, idx), ua.QualifiedName(name, idx), ua.Variant(initial, vtype))
+    variables[key] = node.nodeid
+
+
+async def _camera(cameras: Node, idx: int, layout: CameraLayout, variables: dict[str, ua.NodeId],
+                  reset: ResetLine) -> None:
+    cam = layout.camera_id
+    node = await cameras.add_object(_nid(camera_key(cam), idx), ua.QualifiedName(cam, idx))
+    for name, vtype in (("State", ua.VariantType.String), ("Fps", ua.VariantType.Double),
+                        ("ActiveTracks", ua.VariantType.UInt64), ("EventCount", ua.VariantType.UInt64)):
+        await _variable(node, idx, camera_key(cam, name), name, vtype, variables)
+    last = await node.add_object(_nid(camera_key(cam, "LastEvent"), idx), ua.QualifiedName("LastEvent", idx))
+    for name, vtype in LAST_EVENT:
+        await _variable(last, idx, camera_key(cam, "LastEvent", name), name, vtype, variables)
+    zones = await node.add_folder(_nid(camera_key(cam, "Zones"), idx), ua.QualifiedName("Zones", idx))
+    for zone in layout.zones:
+        zone_node = await zones.add_object(_nid(camera_key(cam, "Zones", zone), idx), ua.QualifiedName(zone, idx))
+        for name in ("Current", "Entered", "Exited"):
+            await _variable(zone_node, idx, camera_key(cam, "Zones", zone, name), name, ua.VariantType.UInt64,
+                            variables)
+    lines = await node.add_folder(_nid(camera_key(cam, "Lines"), idx), ua.QualifiedName("Lines", idx))
+    for line in layout.lines:
+        line_node = await lines.add_object(_nid(camera_key(cam, "Lines", line), idx), ua.QualifiedName(line, idx))
+        for name in ("In", "Out"):
+            await _variable(line_node, idx, camera_key(cam, "Lines", line, name), name, ua.VariantType.UInt64,
+                            variables)
+        await line_node.add_method(_nid(camera_key(cam, "Lines", line, "ResetCounts"), idx),
+                                   ua.QualifiedName("ResetCounts", idx), _resetter(reset, cam, line), [],
+                                   [ua.VariantType.Boolean])
+
+
+def _resetter(reset: ResetLine, camera_id: str, line: str) -> Callable[..., Awaitable[list[ua.Variant]]]:
+    async def call(_parent: ua.NodeId) -> list[ua.Variant]:
+        return [ua.Variant(await reset(camera_id, line), ua.VariantType.Boolean)]
+    return call
+
+
+async def build(server: Server, app_namespace: str, device_id: str, cameras: Sequence[CameraLayout],
+                reset: ResetLine) -> Space:
+    """Objects/<device id> (a VisionSystemType) with VisionStateMachine, Device, and Cameras/<camera>."""
+    mv = await server.register_namespace(MV_NAMESPACE)
+    idx = await server.register_namespace(app_namespace)
+    system_type, machine_type, result_type, state_ids = await _types(server, mv)
+    vision = await server.nodes.objects.add_object(_nid("VisionSystem", idx), ua.QualifiedName(device_id, idx),
+                                                   objecttype=system_type.nodeid)
+    machine = await vision.add_object(_nid("VisionSystem.VisionStateMachine", idx),
+                                      ua.QualifiedName("VisionStateMachine", mv), objecttype=machine_type.nodeid)
+    state = await machine.get_child("0:CurrentState")
+    state_id = await state.get_child("0:Id")
+    variables: dict[str, ua.NodeId] = {}
+    device = await vision.add_object(_nid("Device", idx), ua.QualifiedName("Device", idx))
+    for name, vtype in DEVICE_VARIABLES:
+        await _variable(device, idx, device_key(name), name, vtype, variables)
+    folder = await vision.add_folder(_nid("Cameras", idx), ua.QualifiedName("Cameras", idx))
+    for layout in cameras:
+        await _camera(folder, idx, layout, variables, reset)
+    space = Space(idx, vision, result_type, state, state_id, state_ids, variables)
+    await write_state(server, space, PREOPERATIONAL)
+    return space
+
+
+async def write_state(server: Server, space: Space, state: str) -> None:
+    await server.write_attribute_value(space.state.nodeid, ua.DataValue(ua.Variant(
+        ua.LocalizedText(state, "en"), ua.VariantType.LocalizedText)))
+    await server.write_attribute_value(space.state_id.nodeid, ua.DataValue(ua.Variant(
+        space.state_ids[state], ua.VariantType.NodeId)))
+
+
+async def write_values(server: Server, space: Space, values: dict[str, Value], written: dict[str, Any]) -> int:
+    """Write the values that changed since ``written`` (updated); unknown keys (a zone not in the layout) are
+    skipped. How many were written."""
+    count = 0
+    for key, (value, vtype) in values.items():
+        node = space.variables.get(key)
+        if node is None or written.get(key) == value:
+            continue
+        await server.write_attribute_value(node, ua.DataValue(ua.Variant(value, vtype)))
+        written[key] = value
+        count += 1
+    return count

@@ -1,0 +1,140 @@
+"""Writes the readings into the address space on the server's loop: counts and events as soon as the feed wakes
+it (within a frame of MQTT's), device and camera readings and the vision state every ``interval_s``. Only values
+that changed are written, so a subscription sees each change once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from asyncua import Server, ua
+from asyncua.crypto.truststore import TrustStore
+from asyncua.server.event_generator import EventGenerator
+
+from appliance.opcua.feed import Feed, Taken
+from appliance.opcua.space import Space, write_state, write_values
+from appliance.opcua.values import (CameraLayout, Value, camera_values, count_values, device_key, device_values,
+                                    last_event_values, latest_per_camera, utc, vision_state)
+
+log = logging.getLogger("appliance.opcua")
+
+
+@dataclass(frozen=True)
+class Readings:
+    """What the server reads of the appliance: ``summary`` is ``Appliance.health_summary``; ``phase`` says
+    (frame path running, stopping); ``reset_line`` resets a line's counts, True when it exists."""
+
+    summary: Callable[[], Mapping[str, Any]]
+    phase: Callable[[], tuple[bool, bool]]
+    reset_line: Callable[[str, str], bool]
+
+
+class Updater:
+    def __init__(self, server: Server, space: Space, cameras: Sequence[CameraLayout], readings: Readings,
+                 boot: tuple[str, float]) -> None:
+        self._server, self._space, self._readings, self._boot = server, space, readings, boot
+        self._layouts = {c.camera_id: c for c in cameras}
+        self._written: dict[str, Any] = {}
+        self._events_total: dict[str, int] = {}
+        self._state = ""
+        self._results: EventGenerator | None = None
+
+    async def init(self) -> None:
+        boot_id, started_at = self._boot
+        await self._write({device_key("BootId"): (boot_id, ua.VariantType.String),
+                           device_key("CountsSince"): (utc(started_at), ua.VariantType.DateTime)})
+        self._results = await self._server.get_event_generator(self._space.result_type, self._space.vision.nodeid)
+
+    async def _write(self, values: dict[str, Value]) -> None:
+        await write_values(self._server, self._space, values, self._written)
+
+    async def apply(self, taken: Taken) -> None:
+        """Counts and events from the frame path: the variables first, then one ResultReady event each."""
+        values: dict[str, Value] = {}
+        for camera_id, (active, counts) in taken.counts.items():
+            layout = self._layouts.get(camera_id)
+            if layout is not None:
+                values.update(count_values(layout, active, counts))
+        for event in taken.events:
+            self._events_total[event.camera_id] = self._events_total.get(event.camera_id, 0) + 1
+        for camera_id, event in latest_per_camera(taken.events).items():
+            values.update(last_event_values(event, self._events_total[camera_id]))
+        await self._write(values)
+        if taken.dropped:
+            log.warning("OPC UA: %d result event(s) dropped (the server fell behind the frame path)", taken.dropped)
+        for event in taken.events:
+            await self._emit(event)
+
+    async def _emit(self, event: Any) -> None:
+        assert self._results is not None, "init() first"
+        fields = {"Camera": event.camera_id, "Result": event.event, "Seq": event.seq, "TrackId": event.track_id,
+                  "ClassName": event.class_name, "Zone": event.zone or "", "Line": event.line or "",
+                  "Direction": event.direction or ""}
+        for name, value in fields.items():
+            setattr(self._results.event, name, value)
+        self._results.event.Severity = 100
+        await self._results.trigger(utc(event.capture_time), f"{event.camera_id}: {event.event}")
+
+    async def sample(self) -> None:
+        """Device and camera readings, and the vision state, from the health summary."""
+        summary = self._readings.summary()
+        values = device_values(summary)
+        cameras = summary.get("cameras") or {}
+        for camera_id in self._layouts:
+            values.update(camera_values(camera_id, cameras.get(camera_id)))
+        await self._write(values)
+        started, stopping = self._readings.phase()
+        state = vision_state(summary, started=started, stopping=stopping)
+        if state != self._state:
+            await write_state(self._server, self._space, state)
+            self._state = state
+
+    async def run(self, feed: Feed, stop: asyncio.Event, interval_s: float, trust: TrustStore) -> None:
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        feed.attach(lambda: _call_soon(loop, wake.set))
+        try:
+            await self._loop(feed, wake, stop, interval_s, trust)
+        finally:
+            feed.attach(None)
+
+    async def _loop(self, feed: Feed, wake: asyncio.Event, stop: asyncio.Event, interval_s: float,
+                    trust: TrustStore) -> None:
+        trusted_mtime = _mtime(trust)
+        next_sample = 0.0
+        while not stop.is_set():
+            waiter = asyncio.ensure_future(wake.wait())
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({waiter, stopper}, timeout=max(0.0, next_sample - time.monotonic()),
+                               return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            stopper.cancel()
+            wake.clear()
+            await self._safely(self.apply(feed.take()), "counts and events")
+            if time.monotonic() >= next_sample:
+                next_sample = time.monotonic() + interval_s
+                await self._safely(self.sample(), "readings")
+                if _mtime(trust) != trusted_mtime:  # a certificate was added or removed: no restart needed
+                    trusted_mtime = _mtime(trust)
+                    await trust.load()
+                    log.info("OPC UA: reloaded the trusted client certificates")
+
+    @staticmethod
+    async def _safely(step: Awaitable[None], what: str) -> None:
+        try:
+            await step
+        except Exception as exc:  # one update that failed must not end the server
+            log.warning("OPC UA: %s not updated: %s", what, exc)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    loop.call_soon_threadsafe(callback)
+
+
+def _mtime(trust: TrustStore) -> tuple[float, ...]:
+    return tuple(path.stat().st_mtime if path.exists() else 0.0 for path in trust.trust_locations)

@@ -1,0 +1,145 @@
+"""The OPC UA server's parts without the appliance: its config section's defaults and checks, password hashes
+(checked against hashlib's scrypt directly), the users file, the feed the frame path hands values to, and how
+readings map onto variables and the vision state."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from asyncua import ua
+from pydantic import ValidationError
+
+from appliance.mqtt.messages import EventMessage
+from appliance.opcua.config import OpcUaConfig
+from appliance.opcua.feed import Feed
+from appliance.opcua.passwords import PasswordFileError, hash_password, read_users_file, verify_password
+from appliance.opcua.values import CameraLayout, count_values, last_event_values, vision_state
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_defaults_refuse_anonymous_and_unencrypted_sessions() -> None:
+    config = OpcUaConfig()
+    assert config.allow_anonymous is False and config.allow_unencrypted is False
+    assert config.security_policies == ["Basic256Sha256", "Aes256Sha256RsaPss"]
+    assert config.users == [] and config.port == 4840
+
+
+def test_a_password_in_clear_or_a_duplicate_user_is_refused() -> None:
+    with pytest.raises(ValidationError, match="not a password hash"):
+        OpcUaConfig.model_validate({"users": [{"name": "plc", "password_hash": "hunter2"}]})
+    stored = hash_password("a-password")
+    with pytest.raises(ValidationError, match="duplicate user 'plc'"):
+        OpcUaConfig.model_validate({"users": [{"name": "plc", "password_hash": stored},
+                                              {"name": "plc", "password_hash": stored}]})
+    with pytest.raises(ValidationError, match="Input should be 'Basic256Sha256' or 'Aes256Sha256RsaPss'"):
+        OpcUaConfig.model_validate({"security_policies": ["Basic128Rsa15"]})
+
+
+def test_the_hash_is_scrypt_of_the_password_and_salt() -> None:
+    salt = bytes(range(16))
+    stored = hash_password("correct horse", salt=salt)
+    expected = hashlib.scrypt(b"correct horse", salt=salt, n=2 ** 14, r=8, p=1, dklen=32)
+    assert stored == f"scrypt$14$8$1${base64.b64encode(salt).decode()}${base64.b64encode(expected).decode()}"
+    assert verify_password("correct horse", stored) and not verify_password("correct horsf", stored)
+    assert hash_password("correct horse") != stored  # a fresh salt each time
+
+
+def test_the_users_file_names_the_bad_line(tmp_path: Path) -> None:
+    good = hash_password("one-password")
+    path = tmp_path / "users"
+    path.write_text(f"# plant floor\nplc:reader:{good}\n\nlead:operator:{good}\n")
+    assert [(u.name, u.role) for u in read_users_file(path)] == [("plc", "reader"), ("lead", "operator")]
+    path.write_text(f"plc:reader:{good}\nlead:admin:{good}\n")
+    with pytest.raises(PasswordFileError, match=f"{path}:2: expected name:role:hash"):
+        read_users_file(path)
+
+
+def test_the_cli_prints_a_hash_that_verifies() -> None:
+    result = subprocess.run([sys.executable, "-m", "appliance", "opcua-password", "--user", "plc"],
+                            input="a-long-password\n", capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    name, role, stored = result.stdout.strip().split(":")
+    assert (name, role) == ("plc", "reader") and verify_password("a-long-password", stored)
+
+
+def _event(seq: int, kind: str = "cross", camera: str = "hall") -> EventMessage:
+    return EventMessage(event_id=f"{seq:032x}", camera_id=camera, seq=seq, event=kind, track_id=7, class_id=0,
+                        class_name="person", score=0.9, capture_time=1_700_000_000.0 + seq, frame_seq=seq,
+                        image_width=768, image_height=576, line="door" if kind == "cross" else None,
+                        zone=None if kind == "cross" else "floor", direction="in" if kind == "cross" else None)
+
+
+def test_the_feed_keeps_the_latest_counts_bounds_the_events_and_wakes_once_per_take() -> None:
+    feed, wakes = Feed(max_events=3), []
+    feed.publish_counts("hall", 1, 2, {"lines": {"door": {"in": 1, "out": 0}}})
+    feed.attach(lambda: wakes.append(1))
+    feed.publish_counts("hall", 2, 1, {"lines": {"door": {"in": 2, "out": 0}}})
+    feed.publish_events([_event(1), _event(2), _event(3), _event(4)])
+    assert len(wakes) == 1  # one wake-up until the server takes
+    taken = feed.take()
+    assert taken.counts == {"hall": (1, {"lines": {"door": {"in": 2, "out": 0}}})}
+    assert [e.seq for e in taken.events] == [2, 3, 4] and taken.dropped == 1
+    assert feed.take().events == [] and feed.take().counts == {}
+    feed.publish_events([_event(5)])
+    assert len(wakes) == 2
+    feed.attach(None)
+    feed.publish_events([_event(6)])  # detached: nobody to wake, and no error
+    assert len(wakes) == 2
+
+
+def test_counts_are_uint64_for_the_configured_zones_and_lines_only() -> None:
+    layout = CameraLayout("hall", ("floor",), ("door",))
+    values = count_values(layout, 3, {"zones": {"floor": {"current": 1, "entered": 5, "exited": 4},
+                                                "gone": {"current": 9, "entered": 9, "exited": 9}},
+                                      "lines": {"door": {"in": 6, "out": 2}}})
+    assert values == {"Cameras.hall.ActiveTracks": (3, ua.VariantType.UInt64),
+                      "Cameras.hall.Zones.floor.Current": (1, ua.VariantType.UInt64),
+                      "Cameras.hall.Zones.floor.Entered": (5, ua.VariantType.UInt64),
+                      "Cameras.hall.Zones.floor.Exited": (4, ua.VariantType.UInt64),
+                      "Cameras.hall.Lines.door.In": (6, ua.VariantType.UInt64),
+                      "Cameras.hall.Lines.door.Out": (2, ua.VariantType.UInt64)}
+    last = last_event_values(_event(9), 12)
+    assert last["Cameras.hall.LastEvent.Line"] == ("door", ua.VariantType.String)
+    assert last["Cameras.hall.LastEvent.Zone"] == ("", ua.VariantType.String)
+    assert last["Cameras.hall.EventCount"] == (12, ua.VariantType.UInt64)
+    assert last["Cameras.hall.LastEvent.Time"][0].timestamp() == 1_700_000_009.0
+
+
+@pytest.mark.parametrize("summary, started, stopping, state", [
+    ({"ok": True}, False, False, "Preoperational"),
+    ({"ok": True}, True, False, "Operational"),
+    ({"ok": False, "pipeline": {"state": "recovering"}}, True, False, "Error"),
+    ({"ok": True, "pipeline": {"state": "crash_loop"}}, True, False, "Error"),
+    ({"ok": True}, True, True, "Halted"),
+])
+def test_the_vision_state_follows_the_appliance(summary: dict, started: bool, stopping: bool, state: str) -> None:
+    assert vision_state(summary, started=started, stopping=stopping) == state
+
+
+def test_check_config_names_a_missing_users_file_at_its_line(tmp_path: Path) -> None:
+    from appliance.appconfig.check import check_config
+
+    path = tmp_path / "appliance.yaml"
+    path.write_text(f"device: {{id: a}}\ncameras:\n  - id: c\n    source: {{type: file, path: {tmp_path}/v.mp4}}\n"
+                    f"    width: 640\n    height: 480\nmqtt: {{host: localhost}}\nopcua:\n"
+                    f"  users_file: {tmp_path}/users\n")
+    report = check_config(path, environ={})
+    assert f"{path}:9: opcua.users_file: file {tmp_path}/users does not exist" in [str(i) for i in report.issues]
+
+
+def test_a_dead_server_loop_never_reaches_the_frame_path() -> None:
+    loop = asyncio.new_event_loop()
+    loop.close()  # as after the server's thread ended
+    feed, woken = Feed(), []
+    feed.attach(lambda: (woken.append(1), loop.call_soon_threadsafe(print)))
+    feed.publish_counts("hall", 1, 0, {"lines": {}})  # RuntimeError inside: caught, the feed detaches
+    feed.take()
+    feed.publish_events([_event(1)])
+    assert woken == [1]

@@ -1,0 +1,117 @@
+"""The OPC UA server on its own, as the appliance runs it (its thread, its loop) with readings given as plain
+data, and asyncua's client: the certificate made on first start is kept across restarts, a client certificate
+dropped into the trusted directory is accepted without a restart, and a users file's operator may call methods."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asyncua import Client, ua
+from asyncua.crypto.security_policies import SecurityPolicyAes256Sha256RsaPss
+from support.opcua import ClientIdentity, client_identity, trust
+from support.ports import free_port
+
+from appliance.opcua.config import OpcUaConfig
+from appliance.opcua.feed import Feed
+from appliance.opcua.passwords import hash_password
+from appliance.opcua.server import OpcUaServer, Readings
+from appliance.opcua.values import CameraLayout
+
+SUMMARY = {"ok": True, "served": {"model": "yolov3-tiny", "version": "3"}, "cameras": {"hall": {"fps": 9.5}}}
+
+
+class Resets:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, camera_id: str, line: str) -> bool:
+        self.calls.append((camera_id, line))
+        return line == "door"
+
+
+def _server(state: Path, port: int, resets: Resets, **config: Any) -> OpcUaServer:
+    section = OpcUaConfig.model_validate({"host": "127.0.0.1", "port": port, "interval_s": 0.2, **config})
+    readings = Readings(lambda: SUMMARY, lambda: (True, False), resets)
+    return OpcUaServer(section, "dev1", [CameraLayout("hall", (), ("door",))], state, readings, Feed(),
+                       boot_id="0" * 32, started_at=time.time()).start()
+
+
+@pytest.fixture
+def users_file(tmp_path: Path) -> Path:
+    path = tmp_path / "users"
+    path.write_text(f"lead:operator:{hash_password('lead-password')}\nplc:reader:{hash_password('plc-password')}\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "state"
+
+
+async def _session(port: int, identity: ClientIdentity, user: str, password: str, check: Any) -> Any:
+    client = Client(f"opc.tcp://127.0.0.1:{port}/", timeout=10)
+    client.application_uri = identity.uri
+    client.set_user(user)
+    client.set_password(password)
+    await client.set_security(SecurityPolicyAes256Sha256RsaPss, certificate=str(identity.certificate),
+                              private_key=str(identity.private_key), mode=ua.MessageSecurityMode.SignAndEncrypt)
+    async with client:
+        return await check(client, await client.get_namespace_index("urn:appliance:dev1"))
+
+
+async def _call_resets(client: Client, ns: int) -> list[Any]:
+    door = client.get_node(ua.NodeId("Cameras.hall.Lines.door", ns))
+    model = await client.get_node(ua.NodeId("Device.Model", ns)).read_value()
+    return [model, await door.call_method(ua.NodeId("Cameras.hall.Lines.door.ResetCounts", ns))]
+
+
+def test_a_users_file_operator_resets_a_line_and_a_reader_may_not(tmp_path: Path, state: Path,
+                                                                   users_file: Path) -> None:
+    identity, resets, port = client_identity(tmp_path, "plc"), Resets(), free_port()
+    trust(identity, state / "opcua" / "trusted")
+    server = _server(state, port, resets, users_file=str(users_file))
+    try:
+        time.sleep(0.5)  # one readings interval: Device.Model is sampled
+        assert asyncio.run(_session(port, identity, "lead", "lead-password", _call_resets)) == ["yolov3-tiny", True]
+        assert resets.calls == [("hall", "door")]
+        with pytest.raises(ua.uaerrors.BadUserAccessDenied):
+            asyncio.run(_session(port, identity, "plc", "plc-password", _call_resets))
+        assert resets.calls == [("hall", "door")]
+    finally:
+        server.stop()
+
+
+async def _read_model(client: Client, ns: int) -> Any:
+    return await client.get_node(ua.NodeId("Device.Model", ns)).read_value()
+
+
+def test_the_server_certificate_is_kept_and_a_newly_trusted_client_needs_no_restart(
+        tmp_path: Path, state: Path, users_file: Path) -> None:
+    port = free_port()
+    server = _server(state, port, Resets(), users_file=str(users_file))
+    made = (state / "opcua" / "server-cert.der").read_bytes()
+    assert oct((state / "opcua" / "server-key.pem").stat().st_mode & 0o777) == "0o600"
+    late = client_identity(tmp_path, "late")
+    try:
+        with pytest.raises(ua.uaerrors.BadCertificateUntrusted):
+            asyncio.run(_session(port, late, "plc", "plc-password", _read_model))
+        trust(late, state / "opcua" / "trusted")
+        deadline = time.monotonic() + 10
+        while True:  # the trusted directory is looked at every interval_s
+            try:
+                assert asyncio.run(_session(port, late, "plc", "plc-password", _read_model)) == "yolov3-tiny"
+                break
+            except ua.uaerrors.BadCertificateUntrusted:
+                assert time.monotonic() < deadline, "the newly trusted certificate was never accepted"
+                time.sleep(0.2)
+    finally:
+        server.stop()
+    server = _server(state, free_port(), Resets(), users_file=str(users_file))
+    server.stop()
+    assert (state / "opcua" / "server-cert.der").read_bytes() == made

@@ -1,0 +1,73 @@
+"""OPC UA clients for the tests: node-opcua (another stack, tests/opcua/nodeclient, installed by
+scripts/setup.d/60-interop-clients.sh) run as a process, and client certificates. A missing node client fails
+the test, naming the fix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.opcua.certs import make_certificate
+
+REPO = Path(__file__).resolve().parents[2]
+NODE_CLIENT = REPO / "tests" / "opcua" / "nodeclient"
+
+
+def require_node_client() -> Path:
+    """The node-opcua client script, with its packages installed; otherwise fail the calling test."""
+    if shutil.which("node") is None or not (NODE_CLIENT / "node_modules" / "node-opcua-client").is_dir():
+        pytest.fail(f"node and node-opcua are needed in {NODE_CLIENT}: run scripts/setup.sh "
+                    "(scripts/setup.d/60-interop-clients.sh runs `npm ci` there)", pytrace=False)
+    return NODE_CLIENT / "client.js"
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    uri: str
+    certificate: Path  # DER
+    private_key: Path  # PEM
+
+
+def client_identity(folder: Path, name: str) -> ClientIdentity:
+    """A fresh self-signed client application certificate ``urn:test:<name>`` in ``folder``."""
+    identity = ClientIdentity(f"urn:test:{name}", folder / f"{name}.der", folder / f"{name}-key.pem")
+    make_certificate(identity.certificate, identity.private_key, identity.uri, "localhost", client=True)
+    return identity
+
+
+def trust(identity: ClientIdentity, trusted_dir: Path) -> None:
+    trusted_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(identity.certificate, trusted_dir / identity.certificate.name)
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    returncode: int
+    output: str
+
+    def lines(self, key: str) -> list[str]:
+        return [line.removeprefix(f"{key}: ") for line in self.output.splitlines() if line.startswith(f"{key}: ")]
+
+
+def run_node_client(work: Path, *, endpoint: str, server_certificate: Path, identity: ClientIdentity,
+                    policy: str, user: str, password: str, timeout_s: float = 60,
+                    **extra: Any) -> NodeRun:
+    """tests/opcua/nodeclient/client.js with these options (``browse``, ``namespace``, ``watch``, ``timeoutMs``
+    to browse and wait for a counter to rise); its own PKI folder under ``work``."""
+    script = require_node_client()
+    work.mkdir(parents=True, exist_ok=True)
+    options = {"endpoint": endpoint, "policy": policy, "pki": str(work / "pki"),
+               "serverCertificate": str(server_certificate), "applicationUri": identity.uri,
+               "certificate": str(identity.certificate), "privateKey": str(identity.private_key),
+               "user": user, "password": password, **extra}
+    path = work / "options.json"
+    path.write_text(json.dumps(options))
+    result = subprocess.run(["node", str(script), str(path)], capture_output=True, text=True, timeout=timeout_s,
+                            cwd=script.parent)
+    return NodeRun(result.returncode, result.stdout + result.stderr)
