@@ -31,6 +31,8 @@ ANALYTICS_KEYS = ["e2e_analytics_vs_e2e", "e2e_analytics_vs_detector_alone"]
 OPCUA_KEYS = ["opcua_changes", "opcua_events", "opcua_cpu_ms", "opcua_server_cpu_ms", "e2e_opcua_vs_without"]
 
 
+# The --opcua run is ten appliance runs (about 2 min alone); beside the suite's other processes it can take 5.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("analytics", [False, True], ids=["plain", "analytics-opcua"])
 def test_short_run_measures_every_alternative_smoke(analytics: bool) -> None:
     """Smoke test: every alternative runs and publishes, the table and latency split are complete and the key=value
