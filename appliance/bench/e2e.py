@@ -58,10 +58,9 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
-    over the measuring window (proof that the analytics did work, not only that they were configured). Given
-    ``page``, the operator's page is served; with ``page["viewers"]`` 1, someone watches cam0's live view, and
-    ``page["pictures"]`` gets how many pictures they saw. Given ``opcua``, the OPC UA server runs with one
-    subscribed client, and it gets what that client received."""
+    over the measuring window (proof that the analytics did work). Given ``page``, the page is served; with
+    ``page["viewers"]`` 1, someone watches cam0's live view, and ``page["pictures"]`` gets how many pictures they
+    saw. Given ``opcua``, the OPC UA server runs with one subscribed client; it gets what that client received."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
@@ -118,9 +117,11 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
             if to_submit:
                 split["capture_to_submit"] = statistics.fmean(to_submit)
     finally:
-        if client is not None and opcua is not None:
-            opcua.update(stop_client(client))
-        app.stop()
+        try:
+            if client is not None and opcua is not None:
+                opcua.update(stop_client(client))
+        finally:
+            app.stop()  # whatever the client did: a running appliance would keep this process alive
         if opcua is not None and app.opcua is not None:
             opcua["server_cpu_ms"] = round(app.opcua.cpu_s * 1000)
         sub.loop_stop()
