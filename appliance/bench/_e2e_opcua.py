@@ -12,9 +12,9 @@ import json
 import os
 import resource
 import select
-import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ opcua:
 
 SUBSCRIBED = "subscribed"
 SUBSCRIBE_TIMEOUT_S = 120.0
+REPORT_S = 0.5
 
 
 def start_client(setup: OpcUaSetup) -> subprocess.Popen[str]:
@@ -73,16 +74,19 @@ def start_client(setup: OpcUaSetup) -> subprocess.Popen[str]:
 
 
 def stop_client(client: subprocess.Popen[str]) -> dict[str, int]:
-    """What the client received; -1 each when it left nothing to read (it is killed if it does not end)."""
-    client.send_signal(signal.SIGINT)
+    """What the client received by its last report (-1 each when it made none); the client is ended by SIGTERM,
+    or killed if it does not end (a signal needs no cooperation from its event loop)."""
+    time.sleep(REPORT_S * 1.5)  # a report that covers the measuring window, which has just ended
+    client.terminate()
     try:
         out, _ = client.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         client.kill()
         out, _ = client.communicate()
-    if not out.strip():
-        return {"changes": -1, "events": -1, "cpu_ms": -1}
-    return dict(json.loads(out.strip().splitlines()[-1]))
+    for line in reversed(out.splitlines()):
+        if line.startswith("{") and line.endswith("}"):
+            return dict(json.loads(line))
+    return {"changes": -1, "events": -1, "cpu_ms": -1}
 
 
 class _Counter:
@@ -121,20 +125,15 @@ async def _subscribe(port: int, cert: str, key: str, counter: _Counter) -> None:
         await subscription.subscribe_events(client.get_node(f"ns={ns};s=VisionSystem"))
         print(SUBSCRIBED, flush=True)
         os.nice(int(os.environ.get("APPLIANCE_BENCH_OPCUA_CLIENT_NICE", "19")))
-        try:
-            await asyncio.Event().wait()
-        finally:
+        while True:  # a report a REPORT_S: the bench ends the client by a signal and reads the last one
+            await asyncio.sleep(REPORT_S)
             usage = resource.getrusage(resource.RUSAGE_SELF)
             print(json.dumps({**counter.counts, "cpu_ms": round(1000 * (usage.ru_utime + usage.ru_stime))}),
                   flush=True)
 
 
 def _main(argv: list[str]) -> None:
-    counter = _Counter()
-    try:
-        asyncio.run(_subscribe(int(argv[0]), argv[1], argv[2], counter))
-    except KeyboardInterrupt:
-        pass
+    asyncio.run(_subscribe(int(argv[0]), argv[1], argv[2], _Counter()))
 
 
 if __name__ == "__main__":
