@@ -150,6 +150,16 @@ def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str,
     return payload
 
 
+def gap_payload(device_id: str, camera_id: str, boot_id: str, first: int, last: int, reason: str,
+                now: float) -> dict[str, Any]:
+    """A ``gap`` record on a camera's detections topic: message_seq ``first``..``last`` were dropped, counted."""
+    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "gap", "device_id": device_id,
+                               "camera_id": camera_id, "boot_id": boot_id, "first_message_seq": first,
+                               "last_message_seq": last, "count": last - first + 1, "reason": reason}
+    payload.update(time_fields(now))
+    return payload
+
+
 EventType = Literal["enter", "exit", "cross", "dwell"]
 
 
@@ -324,7 +334,12 @@ def health_payload(device_id: str, now: float, uptime_s: float, stats: Publisher
     s = stats.spool
     payload["spool"] = {"backlog": s.backlog, "bytes": s.bytes, "max_bytes": s.max_bytes, "spooled": s.spooled,
                         "dropped_oldest": s.dropped_oldest, "dropped_newest": s.dropped_newest,
-                        "dropped_expired": s.dropped_expired, "set_aside": s.set_aside}
+                        "dropped_expired": s.dropped_expired, "set_aside": s.set_aside,
+                        "held": stats.held, "held_bytes": stats.held_bytes,
+                        "results_dropped": [{"camera_id": c, "kind": k, "reason": r, "count": n}
+                                            for (c, k, r), n in sorted(stats.results_dropped.items())]}
+    if stats.write_error:
+        payload["spool"]["write_error"] = stats.write_error
     payload["cameras"] = dict(extra.get("cameras", {}))
     payload["system"] = dict(extra.get("system", {}))
     return payload

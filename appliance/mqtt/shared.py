@@ -61,6 +61,10 @@ class PublisherStats:
     backoff_delays: tuple[float, ...]  # the most recent reconnect delays, newest last
     spool: SpoolStats
     commands_refused: Mapping[str, int] = field(default_factory=dict)  # signed-command refusals by code
+    held: int = 0  # results held in memory because the spool cannot be written (mqtt.holdback)
+    held_bytes: int = 0
+    write_error: Optional[str] = None  # the spool's write error while results are held
+    results_dropped: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (camera, kind, reason)
 
     @property
     def spooling(self) -> bool:
