@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
 
+from appliance import diskspace
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
 from appliance.detector.engines.progress import ProgressEvent
@@ -309,6 +310,9 @@ class Appliance:
         for cam in self._cameras().values():
             cam.refresh(self.metrics, self.publisher)
         self.metrics.record_system(self._system.read())
+        self.metrics.state_free_bytes.set(diskspace.free_bytes(self.paths["state_dir"]))
+        if self.publisher is not None:
+            self.publisher.retry_held()
         if self._tegrastats is not None and self._tegrastats.active:
             self.metrics.record_tegrastats(self._tegrastats.latest(), self._tegrastats.exits)
         inference = self._inference()
@@ -340,7 +344,8 @@ class Appliance:
         inference = self._inference()
         scheduler = inference.scheduler if inference else None
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
-                                           progressing=self._pipeline_progressing(), status=self.status_line())
+                                           progressing=self._pipeline_progressing(), status=self.status_line(),
+                                           problems=self._problems())
         summary["analytics"] = {} if inference is None else {
             camera_id: {**stage.summary(), "layout": inference.layouts.source(camera_id)}
             for camera_id, stage in inference.analytics.items()}
@@ -351,6 +356,11 @@ class Appliance:
             latencies_ms=inference.frames.latencies_ms.copy() if inference else (), publisher=self.publisher,
             engine=self._now.detector.engine if isinstance(self._now, Built) else None,
             engine_progress=self._engine_progress, ota=self.ota.status() if self.ota else None)}
+
+    def _problems(self) -> list[str]:
+        """Reasons for a degraded level besides the cameras: results not reaching the spool, a disk low."""
+        low = diskspace.low_space(self.paths["state_dir"], self.config.health.min_free_mb * diskspace.MB)
+        return reporting.result_problems(self.publisher) + ([low] if low else [])
 
     def _health_for_mqtt(self) -> dict[str, Any]:
         return reporting.health_for_mqtt(self.health_summary(), self._system.read(), self._tegrastats,
