@@ -17,6 +17,8 @@ from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_v
 from appliance.capture.probe import SizeUnknown, resolve_sizes
 from appliance.commands.configload import load_and_report
 from appliance.commands.exitcodes import ExitCode
+from appliance.diskspace import NotEnoughSpace
+from appliance.mqtt.errors import SpoolInUse
 from appliance.supervisor.app import Appliance
 
 log = logging.getLogger("appliance")
@@ -52,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
     app = Appliance(config, triton_home=Path(args.triton_home) if args.triton_home else None)
     try:
         app.start()
+    except (NotEnoughSpace, SpoolInUse) as exc:
+        # Exit 2, which systemd does not restart: another start would meet the same full disk or running twin.
+        log.error("could not start: %s", exc)
+        return ExitCode.BAD_INPUT
     except Exception as exc:
         log.error("could not start: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
         return ExitCode.FAILED
