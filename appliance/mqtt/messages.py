@@ -265,6 +265,8 @@ class CameraStatus:
     fps: Optional[float] = None
     detail: Optional[str] = None
     since: Optional[float] = None  # epoch seconds the camera entered this state (sent for ``waiting``)
+    last_error: Optional[str] = None  # the last capture error this run, kept after the camera recovered
+    last_error_time: Optional[float] = None  # epoch seconds it was first seen
 
     def __post_init__(self) -> None:
         if self.state not in CAMERA_STATES:
@@ -283,6 +285,10 @@ def camera_status_payload(status: CameraStatus, device_id: str, now: float) -> d
         payload["detail"] = status.detail
     if status.since is not None:
         payload.update(time_fields(status.since, "since"))
+    if status.last_error:
+        payload["last_error"] = status.last_error
+        if status.last_error_time is not None:
+            payload.update(time_fields(status.last_error_time, "last_error_time"))
     return payload
 
 
