@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 from appliance import diskspace
+from appliance.logs import flush_repeats
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
 from appliance.detector.engines.progress import ProgressEvent
@@ -324,6 +325,7 @@ class Appliance:
         if isinstance(now, Serving):
             now.served.expire_uploads()
             self._last_error = now.served.check(now.publisher, self._last_error)
+        flush_repeats()
         if self._pipeline_progressing():
             self.notifier.watchdog()
         self.notifier.status(self.status_line())
@@ -345,7 +347,8 @@ class Appliance:
         scheduler = inference.scheduler if inference else None
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
                                            progressing=self._pipeline_progressing(), status=self.status_line(),
-                                           problems=self._problems())
+                                           problems=reporting.problems(self.publisher, self.paths["state_dir"],
+                                                                       self.config.health.min_free_mb))
         summary["analytics"] = {} if inference is None else {
             camera_id: {**stage.summary(), "layout": inference.layouts.source(camera_id)}
             for camera_id, stage in inference.analytics.items()}
@@ -356,11 +359,6 @@ class Appliance:
             latencies_ms=inference.frames.latencies_ms.copy() if inference else (), publisher=self.publisher,
             engine=self._now.detector.engine if isinstance(self._now, Built) else None,
             engine_progress=self._engine_progress, ota=self.ota.status() if self.ota else None)}
-
-    def _problems(self) -> list[str]:
-        """Reasons for a degraded level besides the cameras: results not reaching the spool, a disk low."""
-        low = diskspace.low_space(self.paths["state_dir"], self.config.health.min_free_mb * diskspace.MB)
-        return reporting.result_problems(self.publisher) + ([low] if low else [])
 
     def _health_for_mqtt(self) -> dict[str, Any]:
         return reporting.health_for_mqtt(self.health_summary(), self._system.read(), self._tegrastats,

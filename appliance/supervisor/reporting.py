@@ -15,11 +15,13 @@ Pure functions: the Appliance passes what they read, so nothing here holds state
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import appliance
+from appliance import diskspace
 from appliance.detector.engines.progress import ProgressEvent
 from appliance.health.levels import Readings, assess
 from appliance.health.metrics import ApplianceMetrics
@@ -124,6 +126,12 @@ def _triton_readiness(server: Server | None, ensemble: str | None) -> tuple[bool
     except TritonError:  # the ensemble unknown to it: not serving
         return triton_ok, False
     return triton_ok, serving_ok
+
+
+def problems(publisher: MqttPublisher | None, state_dir: Path, min_free_mb: int) -> list[str]:
+    """Reasons for a degraded level besides the cameras: results not reaching the spool, a disk low on space."""
+    low = diskspace.low_space(state_dir, min_free_mb * diskspace.MB)
+    return result_problems(publisher) + ([low] if low else [])
 
 
 def result_problems(publisher: MqttPublisher | None) -> list[str]:
