@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs
@@ -22,6 +22,8 @@ from appliance.web.live import LiveFrames, encode
 
 STATIC = Path(__file__).resolve().with_name("static")
 STREAM_PERIOD_S = 0.5
+APPLY_DEADLINE_S = 10.0  # a legal layout checks in well under a second (docs/ui.md, "Limits")
+STREAMS_PER_SESSION = 4  # event streams one login may hold open at once (a page holds one)
 THUMB_WIDTH, VIEW_WIDTH = 320, 1280
 
 
@@ -38,6 +40,7 @@ class Site(Protocol):
 class Page:
     def __init__(self, site: Site, auth: Auth, live: LiveFrames, feed: EventFeed) -> None:
         self.site, self.auth, self.live, self.feed = site, auth, live, feed
+        self._streams: dict[str, int] = {}  # session token -> event streams open
 
     def who(self, request: Request) -> Session | None:
         return self.auth.session(request.cookies.get(COOKIE))
@@ -123,17 +126,33 @@ class Page:
         except (ValueError, KeyError, TypeError, AttributeError):
             return JSONResponse({"error": "expected JSON {zones: [...], lines: [...], classes: {...}}"},
                                 status_code=400)
-        result = await run_in_threadpool(self.site.apply_layout, request.path_params["camera"], zones, lines,
-                                         session.user, classes)
+        try:
+            result = await asyncio.wait_for(run_in_threadpool(
+                self.site.apply_layout, request.path_params["camera"], zones, lines, session.user, classes),
+                APPLY_DEADLINE_S)
+        except asyncio.TimeoutError:
+            return JSONResponse({"error": f"the layout was not checked within {APPLY_DEADLINE_S:g} s; reload the "
+                                 "page to see whether it was applied"}, status_code=503)
         return JSONResponse(result, status_code=200 if result.get("applied") else 422)
 
     # -- the events stream ----------------------------------------------------------------------------------
     async def stream(self, request: Request) -> Response:
         if self.who(request) is None:
             return _denied()
+        key = request.cookies.get(COOKIE) or "local"
+        if self._streams.get(key, 0) >= STREAMS_PER_SESSION:
+            return JSONResponse({"error": f"at most {STREAMS_PER_SESSION} event streams per login: close a tab"},
+                                status_code=429, headers={"Retry-After": "5"})
+        self._streams[key] = self._streams.get(key, 0) + 1
+
+        def release() -> None:
+            self._streams[key] -= 1
+            if not self._streams[key]:
+                del self._streams[key]
+
         camera = request.query_params.get("camera")
-        return StreamingResponse(self._stream(request, camera), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        return _HeldStream(release, self._stream(request, camera), media_type="text/event-stream",
+                           headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     async def _stream(self, request: Request, camera: str | None) -> AsyncIterator[str]:
         _, cursor = self.feed.since(0)
@@ -149,6 +168,20 @@ class Page:
                 yield f"event: state\ndata: {json.dumps(state, default=str)}\n\n"
             ticks += 1
             await asyncio.sleep(STREAM_PERIOD_S)
+
+
+class _HeldStream(StreamingResponse):
+    """A streaming response that calls ``release`` once it ends, however it ends."""
+
+    def __init__(self, release: Callable[[], None], content: AsyncIterator[str], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def _denied() -> Response:
