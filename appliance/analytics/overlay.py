@@ -55,8 +55,10 @@ class Overlay:
     path: Path
     classes: Classes = "keep"
 
-    def describe(self) -> str:
-        return f"{self.path} (applied on the page by {self.edited_by} at {_utc(self.edited_at)})"
+    def describe(self, *, who: bool = True) -> str:
+        """The file and when it was applied; ``who``: and by whom (not for what is served without a login)."""
+        by = f" by {self.edited_by}" if who else ""
+        return f"{self.path} (applied on the page{by} at {_utc(self.edited_at)})"
 
 
 def _utc(t: float) -> str:

@@ -26,4 +26,7 @@ class WebConfig(StrictModel):
     enabled: bool = Field(True, description="serve the operator's page on the health endpoint's address")
     users: list[UserConfig] = Field(default_factory=list, description="who may log in")
     users_file: Optional[Path] = Field(None, description="more users: a YAML list of {name, role, password_hash}")
-    session_s: float = Field(8 * 3600, ge=60, le=7 * 86400, description="a login lasts this long")
+    session_s: float = Field(8 * 3600, ge=60, le=7 * 86400, description="a login lasts this long (the cookie's "
+                             "Max-Age too)")
+    hosts: list[str] = Field(default_factory=list, max_length=32, description="more names the page answers to "
+                             "when bound to loopback (a reverse proxy's name); localhost, 127.0.0.1 and [::1] always")

@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from appliance.config.shown import shown
 from appliance.web.auth import COOKIE, Auth, Session
 from appliance.web.feed import EventFeed
+from appliance.web.hosts import host_allowed
 from appliance.web.live import LiveFrames, encode
+from appliance.web.throttle import LoginThrottle
 
 STATIC = Path(__file__).resolve().with_name("static")
 STREAM_PERIOD_S = 0.5
@@ -38,8 +44,10 @@ class Site(Protocol):
 
 
 class Page:
-    def __init__(self, site: Site, auth: Auth, live: LiveFrames, feed: EventFeed) -> None:
-        self.site, self.auth, self.live, self.feed = site, auth, live, feed
+    def __init__(self, site: Site, auth: Auth, live: LiveFrames, feed: EventFeed,
+                 files: Callable[[str], tuple[str, bytes] | None] | None = None) -> None:
+        self.site, self.auth, self.live, self.feed, self._files = site, auth, live, feed, files
+        self.throttle = LoginThrottle()
         self._streams: dict[str, int] = {}  # session token -> event streams open
 
     def who(self, request: Request) -> Session | None:
@@ -62,12 +70,20 @@ class Page:
     async def login(self, request: Request) -> Response:
         form = parse_qs((await request.body()).decode(errors="replace"))  # no multipart parser needed
         name, password = form.get("name", [""])[0], form.get("password", [""])[0]
+        client = request.client.host if request.client else "?"
+        wait_s = self.throttle.wait(client, name)
+        if wait_s > 0:
+            return PlainTextResponse(f"too many failed logins: try again in {math.ceil(wait_s)} s\n", status_code=429,
+                                     headers={"Retry-After": str(math.ceil(wait_s))})
         found = await run_in_threadpool(self.auth.login, name, password)
         if found is None:
+            self.throttle.failed(client, name)
             return RedirectResponse("/login?failed=1", status_code=303)
-        token, _session = found
+        self.throttle.succeeded(client, name)
+        token, session = found
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict")  # the server enforces expiry
+        response.set_cookie(COOKIE, token, max_age=max(1, int(session.expires - time.time())), httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https")  # the server enforces expiry too
         return response
 
     async def logout(self, request: Request) -> Response:
@@ -135,6 +151,14 @@ class Page:
                                  "page to see whether it was applied"}, status_code=503)
         return JSONResponse(result, status_code=200 if result.get("applied") else 422)
 
+    async def snapshot(self, request: Request) -> Response:
+        if self.who(request) is None:
+            return _denied()
+        found = await run_in_threadpool(self._files, request.url.path) if self._files is not None else None
+        if found is None:
+            return PlainTextResponse("not found: no such snapshot (or no longer kept)\n", status_code=404)
+        return Response(found[1], media_type=found[0])
+
     # -- the events stream ----------------------------------------------------------------------------------
     async def stream(self, request: Request) -> Response:
         if self.who(request) is None:
@@ -188,16 +212,30 @@ def _denied() -> Response:
     return JSONResponse({"error": "log in first", "login": "/login"}, status_code=401)
 
 
-def page_routes(site: Site, auth: Auth, live: LiveFrames, feed: EventFeed) -> list[BaseRoute]:
-    page = Page(site, auth, live, feed)
-    return [
-        Route("/", page.index), Route("/camera/{camera}", page.camera_page),
-        Route("/login", page.login_page), Route("/login", page.login, methods=["POST"]),
-        Route("/logout", page.logout, methods=["POST"]),
-        Route("/api/overview", page.overview), Route("/api/events", page.events),
-        Route("/api/stream", page.stream),
-        Route("/api/cameras/{camera}/frame.jpg", page.frame),
-        Route("/api/cameras/{camera}/layout", page.layout),
-        Route("/api/cameras/{camera}/layout", page.apply, methods=["POST"]),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _host_checked(endpoint: Endpoint, auth: Auth, hosts: Sequence[str]) -> Endpoint:
+    """On loopback, ``endpoint`` answers only to this machine's own names (appliance.web.hosts)."""
+    async def checked(request: Request) -> Response:
+        if auth.open_access and not host_allowed(request.headers.get("host"), hosts):
+            return PlainTextResponse(f"this page answers only to localhost, 127.0.0.1, [::1] and web.hosts, not "
+                                     f"{shown(request.headers.get('host', ''))}\n", status_code=403)
+        return await endpoint(request)
+    return checked
+
+
+def page_routes(site: Site, auth: Auth, live: LiveFrames, feed: EventFeed, *, hosts: Sequence[str] = (),
+                files: Callable[[str], tuple[str, bytes] | None] | None = None) -> list[BaseRoute]:
+    """The page's routes; ``files(path)``: the snapshots (latest.jpg, event JPEGs), served here behind the login."""
+    page = Page(site, auth, live, feed, files)
+    routes = [
+        ("/", page.index, "GET"), ("/camera/{camera}", page.camera_page, "GET"),
+        ("/login", page.login_page, "GET"), ("/login", page.login, "POST"), ("/logout", page.logout, "POST"),
+        ("/api/overview", page.overview, "GET"), ("/api/events", page.events, "GET"),
+        ("/api/stream", page.stream, "GET"), ("/api/cameras/{camera}/frame.jpg", page.frame, "GET"),
+        ("/api/cameras/{camera}/layout", page.layout, "GET"), ("/api/cameras/{camera}/layout", page.apply, "POST"),
+        ("/cameras/{camera}/latest.jpg", page.snapshot, "GET"), ("/events/{event}.jpg", page.snapshot, "GET"),
     ]
+    return [*(Route(path, _host_checked(endpoint, auth, hosts), methods=[method]) for path, endpoint, method in routes),
+            Mount("/static", StaticFiles(directory=STATIC), name="static")]
