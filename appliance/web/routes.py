@@ -82,7 +82,7 @@ class Page:
         self.throttle.succeeded(client, name)
         token, session = found
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, token, max_age=max(1, int(session.expires - time.time())), httponly=True,
+        response.set_cookie(COOKIE, token, max_age=max(1, round(session.expires - time.time())), httponly=True,
                             samesite="strict", secure=request.url.scheme == "https")  # the server enforces expiry too
         return response
 

@@ -7,8 +7,11 @@ $APPLIANCE_UI_SCREENSHOTS when set)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
+import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,9 +28,12 @@ from support.ports import free_port
 from support.shm import private_shm_dir
 from support.subscriber import Subscriber
 from support.wait import wait_until
+from support.webattack import HealthPoller, login_cookie, open_streams, slow_bodies
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV
+from appliance.health import limits
 from appliance.web.auth import hash_password
+from appliance.web.routes import STREAMS_PER_SESSION
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"
@@ -107,7 +113,7 @@ def _login(browser: Chrome, site: Site, name: str) -> None:
     browser.get(f"{site.url}/login")
     browser.delete_all_cookies()
     browser.get(f"{site.url}/camera/hall")
-    assert browser.current_url.endswith("/login"), "the page must ask for a login beyond loopback"
+    assert browser.current_url.endswith("/login"), f"no login asked beyond loopback: {browser.page_source[:300]}"
     browser.find_element(By.ID, "name").send_keys(name)
     browser.find_element(By.ID, "password").send_keys(USERS[name][1])
     browser.find_element(By.ID, "login").click()
@@ -210,13 +216,107 @@ def test_a_viewer_cannot_edit(site: Site, browser: Chrome) -> None:
     assert [ln["name"] for ln in _layout(browser)["lines"]] == ["walkway", "aisle"]
 
 
+def test_the_overviews_filters_hide_what_they_filter(site: Site, browser: Chrome) -> None:
+    _login(browser, site, "olga")
+    browser.get(site.url)
+    shown_names = "return [...document.querySelectorAll('#events li')].filter(li => li.offsetParent !== null)" \
+        ".map(li => li.dataset.name)"
+    wait_until(lambda: {"aisle", "walkway"} <= set(browser.execute_script(shown_names)), 60, 0.2,
+               "events of both lines on the overview")
+    browser.find_element(By.ID, "f-name").send_keys("aisle")
+    names = browser.execute_script(shown_names)
+    assert names and set(names) == {"aisle"}, names  # the walkway's are hidden, not merely marked hidden
+    save_screenshot(browser, site.artifacts, "ui-overview-filtered.png")
+
+
+def test_slow_bodies_and_many_streams_leave_healthz_alone(site: Site) -> None:
+    port = int(urllib.parse.urlsplit(site.url).port or 0)
+    cookie, header = login_cookie(site.url, "victor", USERS["victor"][1])
+    assert "Max-Age=28800" in header and "HttpOnly" in header and "Secure" not in header, header  # plain http
+    with HealthPoller(site.url) as poller:
+        streams, stream_statuses = open_streams(port, "127.0.0.3", cookie, 100)
+        try:
+            statuses = slow_bodies(port, "127.0.0.2", 40, limits.BODY_DEADLINE_S + 4)
+        finally:
+            for sock in streams:
+                sock.close()
+    assert poller.failures == [] and poller.answered >= 10, (poller.failures[:5], poller.answered)
+    assert stream_statuses.count("200") == STREAMS_PER_SESSION, stream_statuses
+    assert set(stream_statuses) <= {"200", "429", "503", "RESET"}, stream_statuses
+    assert statuses.count("408") >= limits.PAGE_PER_CLIENT and set(statuses) <= {"408", "429", "503", "RESET"}, \
+        statuses  # each held body cut at the deadline; the ones past the caps refused at once
+    log = site.daemon.log_path.read_text()
+    assert log.count("refused a slow request body from 127.0.0.2") == 1, "one line per burst"
+
+
+def _post_json(site: Site, cookie: str, csrf: str, body: bytes) -> tuple[int, bytes, float]:
+    address = urllib.parse.urlsplit(site.url)
+    conn = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+    started = time.monotonic()
+    try:
+        conn.request("POST", "/api/cameras/hall/layout", body, {"Content-Type": "application/json",
+                     "X-CSRF-Token": csrf, "Cookie": f"appliance_session={cookie}"})
+        response = conn.getresponse()
+        return response.status, response.read(), time.monotonic() - started
+    except (BrokenPipeError, ConnectionResetError):  # refused before all was sent: the answer may be lost
+        return 413, b"", time.monotonic() - started
+    finally:
+        conn.close()
+
+
+def test_a_huge_layout_is_refused_at_once_with_a_short_message(site: Site) -> None:
+    cookie, _header = login_cookie(site.url, "olga", USERS["olga"][1])
+    request = urllib.request.Request(f"{site.url}/api/overview", headers={"Cookie": f"appliance_session={cookie}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        csrf = json.load(response)["me"]["csrf"]
+    walkway = {"name": "walkway", "a": [10, 300], "b": [700, 300], "in_side": "left"}
+    zone = {"name": "floor", "points": [[i % 700, (i * 7) % 500] for i in range(100_000)]}
+    huge_name = {"name": "n" * 10_000_000, "a": [10, 300], "b": [700, 300], "in_side": "left"}
+    before = len(site.daemon.log_path.read_text().splitlines())
+    for doc in ({"zones": [zone], "lines": []}, {"zones": [], "lines": [huge_name]}):
+        status, body, took = _post_json(site, cookie, csrf, json.dumps(doc).encode())
+        assert status == 413 and len(body) < 200 and took < 5, (status, body[:200], took)
+    smaller = [({"zones": [{**zone, "points": zone["points"][:5000]}], "lines": []}, "at most 256 items"),
+               ({"zones": [], "lines": [{**huge_name, "name": "n" * 100_000}]}, "100000 characters"),
+               ({"zones": [], "lines": [{**walkway, "a": ["10", 300]}]}, "valid number")]
+    for doc, words in smaller:
+        status, body, took = _post_json(site, cookie, csrf, json.dumps(doc).encode())
+        assert status == 422 and words in body.decode() and len(body) < 1000 and took < 5, (status, body[:300])
+    log = site.daemon.log_path.read_text().splitlines()[before:]
+    assert [len(line) < 400 for line in log if "not applied" in line] == [True] * 3
+    assert sum("refused a request too large" in line for line in log) == 1
+    assert [ln["name"] for ln in _layout_of(site, cookie)["lines"]] == ["walkway", "aisle"]  # nothing applied
+
+
+def _layout_of(site: Site, cookie: str) -> dict:
+    request = urllib.request.Request(f"{site.url}/api/cameras/hall/layout",
+                                     headers={"Cookie": f"appliance_session={cookie}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return dict(json.load(response))
+
+
+def test_failed_logins_are_held_back_and_logged_once(site: Site) -> None:
+    port = urllib.parse.urlsplit(site.url).port
+    codes = []
+    for _ in range(8):  # from an address of its own: the browser's logins are not held back after it
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=("127.0.0.4", 0))
+        conn.request("POST", "/login", "name=mallory&password=guess", {"Content-Type":
+                                                                         "application/x-www-form-urlencoded"})
+        codes.append(conn.getresponse().status)
+        conn.close()
+    assert codes == [303] * 5 + [429] * 3, codes
+    log = site.daemon.log_path.read_text()
+    assert log.count("failed logins for name 'mallory'") == 1 and log.count("failed login for 'mallory'") == 5
+
+
 def _healthz(site: Site) -> dict:
     with urllib.request.urlopen(f"{site.url}/healthz", timeout=10) as response:  # open without a login
         return dict(json.load(response))
 
 
 def test_the_applied_layout_survives_a_restart_and_status_names_it(site: Site) -> None:
-    assert "applied on the page by olga" in _healthz(site)["analytics"]["hall"]["layout"]
+    layout = _healthz(site)["analytics"]["hall"]["layout"]
+    assert "applied on the page at" in layout and "olga" not in layout, layout  # no user names without a login
     assert site.daemon.terminate() == 0, site.daemon.tail()
     site.daemon.close()
     (site.root / "restarted").mkdir()
