@@ -4,6 +4,7 @@ events stream and the layout edits. What it shows comes through :class:`Site` (t
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import math
 import time
@@ -14,14 +15,14 @@ from urllib.parse import parse_qs
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.responses import StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from appliance.config.shown import shown
 from appliance.web.auth import COOKIE, Auth, Session
-from appliance.web.feed import EventFeed
+from appliance.web.feed import EventFeed, EventQuery
 from appliance.web.hosts import host_allowed
 from appliance.web.live import LiveFrames, encode
 from appliance.web.throttle import LoginThrottle
@@ -39,6 +40,7 @@ class Site(Protocol):
     def overview(self) -> dict[str, Any]: ...
     def counts(self, camera_id: str) -> dict[str, Any] | None: ...
     def layout(self, camera_id: str) -> dict[str, Any] | None: ...
+    def camera_ids(self) -> list[str]: ...
     def apply_layout(self, camera_id: str, zones: list[Any], lines: list[Any], who: str,
                      classes: Any = "keep") -> dict[str, Any]: ...
 
@@ -62,7 +64,19 @@ class Page:
     async def camera_page(self, request: Request) -> Response:
         if self.who(request) is None:
             return RedirectResponse("/login", status_code=303)
+        camera, known = request.path_params["camera"], self.site.camera_ids()
+        if camera not in known:
+            listed = ", ".join(f'<a href="/camera/{html.escape(c)}">{html.escape(c)}</a>' for c in known) or "none"
+            return HTMLResponse(f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>No such camera'
+                                f'</title><link rel="stylesheet" href="/static/style.css"></head><body><main>'
+                                f'<h1 id="not-found">No camera {html.escape(shown(camera))}</h1><p>The cameras: '
+                                f'{listed}. <a href="/">The overview</a></p></main></body></html>', status_code=404)
         return FileResponse(STATIC / "camera.html")
+
+    async def events_page(self, request: Request) -> Response:
+        if self.who(request) is None:
+            return RedirectResponse("/login", status_code=303)
+        return FileResponse(STATIC / "events.html")
 
     async def login_page(self, _request: Request) -> Response:
         return FileResponse(STATIC / "login.html")
@@ -103,9 +117,20 @@ class Page:
         return JSONResponse(data)
 
     async def events(self, request: Request) -> Response:
+        """A page of the kept events, newest first: ?camera, type, name (zone or line), since, until (UTC
+        seconds), before (the last page's ``older``), limit."""
         if self.who(request) is None:
             return _denied()
-        return JSONResponse(self.feed.newest(200))
+        q = request.query_params
+        try:
+            query = EventQuery(q.get("camera") or None, q.get("type") or None, q.get("name") or None,
+                               _number(q.get("since")), _number(q.get("until")),
+                               int(q["before"]) if q.get("before") else None)
+            limit = int(q.get("limit") or 50)
+        except ValueError:
+            return JSONResponse({"error": "since and until are UTC seconds; before and limit whole numbers"},
+                                status_code=400)
+        return JSONResponse(self.feed.page(query, limit))
 
     async def frame(self, request: Request) -> Response:
         if self.who(request) is None:
@@ -208,6 +233,15 @@ class _HeldStream(StreamingResponse):
             self._release()
 
 
+def _number(text: str | None) -> float | None:
+    if not text:
+        return None
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 def _denied() -> Response:
     return JSONResponse({"error": "log in first", "login": "/login"}, status_code=401)
 
@@ -230,7 +264,7 @@ def page_routes(site: Site, auth: Auth, live: LiveFrames, feed: EventFeed, *, ho
     """The page's routes; ``files(path)``: the snapshots (latest.jpg, event JPEGs), served here behind the login."""
     page = Page(site, auth, live, feed, files)
     routes = [
-        ("/", page.index, "GET"), ("/camera/{camera}", page.camera_page, "GET"),
+        ("/", page.index, "GET"), ("/camera/{camera}", page.camera_page, "GET"), ("/events", page.events_page, "GET"),
         ("/login", page.login_page, "GET"), ("/login", page.login, "POST"), ("/logout", page.logout, "POST"),
         ("/api/overview", page.overview, "GET"), ("/api/events", page.events, "GET"),
         ("/api/stream", page.stream, "GET"), ("/api/cameras/{camera}/frame.jpg", page.frame, "GET"),

@@ -11,6 +11,7 @@ import http.client
 import json
 import socket
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -20,9 +21,11 @@ from pathlib import Path
 import pytest
 from selenium.webdriver import ActionChains, Chrome
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
 from support.browser import chromium, save_screenshot
 from support.daemon import RunningDaemon
 from support.engineseed import seed_state_dir
+from support.eventpage import page_with_events
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.shm import private_shm_dir
@@ -229,6 +232,55 @@ def test_the_overviews_filters_hide_what_they_filter(site: Site, browser: Chrome
     save_screenshot(browser, site.artifacts, "ui-overview-filtered.png")
 
 
+def test_the_camera_view_shows_earlier_events_and_an_unknown_camera_is_a_404(site: Site, browser: Chrome) -> None:
+    _login(browser, site, "olga")
+    opened = time.time()
+    browser.get(f"{site.url}/camera/hall")
+    wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 20, 0.1, "the view")
+    earlier = browser.execute_script("return [...document.querySelectorAll('#events li')]"
+                                     ".filter(li => Number(li.dataset.time) < arguments[0]).length", opened)
+    assert earlier > 0, "the view lists the camera's events from before it was opened"
+    browser.get(f"{site.url}/camera/no-such-cam")
+    assert browser.find_element(By.ID, "not-found").text == "No camera 'no-such-cam'"
+    assert "hall" in browser.find_element(By.TAG_NAME, "main").text
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{site.url}/events/0123.jpg", timeout=10)  # no login: no camera images either
+    assert refused.value.code == 401
+
+
+def test_the_events_page_filters_and_pages_through_500_events(site: Site, browser: Chrome) -> None:
+    start = 1_800_000_000.0
+    with page_with_events(site.root / "events-page", {"hall": 500, "yard": 120}, start) as port:
+        browser.get(f"http://127.0.0.1:{port}/events?camera=hall")
+        seen: list[float] = []
+        for _ in range(20):
+            wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 20, 0.1,
+                       "a page of events")
+            rows = browser.execute_script("return [...document.querySelectorAll('#events li')]"
+                                          ".map(li => [li.dataset.camera, Number(li.dataset.time)])")
+            assert rows and {camera for camera, _ in rows} == {"hall"}, rows[:3]
+            seen.extend(t for _, t in rows)
+            older = browser.find_element(By.ID, "older")
+            if not older.is_enabled():
+                break
+            here = browser.current_url
+            older.click()
+            wait_until(lambda: browser.current_url != here, 10, 0.05, "the next page's address")
+        assert seen == [start + n for n in range(500, 0, -1)]  # every one, newest first, none twice
+        save_screenshot(browser, site.artifacts, "ui-events.png")
+        browser.get(f"http://127.0.0.1:{port}/events")
+        wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 20, 0.1, "events")
+        Select(browser.find_element(By.ID, "f-type")).select_by_visible_text("cross")
+        browser.find_element(By.ID, "f-name").send_keys("walkway")
+        browser.find_element(By.ID, "f-apply").click()
+        wait_until(lambda: "type=cross" in browser.current_url, 10, 0.05, "the filtered address")
+        wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 20, 0.1, "events")
+        kinds = browser.execute_script("return [...document.querySelectorAll('#events li')]"
+                                       ".map(li => li.dataset.type + ' ' + li.dataset.name)")
+        assert kinds and set(kinds) == {"cross walkway"}, kinds[:5]
+        assert "of 155 matching" in browser.find_element(By.ID, "summary").text  # 125 of hall's, 30 of yard's
+
+
 def test_slow_bodies_and_many_streams_leave_healthz_alone(site: Site) -> None:
     port = int(urllib.parse.urlsplit(site.url).port or 0)
     cookie, header = login_cookie(site.url, "victor", USERS["victor"][1])
@@ -326,3 +378,10 @@ def test_the_applied_layout_survives_a_restart_and_status_names_it(site: Site) -
     assert set(hall["lines"]) == {"walkway", "aisle"}, hall
     assert hall["layout"].startswith(str(site.state_dir / "layouts" / "hall.json")), hall["layout"]
     assert "camera hall: zones and lines from" in site.daemon.log_path.read_text()
+
+
+def test_a_removed_layout_file_is_named_as_removed(site: Site) -> None:
+    (site.state_dir / "layouts" / "hall.json").unlink()
+    layout = _healthz(site)["analytics"]["hall"]["layout"]
+    assert layout.startswith(f"{site.state_dir / 'layouts' / 'hall.json'} was removed: the config file's zones and "
+                             "lines from the next restart"), layout
