@@ -17,6 +17,7 @@ import logging
 import socket
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Callable
 
 import uvicorn
@@ -134,8 +135,10 @@ class HealthServer:
                  files: Callable[[str], tuple[str, bytes] | None] | None = None, *,
                  routes: Sequence[BaseRoute] = (), max_connections: int = MAX_CONNECTIONS,
                  per_client: int = MAX_PER_CLIENT, timeout_s: float = SOCKET_TIMEOUT_S,
-                 retry_s: float = BIND_RETRY_S) -> None:
-        """``files(path)``: (content type, body) for a snapshot path, else None."""
+                 retry_s: float = BIND_RETRY_S, tls: tuple[Path, Path] | None = None) -> None:
+        """``files(path)``: (content type, body) for a snapshot path, else None; ``tls``: (certificate, key) PEM
+        files to serve https instead of http."""
+        self._tls = tls
         self._address = (host, port)
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # its start and stop lines: ours say it
         self._app = _app([*routes, *health_routes(metrics, health, files)])
@@ -192,7 +195,9 @@ class HealthServer:
             return False
         config = uvicorn.Config(self._app, loop="asyncio", http=self._protocol, lifespan="off", log_config=None,
                                 access_log=False, timeout_keep_alive=max(1, round(self._timeout_s)),
-                                timeout_graceful_shutdown=max(1, round(STOP_GRACE_S)), server_header=False)
+                                timeout_graceful_shutdown=max(1, round(STOP_GRACE_S)), server_header=False,
+                                ssl_certfile=str(self._tls[0]) if self._tls else None,
+                                ssl_keyfile=str(self._tls[1]) if self._tls else None)
         with self._lock:
             if self._closed.is_set():
                 sock.close()

@@ -253,9 +253,10 @@ class Appliance:
                                  hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None)
         server = HealthServer(health.host, health.port,
                               lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
-                              snapshots.store.http if snapshots else None, routes=routes)
+                              snapshots.store.http if snapshots else None, routes=routes, tls=self.config.web.tls)
         if self.config.web.enabled:
-            log.info("the operator's page: http://%s:%d/ (%s)", health.host, server.port or health.port,
+            log.info("the operator's page: %s://%s:%d/ (%s)", "https" if self.config.web.tls else "http", health.host,
+                     server.port or health.port,
                      "no login: loopback only" if is_loopback(health.host) else "login required")
         return server
 
