@@ -247,13 +247,16 @@ class Appliance:
         if self.config.web.enabled:
             route = running.served.router.current()
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
-                                 self.health_summary, inference.layouts, route.class_names if route else ())
-            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed)
+                                 self.health_summary, inference.layouts, route.class_names if route else (),
+                                 [c.id for c in self.config.cameras])
+            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
+                                 hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None)
         server = HealthServer(health.host, health.port,
                               lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
-                              snapshots.store.http if snapshots else None, routes=routes)
+                              snapshots.store.http if snapshots else None, routes=routes, tls=self.config.web.tls)
         if self.config.web.enabled:
-            log.info("the operator's page: http://%s:%d/ (%s)", health.host, server.port or health.port,
+            log.info("the operator's page: %s://%s:%d/ (%s)", "https" if self.config.web.tls else "http", health.host,
+                     server.port or health.port,
                      "no login: loopback only" if is_loopback(health.host) else "login required")
         return server
 
@@ -342,7 +345,7 @@ class Appliance:
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
                                            progressing=self._pipeline_progressing(), status=self.status_line())
         summary["analytics"] = {} if inference is None else {
-            camera_id: {**stage.summary(), "layout": inference.layouts.source(camera_id)}
+            camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
             for camera_id, stage in inference.analytics.items()}
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=scheduler,
