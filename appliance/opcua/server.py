@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from asyncua import Server, ua
+from asyncua.common.callback import CallbackType
+from asyncua.crypto.security_policies import SECURITY_POLICY_TYPE_MAP
 from asyncua.crypto.truststore import TrustStore
 from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
 
-from appliance.opcua.access import ApplianceUsers, ReadOnlyUnlessOperator
+from appliance.opcua.access import ApplianceUsers, ReadOnlyUnlessOperator, user_executable
 from appliance.opcua.certs import ClientTrust, server_identity
 from appliance.opcua.config import OpcUaConfig
 from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
+from appliance.opcua.guard import NONE_URI, Guard, GuardedServer
 from appliance.opcua.passwords import UserEntry, read_users_file
 from appliance.opcua.space import Space, build
 from appliance.opcua.updater import Readings, Updater
@@ -32,6 +35,15 @@ _POLICIES = {"Basic256Sha256": ua.SecurityPolicyType.Basic256Sha256_SignAndEncry
              "Aes256Sha256RsaPss": ua.SecurityPolicyType.Aes256Sha256RsaPss_SignAndEncrypt}
 _VALIDATION = (CertificateValidatorOptions.TIME_RANGE | CertificateValidatorOptions.URI
                | CertificateValidatorOptions.TRUSTED | CertificateValidatorOptions.PEER_CLIENT)
+
+
+def offered(config: OpcUaConfig, ruleset: ReadOnlyUnlessOperator) -> Guard:
+    """The channels the config offers: each policy with SignAndEncrypt, and None/None with allow_unencrypted."""
+    pairs = {(cast(Any, SECURITY_POLICY_TYPE_MAP[_POLICIES[name]][0]).URI, ua.MessageSecurityMode.SignAndEncrypt)
+             for name in config.security_policies}
+    if config.allow_unencrypted:
+        pairs.add((NONE_URI, ua.MessageSecurityMode.None_))
+    return Guard(frozenset(pairs), ruleset)
 
 
 def application_uri(device_id: str) -> str:
@@ -96,7 +108,8 @@ class OpcUaServer:
         identity = server_identity(self._state_dir, uri, config.certificate, config.private_key,
                                    config.trusted_clients_dir)
         users = ApplianceUsers(self._users(), allow_anonymous=config.allow_anonymous, trust=trust)
-        server = Server(user_manager=users)  # type: ignore[arg-type]  # asyncua types it as its base class
+        ruleset = ReadOnlyUnlessOperator(users.operators)
+        server = GuardedServer(offered(config, ruleset), user_manager=users)
         await server.init()
         server.set_endpoint(self.endpoint)
         server.set_server_name(f"Edge vision appliance {self.device_id}")
@@ -106,8 +119,8 @@ class OpcUaServer:
         policies = [_POLICIES[name] for name in config.security_policies]
         if config.allow_unencrypted:
             policies.append(ua.SecurityPolicyType.NoSecurity)
-        ruleset = cast(Any, ReadOnlyUnlessOperator(users.operators))  # asyncua types it as its own ruleset
-        server.set_security_policy(policies, permission_ruleset=ruleset)
+        server.set_security_policy(policies, permission_ruleset=cast(Any, ruleset))  # typed as its own ruleset
+        server.subscribe_server_callback(CallbackType.PostRead, user_executable(users.operators))
         tokens: list[type] = [ua.UserNameIdentityToken, ua.X509IdentityToken]
         if config.allow_anonymous:
             tokens.append(ua.AnonymousIdentityToken)

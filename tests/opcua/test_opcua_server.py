@@ -13,33 +13,10 @@ from typing import Any
 import pytest
 from asyncua import Client, ua
 from asyncua.crypto.security_policies import SecurityPolicyAes256Sha256RsaPss
-from support.opcua import ClientIdentity, client_identity, trust
+from support.opcua import ClientIdentity, Resets, client_identity, start_server, trust
 from support.ports import free_port
 
-from appliance.opcua.config import OpcUaConfig
-from appliance.opcua.feed import Feed
 from appliance.opcua.passwords import hash_password
-from appliance.opcua.server import OpcUaServer, Readings
-from appliance.opcua.values import CameraLayout
-
-SUMMARY = {"ok": True, "served": {"model": "yolov3-tiny", "version": "3"}, "cameras": {"hall": {"fps": 9.5}}}
-
-
-class Resets:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    def __call__(self, camera_id: str, line: str) -> bool:
-        self.calls.append((camera_id, line))
-        return line == "door"
-
-
-def _server(state: Path, port: int, resets: Resets, **config: Any) -> OpcUaServer:
-    section = OpcUaConfig.model_validate({"host": "127.0.0.1", "port": port, "interval_s": 0.2, **config})
-    readings = Readings(lambda: SUMMARY, lambda: (True, False), resets)
-    return OpcUaServer(section, "dev1", [CameraLayout("hall", (), ("door",))], state, readings, Feed(),
-                       boot_id="0" * 32, started_at=time.time()).start()
-
 
 @pytest.fixture
 def users_file(tmp_path: Path) -> Path:
@@ -75,7 +52,7 @@ def test_a_users_file_operator_resets_a_line_and_a_reader_may_not(tmp_path: Path
                                                                    users_file: Path) -> None:
     identity, resets, port = client_identity(tmp_path, "plc"), Resets(), free_port()
     trust(identity, state / "opcua" / "trusted")
-    server = _server(state, port, resets, users_file=str(users_file))
+    server = start_server(state, port, resets, users_file=str(users_file))
     try:
         time.sleep(0.5)  # one readings interval: Device.Model is sampled
         assert asyncio.run(_session(port, identity, "lead", "lead-password", _call_resets)) == ["yolov3-tiny", True]
@@ -94,7 +71,7 @@ async def _read_model(client: Client, ns: int) -> Any:
 def test_the_server_certificate_is_kept_and_a_newly_trusted_client_needs_no_restart(
         tmp_path: Path, state: Path, users_file: Path) -> None:
     port = free_port()
-    server = _server(state, port, Resets(), users_file=str(users_file))
+    server = start_server(state, port, Resets(), users_file=str(users_file))
     made = (state / "opcua" / "server-cert.der").read_bytes()
     assert oct((state / "opcua" / "server-key.pem").stat().st_mode & 0o777) == "0o600"
     late = client_identity(tmp_path, "late")
@@ -112,6 +89,6 @@ def test_the_server_certificate_is_kept_and_a_newly_trusted_client_needs_no_rest
                 time.sleep(0.2)
     finally:
         server.stop()
-    server = _server(state, free_port(), Resets(), users_file=str(users_file))
+    server = start_server(state, free_port(), Resets(), users_file=str(users_file))
     server.stop()
     assert (state / "opcua" / "server-cert.der").read_bytes() == made

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 
 from appliance.opcua.certs import make_certificate
+
+SUMMARY = {"ok": True, "served": {"model": "yolov3-tiny", "version": "3"}, "cameras": {"hall": {"fps": 9.5}}}
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_CLIENT = REPO / "tests" / "opcua" / "nodeclient"
@@ -71,3 +74,28 @@ def run_node_client(work: Path, *, endpoint: str, server_certificate: Path, iden
     result = subprocess.run(["node", str(script), str(path)], capture_output=True, text=True, timeout=timeout_s,
                             cwd=script.parent)
     return NodeRun(result.returncode, result.stdout + result.stderr)
+
+
+class Resets:
+    """The server's ``reset_line`` reading: records the calls; camera ``hall`` has the line ``door``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, camera_id: str, line: str) -> bool:
+        self.calls.append((camera_id, line))
+        return line == "door"
+
+
+def start_server(state: Path, port: int, resets: Resets, **config: Any) -> Any:
+    """The OPC UA server as the appliance runs it (device ``dev1``, camera ``hall`` with line ``door``), started;
+    readings given as plain data. The caller stops it."""
+    from appliance.opcua.config import OpcUaConfig
+    from appliance.opcua.feed import Feed
+    from appliance.opcua.server import OpcUaServer, Readings
+    from appliance.opcua.values import CameraLayout
+
+    section = OpcUaConfig.model_validate({"host": "127.0.0.1", "port": port, "interval_s": 0.2, **config})
+    readings = Readings(lambda: SUMMARY, lambda: (True, False), resets)
+    return OpcUaServer(section, "dev1", [CameraLayout("hall", (), ("door",))], state, readings, Feed(),
+                       boot_id="0" * 32, started_at=time.time()).start()

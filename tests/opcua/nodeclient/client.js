@@ -10,7 +10,8 @@ const {
 const { OPCUACertificateManager } = require("node-opcua-certificate-manager");
 
 const options = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
-const POLICIES = { Basic256Sha256: SecurityPolicy.Basic256Sha256, Aes256Sha256RsaPss: SecurityPolicy.Aes256_Sha256_RsaPss };
+const POLICIES = { Basic256Sha256: SecurityPolicy.Basic256Sha256, Aes256Sha256RsaPss: SecurityPolicy.Aes256_Sha256_RsaPss,
+                   None: SecurityPolicy.None };  // None: a channel forced to no security, whatever the server offers
 if (!(options.policy in POLICIES)) throw new Error(`unknown policy ${options.policy}`);
 const say = (key, value) => console.log(`${key}: ${typeof value === "string" ? value : JSON.stringify(value)}`);
 
@@ -61,17 +62,30 @@ async function main() {
     await manager.trustCertificate(fs.readFileSync(options.serverCertificate));
     const client = OPCUAClient.create({
         applicationName: "node-opcua interop test", applicationUri: options.applicationUri,
-        securityMode: MessageSecurityMode.SignAndEncrypt, securityPolicy: POLICIES[options.policy],
+        securityMode: options.policy === "None" ? MessageSecurityMode.None : MessageSecurityMode.SignAndEncrypt,
+        securityPolicy: POLICIES[options.policy],
         certificateFile: options.certificate, privateKeyFile: options.privateKey,
         clientCertificateManager: manager, endpointMustExist: false,
         connectionStrategy: { maxRetry: 0, initialDelay: 100, maxDelay: 200 },
     });
     try {
         await client.connect(options.endpoint);
-        say("connected", `${options.endpoint} ${options.policy} SignAndEncrypt`);
+        say("connected", `${options.endpoint} ${options.policy} ${options.policy === "None" ? "None" : "SignAndEncrypt"}`);
+        if (options.policy === "None") {  // pin the server's first endpoint description over the None channel
+            const pinned = client._serverEndpoints[0];
+            client.findEndpoint = () => pinned;
+            client.findEndpointForSecurity = () => pinned;
+            say("pinned", `${pinned.securityPolicyUri} ${MessageSecurityMode[pinned.securityMode]}`);
+        }
         const session = await client.createSession({ type: UserTokenType.UserName, userName: options.user,
                                                      password: options.password });
         say("session", `user ${options.user}`);
+        if (options.call) {  // a method by its string NodeId in options.namespace; its object is its parent path
+            const ns = (await session.readNamespaceArray()).indexOf(options.namespace);
+            const objectId = `ns=${ns};s=${options.call.split(".").slice(0, -1).join(".")}`;
+            const result = await session.call({ objectId, methodId: `ns=${ns};s=${options.call}`, inputArguments: [] });
+            say("called", `${options.call} ${result.statusCode.name}`);
+        }
         if (options.browse) {
             const namespaces = await session.readNamespaceArray();
             const ns = namespaces.indexOf(options.namespace);
