@@ -46,6 +46,8 @@ class OpcUaConfig(StrictModel):
                                                 "files); none: <state_dir>/opcua/trusted")
     interval_s: float = Field(1.0, ge=0.1, le=3600, description="how often device and camera readings refresh; "
                                                                 "counts and events follow each frame")
+    halt_grace_s: float = Field(1.0, ge=0, le=30, description="on stop, how long the state Halted is served "
+                                                              "before the server closes, so subscribers see it")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> OpcUaConfig:

@@ -59,6 +59,7 @@ class OpcUaServer:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._updater: Updater | None = None
         self._ready = threading.Event()
         self.cpu_s = 0.0  # the server thread's CPU time, once it stopped (the benchmark reports it)
         self._error: BaseException | None = None
@@ -74,7 +75,18 @@ class OpcUaServer:
             raise OpcUaStartError(f"OPC UA server on {self.endpoint}: {self._error}") from self._error
         return self
 
+    def halt(self) -> None:
+        """The vision state to Halted now (the appliance begins to stop), from any thread; no wait."""
+        loop, updater = self._loop, self._updater
+        if loop is not None and updater is not None and not loop.is_closed():
+            try:
+                asyncio.run_coroutine_threadsafe(updater.halt(), loop)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Halted (unless already), kept for ``halt_grace_s`` so subscribers get it, then the server closes."""
+        timeout_s += self.config.halt_grace_s
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None and not loop.is_closed():
             try:
@@ -138,12 +150,15 @@ class OpcUaServer:
         updater = Updater(server, space, self.cameras, self._readings, self._boot)
         await updater.init()
         await server.start()
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self._loop, self._stop, self._updater = asyncio.get_running_loop(), asyncio.Event(), updater
         log.info("OPC UA server on %s (%s; anonymous %s)", self.endpoint, ", ".join(self.config.security_policies),
                  "allowed" if self.config.allow_anonymous else "refused")
         self._ready.set()
         try:
             await updater.run(self.feed, self._stop, self.config.interval_s, trust)
+            await updater.halt()
+            halted_for = time.monotonic() - (updater.halted_at or time.monotonic())
+            await asyncio.sleep(max(0.0, self.config.halt_grace_s - halted_for))  # subscribers' next publish
         finally:
             await server.stop()
 

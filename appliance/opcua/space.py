@@ -13,7 +13,8 @@ from typing import Any, cast
 
 from asyncua import Node, Server, ua
 
-from appliance.opcua.values import PREOPERATIONAL, STATE_NUMBERS, CameraLayout, Value, camera_key, device_key
+from appliance.opcua.values import (PREOPERATIONAL, STATE_NUMBERS, TRANSITIONS, CameraLayout, Value, camera_key,
+                                    device_key)
 
 MV_NAMESPACE = "http://opcfoundation.org/UA/MachineVision"
 RESULT_FIELDS: tuple[tuple[str, ua.VariantType], ...] = (
@@ -49,6 +50,8 @@ class Space:
     state: Node         # VisionStateMachine.CurrentState (LocalizedText)
     state_id: Node      # its Id (the state's NodeId)
     state_ids: dict[str, ua.NodeId]
+    last_transition: Node  # VisionStateMachine.LastTransition (LocalizedText), its Id the transition's NodeId
+    transition_ids: dict[tuple[str, str], ua.NodeId]
     variables: dict[str, ua.NodeId] = field(default_factory=dict)
 
 
@@ -60,15 +63,20 @@ async def _types(server: Server, mv: int) -> tuple[Node, Node, Node, dict[str, u
     machine = server.get_node(ua.ObjectIds.FiniteStateMachineType)
     machine_type = await machine.add_object_type(_nid("VisionStateMachineType", mv),
                                                  ua.QualifiedName("VisionStateMachineType", mv))
-    states = {}
+    states: dict[str, Node] = {}
     for name, number in STATE_NUMBERS.items():
         state = await machine_type.add_object(_nid(f"VisionStateMachineType.{name}", mv),
                                               ua.QualifiedName(name, mv), objecttype=ua.ObjectIds.StateType)
         await (await state.get_child("0:StateNumber")).write_value(ua.Variant(number, ua.VariantType.UInt32))
-        states[name] = state.nodeid
+        states[name] = state
+    for (before, after), name in TRANSITIONS.items():
+        transition = await machine_type.add_object(_nid(f"VisionStateMachineType.{name}", mv),
+                                                   ua.QualifiedName(name, mv), objecttype=ua.ObjectIds.TransitionType)
+        await transition.add_reference(states[before].nodeid, ua.ObjectIds.FromState)
+        await transition.add_reference(states[after].nodeid, ua.ObjectIds.ToState)
     result_type = await server.create_custom_event_type(
         mv, "ResultReadyEventType", ua.ObjectIds.BaseEventType, [(name, vt) for name, vt in RESULT_FIELDS])
-    return system_type, machine_type, result_type, states
+    return system_type, machine_type, result_type, {name: state.nodeid for name, state in states.items()}
 
 
 async def _variable(parent: Node, idx: int, key: str, name: str, vtype: ua.VariantType,
@@ -123,6 +131,10 @@ async def build(server: Server, app_namespace: str, device_id: str, cameras: Seq
                                       ua.QualifiedName("VisionStateMachine", mv), objecttype=machine_type.nodeid)
     state = await machine.get_child("0:CurrentState")
     state_id = await state.get_child("0:Id")
+    transition_ids = {pair: _nid(f"VisionStateMachineType.{name}", mv) for pair, name in TRANSITIONS.items()}
+    await _write(server, await machine.get_child("0:AvailableStates"), list(state_ids.values()), ua.VariantType.NodeId)
+    await _write(server, await machine.get_child("0:AvailableTransitions"), list(transition_ids.values()),
+                 ua.VariantType.NodeId)
     variables: dict[str, ua.NodeId] = {}
     device = await vision.add_object(_nid("Device", idx), ua.QualifiedName("Device", idx))
     for name, vtype in DEVICE_VARIABLES:
@@ -130,16 +142,25 @@ async def build(server: Server, app_namespace: str, device_id: str, cameras: Seq
     folder = await vision.add_folder(_nid("Cameras", idx), ua.QualifiedName("Cameras", idx))
     for layout in cameras:
         await _camera(folder, idx, layout, variables, reset)
-    space = Space(idx, vision, result_type, state, state_id, state_ids, variables)
+    space = Space(idx, vision, result_type, state, state_id, state_ids, await machine.get_child("0:LastTransition"),
+                  transition_ids, variables)
     await write_state(server, space, PREOPERATIONAL)
     return space
 
 
-async def write_state(server: Server, space: Space, state: str) -> None:
-    await server.write_attribute_value(space.state.nodeid, ua.DataValue(ua.Variant(
-        ua.LocalizedText(state, "en"), ua.VariantType.LocalizedText)))
-    await server.write_attribute_value(space.state_id.nodeid, ua.DataValue(ua.Variant(
-        space.state_ids[state], ua.VariantType.NodeId)))
+async def _write(server: Server, node: Node, value: Any, vtype: ua.VariantType) -> None:
+    await server.write_attribute_value(node.nodeid, ua.DataValue(ua.Variant(value, vtype)))
+
+
+async def write_state(server: Server, space: Space, state: str, before: str | None = None) -> None:
+    """CurrentState and its Id; with ``before``, LastTransition (``before`` -> ``state``) and its Id too."""
+    if before is not None:
+        transition = space.transition_ids[(before, state)]
+        await _write(server, space.last_transition, ua.LocalizedText(TRANSITIONS[(before, state)], "en"),
+                     ua.VariantType.LocalizedText)
+        await _write(server, await space.last_transition.get_child("0:Id"), transition, ua.VariantType.NodeId)
+    await _write(server, space.state, ua.LocalizedText(state, "en"), ua.VariantType.LocalizedText)
+    await _write(server, space.state_id, space.state_ids[state], ua.VariantType.NodeId)
 
 
 async def write_values(server: Server, space: Space, values: dict[str, Value], written: dict[str, Any]) -> int:

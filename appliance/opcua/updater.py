@@ -18,8 +18,9 @@ from asyncua.server.event_generator import EventGenerator
 
 from appliance.opcua.feed import Feed, Taken
 from appliance.opcua.space import Space, write_state, write_values
-from appliance.opcua.values import (CameraLayout, Value, camera_values, count_values, device_key, device_values,
-                                    last_event_values, latest_per_camera, utc, vision_state)
+from appliance.opcua.values import (HALTED, PREOPERATIONAL, CameraLayout, Value, camera_values, count_values,
+                                    device_key, device_values, last_event_values, latest_per_camera, state_path, utc,
+                                    vision_state)
 
 log = logging.getLogger("appliance.opcua")
 
@@ -41,7 +42,8 @@ class Updater:
         self._layouts = {c.camera_id: c for c in cameras}
         self._written: dict[str, Any] = {}
         self._events_total: dict[str, int] = {}
-        self._state = ""
+        self._state = PREOPERATIONAL  # as built
+        self.halted_at: float | None = None  # monotonic time Halted was written; no other state after it
         self._results: EventGenerator | None = None
 
     async def init(self) -> None:
@@ -89,10 +91,20 @@ class Updater:
             values.update(camera_values(camera_id, cameras.get(camera_id)))
         await self._write(values)
         started, stopping = self._readings.phase()
-        state = vision_state(summary, started=started, stopping=stopping)
-        if state != self._state:
-            await write_state(self._server, self._space, state)
-            self._state = state
+        await self._enter(vision_state(summary, started=started, stopping=stopping))
+
+    async def _enter(self, state: str) -> None:
+        if self.halted_at is not None:
+            return
+        for step in state_path(self._state, state):
+            await write_state(self._server, self._space, step, before=self._state)
+            self._state = step
+        if state == HALTED:
+            self.halted_at = time.monotonic()
+
+    async def halt(self) -> None:
+        """Halted now (the appliance is stopping): written once, never left."""
+        await self._enter(HALTED)
 
     async def run(self, feed: Feed, stop: asyncio.Event, interval_s: float, trust: TrustStore) -> None:
         loop = asyncio.get_running_loop()

@@ -19,7 +19,7 @@ from appliance.mqtt.messages import EventMessage
 from appliance.opcua.config import OpcUaConfig
 from appliance.opcua.feed import Feed
 from appliance.opcua.passwords import PasswordFileError, hash_password, read_users_file, verify_password
-from appliance.opcua.values import CameraLayout, count_values, last_event_values, vision_state
+from appliance.opcua.values import CameraLayout, count_values, last_event_values, state_path, vision_state
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,6 +121,13 @@ def test_counts_are_uint64_for_the_configured_zones_and_lines_only() -> None:
 ])
 def test_the_vision_state_follows_the_appliance(summary: dict, started: bool, stopping: bool, state: str) -> None:
     assert vision_state(summary, started=started, stopping=stopping) == state
+
+
+def test_the_state_machine_moves_only_along_the_specifications_transitions() -> None:
+    assert state_path("Preoperational", "Operational") == ["Operational"]
+    assert state_path("Operational", "Error") == ["Error"]
+    assert state_path("Error", "Operational") == ["Preoperational", "Operational"]  # no ErrorToOperational
+    assert state_path("Error", "Halted") == ["Halted"] and state_path("Halted", "Halted") == []
 
 
 def test_check_config_names_a_missing_users_file_at_its_line(tmp_path: Path) -> None:

@@ -92,3 +92,63 @@ def test_the_server_certificate_is_kept_and_a_newly_trusted_client_needs_no_rest
     server = start_server(state, free_port(), Resets(), users_file=str(users_file))
     server.stop()
     assert (state / "opcua" / "server-cert.der").read_bytes() == made
+
+
+async def _watch_states(port: int, identity: ClientIdentity, server: Any, started: list[bool]) -> dict[str, Any]:
+    """CurrentState as a subscriber sees it while the appliance starts, runs and stops; what the state machine
+    shows while Operational."""
+    client = Client(f"opc.tcp://127.0.0.1:{port}/", timeout=10)
+    client.application_uri = identity.uri
+    client.set_user("plc")
+    client.set_password("plc-password")
+    await client.set_security(SecurityPolicyAes256Sha256RsaPss, certificate=str(identity.certificate),
+                              private_key=str(identity.private_key), mode=ua.MessageSecurityMode.SignAndEncrypt)
+    seen: list[str] = []
+
+    class Handler:
+        def datachange_notification(self, node: Any, value: Any, data: Any) -> None:
+            seen.append(value.Text)
+
+    async def until(state: str) -> None:
+        for _ in range(100):
+            if state in seen:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{state} never seen: {seen}")
+
+    await client.connect()
+    try:
+        ns = await client.get_namespace_index("urn:appliance:dev1")
+        machine = client.get_node(ua.NodeId("VisionSystem.VisionStateMachine", ns))
+        subscription = await client.create_subscription(100, Handler())
+        await subscription.subscribe_data_change(await machine.get_child("0:CurrentState"))
+        await until("Preoperational")
+        started[0] = True
+        await until("Operational")
+        last = await machine.get_child("0:LastTransition")
+        shown = {"last": (await last.read_value()).Text,
+                 "last_id": await client.get_node(await (await last.get_child("0:Id")).read_value()).read_browse_name(),
+                 "states": [(await client.get_node(n).read_browse_name()).Name
+                            for n in await (await machine.get_child("0:AvailableStates")).read_value()]}
+        await asyncio.to_thread(server.stop)
+        return {**shown, "seen": seen}
+    finally:
+        try:
+            await client.disconnect()
+        except Exception:  # the server is gone: nothing to close
+            pass
+
+
+def test_a_subscriber_sees_the_states_from_start_to_halted_on_stop(tmp_path: Path, state: Path,
+                                                                   users_file: Path) -> None:
+    identity, port, started = client_identity(tmp_path, "plc"), free_port(), [False]
+    trust(identity, state / "opcua" / "trusted")
+    server = start_server(state, port, Resets(), phase=lambda: (started[0], False), users_file=str(users_file),
+                          halt_grace_s=1.0)
+    try:
+        shown = asyncio.run(_watch_states(port, identity, server, started))
+    finally:
+        server.stop()
+    assert shown["seen"] == ["Preoperational", "Operational", "Halted"]
+    assert shown["last"] == "PreoperationalToOperationalAuto" and shown["last_id"].Name == shown["last"]
+    assert sorted(shown["states"]) == ["Error", "Halted", "Operational", "Preoperational"]

@@ -87,15 +87,17 @@ class Resets:
         return line == "door"
 
 
-def start_server(state: Path, port: int, resets: Resets, **config: Any) -> Any:
+def start_server(state: Path, port: int, resets: Resets, phase: Any = lambda: (True, False), **config: Any) -> Any:
     """The OPC UA server as the appliance runs it (device ``dev1``, camera ``hall`` with line ``door``), started;
-    readings given as plain data. The caller stops it."""
+    readings given as plain data, ``phase`` as ``Readings.phase``. Unless ``config`` says otherwise, Halted is not
+    kept on stop (``halt_grace_s: 0``). The caller stops it."""
     from appliance.opcua.config import OpcUaConfig
     from appliance.opcua.feed import Feed
     from appliance.opcua.server import OpcUaServer, Readings
     from appliance.opcua.values import CameraLayout
 
-    section = OpcUaConfig.model_validate({"host": "127.0.0.1", "port": port, "interval_s": 0.2, **config})
-    readings = Readings(lambda: SUMMARY, lambda: (True, False), resets)
+    section = OpcUaConfig.model_validate({"host": "127.0.0.1", "port": port, "interval_s": 0.2, "halt_grace_s": 0,
+                                          **config})
+    readings = Readings(lambda: SUMMARY, phase, resets)
     return OpcUaServer(section, "dev1", [CameraLayout("hall", (), ("door",))], state, readings, Feed(),
                        boot_id="0" * 32, started_at=time.time()).start()
