@@ -145,8 +145,9 @@ class OpcUaServer:
     async def _main(self) -> None:
         trust = ClientTrust([], [])
         server = await self._configure(trust)
+        counter = ua.VariantType.UInt32 if self.config.counter_type == "UInt32" else ua.VariantType.UInt64
         space: Space = await build(server, application_uri(self.device_id), self.device_id, self.cameras,
-                                   self._reset)
+                                   self._reset, counter)
         updater = Updater(server, space, self.cameras, self._readings, self._boot)
         await updater.init()
         await server.start()

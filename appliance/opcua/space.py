@@ -52,6 +52,7 @@ class Space:
     state_ids: dict[str, ua.NodeId]
     last_transition: Node  # VisionStateMachine.LastTransition (LocalizedText), its Id the transition's NodeId
     transition_ids: dict[tuple[str, str], ua.NodeId]
+    counter: ua.VariantType  # UInt64, or UInt32 (wrapping) for PLCs without 64-bit integers
     variables: dict[str, ua.NodeId] = field(default_factory=dict)
 
 
@@ -79,35 +80,43 @@ async def _types(server: Server, mv: int) -> tuple[Node, Node, Node, dict[str, u
     return system_type, machine_type, result_type, {name: state.nodeid for name, state in states.items()}
 
 
+def as_counter(value: Any, vtype: ua.VariantType, counter: ua.VariantType) -> tuple[Any, ua.VariantType]:
+    """A UInt64 reading as the configured counter type: UInt32 wraps at 2**32 (``opcua.counter_type``)."""
+    if vtype == ua.VariantType.UInt64 and counter == ua.VariantType.UInt32:
+        return int(value) % 2 ** 32, counter
+    return value, vtype
+
+
 async def _variable(parent: Node, idx: int, key: str, name: str, vtype: ua.VariantType,
-                    variables: dict[str, ua.NodeId]) -> None:
+                    variables: dict[str, ua.NodeId], counter: ua.VariantType = ua.VariantType.UInt64) -> None:
+    _, vtype = as_counter(0, vtype, counter)
     initial = {ua.VariantType.String: "", ua.VariantType.DateTime: NULL_TIME}.get(vtype, ua.get_default_value(vtype))
     node = await parent.add_variable(_nid(key, idx), ua.QualifiedName(name, idx), ua.Variant(initial, vtype))
     variables[key] = node.nodeid
 
 
 async def _camera(cameras: Node, idx: int, layout: CameraLayout, variables: dict[str, ua.NodeId],
-                  reset: ResetLine) -> None:
+                  reset: ResetLine, counter: ua.VariantType) -> None:
     cam = layout.camera_id
     node = await cameras.add_object(_nid(camera_key(cam), idx), ua.QualifiedName(cam, idx))
     for name, vtype in (("State", ua.VariantType.String), ("Fps", ua.VariantType.Double),
                         ("ActiveTracks", ua.VariantType.UInt64), ("EventCount", ua.VariantType.UInt64)):
-        await _variable(node, idx, camera_key(cam, name), name, vtype, variables)
+        await _variable(node, idx, camera_key(cam, name), name, vtype, variables, counter)
     last = await node.add_object(_nid(camera_key(cam, "LastEvent"), idx), ua.QualifiedName("LastEvent", idx))
     for name, vtype in LAST_EVENT:
-        await _variable(last, idx, camera_key(cam, "LastEvent", name), name, vtype, variables)
+        await _variable(last, idx, camera_key(cam, "LastEvent", name), name, vtype, variables, counter)
     zones = await node.add_folder(_nid(camera_key(cam, "Zones"), idx), ua.QualifiedName("Zones", idx))
     for zone in layout.zones:
         zone_node = await zones.add_object(_nid(camera_key(cam, "Zones", zone), idx), ua.QualifiedName(zone, idx))
         for name in ("Current", "Entered", "Exited"):
             await _variable(zone_node, idx, camera_key(cam, "Zones", zone, name), name, ua.VariantType.UInt64,
-                            variables)
+                            variables, counter)
     lines = await node.add_folder(_nid(camera_key(cam, "Lines"), idx), ua.QualifiedName("Lines", idx))
     for line in layout.lines:
         line_node = await lines.add_object(_nid(camera_key(cam, "Lines", line), idx), ua.QualifiedName(line, idx))
         for name in ("In", "Out"):
             await _variable(line_node, idx, camera_key(cam, "Lines", line, name), name, ua.VariantType.UInt64,
-                            variables)
+                            variables, counter)
         await line_node.add_method(_nid(camera_key(cam, "Lines", line, "ResetCounts"), idx),
                                    ua.QualifiedName("ResetCounts", idx), _resetter(reset, cam, line), [],
                                    [ua.VariantType.Boolean])
@@ -120,7 +129,7 @@ def _resetter(reset: ResetLine, camera_id: str, line: str) -> Callable[..., Awai
 
 
 async def build(server: Server, app_namespace: str, device_id: str, cameras: Sequence[CameraLayout],
-                reset: ResetLine) -> Space:
+                reset: ResetLine, counter: ua.VariantType = ua.VariantType.UInt64) -> Space:
     """Objects/<device id> (a VisionSystemType) with VisionStateMachine, Device, and Cameras/<camera>."""
     mv = await server.register_namespace(MV_NAMESPACE)
     idx = await server.register_namespace(app_namespace)
@@ -141,9 +150,9 @@ async def build(server: Server, app_namespace: str, device_id: str, cameras: Seq
         await _variable(device, idx, device_key(name), name, vtype, variables)
     folder = await vision.add_folder(_nid("Cameras", idx), ua.QualifiedName("Cameras", idx))
     for layout in cameras:
-        await _camera(folder, idx, layout, variables, reset)
+        await _camera(folder, idx, layout, variables, reset, counter)
     space = Space(idx, vision, result_type, state, state_id, state_ids, await machine.get_child("0:LastTransition"),
-                  transition_ids, variables)
+                  transition_ids, counter, variables)
     await write_state(server, space, PREOPERATIONAL)
     return space
 
@@ -171,7 +180,7 @@ async def write_values(server: Server, space: Space, values: dict[str, Value], w
         node = space.variables.get(key)
         if node is None or written.get(key) == value:
             continue
-        await server.write_attribute_value(node, ua.DataValue(ua.Variant(value, vtype)))
+        await server.write_attribute_value(node, ua.DataValue(ua.Variant(*as_counter(value, vtype, space.counter))))
         written[key] = value
         count += 1
     return count

@@ -152,3 +152,26 @@ def test_a_subscriber_sees_the_states_from_start_to_halted_on_stop(tmp_path: Pat
     assert shown["seen"] == ["Preoperational", "Operational", "Halted"]
     assert shown["last"] == "PreoperationalToOperationalAuto" and shown["last_id"].Name == shown["last"]
     assert sorted(shown["states"]) == ["Error", "Halted", "Operational", "Preoperational"]
+
+
+async def _read_door_in(client: Client, ns: int) -> Any:
+    node = client.get_node(ua.NodeId("Cameras.hall.Lines.door.In", ns))
+    for _ in range(100):  # the feed wakes the server, which writes within a moment
+        value = await node.read_data_value()
+        if value.Value.Value:
+            return value.Value, await node.read_data_type()
+        await asyncio.sleep(0.1)
+    raise AssertionError("the counts never arrived")
+
+
+def test_uint32_counters_for_plcs_without_64_bit_integers_wrap(tmp_path: Path, state: Path, users_file: Path) -> None:
+    identity, port = client_identity(tmp_path, "plc"), free_port()
+    trust(identity, state / "opcua" / "trusted")
+    server = start_server(state, port, Resets(), users_file=str(users_file), counter_type="UInt32")
+    try:
+        server.feed.publish_counts("hall", 1, 0, {"lines": {"door": {"in": 2 ** 32 + 5, "out": 0}}})
+        variant, data_type = asyncio.run(_session(port, identity, "plc", "plc-password", _read_door_in))
+    finally:
+        server.stop()
+    assert (variant.Value, variant.VariantType) == (5, ua.VariantType.UInt32)
+    assert data_type == ua.NodeId(ua.ObjectIds.UInt32)
