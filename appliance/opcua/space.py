@@ -1,6 +1,6 @@
-"""The address space: the OPC 40100 types this server uses (built from the specification's names, not its
-NodeSet) and one VisionSystem object for the appliance, with a variable per reading and a method per counting
-line. Variables have string NodeIds made of their path (``Cameras.<camera>.Lines.<line>.In``) in the
+"""The address space: one VisionSystem object (appliance.opcua.machinevision's types, with the specification's
+NodeIds) for the appliance, with a variable per reading and a method per counting line, and the appliance's
+result event type, a ResultReadyEventType with the appliance's own fields. Variables have string NodeIds made of their path (``Cameras.<camera>.Lines.<line>.In``) in the
 appliance's namespace, so a PLC can address them without browsing and they survive restarts.
 """
 
@@ -13,10 +13,10 @@ from typing import Any, cast
 
 from asyncua import Node, Server, ua
 
-from appliance.opcua.values import (PREOPERATIONAL, STATE_NUMBERS, TRANSITIONS, CameraLayout, Value, camera_key,
-                                    device_key)
+from appliance.opcua.machinevision import build_types
+from appliance.opcua.values import PREOPERATIONAL, TRANSITIONS, CameraLayout, Value, camera_key, device_key
 
-MV_NAMESPACE = "http://opcfoundation.org/UA/MachineVision"
+RESULT_TYPE = "ApplianceResultReadyEventType"  # in the appliance's namespace, a subtype of ResultReadyEventType
 RESULT_FIELDS: tuple[tuple[str, ua.VariantType], ...] = (
     ("Camera", ua.VariantType.String), ("Result", ua.VariantType.String), ("Seq", ua.VariantType.UInt64),
     ("TrackId", ua.VariantType.UInt64), ("ClassName", ua.VariantType.String), ("Zone", ua.VariantType.String),
@@ -42,6 +42,12 @@ NULL_TIME = datetime(1601, 1, 1, tzinfo=timezone.utc)  # OPC UA's "no time yet" 
 ResetLine = Callable[[str, str], Awaitable[bool]]  # (camera, line) -> whether it was reset
 
 
+async def _refused(_parent: ua.NodeId) -> ua.StatusCode:
+    """The state machine's Halt and Reset: the appliance runs until its service stops it and recovers from Error
+    by itself, so neither is something it does on a client's call."""
+    return ua.StatusCode(cast(Any, ua.StatusCodes.BadNotSupported))
+
+
 @dataclass
 class Space:
     namespace: int
@@ -53,31 +59,18 @@ class Space:
     last_transition: Node  # VisionStateMachine.LastTransition (LocalizedText), its Id the transition's NodeId
     transition_ids: dict[tuple[str, str], ua.NodeId]
     counter: ua.VariantType  # UInt64, or UInt32 (wrapping) for PLCs without 64-bit integers
+    device_id: str
     variables: dict[str, ua.NodeId] = field(default_factory=dict)
 
 
-async def _types(server: Server, mv: int) -> tuple[Node, Node, Node, dict[str, ua.NodeId]]:
-    """VisionSystemType, VisionStateMachineType (a FiniteStateMachineType with the four top-level states) and
-    ResultReadyEventType (a BaseEventType with the result's fields)."""
-    base = server.get_node(ua.ObjectIds.BaseObjectType)
-    system_type = await base.add_object_type(_nid("VisionSystemType", mv), ua.QualifiedName("VisionSystemType", mv))
-    machine = server.get_node(ua.ObjectIds.FiniteStateMachineType)
-    machine_type = await machine.add_object_type(_nid("VisionStateMachineType", mv),
-                                                 ua.QualifiedName("VisionStateMachineType", mv))
-    states: dict[str, Node] = {}
-    for name, number in STATE_NUMBERS.items():
-        state = await machine_type.add_object(_nid(f"VisionStateMachineType.{name}", mv),
-                                              ua.QualifiedName(name, mv), objecttype=ua.ObjectIds.StateType)
-        await (await state.get_child("0:StateNumber")).write_value(ua.Variant(number, ua.VariantType.UInt32))
-        states[name] = state
-    for (before, after), name in TRANSITIONS.items():
-        transition = await machine_type.add_object(_nid(f"VisionStateMachineType.{name}", mv),
-                                                   ua.QualifiedName(name, mv), objecttype=ua.ObjectIds.TransitionType)
-        await transition.add_reference(states[before].nodeid, ua.ObjectIds.FromState)
-        await transition.add_reference(states[after].nodeid, ua.ObjectIds.ToState)
-    result_type = await server.create_custom_event_type(
-        mv, "ResultReadyEventType", ua.ObjectIds.BaseEventType, [(name, vt) for name, vt in RESULT_FIELDS])
-    return system_type, machine_type, result_type, {name: state.nodeid for name, state in states.items()}
+async def _result_type(server: Server, idx: int, spec_type: Node) -> Node:
+    """The appliance's result events: ResultReadyEventType's fields and the appliance's own, in its namespace."""
+    result_type = await spec_type.add_object_type(_nid(RESULT_TYPE, idx), ua.QualifiedName(RESULT_TYPE, idx))
+    for name, vtype in RESULT_FIELDS:
+        prop = await result_type.add_property(_nid(f"{RESULT_TYPE}.{name}", idx), ua.QualifiedName(name, idx),
+                                              ua.Variant(ua.get_default_value(vtype), vtype))
+        await prop.set_modelling_rule(True)
+    return result_type
 
 
 def as_counter(value: Any, vtype: ua.VariantType, counter: ua.VariantType) -> tuple[Any, ua.VariantType]:
@@ -118,8 +111,11 @@ async def _camera(cameras: Node, idx: int, layout: CameraLayout, variables: dict
             await _variable(line_node, idx, camera_key(cam, "Lines", line, name), name, ua.VariantType.UInt64,
                             variables, counter)
         await line_node.add_method(_nid(camera_key(cam, "Lines", line, "ResetCounts"), idx),
-                                   ua.QualifiedName("ResetCounts", idx), _resetter(reset, cam, line), [],
-                                   [ua.VariantType.Boolean])
+                                   ua.QualifiedName("ResetCounts", idx), _resetter(reset, cam, line), [], [_RESET_DONE])
+
+
+_RESET_DONE = ua.Argument(Name="Reset", DataType=ua.NodeId(cast(Any, ua.ObjectIds.Boolean)), ValueRank=-1,
+                          Description=ua.LocalizedText("true: the line's In and Out are 0 now; false: no such line"))
 
 
 def _resetter(reset: ResetLine, camera_id: str, line: str) -> Callable[..., Awaitable[list[ua.Variant]]]:
@@ -131,18 +127,19 @@ def _resetter(reset: ResetLine, camera_id: str, line: str) -> Callable[..., Awai
 async def build(server: Server, app_namespace: str, device_id: str, cameras: Sequence[CameraLayout],
                 reset: ResetLine, counter: ua.VariantType = ua.VariantType.UInt64) -> Space:
     """Objects/<device id> (a VisionSystemType) with VisionStateMachine, Device, and Cameras/<camera>."""
-    mv = await server.register_namespace(MV_NAMESPACE)
+    types = await build_types(server, _refused, _refused)
     idx = await server.register_namespace(app_namespace)
-    system_type, machine_type, result_type, state_ids = await _types(server, mv)
     vision = await server.nodes.objects.add_object(_nid("VisionSystem", idx), ua.QualifiedName(device_id, idx),
-                                                   objecttype=system_type.nodeid)
-    machine = await vision.add_object(_nid("VisionSystem.VisionStateMachine", idx),
-                                      ua.QualifiedName("VisionStateMachine", mv), objecttype=machine_type.nodeid)
+                                                   objecttype=types.vision_system_type.nodeid)
+    await server.nodes.server.add_reference(vision.nodeid, ua.ObjectIds.HasNotifier)  # its events reach Server's
+    machine = await vision.get_child(f"{types.namespace}:VisionStateMachine")
+    for method in ("Halt", "Reset"):  # instantiated from the type, which does not carry the callback over
+        server.link_method(await machine.get_child(f"{types.namespace}:{method}"), _refused)
     state = await machine.get_child("0:CurrentState")
     state_id = await state.get_child("0:Id")
-    transition_ids = {pair: _nid(f"VisionStateMachineType.{name}", mv) for pair, name in TRANSITIONS.items()}
-    await _write(server, await machine.get_child("0:AvailableStates"), list(state_ids.values()), ua.VariantType.NodeId)
-    await _write(server, await machine.get_child("0:AvailableTransitions"), list(transition_ids.values()),
+    await _write(server, await machine.get_child("0:AvailableStates"), list(types.state_ids.values()),
+                 ua.VariantType.NodeId)
+    await _write(server, await machine.get_child("0:AvailableTransitions"), list(types.transition_ids.values()),
                  ua.VariantType.NodeId)
     variables: dict[str, ua.NodeId] = {}
     device = await vision.add_object(_nid("Device", idx), ua.QualifiedName("Device", idx))
@@ -151,8 +148,9 @@ async def build(server: Server, app_namespace: str, device_id: str, cameras: Seq
     folder = await vision.add_folder(_nid("Cameras", idx), ua.QualifiedName("Cameras", idx))
     for layout in cameras:
         await _camera(folder, idx, layout, variables, reset, counter)
-    space = Space(idx, vision, result_type, state, state_id, state_ids, await machine.get_child("0:LastTransition"),
-                  transition_ids, counter, variables)
+    space = Space(idx, vision, await _result_type(server, idx, types.result_ready_type), state, state_id,
+                  types.state_ids, await machine.get_child("0:LastTransition"), types.transition_ids, counter, device_id,
+                  variables)
     await write_state(server, space, PREOPERATIONAL)
     return space
 

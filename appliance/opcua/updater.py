@@ -17,6 +17,7 @@ from asyncua.crypto.truststore import TrustStore
 from asyncua.server.event_generator import EventGenerator
 
 from appliance.opcua.feed import Feed, Taken
+from appliance.opcua.machinevision import result_fields
 from appliance.opcua.space import Space, write_state, write_values
 from appliance.opcua.values import (HALTED, PREOPERATIONAL, CameraLayout, Value, camera_values, count_values,
                                     device_key, device_values, last_event_values, latest_per_camera, state_path, utc,
@@ -44,13 +45,17 @@ class Updater:
         self._events_total: dict[str, int] = {}
         self._state = PREOPERATIONAL  # as built
         self.halted_at: float | None = None  # monotonic time Halted was written; no other state after it
-        self._results: EventGenerator | None = None
+        self._results: list[EventGenerator] = []  # one for the VisionSystem's subscribers, one for the Server's
 
     async def init(self) -> None:
         boot_id, started_at = self._boot
         await self._write({device_key("BootId"): (boot_id, ua.VariantType.String),
                            device_key("CountsSince"): (utc(started_at), ua.VariantType.DateTime)})
-        self._results = await self._server.get_event_generator(self._space.result_type, self._space.vision.nodeid)
+        for notifier in (self._space.vision.nodeid, self._server.nodes.server.nodeid):
+            generator = await self._server.get_event_generator(self._space.result_type, notifier)
+            generator.event.SourceNode = self._space.vision.nodeid
+            generator.event.SourceName = "VisionSystem"
+            self._results.append(generator)
 
     async def _write(self, values: dict[str, Value]) -> None:
         await write_values(self._server, self._space, values, self._written)
@@ -73,14 +78,15 @@ class Updater:
             await self._emit(event)
 
     async def _emit(self, event: Any) -> None:
-        assert self._results is not None, "init() first"
-        fields = {"Camera": event.camera_id, "Result": event.event, "Seq": event.seq, "TrackId": event.track_id,
+        assert self._results, "init() first"
+        fields = {**result_fields(event, self._space.device_id, self._boot[0], self._readings.summary()),
+                  "Camera": event.camera_id, "Result": event.event, "Seq": event.seq, "TrackId": event.track_id,
                   "ClassName": event.class_name, "Zone": event.zone or "", "Line": event.line or "",
-                  "Direction": event.direction or ""}
-        for name, value in fields.items():
-            setattr(self._results.event, name, value)
-        self._results.event.Severity = 100
-        await self._results.trigger(utc(event.capture_time), f"{event.camera_id}: {event.event}")
+                  "Direction": event.direction or "", "Severity": 100}
+        for generator in self._results:
+            for name, value in fields.items():
+                setattr(generator.event, name, value)
+            await generator.trigger(utc(event.capture_time), f"{event.camera_id}: {event.event}")
 
     async def sample(self) -> None:
         """Device and camera readings, and the vision state, from the health summary."""

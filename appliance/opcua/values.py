@@ -17,13 +17,14 @@ from appliance.mqtt.messages import EventMessage
 # OPC 40100 VisionStateMachineType's top-level states, and their numbers in the type's state machine.
 PREOPERATIONAL, HALTED, ERROR, OPERATIONAL = "Preoperational", "Halted", "Error", "Operational"
 STATE_NUMBERS = {PREOPERATIONAL: 1, HALTED: 2, ERROR: 3, OPERATIONAL: 4}
-# The specification's automatic transitions between them (there is none from Error or Halted to Operational:
-# the machine passes through Preoperational).
+# The specification's automatic transitions between them (there is none from Halted to Operational: the machine
+# passes through Preoperational).
 TRANSITIONS = {(PREOPERATIONAL, OPERATIONAL): "PreoperationalToOperationalAuto",
                (PREOPERATIONAL, ERROR): "PreoperationalToErrorAuto", (PREOPERATIONAL, HALTED): "PreoperationalToHaltedAuto",
                (OPERATIONAL, PREOPERATIONAL): "OperationalToPreoperationalAuto",
                (OPERATIONAL, ERROR): "OperationalToErrorAuto", (OPERATIONAL, HALTED): "OperationalToHaltedAuto",
                (ERROR, PREOPERATIONAL): "ErrorToPreoperationalAuto", (ERROR, HALTED): "ErrorToHaltedAuto",
+               (ERROR, OPERATIONAL): "ErrorToOperationalAuto",
                (HALTED, PREOPERATIONAL): "HaltedToPreoperationalAuto"}
 
 

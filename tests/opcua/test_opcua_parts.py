@@ -151,7 +151,8 @@ def test_the_vision_state_follows_the_appliance(summary: dict, started: bool, st
 def test_the_state_machine_moves_only_along_the_specifications_transitions() -> None:
     assert state_path("Preoperational", "Operational") == ["Operational"]
     assert state_path("Operational", "Error") == ["Error"]
-    assert state_path("Error", "Operational") == ["Preoperational", "Operational"]  # no ErrorToOperational
+    assert state_path("Error", "Operational") == ["Operational"]
+    assert state_path("Halted", "Operational") == ["Preoperational", "Operational"]  # no HaltedToOperational
     assert state_path("Error", "Halted") == ["Halted"] and state_path("Halted", "Halted") == []
 
 
