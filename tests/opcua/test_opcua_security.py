@@ -138,3 +138,25 @@ def test_on_an_offered_unencrypted_endpoint_a_reader_still_may_not_reset(tmp_pat
         assert resets.calls == [("hall", "door")]
     finally:
         server.stop()
+
+
+async def _read_before_activating(port: int, identity: ClientIdentity, server_certificate: Path) -> Any:
+    client = _client(port, identity, "lead", "lead-password")
+    await client.set_security(SecurityPolicyBasic256Sha256, certificate=str(identity.certificate),
+                              private_key=str(identity.private_key), server_certificate=str(server_certificate),
+                              mode=ua.MessageSecurityMode.SignAndEncrypt)
+    await client.connect_socket()
+    try:
+        await client.send_hello()
+        await client.open_secure_channel()
+        await client.create_session()  # and no ActivateSession
+        return await client.nodes.server_state.read_value()
+    finally:
+        client.disconnect_socket()
+
+
+def test_a_session_that_was_never_activated_is_served_nothing(
+        served: tuple[Path, int, Resets, ClientIdentity]) -> None:
+    root, port, _, identity = served
+    with pytest.raises(ua.uaerrors.BadSessionNotActivated):
+        asyncio.run(_read_before_activating(port, identity, root / "state" / "opcua" / "server-cert.der"))
