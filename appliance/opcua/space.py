@@ -52,7 +52,8 @@ async def _refused(_parent: ua.NodeId) -> ua.StatusCode:
 class Space:
     namespace: int
     vision: Node
-    result_type: Node
+    result_type: Node  # the appliance's subtype of ResultReadyEventType: its fields
+    spec_result_type: ua.NodeId  # ResultReadyEventType: what the events say they are
     state: Node         # VisionStateMachine.CurrentState (LocalizedText)
     state_id: Node      # its Id (the state's NodeId)
     state_ids: dict[str, ua.NodeId]
@@ -148,7 +149,8 @@ async def build(server: Server, app_namespace: str, device_id: str, cameras: Seq
     folder = await vision.add_folder(_nid("Cameras", idx), ua.QualifiedName("Cameras", idx))
     for layout in cameras:
         await _camera(folder, idx, layout, variables, reset, counter)
-    space = Space(idx, vision, await _result_type(server, idx, types.result_ready_type), state, state_id,
+    space = Space(idx, vision, await _result_type(server, idx, types.result_ready_type),
+                  types.result_ready_type.nodeid, state, state_id,
                   types.state_ids, await machine.get_child("0:LastTransition"), types.transition_ids, counter, device_id,
                   variables)
     await write_state(server, space, PREOPERATIONAL)

@@ -54,6 +54,9 @@ class Updater:
         for notifier in (self._space.vision.nodeid, self._server.nodes.server.nodeid):
             generator = await self._server.get_event_generator(self._space.result_type, notifier)
             generator.event.SourceNode = self._space.vision.nodeid
+            # The appliance's fields are on its subtype, but the events say ResultReadyEventType: asyncua's OfType
+            # filter compares the type exactly, and generic clients filter on the specification's type.
+            generator.event.EventType = self._space.spec_result_type
             generator.event.SourceName = "VisionSystem"
             self._results.append(generator)
 

@@ -1,18 +1,20 @@
-"""OPC 40100 in form, checked by a client that knows only the specification's NodeIds (those of the published
+"""OPC 40100 in form, checked by clients that know only the specification's NodeIds (those of the published
 MachineVision NodeSet, written out here): the types, the VisionSystem's type and state, ResultReadyEventType
 (i=1024) events with their mandatory fields received by a subscription on the Server object, and the Halt and
-Reset methods answered."""
+Reset methods answered (asyncua); the same NodeIds, events on the Server object and Halted on stop seen by a
+second implementation (node-opcua)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from asyncua import Client, ua
 from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
-from support.opcua import Resets, client_identity, start_server, trust
+from support.opcua import Resets, client_identity, start_node_client, start_server, trust
 from support.ports import free_port
 
 from appliance.mqtt.messages import EventMessage
@@ -84,7 +86,7 @@ def test_a_client_finds_the_specifications_nodeids_and_gets_result_ready_events_
                              7093: "Reset", 7094: "Halt"}
     assert seen["type"] == ua.NodeId(1003, mv) and seen["state"] == ua.NodeId(5031, mv)  # Operational
     [event] = seen["events"]  # the Server object is a notifier of the VisionSystem
-    assert event.EventType != ua.NodeId(1024, mv)  # the appliance's subtype, delivered to a filter on i=1024
+    assert event.EventType == ua.NodeId(1024, mv)
     assert (event.ResultId.Id, event.IsPartial, event.ResultState, event.JobId.Id) == (EVENT.event_id, False, 1,
                                                                                        "0" * 32)
     assert event.CreationTime is not None and event.InternalRecipeId.Id == "yolov3-tiny"
@@ -93,3 +95,43 @@ def test_a_client_finds_the_specifications_nodeids_and_gets_result_ready_events_
                                                   "class_name": "person", "zone": None, "line": "door",
                                                   "direction": "in"}
     assert seen["answers"] == ["BadNotSupported", "BadNotSupported"]  # stopped by its service; recovers by itself
+
+
+def _lines_until(client: subprocess.Popen[str], prefix: str, seen: list[str]) -> str:
+    assert client.stdout is not None
+    for line in client.stdout:
+        seen.append(line.rstrip("\n"))
+        if line.startswith(prefix):
+            return line.removeprefix(prefix).strip()
+    raise AssertionError(f"the node-opcua client ended before {prefix!r}:\n" + "\n".join(seen))
+
+
+def test_node_opcua_reads_the_specifications_nodeids_gets_events_on_the_server_object_and_sees_halted(
+        tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    users.write_text(f"plc:reader:{hash_password('plc-password')}\n")
+    identity, port = client_identity(tmp_path, "scada"), free_port()
+    trust(identity, tmp_path / "state" / "opcua" / "trusted")
+    server = start_server(tmp_path / "state", port, Resets(), users_file=str(users), halt_grace_s=1.0)
+    client = start_node_client(tmp_path / "node", endpoint=f"opc.tcp://127.0.0.1:{port}/",
+                               server_certificate=tmp_path / "state" / "opcua" / "server-cert.der",
+                               identity=identity, policy="Basic256Sha256", user="plc", password="plc-password",
+                               namespace="urn:appliance:dev1", specIds=[1003, 1017, 1024, 5029, 7094],
+                               timeoutMs=20000)
+    seen: list[str] = []
+    try:
+        _lines_until(client, "subscribed: ", seen)
+        server.feed.publish_events([EVENT])
+        event = json.loads(_lines_until(client, "event: ", seen))
+        assert _lines_until(client, "state: ", seen) == "Operational"
+        server.stop()
+        assert _lines_until(client, "state: ", seen) == "Halted"
+    finally:
+        server.stop()
+        client.kill()
+        client.wait(10)
+    assert [line for line in seen if line.startswith("spec: ")] == [
+        "spec: 1003 VisionSystemType", "spec: 1017 VisionStateMachineType", "spec: 1024 ResultReadyEventType",
+        "spec: 5029 Halted", "spec: 7094 Halt"]
+    assert event["SourceName"] == "VisionSystem" and event["IsPartial"] is False and event["ResultState"] == 1
+    assert event["ResultId"]["id"] == EVENT.event_id and event["JobId"]["id"] == "0" * 32

@@ -58,12 +58,8 @@ class NodeRun:
         return [line.removeprefix(f"{key}: ") for line in self.output.splitlines() if line.startswith(f"{key}: ")]
 
 
-def run_node_client(work: Path, *, endpoint: str, server_certificate: Path, identity: ClientIdentity,
-                    policy: str, user: str, password: str, timeout_s: float = 60,
-                    **extra: Any) -> NodeRun:
-    """tests/opcua/nodeclient/client.js with these options (``browse``, ``namespace``, ``watch``, ``timeoutMs``
-    to browse and wait for a counter to rise); its own PKI folder under ``work``."""
-    script = require_node_client()
+def _node_options(work: Path, *, endpoint: str, server_certificate: Path, identity: ClientIdentity, policy: str,
+                  user: str, password: str, **extra: Any) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     options = {"endpoint": endpoint, "policy": policy, "pki": str(work / "pki"),
                "serverCertificate": str(server_certificate), "applicationUri": identity.uri,
@@ -71,9 +67,26 @@ def run_node_client(work: Path, *, endpoint: str, server_certificate: Path, iden
                "user": user, "password": password, **extra}
     path = work / "options.json"
     path.write_text(json.dumps(options))
+    return path
+
+
+def run_node_client(work: Path, *, timeout_s: float = 60, **options: Any) -> NodeRun:
+    """tests/opcua/nodeclient/client.js with these options (``endpoint``, ``server_certificate``, ``identity``,
+    ``policy``, ``user``, ``password``; ``browse``, ``namespace``, ``watch``, ``timeoutMs`` to browse and wait for
+    a counter to rise; ``call`` a method); its own PKI folder under ``work``."""
+    script = require_node_client()
+    path = _node_options(work, **options)
     result = subprocess.run(["node", str(script), str(path)], capture_output=True, text=True, timeout=timeout_s,
                             cwd=script.parent)
     return NodeRun(result.returncode, result.stdout + result.stderr)
+
+
+def start_node_client(work: Path, **options: Any) -> subprocess.Popen[str]:
+    """The same client as :func:`run_node_client`, running: its output one line at a time on ``stdout``."""
+    script = require_node_client()
+    path = _node_options(work, **options)
+    return subprocess.Popen(["node", str(script), str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=script.parent)
 
 
 class Resets:
