@@ -53,7 +53,7 @@ async def _call_reset(client: Client) -> Any:
         return await door.call_method(ua.NodeId(RESET, ns))
 
 
-def test_a_forced_none_channel_from_node_opcua_gets_no_session_and_resets_nothing(
+def test_a_forced_none_channel_from_node_opcua_gets_no_session_and_a_reader_resets_nothing(
         served: tuple[Path, int, Resets, ClientIdentity]) -> None:
     root, port, resets, identity = served
     for user, password in (("plc", "plc-password"), ("lead", "lead-password")):
@@ -63,6 +63,13 @@ def test_a_forced_none_channel_from_node_opcua_gets_no_session_and_resets_nothin
         assert run.returncode == 2, run.output
         assert run.lines("connected") and not run.lines("session") and not run.lines("called"), run.output
         assert "BadSecurityPolicyRejected" in run.lines("refused")[0], run.output
+    assert resets.calls == []
+    run = run_node_client(root / "node-reader", endpoint=f"opc.tcp://127.0.0.1:{port}/",  # encrypted, as a reader
+                          server_certificate=root / "state" / "opcua" / "server-cert.der", identity=identity,
+                          policy="Basic256Sha256", user="plc", password="plc-password", namespace=NAMESPACE,
+                          call=RESET)
+    assert run.lines("session") and not run.lines("called"), run.output  # the Call service itself is refused
+    assert "BadUserAccessDenied" in run.lines("refused")[0], run.output
     assert resets.calls == []
 
 
