@@ -365,6 +365,8 @@ class Appliance:
         only what the start got to (after a failed step, what the steps before it started)."""
         now = self._now
         self._stopping = True
+        if self._opcua is not None:
+            self._opcua.halt()  # OPC UA clients see Halted while the rest stops
         self.notifier.stopping("stopping: draining in-flight frames")
         self._late_ota.close()  # an `ota` command still waiting for the manager gets its reply now
         if self._sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one

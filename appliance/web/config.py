@@ -15,7 +15,7 @@ Role = Literal["viewer", "operator"]
 class UserConfig(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}$", description="login name")
     role: Role = Field(description="viewer: sees everything, edits nothing; operator: may also apply zones and lines")
-    password_hash: str = Field(pattern=r"^scrypt\$", description="`python -m appliance.web.auth` prints one "
+    password_hash: str = Field(pattern=r"^scrypt\$", description="`appliance password` prints one "
                                "(scrypt; the password itself is never stored)")
 
 
