@@ -178,10 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_ota_parser(sub).set_defaults(func=_lazy("ota"))
 
-    p = sub.add_parser("opcua-password", help="hash an OPC UA user's password (read from stdin, or asked)")
-    p.add_argument("--user", help="print a users-file line `USER:ROLE:HASH` instead of the hash alone")
-    p.add_argument("--role", default="reader", choices=["reader", "operator"], help="with --user (default: reader)")
-    p.set_defaults(func=_lazy("opcuapassword"))
+    p = sub.add_parser("password",
+                       help="hash a user's password for any user list (read from stdin, or asked)")
+    p.add_argument("--user", help="print a users-file line instead of the hash alone")
+    p.add_argument("--for", dest="users", default="opcua", choices=["opcua", "web"],
+                   help="with --user: an OPC UA users-file line `USER:ROLE:HASH` (default) or a web.users_file item")
+    p.add_argument("--role", choices=["reader", "viewer", "operator"],
+                   help="with --user: reader or operator (opcua), viewer or operator (web); default the first")
+    p.set_defaults(func=_lazy("password"))
 
     p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
     p.add_argument("name", choices=bench_names())

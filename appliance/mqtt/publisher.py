@@ -63,7 +63,8 @@ class MqttPublisher:
         self._commands = CommandRunner(config, self.topics, self._clock, self._shared, self._authorizer)
         self._session = Session(config, self.topics, self._clock, rng or random.Random(), self._versions,
                                 self._shared, self._spool, self._window, self._commands, group)
-        self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health)
+        self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health,
+                              self.retry_held)
         self._started = False
         self._threads: list[threading.Thread] = []
         self._gates: dict[str, PublishGate] = {}
@@ -172,7 +173,8 @@ class MqttPublisher:
         return held, held_bytes, error if since is not None else None, self._holdback.dropped_counts()
 
     def retry_held(self) -> None:
-        """Try the spool again for results held in memory (the supervisor's tick, in case no result comes)."""
+        """Try the spool again for results held in memory (the sender does it each second, in case no result
+        comes)."""
         self._holdback.retry()
 
     def _gap_record(self, camera_id: str, first: int, last: int, reason: str) -> SpoolRecord:

@@ -18,7 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from appliance import diskspace
 from appliance.logs import flush_repeats
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
@@ -249,13 +248,16 @@ class Appliance:
         if self.config.web.enabled:
             route = running.served.router.current()
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
-                                 self.health_summary, inference.layouts, route.class_names if route else ())
-            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed)
+                                 self.health_summary, inference.layouts, route.class_names if route else (),
+                                 [c.id for c in self.config.cameras])
+            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
+                                 hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None)
         server = HealthServer(health.host, health.port,
                               lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
-                              snapshots.store.http if snapshots else None, routes=routes)
+                              snapshots.store.http if snapshots else None, routes=routes, tls=self.config.web.tls)
         if self.config.web.enabled:
-            log.info("the operator's page: http://%s:%d/ (%s)", health.host, server.port or health.port,
+            log.info("the operator's page: %s://%s:%d/ (%s)", "https" if self.config.web.tls else "http", health.host,
+                     server.port or health.port,
                      "no login: loopback only" if is_loopback(health.host) else "login required")
         return server
 
@@ -311,13 +313,11 @@ class Appliance:
         for cam in self._cameras().values():
             cam.refresh(self.metrics, self.publisher)
         self.metrics.record_system(self._system.read())
-        self.metrics.state_free_bytes.set(diskspace.free_bytes(self.paths["state_dir"]))
-        if self.publisher is not None:
-            self.publisher.retry_held()
         if self._tegrastats is not None and self._tegrastats.active:
             self.metrics.record_tegrastats(self._tegrastats.latest(), self._tegrastats.exits)
         inference = self._inference()
-        reporting.record_metrics(self.metrics, self.publisher, inference.scheduler if inference else None)
+        reporting.record_metrics(self.metrics, self.publisher, inference.scheduler if inference else None,
+                                 self.paths["state_dir"])
         for camera_id, stage in inference.analytics.items() if inference else ():
             stage.publish_counts_if_due()
             self.metrics.record_analytics(camera_id, stage.summary())
@@ -350,7 +350,7 @@ class Appliance:
                                            problems=reporting.problems(self.publisher, self.paths["state_dir"],
                                                                        self.config.health.min_free_mb))
         summary["analytics"] = {} if inference is None else {
-            camera_id: {**stage.summary(), "layout": inference.layouts.source(camera_id)}
+            camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
             for camera_id, stage in inference.analytics.items()}
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=scheduler,
@@ -370,6 +370,8 @@ class Appliance:
         only what the start got to (after a failed step, what the steps before it started)."""
         now = self._now
         self._stopping = True
+        if self._opcua is not None:
+            self._opcua.halt()  # OPC UA clients see Halted while the rest stops
         self.notifier.stopping("stopping: draining in-flight frames")
         self._late_ota.close()  # an `ota` command still waiting for the manager gets its reply now
         if self._sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one

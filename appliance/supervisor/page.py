@@ -34,8 +34,12 @@ class ApplianceSite:
     """``device``: id and name; ``health``: the health summary (Appliance.health_summary)."""
 
     def __init__(self, device: dict[str, Any], health: Callable[[], dict[str, Any]], layouts: Layouts,
-                 class_names: Sequence[str]) -> None:
+                 class_names: Sequence[str], camera_ids: Sequence[str] = ()) -> None:
         self._device, self._health, self._layouts, self._class_names = device, health, layouts, list(class_names)
+        self._camera_ids = list(camera_ids)
+
+    def camera_ids(self) -> list[str]:
+        return list(self._camera_ids)
 
     def overview(self) -> dict[str, Any]:
         return {"device": self._device, **self._health()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,7 +49,7 @@ def _skipped(metrics: ApplianceMetrics) -> dict[str, float]:
             for s in family.samples if s.name == "appliance_frames_skipped_total"}
 
 
-def test_the_tick_exports_the_frames_the_scheduler_skipped() -> None:
+def test_the_tick_exports_the_frames_the_scheduler_skipped(tmp_path: Path) -> None:
     metrics = ApplianceMetrics()
     pending: list[Future[Any]] = []
 
@@ -59,7 +60,7 @@ def test_the_tick_exports_the_frames_the_scheduler_skipped() -> None:
     scheduler = Scheduler(submit, lambda *a: None, per_camera_inflight=1)  # stepped here, never started
 
     def tick() -> None:  # the scheduler's part of Appliance.tick
-        reporting.record_metrics(metrics, None, scheduler)
+        reporting.record_metrics(metrics, None, scheduler, tmp_path)
 
     c1, c2 = Camera(), Camera()
     scheduler.add_camera("c1", c1, None)
