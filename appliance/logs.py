@@ -148,6 +148,7 @@ def configure(level: str | int, environ: Mapping[str, str] | None = None, journa
     root.addHandler(handler)
 
 
+AUDIT = {"audit": True}  # ``log.warning(..., extra=AUDIT)``: never summarized (RepeatLimiter)
 WINDOW_S = 60.0
 BURST = 3  # lines of one kind a window before the rest are counted
 
@@ -164,8 +165,9 @@ class RepeatLimiter(logging.Filter):
     """One log line per change, not per event: the same warning from the same place (logger, file, line) passes
     ``burst`` times a window; the rest are counted and summarized once the window ends ("... (and 998 more like
     it in the last 60 s)"), with the next record that reaches the handler or at :func:`flush_repeats` (the
-    supervisor's tick). INFO and DEBUG are never limited. ``attach(handler)`` adds it to the handler it emits
-    its summaries through."""
+    supervisor's tick). INFO and DEBUG are never limited, nor a record logged with ``extra=AUDIT`` (a security
+    line a tool like fail2ban reads one by one, and that its source already bounds). ``attach(handler)`` adds it
+    to the handler it emits its summaries through."""
 
     def __init__(self, window_s: float = WINDOW_S, burst: int = BURST,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -180,7 +182,8 @@ class RepeatLimiter(logging.Filter):
         handler.addFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(record, "repeat_summary", False) or record.levelno < logging.WARNING:
+        if getattr(record, "repeat_summary", False) or getattr(record, "audit", False) \
+                or record.levelno < logging.WARNING:
             return True
         now = self._clock()
         key = (record.name, record.pathname, record.lineno)

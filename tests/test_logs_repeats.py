@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import logging
 
-from appliance.logs import RepeatLimiter
+from appliance.logs import AUDIT, RepeatLimiter
 
 
 def test_a_thousand_same_warnings_become_a_few_lines_and_a_counted_summary() -> None:
@@ -25,6 +25,8 @@ def test_a_thousand_same_warnings_become_a_few_lines_and_a_counted_summary() -> 
             if i % 100 == 0:
                 log.info("progress %d", i)  # INFO is never limited
         log.warning("another warning")  # another place: its own count
+        for i in range(5):
+            log.warning("failed login %d", i, extra=AUDIT)  # a security line: each one, for fail2ban
         now[0] = 61.0
         log.error("after the window")
     finally:
@@ -34,6 +36,8 @@ def test_a_thousand_same_warnings_become_a_few_lines_and_a_counted_summary() -> 
                          "WARNING command 2 refused (unsigned)"]
     assert sum(line.startswith("INFO progress") for line in lines) == 10
     assert "WARNING another warning" in lines
+    assert [line for line in lines if line.startswith("WARNING failed login")] == [
+        f"WARNING failed login {i}" for i in range(5)]
     assert lines[-2:] == ["WARNING command 999 refused (unsigned) (and 997 more like it in the last 61 s)",
                           "ERROR after the window"]
-    assert len(lines) == 3 + 10 + 1 + 2
+    assert len(lines) == 3 + 10 + 1 + 5 + 2
