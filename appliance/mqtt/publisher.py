@@ -257,6 +257,15 @@ class MqttPublisher:
         self._session.remember_retained(topic, payload)
         self._session.publish_if_connected(topic, payload, qos=self.config.qos.status, retain=True)
 
+    def clear_camera(self, camera_id: str) -> None:
+        """A camera that no longer runs: its retained status, counts and snapshot are cleared at the broker (an
+        empty retained message), now if connected and again after each reconnect."""
+        self._require_running()
+        for topic in (self.topics.camera_status(camera_id), self.topics.camera_topic(camera_id, "counts"),
+                      self.topics.camera_topic(camera_id, "snapshot")):
+            self._session.remember_retained(topic, b"")
+            self._session.publish_if_connected(topic, b"", qos=self.config.qos.status, retain=True)
+
     def publish_device_event(self, suffix: str, payload: Mapping[str, Any], qos: Optional[int] = None,
                              retain: bool = False) -> None:
         """Publish ``payload`` (JSON) on ``<prefix>/<device>/<suffix>`` now if connected (QoS default: the status

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
@@ -39,6 +39,7 @@ from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
 from appliance.sparkplug.node import EdgeNode
 from appliance.supervisor import reporting
+from appliance.supervisor.reloader import ReloadOutcome, reload_running
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
 from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
@@ -93,6 +94,7 @@ class Appliance:
         self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
         self._last_error = ""
         self._started_at = clock()
+        self._reloaded: ReloadOutcome | None = None  # the last reload's outcome (health summary)
 
     # -- start ---------------------------------------------------------------------------------------------
     def start(self, triton_timeout_s: float = 120.0) -> None:
@@ -303,6 +305,15 @@ class Appliance:
     def _inference(self) -> Inference | None:
         return self._now.inference if isinstance(self._now, Running) else None
 
+    def reload(self, new: AppConfig | None, problems: Sequence[str], source: str) -> ReloadOutcome:
+        """What changed from the running config to ``new`` applied, the rest named "needs restart"
+        (docs/supervisor.md, "Reload"); ``new`` None: refused for ``problems``. Logged once; reported on MQTT,
+        /healthz and in the state dir."""
+        self._reloaded, self.config, self._last_error = reload_running(
+            self.running, self._children, self.config, new, problems, source, previous=self._reloaded,
+            last_error=self._last_error, on_error=self._note_error, state_dir=self.paths["state_dir"])
+        return self._reloaded
+
     # -- periodic work -------------------------------------------------------------------------------------
     def tick(self) -> None:
         """Restart dead cameras, refresh readings, publish camera state changes, feed the watchdog."""
@@ -347,6 +358,7 @@ class Appliance:
         summary["analytics"] = {} if inference is None else {
             camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
             for camera_id, stage in inference.analytics.items()}
+        summary["reload"] = self._reloaded.as_dict() if self._reloaded else None  # the last reload's outcome
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=scheduler,
             recent_per_s=inference.frames.rate.per_second() if inference else 0.0,
