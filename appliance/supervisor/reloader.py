@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from appliance.appconfig.app import AppConfig
+from appliance.mqtt.messages import reload_status_payload
 from appliance.capture.config import CameraConfig
 from appliance.supervisor.children import ChildSupervisor
 from appliance.supervisor.reloadplan import ReloadPlan, plan_reload
@@ -18,6 +19,7 @@ from appliance.supervisor.reloadstate import write_outcome
 from appliance.supervisor.running import Running
 
 log = logging.getLogger("appliance.supervisor")
+RELOAD_STATUS = "reload/status"  # the retained device topic of the last reload's outcome (docs/mqtt.md)
 
 
 def reload_running(running: Running, children: ChildSupervisor, config: AppConfig, new: AppConfig | None,
@@ -41,7 +43,7 @@ def reload_running(running: Running, children: ChildSupervisor, config: AppConfi
 
 def report(outcome: ReloadOutcome, running: Running, state_dir: Path) -> None:
     """Logged once, kept for ``appliance reload`` (``<state_dir>/reload.json``), retained on MQTT
-    (``<prefix>/<device>/reload``)."""
+    (``<prefix>/<device>/reload/status``)."""
     if outcome.ok:
         log.info("reload of %s: %s", outcome.file, outcome.summary())
     else:
@@ -50,7 +52,9 @@ def report(outcome: ReloadOutcome, running: Running, state_dir: Path) -> None:
         write_outcome(state_dir, outcome)
     except OSError as exc:
         log.error("reload: cannot write its outcome for `appliance reload`: %s", exc)
-    running.publisher.publish_device_event("reload", outcome.as_dict(), retain=True)
+    publisher = running.publisher
+    publisher.publish_device_event(RELOAD_STATUS, reload_status_payload(publisher.config.device_id,
+                                                                        outcome.as_dict()), retain=True)
 
 
 def apply_cameras(plan: ReloadPlan, new: AppConfig, running: Running, children: ChildSupervisor,

@@ -23,6 +23,7 @@ from support.daemon import RunningDaemon, make_camera_dir
 from support.engineseed import seed_state_dir
 from support.mosquitto import Mosquitto
 from support.ports import free_port
+from support.schemas import validate_message
 from support.subscriber import Subscriber
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,8 +125,11 @@ def test_reload_applies_what_changed_and_refuses_a_bad_config(tmp_path: Path, sh
         assert f"{config}:{bad_line}: " in refused.stdout, refused.stdout
         health = _healthz(health_port)
         assert health["reload"]["ok"] is False and "reload refused" in health["status"], health
-        reported = subscriber.latest(f"{topic}/reload")
-        assert reported is not None and reported.json()["ok"] is False
+        reported = subscriber.of_type("reload_status")
+        assert [m["ok"] for m in reported] == [True, False], reported
+        for message in reported:
+            validate_message("reload_status", message)
+        assert [p.split(": ")[0:2] for p in reported[1]["problems"]] == [[f"{config}:{bad_line}", "cameras.0.fps"]]
         daemon.wait(lambda: all(len(_detections(subscriber, c, refused_at_ms + 1000)) >= 2
                                 for c in ("cam1", "cam2", "cam4")), 60, "every camera on after the refusal")
         assert daemon.terminate() == 0, daemon.tail()
