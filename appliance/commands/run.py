@@ -19,6 +19,7 @@ from appliance.capture.probe import SizeUnknown, resolve_sizes
 from appliance.commands.configload import check_and_report, load_and_report
 from appliance.commands.exitcodes import ExitCode
 from appliance.supervisor.app import Appliance
+from appliance.supervisor.reloadplan import with_running_sizes
 
 log = logging.getLogger("appliance")
 
@@ -93,6 +94,7 @@ def reload_config(app: Appliance, path: Path) -> None:
     new, problems = (report.config if report.ok else None), [str(issue) for issue in report.issues]
     if new is not None:
         try:
+            new = with_running_sizes(app.config, new)  # probed again only where the camera changed
             new = new.model_copy(update={"cameras": resolve_sizes(new.cameras)})
         except SizeUnknown as exc:
             new, problems = None, [str(exc)]

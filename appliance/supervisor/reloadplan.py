@@ -72,6 +72,22 @@ def plan_reload(old: AppConfig, new: AppConfig) -> ReloadPlan:
     return ReloadPlan(start, stop, tuple(restart), tuple(layouts), tuple(needs))
 
 
+def with_running_sizes(running: AppConfig, new: AppConfig) -> AppConfig:
+    """``new`` with the frame size each camera that has no configured size runs at (its source's, probed at
+    start) wherever nothing else of that camera changed: a reload neither probes it again nor takes the probed
+    size for a change."""
+    before = {c.id: c for c in running.cameras}
+
+    def sized(camera: CameraConfig) -> CameraConfig:
+        was = before.get(camera.id)
+        if camera.width is not None or was is None or was.width is None:
+            return camera
+        same = camera.model_copy(update={"width": was.width, "height": was.height})
+        return was if same == was else camera
+
+    return new.model_copy(update={"cameras": [sized(c) for c in new.cameras]})
+
+
 def _restarts(was: CameraConfig, camera: CameraConfig) -> bool:
     """Whether the change needs the camera's capture (and its analytics stage) started again."""
     if was.model_copy(update={"analytics": None}) != camera.model_copy(update={"analytics": None}):

@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from appliance.appconfig.app import AppConfig
-from appliance.supervisor.reloadplan import ReloadPlan, changed_keys, plan_reload
+from appliance.supervisor.reloadplan import ReloadPlan, changed_keys, plan_reload, with_running_sizes
 
 LINE = {"name": "door", "a": [0, 240], "b": [640, 240], "in_side": "left"}
 
@@ -106,3 +106,21 @@ def test_opcua_and_sparkplug_name_the_cameras_so_a_camera_change_needs_their_res
 
 def test_changed_keys_walks_nested_sections() -> None:
     assert changed_keys({"a": {"b": 1, "c": [1]}}, {"a": {"b": 1, "c": [2], "d": 3}}, "x") == ["x.a.c", "x.a.d"]
+
+
+def test_a_camera_sized_by_its_source_keeps_its_running_size_unless_it_changed() -> None:
+    unsized = _doc()
+    for camera in unsized["cameras"]:
+        del camera["width"], camera["height"]
+        camera.pop("analytics", None)  # pixel points need a configured size
+    running_doc = copy.deepcopy(unsized)
+    for camera in running_doc["cameras"]:
+        camera.update(width=800, height=600)  # as `run` gave them their sources' sizes
+    running = AppConfig.model_validate(running_doc)
+    new = copy.deepcopy(unsized)
+    new["cameras"][2]["source"]["path"] = "/v/other.mp4"
+    sized = with_running_sizes(running, AppConfig.model_validate(new))
+    assert [(c.width, c.height) for c in sized.cameras] == [(800, 600), (800, 600), (None, None)]  # cam3: probed
+    probed = sized.model_copy(update={"cameras": [*sized.cameras[:2], sized.cameras[2].model_copy(
+        update={"width": 800, "height": 600})]})
+    assert plan_reload(running, probed) == ReloadPlan(restart=("cam3",))
