@@ -34,7 +34,13 @@ def reload_running(running: Running, children: ChildSupervisor, config: AppConfi
         report(outcome, running, state_dir)
         return outcome, config, outcome.summary()
     plan = plan_reload(config, new)
-    apply_cameras(plan, new, running, children, on_error, config.pipeline.drain_timeout_s)
+    try:
+        apply_cameras(plan, new, running, children, on_error, config.pipeline.drain_timeout_s)
+    except Exception as exc:  # half applied: the service exits and its restart runs the whole new file
+        report(ReloadOutcome(source, False, problems=[f"applying it failed ({exc}); the appliance exits, and "
+                                                      "systemd's restart applies the whole file"], seq=seq),
+               running, state_dir)
+        raise
     outcome = ReloadOutcome(source, True, applied=plan.applied(), needs_restart=list(plan.needs_restart), seq=seq)
     report(outcome, running, state_dir)
     refused_before = previous is not None and last_error == previous.summary() and not previous.ok
