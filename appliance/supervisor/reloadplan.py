@@ -5,7 +5,9 @@ socket or file is touched here; ``appliance.supervisor.reloader`` carries the pl
 A camera is compared by id, its settings as a whole: a change to anything but its ``analytics`` section restarts
 that camera alone; an analytics change that ``Analytics.replace_layout`` can take (zones, lines, classes, scores,
 anchor, counts interval) applies on the next frame; one it cannot (tracker, snapshots, a section added or
-removed) restarts the camera alone. Every other section is changed only by a restart of the service.
+removed) restarts the camera alone. Every other section is changed only by a restart of the service, and so is
+the OPC UA address space (built from the cameras at start). The Sparkplug node follows the cameras by itself: its
+births come from the health summary, so a camera added, removed or with other lines gets its DBIRTH or DDEATH.
 """
 
 from __future__ import annotations
@@ -64,11 +66,8 @@ def plan_reload(old: AppConfig, new: AppConfig) -> ReloadPlan:
     stop = tuple(c for c in before if c not in after)
     needs = [key for section in AppConfig.model_fields if section != "cameras"
              for key in changed_keys(getattr(old, section), getattr(new, section), section)]
-    if start or stop or restart:
-        if new.opcua is not None and old.opcua is not None:
-            needs.append("opcua (its address space names the cameras)")
-        if new.mqtt.sparkplug is not None and old.mqtt.sparkplug is not None:
-            needs.append("mqtt.sparkplug (its births name the cameras)")
+    if (start or stop or restart or layouts) and new.opcua is not None and old.opcua is not None:
+        needs.append("opcua (its address space lists the cameras, their zones and lines, as at start)")
     return ReloadPlan(start, stop, tuple(restart), tuple(layouts), tuple(needs))
 
 

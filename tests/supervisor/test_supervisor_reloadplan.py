@@ -93,7 +93,7 @@ def test_the_camera_order_alone_is_no_change() -> None:
     assert _plan(_doc(), new) == ReloadPlan()
 
 
-def test_opcua_and_sparkplug_name_the_cameras_so_a_camera_change_needs_their_restart() -> None:
+def test_opcua_lists_the_cameras_so_a_camera_change_needs_its_restart_and_sparkplug_follows_by_itself() -> None:
     old = _doc()
     old["opcua"] = {"port": 4841}
     old["mqtt"]["sparkplug"] = {"group_id": "plant"}
@@ -101,7 +101,12 @@ def test_opcua_and_sparkplug_name_the_cameras_so_a_camera_change_needs_their_res
     new["cameras"].append(_camera("cam4"))
     plan = _plan(old, new)
     assert plan.start == ("cam4",)
-    assert [key.split()[0] for key in plan.needs_restart] == ["opcua", "mqtt.sparkplug"]
+    assert [key.split()[0] for key in plan.needs_restart] == ["opcua"]
+    new = copy.deepcopy(old)
+    new["cameras"][1]["analytics"]["lines"][0]["b"] = [640, 100]
+    assert [key.split()[0] for key in _plan(old, new).needs_restart] == ["opcua"]
+    del new["opcua"]
+    assert _plan(old, new).needs_restart == ("opcua",)  # the section itself
 
 
 def test_changed_keys_walks_nested_sections() -> None:
