@@ -300,7 +300,7 @@ class Appliance:
         return self._now.served.recovery if isinstance(self._now, Serving) else None  # model failures, reloads
 
     def _cameras(self) -> Mapping[str, SupervisedCamera]:
-        return self._now.capture.cameras if isinstance(self._now, Capturing) else {}
+        return dict(self._now.capture.cameras) if isinstance(self._now, Capturing) else {}  # a copy: reloads
 
     def _inference(self) -> Inference | None:
         return self._now.inference if isinstance(self._now, Running) else None
@@ -357,7 +357,7 @@ class Appliance:
                                            progressing=self._pipeline_progressing(), status=self.status_line())
         summary["analytics"] = {} if inference is None else {
             camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
-            for camera_id, stage in inference.analytics.items()}
+            for camera_id, stage in list(inference.analytics.items())}  # a reload may change it meanwhile
         summary["reload"] = self._reloaded.as_dict() if self._reloaded else None  # the last reload's outcome
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=scheduler,
