@@ -38,8 +38,7 @@ from appliance.detector.serving.router import Router
 from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
 from appliance.sparkplug.node import EdgeNode
-from appliance.supervisor import reporting
-from appliance.supervisor.reloader import ReloadOutcome, reload_running
+from appliance.supervisor import reloader, reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
 from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
@@ -94,7 +93,7 @@ class Appliance:
         self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
         self._last_error = ""
         self._started_at = clock()
-        self._reloaded: ReloadOutcome | None = None  # the last reload's outcome (health summary)
+        self._reloaded: reloader.ReloadOutcome | None = None  # the last reload's outcome (health summary)
 
     # -- start ---------------------------------------------------------------------------------------------
     def start(self, triton_timeout_s: float = 120.0) -> None:
@@ -250,7 +249,7 @@ class Appliance:
             route = running.served.router.current()
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
                                  self.health_summary, inference.layouts, route.class_names if route else (),
-                                 [c.id for c in self.config.cameras])
+                                 lambda: [c.id for c in self.config.cameras])
             routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
                                  hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None)
         server = HealthServer(health.host, health.port,
@@ -305,14 +304,12 @@ class Appliance:
     def _inference(self) -> Inference | None:
         return self._now.inference if isinstance(self._now, Running) else None
 
-    def reload(self, new: AppConfig | None, problems: Sequence[str], source: str) -> ReloadOutcome:
-        """What changed from the running config to ``new`` applied, the rest named "needs restart"
-        (docs/supervisor.md, "Reload"); ``new`` None: refused for ``problems``. Logged once; reported on MQTT,
-        /healthz and in the state dir."""
-        self._reloaded, self.config, self._last_error = reload_running(
+    def reload(self, new: AppConfig | None, problems: Sequence[str], source: str) -> None:
+        """What changed from the running config to ``new`` applied, the rest named "needs restart"; ``new`` None:
+        refused for ``problems`` (docs/supervisor.md, "Reload": where each shows)."""
+        self._reloaded, self.config, self._last_error = reloader.reload_running(
             self.running, self._children, self.config, new, problems, source, previous=self._reloaded,
             last_error=self._last_error, on_error=self._note_error, state_dir=self.paths["state_dir"])
-        return self._reloaded
 
     # -- periodic work -------------------------------------------------------------------------------------
     def tick(self) -> None:

@@ -70,13 +70,15 @@ class Layouts:
             if camera.analytics is None:
                 return camera
             self._cameras[camera.id] = camera
-            self._sources[camera.id] = "config"
+            self._sources[camera.id] = self._anonymous[camera.id] = "config"
             self._current[camera.id] = self._initial(camera)
             return camera.model_copy(update={"analytics": self._current[camera.id]})
 
     def remove_camera(self, camera_id: str) -> None:
         self._cameras.pop(camera_id, None)
         self._sources.pop(camera_id, None)
+        self._anonymous.pop(camera_id, None)
+        self._files.pop(camera_id, None)
         self._current.pop(camera_id, None)
 
     def cameras(self, configs: Sequence[CameraConfig]) -> list[CameraConfig]:

@@ -36,10 +36,11 @@ def test_a_layout_applied_on_the_page_keeps_priority_over_the_files_new_lines(tm
     running = layouts.set_camera(_camera(300, min_score=0.6))
     assert running.analytics is not None and running.analytics.lines[0].a == (0, 200)  # the page's line
     assert running.analytics.min_score == 0.6  # what the page does not edit comes from the new file
-    assert "operator" in (layouts.source("cam") or "")
+    assert "operator" in (layouts.source("cam") or "") and "operator" not in (layouts.anonymous_source("cam") or "")
 
 
 def test_a_removed_camera_is_forgotten(tmp_path: Path) -> None:
     layouts = Layouts([_camera(100)], tmp_path, CLASSES)
     layouts.remove_camera("cam")
-    assert layouts.source("cam") is None and layouts.current("cam") is None and layouts.yaml("cam") == ""
+    assert layouts.source("cam") is None and layouts.anonymous_source("cam") is None
+    assert layouts.current("cam") is None and layouts.yaml("cam") == ""
