@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -31,8 +32,9 @@ VTEST = REPO / ".models" / "vtest" / "vtest.avi"
 INSTALLED_BIN = "/opt/appliance/venv/bin/appliance"
 FPS = 2.0
 OLD_LINE = {"name": "old", "a": [0, 400], "b": [640, 400], "in_side": "left"}
-# vtest's walkers cross the middle of the square from either side, a few a minute.
-NEW_LINE = {"name": "middle", "a": [320, 0], "b": [320, 480], "in_side": "left",
+# A file camera plays its frames one by one at its fps: at 2 fps vtest runs at a fifth of its speed, and a walker
+# crosses x = 480 (of 640) leftwards within its first second, about 5 s after the camera starts.
+NEW_LINE = {"name": "middle", "a": [480, 0], "b": [480, 480], "in_side": "left",
             "hysteresis": {"margin": 0.05, "frames": 2}}
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx", "darknet_images")]
@@ -66,6 +68,14 @@ def _detections(subscriber: Subscriber, camera: str, since_ms: float = 0.0) -> l
     unique = {m["message_id"]: m for m in subscriber.of_type("detections")
               if m["camera_id"] == camera and m["capture_time_ms"] >= since_ms}  # QoS 1 may redeliver
     return sorted(unique.values(), key=lambda m: m["message_seq"])
+
+
+def _status(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def _healthz(port: int) -> dict[str, Any]:
@@ -106,6 +116,7 @@ def test_reload_applies_what_changed_and_refuses_a_bad_config(tmp_path: Path, sh
             assert said in applied.stdout, applied.stdout
 
         daemon.wait(lambda: len(_detections(subscriber, "cam4")) >= 3, 60, "camera 4's detections")
+        assert [_status(health_port, f"/camera/{c}") for c in ("cam4", "cam3")] == [200, 404]  # the page follows
         daemon.wait(lambda: any(e["camera_id"] == "cam2" and e["event"] == "cross" and e["line"] == "middle"
                                 for e in subscriber.of_type("event")), 120, "a crossing of camera 2's new line")
         counts = [m for m in subscriber.of_type("counts") if m["camera_id"] == "cam2"]
