@@ -44,7 +44,9 @@ def reload_running(running: Running, children: ChildSupervisor, config: AppConfi
     outcome = ReloadOutcome(source, True, applied=plan.applied(), needs_restart=list(plan.needs_restart), seq=seq)
     report(outcome, running, state_dir)
     refused_before = previous is not None and last_error == previous.summary() and not previous.ok
-    return outcome, config.model_copy(update={"cameras": list(new.cameras)}), "" if refused_before else last_error
+    running_config = config.model_copy(update={"cameras": list(new.cameras), "mqtt": config.mqtt.model_copy(
+        update={"publish": new.mqtt.publish, "cameras": new.mqtt.cameras})})
+    return outcome, running_config, "" if refused_before else last_error
 
 
 def report(outcome: ReloadOutcome, running: Running, state_dir: Path) -> None:
@@ -65,9 +67,10 @@ def report(outcome: ReloadOutcome, running: Running, state_dir: Path) -> None:
 
 def apply_cameras(plan: ReloadPlan, new: AppConfig, running: Running, children: ChildSupervisor,
                   on_error: Callable[[str], None], drain_timeout_s: float) -> None:
-    """Stopped and restarted cameras first (a restarted one reuses its id, ring name and topics), then the
-    started ones, then zones and lines for the next frame."""
+    """The publish modes, stopped and restarted cameras (a restarted one reuses its id, ring name and topics), then
+    the started ones, then zones and lines for the next frame."""
     configs = {c.id: c for c in new.cameras}
+    running.publisher.set_publish_modes(new.mqtt.publish, new.mqtt.cameras)  # before a started camera's frames
     for camera_id in (*plan.stop, *plan.restart):
         _stop_camera(camera_id, running, children, drain_timeout_s)
         if camera_id in plan.stop:

@@ -5,7 +5,8 @@ socket or file is touched here; ``appliance.supervisor.reloader`` carries the pl
 A camera is compared by id, its settings as a whole: a change to anything but its ``analytics`` section restarts
 that camera alone; an analytics change that ``Analytics.replace_layout`` can take (zones, lines, classes, scores,
 anchor, counts interval) applies on the next frame; one it cannot (tracker, snapshots, a section added or
-removed) restarts the camera alone. Every other section is changed only by a restart of the service, and so is
+removed) restarts the camera alone. A camera's MQTT publish mode (``mqtt.publish``, ``mqtt.cameras``) applies
+from its next frame. Every other section is changed only by a restart of the service, and so is
 the OPC UA address space (built from the cameras at start). The Sparkplug node follows the cameras by itself: its
 births come from the health summary, so a camera added, removed or with other lines gets its DBIRTH or DDEATH.
 """
@@ -32,6 +33,7 @@ class ReloadPlan:
     stop: tuple[str, ...] = ()
     restart: tuple[str, ...] = ()
     layouts: tuple[str, ...] = ()
+    publish_modes: tuple[str, ...] = ()  # running cameras whose ``mqtt.publish``/``mqtt.cameras`` mode changed
     needs_restart: tuple[str, ...] = ()
 
     @property
@@ -42,7 +44,8 @@ class ReloadPlan:
         """What the reload does, one phrase per change, for its log line and its reply."""
         return ([f"camera {c} started" for c in self.start] + [f"camera {c} stopped" for c in self.stop]
                 + [f"camera {c} restarted" for c in self.restart]
-                + [f"camera {c} zones and lines applied" for c in self.layouts])
+                + [f"camera {c} zones and lines applied" for c in self.layouts]
+                + [f"camera {c} publish mode applied" for c in self.publish_modes])
 
     def describe(self) -> str:
         done = "; ".join(self.applied()) or "no change applied"
@@ -65,10 +68,13 @@ def plan_reload(old: AppConfig, new: AppConfig) -> ReloadPlan:
     start = tuple(c for c in after if c not in before)
     stop = tuple(c for c in before if c not in after)
     needs = [key for section in AppConfig.model_fields if section != "cameras"
-             for key in changed_keys(getattr(old, section), getattr(new, section), section)]
+             for key in changed_keys(getattr(old, section), getattr(new, section), section)
+             if key.split(".")[:2] not in (["mqtt", "publish"], ["mqtt", "cameras"])]
+    modes = tuple(c for c in after if c in before and c not in restart
+                  and old.mqtt.publish_config(c) != new.mqtt.publish_config(c))
     if (start or stop or restart or layouts) and new.opcua is not None and old.opcua is not None:
         needs.append("opcua (its address space lists the cameras, their zones and lines, as at start)")
-    return ReloadPlan(start, stop, tuple(restart), tuple(layouts), tuple(needs))
+    return ReloadPlan(start, stop, tuple(restart), tuple(layouts), modes, tuple(needs))
 
 
 def with_running_sizes(running: AppConfig, new: AppConfig) -> AppConfig:

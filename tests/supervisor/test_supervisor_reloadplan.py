@@ -129,3 +129,18 @@ def test_a_camera_sized_by_its_source_keeps_its_running_size_unless_it_changed()
     probed = sized.model_copy(update={"cameras": [*sized.cameras[:2], sized.cameras[2].model_copy(
         update={"width": 800, "height": 600})]})
     assert plan_reload(running, probed) == ReloadPlan(restart=("cam3",))
+
+
+def test_publish_modes_apply_from_the_next_frame_and_need_no_restart() -> None:
+    old = _doc()
+    old["mqtt"]["cameras"] = {"cam2": {"mode": "on_change"}}
+    new = copy.deepcopy(old)
+    new["mqtt"]["cameras"] = {"cam1": {"mode": "fixed_rate", "rate_hz": 1.0}, "cam4": {"mode": "on_change"}}
+    new["cameras"].append(_camera("cam4"))
+    plan = _plan(old, new)
+    # cam1 gets a mode of its own, cam2 goes back to the default; cam4 starts with its own from its first frame
+    assert (plan.publish_modes, plan.start, plan.needs_restart) == (("cam1", "cam2"), ("cam4",), ())
+    assert "camera cam1 publish mode applied" in plan.applied()
+    new = copy.deepcopy(old)
+    new["mqtt"]["publish"] = {"mode": "on_change"}  # the default: every camera without its own mode
+    assert _plan(old, new).publish_modes == ("cam1", "cam3")
