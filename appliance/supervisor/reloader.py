@@ -1,7 +1,8 @@
 """Carrying a reload plan out on the running appliance (docs/supervisor.md, "Reload"): cameras stopped, restarted
 and started with the start step's own parts (``Capture.add``/``remove``, the child supervisor, the scheduler's
-readers, the analytics stage as at start), zones and lines handed to the running stage; nothing else is touched,
-so the cameras that did not change keep streaming. A refused reload changes nothing."""
+readers, the analytics stage as at start), zones and lines handed to the running stage, the publisher's publish
+modes; nothing else is touched, so the cameras that did not change keep streaming. A refused reload changes
+nothing."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from appliance.appconfig.app import AppConfig
-from appliance.mqtt.messages import reload_status_payload
 from appliance.capture.config import CameraConfig
+from appliance.mqtt.messages import reload_status_payload
 from appliance.supervisor.children import ChildSupervisor
 from appliance.supervisor.reloadplan import ReloadPlan, plan_reload
-from appliance.supervisor.reloadstate import ReloadOutcome as ReloadOutcome  # the appliance's reload returns it
+from appliance.supervisor.reloadstate import ReloadOutcome as ReloadOutcome  # the appliance names it from here
 from appliance.supervisor.reloadstate import write_outcome
 from appliance.supervisor.running import Running
 
