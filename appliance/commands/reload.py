@@ -82,6 +82,7 @@ def format_outcome(outcome: dict[str, Any]) -> str:
     applied = outcome.get("applied") or []
     lines = [f"reloaded {outcome.get('file')}: " + ("applied" if applied else "nothing to apply")]
     lines += [f"  {item}" for item in applied]
+    lines += [f"  problem: {problem}" for problem in outcome.get("problems") or []]
     needs = outcome.get("needs_restart") or []
     if needs:
         lines.append("needs restart (not applied; systemctl restart appliance):")

@@ -305,11 +305,9 @@ class Appliance:
         return self._now.inference if isinstance(self._now, Running) else None
 
     def reload(self, new: AppConfig | None, problems: Sequence[str], source: str) -> None:
-        """What changed from the running config to ``new`` applied, the rest named "needs restart"; ``new`` None:
-        refused for ``problems`` (docs/supervisor.md, "Reload": where each shows)."""
+        """What changed to ``new`` applied, the rest named; None: refused (docs/supervisor.md, "Reload")."""
         self._reloaded, self.config, self._last_error = reloader.reload_running(
-            self.running, self._children, self.config, new, problems, source, previous=self._reloaded,
-            last_error=self._last_error, on_error=self._note_error, state_dir=self.paths["state_dir"])
+            self.running, self._children, self.config, new, problems, source, self._reloaded, self._last_error)
 
     # -- periodic work -------------------------------------------------------------------------------------
     def tick(self) -> None:

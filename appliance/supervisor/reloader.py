@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from appliance.appconfig.app import AppConfig
+from appliance.appconfig.check import resolved_paths
 from appliance.capture.config import CameraConfig
 from appliance.mqtt.messages import reload_status_payload
 from appliance.supervisor.children import ChildSupervisor
@@ -24,30 +25,32 @@ RELOAD_STATUS = "reload/status"  # the retained device topic of the last reload'
 
 
 def reload_running(running: Running, children: ChildSupervisor, config: AppConfig, new: AppConfig | None,
-                   problems: Sequence[str], source: str, *, previous: ReloadOutcome | None, last_error: str,
-                   on_error: Callable[[str], None], state_dir: Path) -> tuple[ReloadOutcome, AppConfig, str]:
-    """The outcome (reported), the config now in force (``config`` with the cameras of ``new``: the sections that
-    need a restart stay as they run) and the appliance's last error (the refusal, until a reload is applied).
-    ``new`` None: refused for ``problems``, nothing changes."""
+                   problems: Sequence[str], source: str, previous: ReloadOutcome | None,
+                   last_error: str) -> tuple[ReloadOutcome, AppConfig, str]:
+    """The outcome (reported), the config now in force (``config`` with the cameras and publish modes of ``new``:
+    the sections that need a restart stay as they run) and the appliance's last error (the refusal until a reload
+    is applied; a camera the reload could not set up). ``new`` None: refused for ``problems``, nothing changes."""
     seq = previous.seq + 1 if previous is not None else 1
+    state_dir = resolved_paths(config)["state_dir"]  # the appliance's, as it started
     if new is None:
         outcome = ReloadOutcome(source, False, problems=list(problems), seq=seq)
         report(outcome, running, state_dir)
         return outcome, config, outcome.summary()
-    plan = plan_reload(config, new)
+    plan, errors = plan_reload(config, new), list[str]()
     try:
-        apply_cameras(plan, new, running, children, on_error, config.pipeline.drain_timeout_s)
+        apply_cameras(plan, new, running, children, errors.append, config.pipeline.drain_timeout_s)
     except Exception as exc:  # half applied: the service exits and its restart runs the whole new file
         report(ReloadOutcome(source, False, problems=[f"applying it failed ({exc}); the appliance exits, and "
                                                       "systemd's restart applies the whole file"], seq=seq),
                running, state_dir)
         raise
-    outcome = ReloadOutcome(source, True, applied=plan.applied(), needs_restart=list(plan.needs_restart), seq=seq)
+    outcome = ReloadOutcome(source, True, problems=errors, applied=plan.applied(),
+                            needs_restart=list(plan.needs_restart), seq=seq)
     report(outcome, running, state_dir)
     refused_before = previous is not None and last_error == previous.summary() and not previous.ok
     running_config = config.model_copy(update={"cameras": list(new.cameras), "mqtt": config.mqtt.model_copy(
         update={"publish": new.mqtt.publish, "cameras": new.mqtt.cameras})})
-    return outcome, running_config, "" if refused_before else last_error
+    return outcome, running_config, errors[-1] if errors else "" if refused_before else last_error
 
 
 def report(outcome: ReloadOutcome, running: Running, state_dir: Path) -> None:
