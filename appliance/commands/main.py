@@ -160,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the raw health summary")
     p.set_defaults(func=_lazy("status"))
 
+    p = sub.add_parser("reload", help="have the running appliance apply its changed config (what changed, nothing "
+                                      "else); print what it applied, refused or needs a restart for")
+    p.add_argument("--config", help="the appliance's YAML config (default: an installed device's config)")
+    p.add_argument("--pid", type=int, help="the appliance's process (default: the one its spool's lock names; "
+                                           "the unit passes $MAINPID)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the outcome (default: "
+                                                                 "%(default)s)")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.set_defaults(func=_lazy("reload"))
+
     p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
     p.add_argument("--json", action="store_true", help="print what was found as JSON")

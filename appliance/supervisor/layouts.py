@@ -62,6 +62,25 @@ class Layouts:
         log.info("camera %s: zones and lines from %s", camera.id, overlay.describe())
         return config
 
+    def set_camera(self, camera: CameraConfig) -> CameraConfig:
+        """A camera a reload added or changed: ``camera`` with its analytics as they run from now on (a page's
+        layout keeps priority over the file's, as at start); ``stages`` is the caller's to update."""
+        with self._lock:
+            self.remove_camera(camera.id)
+            if camera.analytics is None:
+                return camera
+            self._cameras[camera.id] = camera
+            self._sources[camera.id] = self._anonymous[camera.id] = "config"
+            self._current[camera.id] = self._initial(camera)
+            return camera.model_copy(update={"analytics": self._current[camera.id]})
+
+    def remove_camera(self, camera_id: str) -> None:
+        self._cameras.pop(camera_id, None)
+        self._sources.pop(camera_id, None)
+        self._anonymous.pop(camera_id, None)
+        self._files.pop(camera_id, None)
+        self._current.pop(camera_id, None)
+
     def cameras(self, configs: Sequence[CameraConfig]) -> list[CameraConfig]:
         """``configs`` with each camera's analytics as it starts (a page's layout in place of the file's)."""
         return [c.model_copy(update={"analytics": self._current[c.id]}) if c.id in self._current else c
