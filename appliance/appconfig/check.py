@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from appliance import paths
-from appliance.analytics.check import check_analytics
+from appliance.analytics.check import check_analytics, unknown_classes
 from appliance.analytics.overlay import OverlayError, overlaid, read_overlay
 from appliance.appconfig.app import AppConfig
 from appliance.capture.check import absent_source, check_cameras
@@ -23,6 +23,7 @@ from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
 from appliance.detector.buildprofile import ProfileError, load_profile as load_engine_profile
 from appliance.detector.profile import load_profile as load_model_profile
+from appliance.ota.store import OtaStore
 from appliance.triton.locate import TritonNotFound, locate
 
 
@@ -119,27 +120,40 @@ def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
     return found
 
 
-def model_class_names(config: AppConfig) -> list[str] | None:
-    """The class names of the configured (base) model from its shipped profile; None when it cannot be read
-    (the machine checks report that)."""
+def model_class_names(config: AppConfig, served: bool = True) -> tuple[list[str], str] | None:
+    """The class names of the model this config's device serves, and which model that is: with ``served``, the
+    active OTA version in the state directory (docs/ota.md), else (or when none is active) the base model from
+    its shipped profile. None when it cannot be read (the machine checks report that)."""
     try:
-        return list(load_model_profile(paths.profiles_dir() / f"{config.model.name}.yaml").classes)
+        version = OtaStore(resolved_paths(config)["state_dir"]).serving() if served else None
+        if version is not None:
+            manifest = OtaStore(resolved_paths(config)["state_dir"]).manifest(version)
+            return list(manifest.model_profile.classes), f"the served model {manifest.model}@{version}"
+        names = list(load_model_profile(paths.profiles_dir() / f"{config.model.name}.yaml").classes)
+        return names, f"the base model {config.model.name}"
     except Exception:  # a missing or broken profile is reported elsewhere, not as "unknown class"
         return None
 
 
-def _analytics_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
-    """check_analytics for each camera with a section: points outside its frame, classes the model lacks."""
+def _analytics_issues(config: AppConfig, doc: YamlDocument,
+                      served: bool) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
+    """check_analytics for each camera with a section: (problems: points outside its frame; warnings: classes the
+    served model lacks, whose entries run inactive)."""
     found: list[ConfigIssue] = []
-    classes = model_class_names(config)
+    warnings: list[ConfigIssue] = []
+    model = model_class_names(config, served)
     for index, camera in enumerate(config.cameras):
         if camera.analytics is None:
             continue
-        names = classes if classes is not None else list(camera.analytics.classes or {})
-        for problem in check_analytics(camera.width, camera.height, camera.analytics, names, camera=camera.id):
-            path = ("cameras", index, "analytics", *problem.path)
+        prefix = ("cameras", index, "analytics")
+        for problem in check_analytics(camera.width, camera.height, camera.analytics, None, camera=camera.id):
+            path = (*prefix, *problem.path)
             found.append(ConfigIssue(doc.source, doc.line_of(path), path, str(problem)))
-    return found
+        for problem in unknown_classes(camera.analytics, model[0], camera.id, model[1]) if model else ():
+            path = (*prefix, *problem.path)
+            warnings.append(ConfigIssue(doc.source, doc.line_of(path), path,
+                                        f"{problem}: this entry is inactive until the model has that class"))
+    return found, warnings
 
 
 def _name_analytics_issue(issue: ConfigIssue, data: object) -> ConfigIssue:
@@ -166,13 +180,14 @@ def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: 
         data = doc.data if "doc" in locals() else None
         report.issues = [_name_analytics_issue(issue, data) for issue in exc.issues]
         return report
-    found = _analytics_issues(report.config, doc)
+    found, class_warnings = _analytics_issues(report.config, doc, served=machine)
     if machine:
         found += _machine_issues(report.config, doc)
         report.warnings = _absent_source_warnings(report.config, doc)
         layout_issues, report.layouts = _page_layouts(report.config, doc)
         found += layout_issues
     report.issues = sorted(found, key=lambda i: (i.line or 0, i.key))
+    report.warnings = sorted(report.warnings + class_warnings, key=lambda i: (i.line or 0, i.key))
     return report
 
 
@@ -181,7 +196,6 @@ def _page_layouts(config: AppConfig, doc: YamlDocument) -> tuple[list[ConfigIssu
     each, or a problem when that file no longer fits the camera (it is checked like the config's own)."""
     issues, notes = [], []
     state_dir = resolved_paths(config)["state_dir"]
-    classes = model_class_names(config)
     for index, camera in enumerate(config.cameras):
         if camera.analytics is None:
             continue
@@ -190,8 +204,7 @@ def _page_layouts(config: AppConfig, doc: YamlDocument) -> tuple[list[ConfigIssu
             overlay = read_overlay(state_dir, camera.id)
             if overlay is None:
                 continue
-            names = classes if classes is not None else list(camera.analytics.classes or {})
-            overlaid(camera.analytics, overlay, camera.width, camera.height, names)
+            overlaid(camera.analytics, overlay, camera.width, camera.height)
         except OverlayError as exc:
             issues.append(ConfigIssue(doc.source, doc.line_of(path), path, str(exc)))
             continue

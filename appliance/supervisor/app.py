@@ -245,9 +245,8 @@ class Appliance:
         snapshots, inference = running.inference.snapshots, running.inference
         routes = []
         if self.config.web.enabled:
-            route = running.served.router.current()
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
-                                 self.health_summary, inference.layouts, route.class_names if route else ())
+                                 self.health_summary, inference.layouts)
             routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed)
         server = HealthServer(health.host, health.port,
                               lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,

@@ -33,9 +33,8 @@ class FeedingPublisher:
 class ApplianceSite:
     """``device``: id and name; ``health``: the health summary (Appliance.health_summary)."""
 
-    def __init__(self, device: dict[str, Any], health: Callable[[], dict[str, Any]], layouts: Layouts,
-                 class_names: Sequence[str]) -> None:
-        self._device, self._health, self._layouts, self._class_names = device, health, layouts, list(class_names)
+    def __init__(self, device: dict[str, Any], health: Callable[[], dict[str, Any]], layouts: Layouts) -> None:
+        self._device, self._health, self._layouts = device, health, layouts
 
     def overview(self) -> dict[str, Any]:
         return {"device": self._device, **self._health()}
@@ -53,7 +52,7 @@ class ApplianceSite:
                 "zones": [z.model_dump(mode="json") for z in config.zones],
                 "lines": [ln.model_dump(mode="json") for ln in config.lines],
                 "source": self._layouts.source(camera_id), "yaml": self._layouts.yaml(camera_id),
-                "class_filter": config.classes, "min_score": config.min_score, "classes": self._class_names}
+                "class_filter": config.classes, "min_score": config.min_score, "classes": list(self._layouts.class_names())}
 
     def apply_layout(self, camera_id: str, zones: list[Any], lines: list[Any], who: str,
                      classes: Classes = "keep") -> dict[str, Any]:
