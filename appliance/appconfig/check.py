@@ -19,10 +19,13 @@ from appliance.analytics.check import check_analytics, unknown_classes
 from appliance.analytics.overlay import OverlayError, overlaid, read_overlay
 from appliance.appconfig.app import AppConfig
 from appliance.capture.check import absent_source, check_cameras
+from appliance.capture.config import CameraConfig
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
 from appliance.detector.buildprofile import ProfileError, load_profile as load_engine_profile
 from appliance.detector.profile import load_profile as load_model_profile
+from appliance.ota.errors import OtaError
+from appliance.ota.signing import TrustedKeys
 from appliance.ota.store import OtaStore
 from appliance.triton.locate import TritonNotFound, locate
 
@@ -117,6 +120,27 @@ def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
         value = getattr(config.opcua, key) if config.opcua else None
         if value is not None and not Path(value).is_file():
             add(("opcua", key), f"file {value} does not exist")
+    for path, message in _key_problems(config):
+        add(path, message)
+    return found
+
+
+def _key_problems(config: AppConfig) -> list[tuple[tuple[str | int, ...], str]]:
+    """Each trusted key (``ota.trusted_keys``, ``mqtt.commands.operator_keys``) that run would refuse: missing,
+    unreadable, or not an Ed25519 public key in PEM (a private key, say)."""
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    for section, key, paths_ in (("ota", "trusted_keys", config.ota.trusted_keys),
+                                 ("mqtt", "commands", config.mqtt.commands.operator_keys)):
+        where: tuple[str | int, ...] = (section, key) if section == "ota" else (section, key, "operator_keys")
+        for index, path in enumerate(paths_):
+            if not Path(path).exists():
+                found.append(((*where, index), f"{path} does not exist"))
+                continue
+            try:
+                TrustedKeys.from_paths([path])
+            except OtaError as exc:
+                found.append(((*where, index), f"{exc} (a trusted key is the public half, from `appliance ota "
+                                               "keygen --public`)"))
     return found
 
 
@@ -156,6 +180,26 @@ def _analytics_issues(config: AppConfig, doc: YamlDocument,
     return found, warnings
 
 
+def _valid_cameras_geometry(doc: YamlDocument, known: set[str]) -> list[ConfigIssue]:
+    """When the file as a whole does not validate: check_analytics for each camera that does on its own (points
+    outside its frame), so one pass names those problems too."""
+    cameras = doc.data.get("cameras") if isinstance(doc.data, dict) else None
+    found: list[ConfigIssue] = []
+    for index, raw in enumerate(cameras if isinstance(cameras, list) else []):
+        try:
+            camera = CameraConfig.model_validate(raw)
+        except (ValueError, TypeError):
+            continue  # its own faults are among the validation's
+        if camera.analytics is None:
+            continue
+        for problem in check_analytics(camera.width, camera.height, camera.analytics, None, camera=camera.id):
+            path = ("cameras", index, "analytics", *problem.path)
+            issue = ConfigIssue(doc.source, doc.line_of(path), path, str(problem))
+            if issue.key not in known:
+                found.append(issue)
+    return found
+
+
 def _name_analytics_issue(issue: ConfigIssue, data: object) -> ConfigIssue:
     """A validation error inside ``cameras.<i>.analytics.(zones|lines).<j>`` also names the camera and the zone
     or line, as check_analytics's problems do (the key path alone says ``zones.0``)."""
@@ -179,6 +223,9 @@ def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: 
     except ConfigError as exc:
         data = doc.data if "doc" in locals() else None
         report.issues = [_name_analytics_issue(issue, data) for issue in exc.issues]
+        if data is not None:  # the file parses: what the valid cameras get wrong too, in the same pass
+            report.issues = sorted(report.issues + _valid_cameras_geometry(doc, {i.key for i in report.issues}),
+                                   key=lambda i: (i.line or 0, i.key))
         return report
     found, class_warnings = _analytics_issues(report.config, doc, served=machine)
     if machine:
