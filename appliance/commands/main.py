@@ -94,6 +94,11 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
                    "command (with --mqtt; a device refuses unsigned ones but --action status)")
     u.add_argument("--reply-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="wait this long for the device's reply and fail on a refusal (with --mqtt; 0: do not wait)")
+    u.add_argument("--wait", type=float, default=900.0, metavar="SECONDS",
+                   help="wait this long for the update's verdict on ota/status (active, or rejected/rolled_back "
+                        "with its reason; exit 1 unless active or in time) (with --mqtt; 0: do not wait)")
+    u.add_argument("--json", action="store_true", help="print what was sent, the verdict and an action's result "
+                                                       "as JSON")
 
     _add_rollout_parser(ota)
 

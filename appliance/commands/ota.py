@@ -35,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     except push.PushRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return ExitCode.FAILED
+    except push.PushError as exc:  # not delivered, no reply, or no verdict in time
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
     except OtaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
@@ -85,9 +88,28 @@ def _push(args: argparse.Namespace) -> int:
         print("error: give a BUNDLE, --device-path, --url or --action", file=sys.stderr)
         return ExitCode.BAD_INPUT
     sign_key = load_private_key(args.sign_key) if args.sign_key else None
-    n = push.push_mqtt(broker, device, prefix, messages, sign_key=sign_key, reply_timeout_s=args.reply_timeout)
-    print(f"sent {n} message(s) to {prefix}/{device}/command/ota; follow {prefix}/{device}/reply")
-    return ExitCode.OK
+    outcome = push.send_commands(broker, device, prefix, messages, sign_key=sign_key,
+                                 reply_timeout_s=args.reply_timeout,
+                                 verdict_timeout_s=0.0 if args.action else args.wait)
+    return _print_outcome(args, outcome, f"{prefix}/{device}")
+
+
+def _print_outcome(args: argparse.Namespace, outcome: push.PushOutcome, base: str) -> int:
+    """The device's verdict (an update), the action's result, or what was sent (no waiting); exit 1 unless the
+    update became active."""
+    verdict, result = outcome.verdict, (outcome.reply or {}).get("result")
+    ok = verdict is None or verdict.get("state") == "active"
+    if args.json:
+        print(json.dumps({"sent": outcome.sent, "verdict": verdict, "result": result}, indent=2))
+    elif verdict is not None:
+        code = f" ({verdict['code']})" if verdict.get("code") else ""
+        text = f"{verdict['state']}{code}: {verdict.get('message', '')}"
+        print(text if ok else f"refused: the device's verdict: {text}", file=sys.stdout if ok else sys.stderr)
+    elif args.action and result is not None:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"sent {outcome.sent} message(s) to {base}/command/ota; follow {base}/ota/status")
+    return ExitCode.OK if ok else ExitCode.FAILED
 
 
 def _rollout(args: argparse.Namespace) -> int:
