@@ -51,7 +51,8 @@ tar --exclude=.git --exclude=.venv --exclude=.state --exclude=.triton --exclude=
 # `check-config`) find them without flags instead of treating /opt/appliance/src as a development checkout.
 cat > "$PREFIX/src/installed.json" <<EOF
 {"config": "$ROOT/etc/appliance/appliance.yaml", "state_dir": "$ROOT/var/lib/appliance",
- "engines_dir": "$ROOT/etc/appliance/engines", "models_dir": "$ROOT/var/lib/appliance/models"}
+ "engines_dir": "$ROOT/etc/appliance/engines", "models_dir": "$ROOT/var/lib/appliance/models",
+ "triton_home": "$PREFIX/triton"}
 EOF
 
 # Pinned versions for this architecture; TensorRT's Python API (JetPack's python3-libnvinfer, never pip's) is

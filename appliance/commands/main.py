@@ -161,7 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("spool"))
 
     p = sub.add_parser("status", help="what the running appliance is doing (from its health endpoint)")
-    p.add_argument("--url", default="http://127.0.0.1:9108", help="health endpoint (default: %(default)s)")
+    p.add_argument("--url", help="health endpoint (default: the config's health.host and health.port, else "
+                                 "http://127.0.0.1:9108)")
+    p.add_argument("--config", help="the appliance's YAML config, for its health address (default: an installed "
+                                    "device's config)")
     p.add_argument("--json", action="store_true", help="print the raw health summary")
     p.set_defaults(func=_lazy("status"))
 
