@@ -111,10 +111,12 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
             a.add_argument("--trusted-key", action="append", type=Path, required=True, help="public key (repeat)")
             a.add_argument("--no-golden", action="store_true", help="skip golden frames")
             a.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
-        a.add_argument("--state-dir", help="state directory (default: $APPLIANCE_STATE_DIR, else an installed "
-                                           "device's /var/lib/appliance)")
-        if name == "status":
-            a.add_argument("--json", action="store_true", help="print the status as JSON")
+        a.add_argument("--state-dir", help="state directory (default: the --config's paths.state_dir, else "
+                                           "$APPLIANCE_STATE_DIR, else an installed device's /var/lib/appliance)")
+        a.add_argument("--config", help="the appliance's YAML config, for its state directory (default: an "
+                                        "installed device's config)")
+        if name != "install":
+            a.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
@@ -177,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines-dir", help="engine build profiles (default: $APPLIANCE_ENGINES_DIR or engines/)")
     p.add_argument("--models-dir", help="root for the profiles' ONNX paths (default: $APPLIANCE_MODELS_DIR)")
     p.add_argument("--state-dir", help="engine cache location (default: $APPLIANCE_STATE_DIR)")
+    p.add_argument("--config", help="take the engines, state and models directories from this config's paths "
+                                    "(a flag still wins)")
     p.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
     p.add_argument("--model", action="append", help="only this model (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when a verified engine is cached")

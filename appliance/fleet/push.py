@@ -29,6 +29,10 @@ class PushError(OtaError):
     """The bundle could not be delivered (broker refused, not acknowledged, inbox unwritable)."""
 
 
+class PushTimeout(PushError):
+    """Delivered, but the device's reply or the update's verdict did not come in time."""
+
+
 class PushRefused(PushError):
     """The device answered a command with an error reply (``code``: its error code, e.g. ``unsigned``)."""
 
@@ -129,7 +133,7 @@ def send_commands(broker: MqttConfig, device: str, prefix: str, args_list: list[
                     replied.wait_for(lambda: last in replies, reply_timeout_s)
                 _raise_refusal(replies, replied)
                 if last not in replies:
-                    raise PushError(f"no reply from {device} within {reply_timeout_s:g} s on "
+                    raise PushTimeout(f"no reply from {device} within {reply_timeout_s:g} s on "
                                     f"{prefix}/{device}/reply (is it online? may this login read it? a signed "
                                     "command expires after mqtt.commands.max_age_s)")
             if verdict_timeout_s > 0:
@@ -137,7 +141,7 @@ def send_commands(broker: MqttConfig, device: str, prefix: str, args_list: list[
                     replied.wait_for(lambda: bool(verdicts) or _refused(replies), verdict_timeout_s)
                 _raise_refusal(replies, replied)
                 if not verdicts:
-                    raise PushError(f"no verdict from {device} within {verdict_timeout_s:g} s on "
+                    raise PushTimeout(f"no verdict from {device} within {verdict_timeout_s:g} s on "
                                     f"{prefix}/{device}/ota/status (the update may still be running: "
                                     "`appliance ota push --action status` shows where it is)")
             return PushOutcome(len(args_list), replies.get(last), verdicts[0] if verdicts else None)
