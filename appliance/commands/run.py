@@ -13,11 +13,14 @@ import sys
 import threading
 from pathlib import Path
 
+from appliance.appconfig.app import AppConfig
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
 from appliance.capture.probe import SizeUnknown, resolve_sizes
 from appliance.commands.configload import load_and_report
 from appliance.commands.exitcodes import ExitCode
+from appliance.capture.stderrfilter import StderrFilter
 from appliance.supervisor.app import Appliance
+from appliance.supervisor.cudanoise import CudaNoise
 
 log = logging.getLogger("appliance")
 
@@ -49,6 +52,14 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    noise = StderrFilter(CudaNoise())  # what Triton prints natively goes through it
+    try:
+        return _run_app(args, config, stop)
+    finally:
+        noise.close()
+
+
+def _run_app(args: argparse.Namespace, config: AppConfig, stop: threading.Event) -> int:
     app = Appliance(config, triton_home=Path(args.triton_home) if args.triton_home else None)
     try:
         app.start()

@@ -99,6 +99,12 @@ def _served(sub: Subscriber, model: str, version: str, since: float) -> list[dic
             if p["model"]["name"] == model and p["model"]["version"] == version]
 
 
+def _cuda_lines(log: Path) -> list[str]:
+    """Lines about CUDA in a daemon's log: on this CPU host only the one INFO line that Triton's CUDA messages
+    are left out."""
+    return [line for line in log.read_text().splitlines() if "cuda" in line.lower()]
+
+
 def _check_config(config: Path, *flags: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "appliance", "check-config", str(config), "--json", *flags],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -190,3 +196,6 @@ def test_own_models_with_v5_and_v8_heads_arrive_by_ota_and_detect_what_the_refer
             code = daemon.terminate()
             daemon.close()
     assert code == 0, daemon.tail()
+    for log in (tmp_path / "daemon.log", tmp_path / "restart" / "daemon.log"):  # starts and OTA switches
+        noted = _cuda_lines(log)
+        assert len(noted) == 1 and " INFO " in noted[0] and "runs on the CPU" in noted[0], noted
