@@ -193,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("opcua-password", help="hash an OPC UA user's password (read from stdin, or asked)")
     p.add_argument("--user", help="print a users-file line `USER:ROLE:HASH` instead of the hash alone")
     p.add_argument("--role", default="reader", choices=["reader", "operator"], help="with --user (default: reader)")
+    p.add_argument("--json", action="store_true", help="print {user, role, hash} as JSON")
     p.set_defaults(func=_lazy("opcuapassword"))
 
     p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 
 from appliance.commands.exitcodes import ExitCode
@@ -23,5 +24,8 @@ def run(args: argparse.Namespace) -> int:
         print("error: use at least 8 characters", file=sys.stderr)
         return ExitCode.BAD_INPUT
     stored = hash_password(password)
-    print(f"{args.user}:{args.role}:{stored}" if args.user else stored)
+    if args.json:
+        print(json.dumps({"user": args.user, "role": args.role if args.user else None, "hash": stored}))
+    else:
+        print(f"{args.user}:{args.role}:{stored}" if args.user else stored)
     return ExitCode.OK
