@@ -76,7 +76,8 @@ cameras:
     analytics:
       classes: {{hound: 0.25}}
       anchor: center
-      zones: [{{name: yard, units: normalized, points: [[0, 0], [1, 0], [1, 1], [0, 1]]}}]
+      zones: [{{name: yard, units: normalized, points: [[0, 0], [1, 0], [1, 1], [0, 1]],
+               hysteresis: {{margin: 0, frames: 1}}}}]
 mqtt: {{host: 127.0.0.1, port: {broker.port}}}
 health: {{port: 0}}
 ota:
