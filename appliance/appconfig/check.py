@@ -10,9 +10,11 @@ without it and the camera waits for it.
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+from urllib.parse import urlsplit
 
 from appliance import paths
 from appliance.analytics.check import check_analytics, unknown_classes
@@ -215,7 +217,10 @@ def _name_analytics_issue(issue: ConfigIssue, data: object) -> ConfigIssue:
     return ConfigIssue(issue.source, issue.line, issue.path, prefix + issue.message)
 
 
-def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: bool = True) -> CheckReport:
+def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: bool = True,
+                 reach: bool = False) -> CheckReport:
+    """``machine``: also check the config against this machine; ``reach``: also try each broker and RTSP camera
+    now (a warning when one does not answer: the appliance starts and keeps trying)."""
     report = CheckReport(str(path))
     try:
         doc = read_yaml(path, environ)
@@ -233,6 +238,8 @@ def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: 
         report.warnings = _absent_source_warnings(report.config, doc)
         layout_issues, report.layouts = _page_layouts(report.config, doc)
         found += layout_issues
+        if reach:
+            report.warnings += _unreachable(report.config, doc)
     report.issues = sorted(found, key=lambda i: (i.line or 0, i.key))
     report.warnings = sorted(report.warnings + class_warnings, key=lambda i: (i.line or 0, i.key))
     return report
@@ -258,6 +265,29 @@ def _page_layouts(config: AppConfig, doc: YamlDocument) -> tuple[list[ConfigIssu
         notes.append(f"camera {camera.id}: zones and lines from {overlay.describe()}, not from this file "
                      f"(remove that file to go back to the file's)")
     return issues, notes
+
+
+def _unreachable(config: AppConfig, doc: YamlDocument, timeout_s: float = 1.0) -> list[ConfigIssue]:
+    """A warning for each broker and RTSP camera that does not take a TCP connection now."""
+    targets: list[tuple[tuple[str | int, ...], str, str, int]] = [
+        (("mqtt", "host" if config.mqtt.hosts is None else "hosts"), "broker", b.host, b.port)
+        for b in config.mqtt.brokers]
+    for index, camera in enumerate(config.cameras):
+        url = getattr(camera.source, "url", None)
+        if camera.source.type == "rtsp" and url:
+            parts = urlsplit(str(url))
+            if parts.hostname:
+                targets.append((("cameras", index, "source"), f"camera {camera.id!r}", parts.hostname,
+                                parts.port or 554))
+    found = []
+    for path, what, host, port in targets:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except OSError as exc:
+            found.append(ConfigIssue(doc.source, doc.line_of(path), path,
+                                     f"{what} at {host}:{port} does not answer now ({exc or 'timed out'}); the "
+                                     "appliance starts anyway and keeps trying"))
+    return found
 
 
 def _absent_source_warnings(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
