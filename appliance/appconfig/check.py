@@ -9,6 +9,7 @@ without it and the camera waits for it.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 from dataclasses import dataclass, field
@@ -30,6 +31,9 @@ from appliance.ota.errors import OtaError
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.store import OtaStore
 from appliance.triton.locate import TritonNotFound, locate
+
+
+DOC_NETS = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")  # for examples only
 
 
 @dataclass
@@ -281,6 +285,11 @@ def _unreachable(config: AppConfig, doc: YamlDocument, timeout_s: float = 1.0) -
                                 parts.port or 554))
     found = []
     for path, what, host, port in targets:
+        if _documentation_address(host):  # the starting config's placeholder: no need to wait for it
+            found.append(ConfigIssue(doc.source, doc.line_of(path), path,
+                                     f"{what} at {host}:{port}: an address reserved for documentation (the "
+                                     "starting config's example), not a real one: put yours there"))
+            continue
         try:
             socket.create_connection((host, port), timeout=timeout_s).close()
         except OSError as exc:
@@ -288,6 +297,15 @@ def _unreachable(config: AppConfig, doc: YamlDocument, timeout_s: float = 1.0) -
                                      f"{what} at {host}:{port} does not answer now ({exc or 'timed out'}); the "
                                      "appliance starts anyway and keeps trying"))
     return found
+
+
+def _documentation_address(host: str) -> bool:
+    """Whether ``host`` is an address reserved for documentation (RFC 5737, RFC 3849): an example's placeholder."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return any(address.version == net.version and address in net for net in map(ipaddress.ip_network, DOC_NETS))
 
 
 def _absent_source_warnings(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:

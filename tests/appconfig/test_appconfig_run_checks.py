@@ -50,3 +50,13 @@ cameras:
 """)
     report = check_config(path, machine=False)
     assert [(i.line, i.key) for i in report.issues] == [(2, "mqtt.prot"), (9, "cameras.0.analytics.zones.0.points.1")]
+
+
+def test_the_starting_configs_placeholder_camera_is_named(tmp_path: Path) -> None:
+    """The installer's starting config (docs/examples/appliance.yaml) passes, but not silently: its camera's
+    address is one reserved for documentation."""
+    starter = Path(__file__).resolve().parents[2] / "docs/examples/appliance.yaml"
+    report = check_config(starter, machine=True, reach=True)
+    camera = [w for w in report.warnings if w.key == "cameras.0.source"]
+    assert len(camera) == 1 and "192.0.2.10:554: an address reserved for documentation" in camera[0].message, \
+        report.warnings
