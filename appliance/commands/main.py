@@ -197,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("opcuapassword"))
 
     p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
+    p.add_argument("--json", action="store_true", help="print the key=value results as one JSON object (the "
+                                                       "benchmark's output on stderr); also after NAME")
     p.add_argument("name", choices=bench_names())
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     p.set_defaults(func=_lazy("bench"))
