@@ -9,6 +9,7 @@ under systemd) through a transform that may rewrite or drop it; :class:`StderrRe
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import threading
@@ -29,6 +30,10 @@ class StderrFilter:
         sys.stderr.flush()
         os.dup2(write_fd, 2)  # inheritable, like any stderr: child processes write through the filter too
         os.close(write_fd)
+        # A crash's traceback must not depend on the copier thread, which a native crash stops with the rest.
+        self._real_file = os.fdopen(self._real, "w", closefd=False)
+        if faulthandler.is_enabled():
+            faulthandler.enable(self._real_file)
         self._thread = threading.Thread(target=copy_filtered, args=(read_fd, self._real, transform),
                                         name="stderr-filter", daemon=True)
         self._thread.start()
@@ -37,6 +42,8 @@ class StderrFilter:
         """Put the real stderr back and let the copier finish the lines already written (up to ``timeout_s``)."""
         sys.stderr.flush()
         os.dup2(self._real, 2)  # the pipe loses its writer (unless a child still holds it), so the copier ends
+        if faulthandler.is_enabled():
+            faulthandler.enable(sys.stderr)
         self._thread.join(timeout_s)
 
 
