@@ -133,6 +133,26 @@ def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
                     _add_global_options(command, top=False)
 
 
+def _add_tool_parsers(sub: Any) -> None:
+    """The tools beside the service: password hashes and benchmarks."""
+    p = sub.add_parser("password",
+                       help="hash a user's password for any user list (read from stdin, or asked)")
+    p.add_argument("--user", help="print a users-file line instead of the hash alone")
+    p.add_argument("--for", dest="users", default="opcua", choices=["opcua", "web"],
+                   help="with --user: an OPC UA users-file line `USER:ROLE:HASH` (default) or a web.users_file item")
+    p.add_argument("--role", choices=["reader", "viewer", "operator"],
+                   help="with --user: reader or operator (opcua), viewer or operator (web); default the first")
+    p.add_argument("--json", action="store_true", help="print {user, role, hash} as JSON")
+    p.set_defaults(func=_lazy("password"))
+
+    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
+    p.add_argument("--json", action="store_true", help="print the key=value results as one JSON object (the "
+                                                       "benchmark's output on stderr); also after NAME")
+    p.add_argument("name", choices=bench_names())
+    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    p.set_defaults(func=_lazy("bench"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="appliance", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"appliance {appliance.__version__}")
@@ -200,22 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_ota_parser(sub).set_defaults(func=_lazy("ota"))
 
-    p = sub.add_parser("password",
-                       help="hash a user's password for any user list (read from stdin, or asked)")
-    p.add_argument("--user", help="print a users-file line instead of the hash alone")
-    p.add_argument("--for", dest="users", default="opcua", choices=["opcua", "web"],
-                   help="with --user: an OPC UA users-file line `USER:ROLE:HASH` (default) or a web.users_file item")
-    p.add_argument("--role", choices=["reader", "viewer", "operator"],
-                   help="with --user: reader or operator (opcua), viewer or operator (web); default the first")
-    p.add_argument("--json", action="store_true", help="print {user, role, hash} as JSON")
-    p.set_defaults(func=_lazy("password"))
-
-    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
-    p.add_argument("--json", action="store_true", help="print the key=value results as one JSON object (the "
-                                                       "benchmark's output on stderr); also after NAME")
-    p.add_argument("name", choices=bench_names())
-    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
-    p.set_defaults(func=_lazy("bench"))
+    _add_tool_parsers(sub)
     _add_global_options(parser, top=True)
     return parser
 
