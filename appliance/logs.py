@@ -164,15 +164,17 @@ class _Run:
 class RepeatLimiter(logging.Filter):
     """One log line per change, not per event: the same warning from the same place (logger, file, line) passes
     ``burst`` times a window; the rest are counted and summarized once the window ends ("... (and 998 more like
-    it in the last 60 s)"), with the next record that reaches the handler or at :func:`flush_repeats` (the
-    supervisor's tick). INFO and DEBUG are never limited, nor a record logged with ``extra=AUDIT`` (a security
-    line a tool like fail2ban reads one by one, and that its source already bounds). ``attach(handler)`` adds it
-    to the handler it emits its summaries through."""
+    it in the last 60 s)"), with the next record that reaches the handler or by a timer at the window's end.
+    INFO and DEBUG are never limited, nor a record logged with ``extra=AUDIT`` (a security line a tool like
+    fail2ban reads one by one, and that its source already bounds). ``attach(handler)`` adds it to the handler it
+    emits its summaries through."""
 
-    def __init__(self, window_s: float = WINDOW_S, burst: int = BURST,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, window_s: float = WINDOW_S, burst: int = BURST, clock: Callable[[], float] = time.monotonic,
+                 schedule: Callable[[float, Callable[[], None]], None] | None = None) -> None:
+        """``schedule(delay_s, call)``: runs ``call`` later (default: a daemon timer thread)."""
         super().__init__()
         self._window_s, self._burst, self._clock = window_s, burst, clock
+        self._schedule = schedule or _later
         self._runs: dict[tuple[str, str, int], _Run] = {}
         self._lock = threading.Lock()
         self._handler: logging.Handler | None = None
@@ -195,6 +197,8 @@ class RepeatLimiter(logging.Filter):
             if not keep:
                 run.suppressed += 1
                 run.last = record
+                if run.suppressed == 1:  # the summary goes out at the window's end even if nothing else is logged
+                    self._schedule(run.start + self._window_s - now + 0.05, self.flush)
         self._emit(ended)
         return keep
 
@@ -224,9 +228,7 @@ class RepeatLimiter(logging.Filter):
                                                         "repeat_summary": True}))
 
 
-def flush_repeats() -> None:
-    """Summarize ended runs of every limiter on the root logger's handlers (called once a tick)."""
-    for handler in logging.getLogger().handlers:
-        for found in handler.filters:
-            if isinstance(found, RepeatLimiter):
-                found.flush()
+def _later(delay_s: float, call: Callable[[], None]) -> None:
+    timer = threading.Timer(max(0.0, delay_s), call)
+    timer.daemon = True
+    timer.start()

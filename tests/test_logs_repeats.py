@@ -14,7 +14,10 @@ def test_a_thousand_same_warnings_become_a_few_lines_and_a_counted_summary() -> 
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-    RepeatLimiter(window_s=60.0, burst=3, clock=lambda: now[0]).attach(handler)
+    scheduled: list[float] = []
+    limiter = RepeatLimiter(window_s=60.0, burst=3, clock=lambda: now[0],
+                            schedule=lambda delay, call: scheduled.append(delay))
+    limiter.attach(handler)
     log = logging.getLogger("test.logrepeat")
     log.propagate = False
     log.addHandler(handler)
@@ -27,6 +30,7 @@ def test_a_thousand_same_warnings_become_a_few_lines_and_a_counted_summary() -> 
         log.warning("another warning")  # another place: its own count
         for i in range(5):
             log.warning("failed login %d", i, extra=AUDIT)  # a security line: each one, for fail2ban
+        assert scheduled == [60.05]  # one summary due at the window's end, even if nothing else is logged
         now[0] = 61.0
         log.error("after the window")
     finally:

@@ -189,6 +189,8 @@ class ApplianceMetrics:
             self.temperature.labels(zone=zone).set(celsius)
         for rail, watts in reading.power_w.items():
             self.power.labels(rail=rail).set(watts)
+        if reading.state_dir_free_bytes is not None:
+            self.state_free_bytes.set(reading.state_dir_free_bytes)
 
     def record_tegrastats(self, reading: TegraReading | None, restarts: int = 0) -> None:
         """Called only where tegrastats runs, so hosts without it export none of these gauges (rather than a GPU

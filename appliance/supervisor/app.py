@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from appliance.logs import flush_repeats
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
 from appliance.detector.engines.progress import ProgressEvent
@@ -39,7 +38,7 @@ from appliance.detector.serving.router import Router
 from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
 from appliance.sparkplug.node import EdgeNode
-from appliance.supervisor import reporting
+from appliance.supervisor import reloader, reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
 from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
@@ -78,7 +77,7 @@ class Appliance:
         self._triton_home = triton_home or config.triton.home
         self._clock = clock
         self._children = ChildSupervisor(clock)
-        self._system = SystemMonitor()
+        self._system = SystemMonitor(state_dir=self.paths["state_dir"])
         interval_ms = config.health.tegrastats_interval_ms
         self._tegrastats = TegrastatsMonitor(interval_ms) if interval_ms else None
         # When mqtt.sparkplug is set (docs/sparkplug.md): a second face on its own connection, started after the
@@ -94,6 +93,7 @@ class Appliance:
         self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
         self._last_error = ""
         self._started_at = clock()
+        self._reloaded: reloader.ReloadOutcome | None = None  # the last reload's outcome (health summary)
 
     # -- start ---------------------------------------------------------------------------------------------
     def start(self, triton_timeout_s: float = 120.0) -> None:
@@ -246,10 +246,8 @@ class Appliance:
         snapshots, inference = running.inference.snapshots, running.inference
         routes = []
         if self.config.web.enabled:
-            route = running.served.router.current()
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
-                                 self.health_summary, inference.layouts, route.class_names if route else (),
-                                 [c.id for c in self.config.cameras])
+                                 self.health_summary, inference.layouts, lambda: [c.id for c in self.config.cameras])
             routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
                                  hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None)
         server = HealthServer(health.host, health.port,
@@ -299,10 +297,15 @@ class Appliance:
         return self._now.served.recovery if isinstance(self._now, Serving) else None  # model failures, reloads
 
     def _cameras(self) -> Mapping[str, SupervisedCamera]:
-        return self._now.capture.cameras if isinstance(self._now, Capturing) else {}
+        return dict(self._now.capture.cameras) if isinstance(self._now, Capturing) else {}  # a copy: reloads
 
     def _inference(self) -> Inference | None:
         return self._now.inference if isinstance(self._now, Running) else None
+
+    def reload(self, new: AppConfig | None, problems: Sequence[str], source: str) -> None:
+        """What changed to ``new`` applied, the rest named; None: refused (docs/supervisor.md, "Reload")."""
+        self._reloaded, self.config, self._last_error = reloader.reload_running(
+            self.running, self._children, self.config, new, problems, source, self._reloaded, self._last_error)
 
     # -- periodic work -------------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -316,8 +319,7 @@ class Appliance:
         if self._tegrastats is not None and self._tegrastats.active:
             self.metrics.record_tegrastats(self._tegrastats.latest(), self._tegrastats.exits)
         inference = self._inference()
-        reporting.record_metrics(self.metrics, self.publisher, inference.scheduler if inference else None,
-                                 self.paths["state_dir"])
+        reporting.record_metrics(self.metrics, self.publisher, inference.scheduler if inference else None)
         for camera_id, stage in inference.analytics.items() if inference else ():
             stage.publish_counts_if_due()
             self.metrics.record_analytics(camera_id, stage.summary())
@@ -325,7 +327,6 @@ class Appliance:
         if isinstance(now, Serving):
             now.served.expire_uploads()
             self._last_error = now.served.check(now.publisher, self._last_error)
-        flush_repeats()
         if self._pipeline_progressing():
             self.notifier.watchdog()
         self.notifier.status(self.status_line())
@@ -351,7 +352,8 @@ class Appliance:
                                                                        self.config.health.min_free_mb))
         summary["analytics"] = {} if inference is None else {
             camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
-            for camera_id, stage in inference.analytics.items()}
+            for camera_id, stage in list(inference.analytics.items())}  # a reload may change it meanwhile
+        summary["reload"] = self._reloaded.as_dict() if self._reloaded else None  # the last reload's outcome
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=scheduler,
             recent_per_s=inference.frames.rate.per_second() if inference else 0.0,

@@ -77,6 +77,7 @@ class CameraAnalytics:
         counts' change noted for :meth:`publish_pending`, which the frame path calls once the message is spooled."""
         started = time.perf_counter()
         with self._lock:
+            self.analytics.use_classes(message.detections.class_names)  # the served model's, from a switch on
             track_ids, events, changed = self.analytics.step(int(meta.seq), float(meta.t_utc), message.detections)
             message = dataclasses.replace(message, detections=message.detections.with_track_ids(track_ids))
             if events:
@@ -206,12 +207,23 @@ def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], p
     if snapping:
         store = SnapshotStore(snapshot_dir, {cam: cfg.keep for cam, cfg in snapping.items()})
         worker = SnapshotWorker(store, snapping, publisher.publish_snapshot)
-    stages = {}
-    for camera in with_analytics:
-        assert camera.analytics is not None
-        stages[camera.id] = CameraAnalytics(camera.id, camera.analytics, class_names, *camera.frame_size,
-                                            publisher, metrics, worker if camera.id in snapping else None,
-                                            mirror=mirror)
-        log.info("camera %s: analytics on (%d zone(s), %d line(s), snapshots %s)", camera.id,
-                 len(camera.analytics.zones), len(camera.analytics.lines), "on" if camera.id in snapping else "off")
+    stages = {c.id: camera_stage(c, class_names, publisher, metrics, worker, mirror) for c in with_analytics}
     return stages, worker
+
+
+def camera_stage(camera: CameraSpec, class_names: Sequence[str], publisher: Publisher, metrics: AnalyticsMetrics,
+                 worker: SnapshotWorker | None, mirror: EventSink | None = None) -> CameraAnalytics:
+    """The analytics stage of one camera with an ``analytics:`` section; its snapshots go to ``worker`` (a camera
+    it does not know yet is added to it: one a reload started) when they are on, and ``worker`` is not None."""
+    assert camera.analytics is not None
+    snapping = camera.analytics.snapshots.enabled and worker is not None
+    if snapping and worker is not None:
+        worker.add_camera(camera.id, camera.analytics.snapshots)
+    elif camera.analytics.snapshots.enabled:
+        log.warning("camera %s: snapshots stay off until the appliance restarts (none of the cameras it started "
+                    "with takes snapshots, so no snapshot worker runs)", camera.id)
+    stage = CameraAnalytics(camera.id, camera.analytics, class_names, *camera.frame_size, publisher, metrics,
+                            worker if snapping else None, mirror=mirror)
+    log.info("camera %s: analytics on (%d zone(s), %d line(s), snapshots %s)", camera.id,
+             len(camera.analytics.zones), len(camera.analytics.lines), "on" if snapping else "off")
+    return stage

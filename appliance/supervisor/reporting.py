@@ -222,6 +222,7 @@ def health_for_mqtt(summary: Mapping[str, Any], reading: SystemReading, tegrasta
     """``summary``: ``health_summary``'s; ``reading``: the system's now; ``tegrastats`` None where it is off."""
     system: dict[str, Any] = {"cpu_percent": reading.cpu_percent,
                               "mem_available_bytes": reading.mem_available_bytes,
+                              "state_dir_free_bytes": reading.state_dir_free_bytes,
                               **{f"temp_{k}": v for k, v in reading.temperatures_c.items()}}
     if tegrastats is not None and tegrastats.active:
         tegra = tegrastats.latest()
@@ -230,11 +231,9 @@ def health_for_mqtt(summary: Mapping[str, Any], reading: SystemReading, tegrasta
     return {"cameras": summary["cameras"], "system": {**system, **pipeline_readings(recovery)}}
 
 
-def record_metrics(metrics: ApplianceMetrics, publisher: MqttPublisher | None, scheduler: Scheduler | None,
-                   state_dir: Path) -> None:
-    """Once a tick: the MQTT session and spool, requests in flight, each camera's frames skipped by the
-    scheduler (a newer frame replaced them before inference took one: latest wins), the state dir's free space."""
-    metrics.state_free_bytes.set(diskspace.free_bytes(state_dir))
+def record_metrics(metrics: ApplianceMetrics, publisher: MqttPublisher | None, scheduler: Scheduler | None) -> None:
+    """Once a tick: the MQTT session and spool, requests in flight, and each camera's frames skipped by the
+    scheduler (a newer frame replaced them before inference took one: latest wins)."""
     if publisher is not None:
         stats = publisher.stats()
         metrics.mqtt_connected.set(1 if stats.state.value == "connected" else 0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -49,7 +48,7 @@ def _skipped(metrics: ApplianceMetrics) -> dict[str, float]:
             for s in family.samples if s.name == "appliance_frames_skipped_total"}
 
 
-def test_the_tick_exports_the_frames_the_scheduler_skipped(tmp_path: Path) -> None:
+def test_the_tick_exports_the_frames_the_scheduler_skipped() -> None:
     metrics = ApplianceMetrics()
     pending: list[Future[Any]] = []
 
@@ -60,7 +59,7 @@ def test_the_tick_exports_the_frames_the_scheduler_skipped(tmp_path: Path) -> No
     scheduler = Scheduler(submit, lambda *a: None, per_camera_inflight=1)  # stepped here, never started
 
     def tick() -> None:  # the scheduler's part of Appliance.tick
-        reporting.record_metrics(metrics, None, scheduler, tmp_path)
+        reporting.record_metrics(metrics, None, scheduler)
 
     c1, c2 = Camera(), Camera()
     scheduler.add_camera("c1", c1, None)
