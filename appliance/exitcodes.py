@@ -21,5 +21,5 @@ class ExitCode(IntEnum):
     # missing model or tool; and what a restart would meet again: too little space for the engine build
     # (build-engines, run), another appliance holding the state dir (run). status: CRITICAL (level failed).
     BAD_INPUT = 2
-    # status: nothing answered at the health endpoint.
+    # status: nothing answered at the health endpoint, or its config could not be read (UNKNOWN).
     NO_ANSWER = 3

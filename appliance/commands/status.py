@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         url, source = health_url(args.url, args.config)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        return ExitCode.NO_ANSWER  # UNKNOWN: 2 would read as CRITICAL to a monitoring plugin
     try:
         health = fetch_health(url)
     except OSError as exc:

@@ -113,10 +113,14 @@ def test_format_helpers() -> None:
         ["0 B", "1023 B", "1.0 KiB", "1.5 MiB", "5.0 GiB"]
 
 
-def test_status_when_nothing_listens_says_what_to_check() -> None:
+def test_status_when_nothing_listens_says_what_to_check(tmp_path: Path) -> None:
     result = _status("http://127.0.0.1:9")
     assert result.returncode == 3
     assert "is the appliance running" in result.stderr
+    (tmp_path / "broken.yaml").write_text("device: [\n")  # a config it cannot read: UNKNOWN too, never CRITICAL
+    unread = subprocess.run([sys.executable, "-m", "appliance", "status", "--config", str(tmp_path / "broken.yaml")],
+                            capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert unread.returncode == 3 and unread.stderr.startswith("error: "), unread.stderr
 
 
 def test_format_status_without_cameras() -> None:
