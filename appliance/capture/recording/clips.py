@@ -59,14 +59,21 @@ def _start_keyframe(segment: Segment, start: float) -> float:
     best = segment.start
     with av.open(str(segment.path)) as container:
         stream = container.streams.video[0]
+        tb = _time_base(stream)
         for packet in container.demux(stream):
             if packet.pts is None or not packet.is_keyframe:
                 continue
-            wall = segment.start + float(packet.pts * stream.time_base)
+            wall = segment.start + float(packet.pts * tb)
             if wall > start:
                 break
             best = wall
     return best
+
+
+def _time_base(stream: Any) -> Fraction:
+    if stream.time_base is None:
+        raise ClipError("a segment's stream has no time base: not a segment this recorder wrote")
+    return Fraction(stream.time_base)
 
 
 def write_clip(folder: Path, start: float, end: float, dest: Path) -> ClipFile:
@@ -97,27 +104,28 @@ def _remux(segments: list[Segment], clip_start: float, end: float, path: Path) -
         for segment in segments:
             with av.open(str(segment.path)) as container:
                 stream = container.streams.video[0]
+                tb = _time_base(stream)
                 if ostream is None:
-                    ostream, out_tb = out.add_stream_from_template(stream), stream.time_base
+                    ostream, out_tb = out.add_stream_from_template(stream), tb
                 assert out_tb is not None
                 for packet in container.demux(stream):
                     if packet.pts is None or packet.dts is None:
                         continue
-                    wall = segment.start + float(packet.pts * stream.time_base)
+                    wall = segment.start + float(packet.pts * tb)
                     if wall < clip_start - 1e-4:
                         continue
                     if wall > end and clip_end >= end:
                         return frames, clip_end
                     shift = Fraction(segment.start - clip_start).limit_denominator(1_000_000)
-                    dts = round((packet.dts * stream.time_base + shift) / out_tb)
+                    dts = round((packet.dts * tb + shift) / out_tb)
                     if last_dts is not None and dts <= last_dts:
                         dts = last_dts + 1
-                    packet.pts = max(dts, round((packet.pts * stream.time_base + shift) / out_tb))
+                    packet.pts = max(dts, round((packet.pts * tb + shift) / out_tb))
                     packet.dts, last_dts = dts, dts
                     packet.time_base, packet.stream = out_tb, ostream
                     out.mux(packet)
                     frames += 1
-                    clip_end = max(clip_end, wall + float((packet.duration or 0) * stream.time_base))
+                    clip_end = max(clip_end, wall + float((packet.duration or 0) * tb))
         return frames, clip_end
     finally:
         out.close()
