@@ -45,6 +45,7 @@ from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engi
 from appliance.supervisor.running import Built, Capturing, Connected, Inference, Running, Serving, Stage, TritonUp
 from appliance.supervisor.running import start_inference
 from appliance.supervisor.page import ApplianceSite
+from appliance.web.clips import clip_routes
 from appliance.web.auth import is_loopback, make_auth
 from appliance.web.routes import page_routes
 from appliance.supervisor.servedmodel import LateHandler, start_serving
@@ -228,7 +229,8 @@ class Appliance:
         return Serving(up.publisher, up.detector, up.server, served)
 
     def _set_up_capture(self, serving: Serving) -> Capturing:
-        capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step)
+        capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step,
+                                 self.paths["state_dir"] / "recordings")
         return Capturing(serving.publisher, serving.detector, serving.server, serving.served, capture)
 
     def _start_inference(self, capturing: Capturing) -> Running:
@@ -243,12 +245,12 @@ class Appliance:
             return None
         self._step(f"health endpoint on {health.host}:{health.port}")
         snapshots, inference = running.inference.snapshots, running.inference
-        routes = []
+        routes = clip_routes(inference.clips.clip_file) if inference.clips is not None else []
         if self.config.web.enabled:
             route = running.served.router.current()
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
                                  self.health_summary, inference.layouts, route.class_names if route else ())
-            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed)
+            routes += page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed)
         server = HealthServer(health.host, health.port,
                               lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
                               snapshots.store.http if snapshots else None, routes=routes)

@@ -146,9 +146,10 @@ class Capture:
 
 
 def set_up_capture(configs: Sequence[CameraConfig], shm_root: Path, children: ChildSupervisor,
-                   step: Callable[[str], None]) -> Capture:
+                   step: Callable[[str], None], record_root: Path | None = None) -> Capture:
     """A capture process per camera, registered with ``children`` (not started: ``children.start_all()``), its
-    ring in a fresh private folder under ``shm_root`` (docs/capture.md); ``step`` says which camera is next."""
+    ring in a fresh private folder under ``shm_root`` (docs/capture.md); ``step`` says which camera is next. A camera that records keeps its segments in
+    ``record_root/<camera>``."""
     doorbell = Doorbell()
     try:
         rings = RingDirectory.create(shm_root)
@@ -158,7 +159,8 @@ def set_up_capture(configs: Sequence[CameraConfig], shm_root: Path, children: Ch
     cameras = {}
     for camera in configs:
         step(f"camera {camera.id}")
-        process = CaptureProcess(camera, shm_root=rings.path, doorbell=doorbell.address)
+        record_dir = record_root / camera.id if record_root is not None and camera.record.enabled else ""
+        process = CaptureProcess(camera, shm_root=rings.path, doorbell=doorbell.address, record_dir=record_dir)
         cameras[camera.id] = SupervisedCamera(camera.id, process)
         children.register(f"camera:{camera.id}", functools.partial(CaptureChild, process), RestartPolicy(
             initial_backoff_s=camera.backoff.initial_s, max_backoff_s=camera.backoff.max_s))

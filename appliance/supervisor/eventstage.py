@@ -22,7 +22,7 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.events import Analytics, Event
-from appliance.mqtt.messages import DetectionsMessage, EventMessage
+from appliance.mqtt.messages import ClipPlan, DetectionsMessage, EventMessage
 from appliance.supervisor.snapshots import DrawnBox, SnapshotJob, SnapshotStore, SnapshotWorker, clamp_box
 
 log = logging.getLogger("appliance.supervisor")
@@ -34,6 +34,12 @@ class EventSink(Protocol):
     def publish_events(self, events: Sequence[EventMessage]) -> int: ...
     def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int,
                        counts: Mapping[str, Mapping[str, Mapping[str, int]]]) -> None: ...
+
+
+class ClipPlanner(Protocol):
+    """appliance.supervisor.clipkeeper.ClipKeeper."""
+
+    def plan(self, event_id: str, camera_id: str, event_time: float) -> ClipPlan | None: ...
 
 
 class AnalyticsMetrics(Protocol):
@@ -48,9 +54,10 @@ class CameraAnalytics:
     def __init__(self, camera_id: str, config: AnalyticsConfig, class_names: Sequence[str], width: int,
                  height: int, publisher: EventSink, metrics: AnalyticsMetrics,
                  snapshots: SnapshotWorker | None = None, clock: Callable[[], float] = time.monotonic,
-                 mirror: EventSink | None = None) -> None:
+                 mirror: EventSink | None = None, clips: ClipPlanner | None = None) -> None:
         """``mirror``: a second sink (the OPC UA server's feed) that gets the same events and counts, right
-        after the publisher."""
+        after the publisher; ``clips`` plans each event's clip when the camera records."""
+        self._clips = clips
         self.camera_id, self.config = camera_id, config
         self.width, self.height = width, height
         self._mirror = mirror
@@ -138,7 +145,8 @@ class CameraAnalytics:
                             track_id=e.track_id, class_id=e.class_id, class_name=e.class_name, score=e.score,
                             capture_time=e.capture_time, frame_seq=e.frame_seq, image_width=int(meta.width),
                             image_height=int(meta.height), zone=e.zone, line=e.line, direction=e.direction,
-                            box=e.box, dwell_s=e.dwell_s, track_lost=e.track_lost, snapshot_id=snapshot_id)
+                            box=e.box, dwell_s=e.dwell_s, track_lost=e.track_lost, snapshot_id=snapshot_id,
+                            clip=self._clips.plan(e.event_id, self.camera_id, e.capture_time) if self._clips else None)
 
     def _counts_locked(self) -> tuple[int, int, dict[str, Any]]:
         return self._last_seq, self.analytics.active_tracks, self.analytics.counts.as_dict()
@@ -189,9 +197,10 @@ class Publisher(EventSink, SnapshotSink, Protocol):
 
 def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], publisher: Publisher,
                     metrics: AnalyticsMetrics, snapshot_dir: Path, mirror: EventSink | None = None,
-                    ) -> tuple[dict[str, CameraAnalytics], SnapshotWorker | None]:
+                    clips: ClipPlanner | None = None) -> tuple[dict[str, CameraAnalytics], SnapshotWorker | None]:
     """One CameraAnalytics per camera with an ``analytics:`` section, and the snapshot worker they share (None
-    when no camera takes snapshots); ``mirror`` gets their events and counts too."""
+    when no camera takes snapshots); ``mirror`` gets their events and counts too; ``clips`` plans the clips of
+    the cameras that record."""
     with_analytics = [c for c in cameras if c.analytics is not None]
     snapping = {c.id: c.analytics.snapshots for c in with_analytics
                 if c.analytics is not None and c.analytics.snapshots.enabled}
@@ -204,7 +213,7 @@ def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], p
         assert camera.analytics is not None
         stages[camera.id] = CameraAnalytics(camera.id, camera.analytics, class_names, *camera.frame_size,
                                             publisher, metrics, worker if camera.id in snapping else None,
-                                            mirror=mirror)
+                                            mirror=mirror, clips=clips)
         log.info("camera %s: analytics on (%d zone(s), %d line(s), snapshots %s)", camera.id,
                  len(camera.analytics.zones), len(camera.analytics.lines), "on" if camera.id in snapping else "off")
     return stages, worker

@@ -23,6 +23,7 @@ from appliance.health.server import HealthServer
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.supervisor.cameras import Capture
+from appliance.supervisor.clipkeeper import ClipKeeper
 from appliance.supervisor.detectorsetup import DetectorSetup
 from appliance.supervisor.eventstage import CameraAnalytics, EventSink, start_analytics
 from appliance.supervisor.framepath import FramePath
@@ -101,6 +102,7 @@ class Inference:
     layouts: Layouts  # each camera's zones and lines: the config file's, or the page's
     live: LiveFrames  # the newest frame of a camera someone watches on the page
     feed: EventFeed   # the newest events, for the page
+    clips: ClipKeeper | None = None  # when a camera records: its events' clips
 
     def stop(self, drain_timeout_s: float) -> None:
         """No new frames; in-flight ones drain (their detections spool), then what they queued is written."""
@@ -108,6 +110,8 @@ class Inference:
             log.warning("stop: gave up waiting for in-flight frames after %.1f s", drain_timeout_s)
         if self.snapshots is not None:  # what the drained frames queued, before the publisher closes
             self.snapshots.stop()
+        if self.clips is not None:
+            self.clips.stop()
         if self.frames.calibration is not None:
             self.frames.calibration.stop()
 
@@ -123,9 +127,13 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         route = served.router.current()
         class_names = route.class_names if route else ()
         layouts, live, feed = Layouts(config.cameras, paths["state_dir"], class_names), LiveFrames(), EventFeed()
+        recording = {c.id: c.record for c in config.cameras if c.record.enabled}
+        clips = ClipKeeper(paths["state_dir"], recording, capturing.publisher.publish_clip) if recording else None
+        if clips is not None:
+            undo.callback(clips.stop)
         analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names,
                                                FeedingPublisher(capturing.publisher, feed), metrics,
-                                               paths["state_dir"] / "snapshots", mirror)
+                                               paths["state_dir"] / "snapshots", mirror, clips)
         layouts.stages = analytics
         if snapshots is not None:
             undo.callback(snapshots.stop)
@@ -143,4 +151,4 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         capturing.capture.open_readers(config.cameras, scheduler, on_error)
         scheduler.start()
         undo.pop_all()  # all of it runs: Appliance.stop ends it from here on
-    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed)
+    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, clips)

@@ -38,6 +38,19 @@ const App = {
     const span = document.createElement("span");
     span.textContent = App.eventText(e);
     li.appendChild(span);
+    if (e.clip) App.clipButton(li, e.clip);
     return li;
+  },
+  clipButton(li, url) {
+    // The clip is written once its post-capture seconds are recorded: played on request, not preloaded.
+    const button = document.createElement("button");
+    button.type = "button"; button.className = "play-clip"; button.textContent = "Play clip";
+    button.onclick = () => {
+      const video = document.createElement("video");
+      video.controls = true; video.autoplay = true; video.muted = true; video.src = url;
+      video.onerror = () => { button.textContent = "Clip not ready (try again)"; video.remove(); };
+      li.appendChild(video);
+    };
+    li.appendChild(button);
   },
 };
