@@ -27,7 +27,7 @@ class RecordConfig(StrictModel):
     pre_capture_s: float = Field(5.0, ge=0, le=60, description="seconds of footage before the event (a clip "
                                  "starts at the keyframe at or before event time minus this)")
     post_capture_s: float = Field(5.0, ge=0, le=300, description="seconds of footage after the event")
-    segment_s: float = Field(2.0, ge=0.5, le=60, description="a segment is cut at the first keyframe after this "
+    segment_s: float = Field(4.0, ge=0.5, le=60, description="a segment is cut at the first keyframe after this "
                              "many seconds; a clip is complete once the segment holding its end is closed")
     min_free_gb: float = Field(1.0, ge=0, le=10_000, description="recording stops (with a reason, detections go "
                                "on) while the state dir's disk has less free space than this")

@@ -318,6 +318,8 @@ class Appliance:
         for camera_id, stage in inference.analytics.items() if inference else ():
             stage.publish_counts_if_due()
             self.metrics.record_analytics(camera_id, stage.summary())
+        if inference is not None and inference.clips is not None:
+            inference.clips.report(self.metrics)
         now = self._now
         if isinstance(now, Serving):
             now.served.expire_uploads()

@@ -16,10 +16,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from appliance.capture.recordconfig import RecordConfig
 from appliance.capture.recording.clips import ClipError, clip_complete, write_clip
+from appliance.capture.recording.segments import read_status
 from appliance.mqtt.messages import ClipMessage, ClipPlan
 
 log = logging.getLogger("appliance.supervisor")
@@ -64,6 +65,13 @@ def find_entry(state_dir: Path, event_id: str) -> ClipEntry | None:
         except (OSError, ValueError, TypeError):
             return None
     return None
+
+
+class ClipMetrics(Protocol):
+    """appliance.health.metrics.ApplianceMetrics."""
+
+    def record_clips(self, camera_id: str, *, kept_bytes: int, recording: bool, written: int,
+                     failed: Mapping[str, int]) -> None: ...
 
 
 class ClipKeeper:
@@ -154,6 +162,16 @@ class ClipKeeper:
         entries = sorted(clips_dir(self.state_dir).joinpath(camera_id).glob("*.json"), key=lambda p: p.stat().st_mtime)
         for old in entries[:-INDEX_KEEP]:
             old.unlink(missing_ok=True)
+
+    def report(self, metrics: ClipMetrics) -> None:
+        """Footage kept, recording on or paused, clips written and failed: for ``/metrics``."""
+        for camera in self.cameras:
+            status = read_status(self.recordings(camera))
+            with self._lock:
+                failed = {kind: n for (cam, kind), n in self.failed.items() if cam == camera}
+                written = self.written[camera]
+            metrics.record_clips(camera, kept_bytes=status.kept_bytes if status else 0,
+                                 recording=bool(status and status.recording), written=written, failed=failed)
 
     def clip_file(self, event_id: str) -> Path | None:
         """The event's clip as an MP4 file (written now from the segments, or from the small cache); None when

@@ -15,7 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from appliance.capture.recording.segments import Segment, list_segments
+from appliance.capture.recording.segments import Segment, list_segments, read_status
 
 
 class ClipError(Exception):
@@ -47,9 +47,9 @@ def covering(folder: Path, start: float, end: float) -> list[Segment]:
 
 
 def clip_complete(folder: Path, end: float) -> bool:
-    """Whether a closed segment reaches ``end``: the clip can be written."""
-    segments = list_segments(folder)
-    return bool(segments) and segments[-1].end >= end
+    """Whether a closed segment reaches ``end`` (the recorder's status says): the clip can be written."""
+    status = read_status(folder)
+    return status is not None and status.last_end >= end
 
 
 def _start_keyframe(segment: Segment, start: float) -> float:

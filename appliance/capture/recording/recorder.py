@@ -21,8 +21,9 @@ from typing import Any, Callable
 from appliance.capture.recordconfig import RecordConfig
 from appliance.capture.recording.segments import (
     GB,
+    KeptSegments,
     RecorderStatus,
-    enforce_retention,
+    Segment,
     free_bytes,
     remove_partial,
     segment_name,
@@ -58,12 +59,14 @@ class SegmentRecorder:
         self.dropped = 0
         self._seg: _Open | None = None
         self._status: RecorderStatus | None = None
+        self._kept: KeptSegments | None = None  # read when the thread starts
         self._retry_at = 0.0
         self._thread = threading.Thread(target=self._run, name=f"recorder-{camera_id}", daemon=True)
 
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         remove_partial(self.folder)
+        self._kept = KeptSegments(self.folder)
         self._thread.start()
 
     # -- the source's side: never blocks -------------------------------------------------------------
@@ -110,12 +113,14 @@ class SegmentRecorder:
                 self._abandon_segment()
 
     def _set_status(self, recording: bool, reason: str) -> None:
-        if self._status is not None and (self._status.recording, self._status.reason) == (recording, reason):
-            return
-        self._status = RecorderStatus(recording, reason, self._wall())
-        if recording:
+        assert self._kept is not None
+        old = self._status
+        changed = old is None or (old.recording, old.reason) != (recording, reason)
+        since = self._wall() if changed or old is None else old.since
+        self._status = RecorderStatus(recording, reason, since, self._kept.last_end, self._kept.total)
+        if changed and recording:
             log.info("camera %r: recording to %s", self.camera_id, self.folder)
-        else:
+        elif changed:
             log.warning("camera %r: not recording: %s", self.camera_id, reason)
         write_status(self.folder, self._status)
 
@@ -165,8 +170,13 @@ class SegmentRecorder:
         if seg is None:
             return
         seg.container.close()
-        seg.part.replace(self.folder / segment_name(seg.start, seg.end))
-        enforce_retention(self.folder, self.config.retain)
+        path = self.folder / segment_name(seg.start, seg.end)
+        seg.part.replace(path)
+        assert self._kept is not None
+        self._kept.add(Segment(path, round(seg.start * 1000) / 1000, round(seg.end * 1000) / 1000,
+                               path.stat().st_size))
+        self._kept.trim(self.config.retain)
+        self._set_status(True, "")
 
     def _abandon_segment(self) -> None:
         seg, self._seg = self._seg, None

@@ -14,7 +14,8 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from appliance.capture.recordconfig import RetainConfig
@@ -71,22 +72,44 @@ def remove_partial(folder: Path) -> None:
         leftover.unlink(missing_ok=True)
 
 
+class KeptSegments:
+    """The segments of one folder, oldest first, read once and then kept up to date by the recorder (so that
+    retention does not list a folder of tens of thousands of files after every segment)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._segments = deque(list_segments(folder))
+        self.total = sum(s.size for s in self._segments)
+
+    def add(self, segment: Segment) -> None:
+        self._segments.append(segment)
+        self.total += segment.size
+
+    @property
+    def last_end(self) -> float:
+        return self._segments[-1].end if self._segments else 0.0
+
+    def trim(self, retain: RetainConfig, now: float | None = None) -> list[Segment]:
+        """Remove segments older than ``retain.days``, then the oldest until the rest fit ``retain.max_gb``."""
+        now = time.time() if now is None else now
+        removed = []
+        while self._segments:
+            segment = self._segments[0]
+            if segment.end >= now - retain.days * 86400 and self.total <= retain.max_gb * GB:
+                break
+            self._segments.popleft()
+            segment.path.unlink(missing_ok=True)
+            self.total -= segment.size
+            removed.append(segment)
+        if removed:
+            log.info("recordings: removed %d oldest segment(s) of %s (retain: %g days, %g GB)", len(removed),
+                     self.folder.name, retain.days, retain.max_gb)
+        return removed
+
+
 def enforce_retention(folder: Path, retain: RetainConfig, now: float | None = None) -> list[Segment]:
-    """Remove segments older than ``retain.days``, then the oldest until the rest fit ``retain.max_gb``."""
-    now = time.time() if now is None else now
-    segments = list_segments(folder)
-    total = sum(s.size for s in segments)
-    removed = []
-    for segment in segments:
-        if segment.end >= now - retain.days * 86400 and total <= retain.max_gb * GB:
-            break
-        segment.path.unlink(missing_ok=True)
-        total -= segment.size
-        removed.append(segment)
-    if removed:
-        log.info("recordings: removed %d oldest segment(s) of %s (retain: %g days, %g GB)", len(removed),
-                 folder.name, retain.days, retain.max_gb)
-    return removed
+    """:meth:`KeptSegments.trim` on what ``folder`` holds now."""
+    return KeptSegments(folder).trim(retain, now)
 
 
 def free_bytes(folder: Path) -> int:
@@ -96,19 +119,20 @@ def free_bytes(folder: Path) -> int:
 @dataclass(frozen=True)
 class RecorderStatus:
     recording: bool
-    reason: str  # why not recording ("" while it records)
-    since: float
+    reason: str      # why not recording ("" while it records)
+    since: float     # when it started or stopped recording
+    last_end: float  # the newest closed segment's end: a clip ending before it can be written
+    kept_bytes: int  # the camera's footage on disk
 
 
 def write_status(folder: Path, status: RecorderStatus) -> None:
     tmp = folder / f".{STATUS_FILE}.tmp"
-    tmp.write_text(json.dumps({"recording": status.recording, "reason": status.reason, "since": status.since}))
+    tmp.write_text(json.dumps(asdict(status)))
     tmp.replace(folder / STATUS_FILE)
 
 
 def read_status(folder: Path) -> RecorderStatus | None:
     try:
-        data = json.loads((folder / STATUS_FILE).read_text())
-        return RecorderStatus(bool(data["recording"]), str(data["reason"]), float(data["since"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        return RecorderStatus(**json.loads((folder / STATUS_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
         return None
