@@ -42,11 +42,11 @@ class _Open:
     stream: Any     # its video stream
     template: Any   # the input stream it was made from
     part: Path
-    offset: int     # subtracted from every pts/dts
+    last_src: int   # the source's dts of the last packet: one at or before it means the stream started over
     time_base: Fraction
     start: float    # wall time at timestamp 0
     end: float
-    last_dts: int   # rebased; a packet at or before it means the stream started over
+    last_dts: int   # the last dts written
 
 
 class SegmentRecorder:
@@ -129,7 +129,7 @@ class SegmentRecorder:
             return
         seg = self._seg
         if seg is not None and (gap or packet.stream is not seg.template
-                                or packet.dts - seg.offset <= seg.last_dts):
+                                or packet.dts <= seg.last_src):
             self._close_segment()  # a dropped stretch, a new connection or a file that started over
         elif seg is not None and packet.is_keyframe and wall - seg.start >= self.config.segment_s:
             self._close_segment()
@@ -138,8 +138,12 @@ class SegmentRecorder:
                 return
             self._seg = self._open_segment(packet, wall)
         seg = self._seg
-        packet.pts -= seg.offset
-        packet.dts -= seg.offset
+        # Timestamps from the wall clock (the source's own, rebased, for a live camera; a file played slower or
+        # faster than its rate is recorded as it was shown), keeping the source's reorder delay (B-frames).
+        seg.last_src = packet.dts
+        pts = round((wall - seg.start) / seg.time_base)
+        dts = max(pts - (packet.pts - packet.dts), seg.last_dts + 1)
+        packet.pts, packet.dts = max(pts, dts), dts
         packet.stream = seg.stream
         seg.container.mux(packet)
         seg.last_dts = packet.dts
@@ -156,14 +160,13 @@ class SegmentRecorder:
     def _open_segment(self, packet: Any, wall: float) -> _Open:
         import av
 
-        offset = min(packet.pts, packet.dts)
         time_base = packet.time_base
-        start = wall - float((packet.pts - offset) * time_base)
+        start = wall - float(max(0, packet.pts - packet.dts) * time_base)  # its dts is 0
         part = self.folder / f".{round(start * 1000)}.part.mp4"
         container = av.open(str(part), "w", format="mp4")
         stream = container.add_stream_from_template(packet.stream)
         self._set_status(True, "")
-        return _Open(container, stream, packet.stream, part, offset, time_base, start, start, -1 << 62)
+        return _Open(container, stream, packet.stream, part, -1 << 62, time_base, start, start, -1)
 
     def _close_segment(self) -> None:
         seg, self._seg = self._seg, None
