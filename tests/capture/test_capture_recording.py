@@ -27,7 +27,7 @@ from appliance.capture.recording.segments import enforce_retention, kept_bytes, 
 from appliance.capture.sources.pyav import AvCapture
 
 PRE = POST = 2.0
-RUN_S = 9.0
+RUN_S = 7.0
 
 
 def _decode(path: Path) -> list[np.ndarray]:
