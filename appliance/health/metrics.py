@@ -102,6 +102,16 @@ class ApplianceMetrics:
                                                  "(direction: in, out)", ["camera", "line", "direction"], registry=r))
         self.snapshots_dropped = _CountFrom(Counter("appliance_snapshots_dropped", "Event snapshots not encoded "
                                                     "because the encoder's queue was full", ["camera"], registry=r))
+        self._recording_metrics(r)
+        self.cpu = _Percentage("appliance_cpu_usage_ratio", "appliance_cpu_percent", "System CPU busy", [], r)
+        self.mem_available = Gauge("appliance_memory_available_bytes", "System memory available", registry=r)
+        self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
+        self.power = Gauge("appliance_power_watts", "Power rail (Jetson INA3221)", ["rail"], registry=r)
+        self._tegra: _TegraGauges | None = None  # registered on the first tegrastats reading (Jetson only)
+        self.record_build_info()
+
+    def _recording_metrics(self, r: CollectorRegistry) -> None:
+        """Recording and event clips (appliance.supervisor.clipkeeper): footage kept, clips written and failed."""
         self.recording_bytes = Gauge("appliance_recording_bytes", "The camera's kept footage on disk (record:)",
                                      ["camera"], registry=r)
         self.recording = Gauge("appliance_recording", "1 while the camera's footage is recorded; 0 while recording "
@@ -110,12 +120,6 @@ class ApplianceMetrics:
                                                 ["camera"], registry=r))
         self.clips_failed = _CountFrom(Counter("appliance_clips_failed", "Event clips that could not be written "
                                                "(reason: missing footage, error)", ["camera", "reason"], registry=r))
-        self.cpu = _Percentage("appliance_cpu_usage_ratio", "appliance_cpu_percent", "System CPU busy", [], r)
-        self.mem_available = Gauge("appliance_memory_available_bytes", "System memory available", registry=r)
-        self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
-        self.power = Gauge("appliance_power_watts", "Power rail (Jetson INA3221)", ["rail"], registry=r)
-        self._tegra: _TegraGauges | None = None  # registered on the first tegrastats reading (Jetson only)
-        self.record_build_info()
 
     def record_build_info(self, *, triton_version: str = "", builder: str = "", triton_kind: str = "") -> None:
         """``appliance_build_info`` = 1 with one label set: what is known at construction, then (once Triton

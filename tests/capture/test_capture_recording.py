@@ -27,7 +27,7 @@ from appliance.capture.recording.segments import enforce_retention, kept_bytes, 
 from appliance.capture.sources.pyav import AvCapture
 
 PRE = POST = 2.0
-RUN_S = 7.0
+RUN_S = 8.0
 
 
 def _decode(path: Path) -> list[np.ndarray]:
@@ -98,7 +98,7 @@ def test_a_clip_starts_at_a_keyframe_before_pre_capture_and_ends_after_post_capt
 
 def test_overlapping_events_share_the_footage(recorded, tmp_path):
     folder, frames = recorded
-    t1, t2 = frames[len(frames) // 2][0], frames[len(frames) // 2][0] + 1.5
+    t1, t2 = frames[len(frames) // 2][0], frames[len(frames) // 2][0] + 1.0
     a = write_clip(folder, t1 - PRE, t1 + POST, tmp_path / "a.mp4")
     b = write_clip(folder, t2 - PRE, t2 + POST, tmp_path / "b.mp4")
     union = [s for s in list_segments(folder) if s.end > a.start and s.start < b.end]
