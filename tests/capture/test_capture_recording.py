@@ -1,6 +1,7 @@
-"""Recording with real parts: a spawned capture process reads a real H.264 file through PyAV, publishes frames to
-its ring and keeps the packets as MP4 segments; clips are cut from them and checked with ffprobe and against the
-ring's own frames (the ground truth of what the camera showed when)."""
+"""Recording with real parts: a spawned capture process reads a real RTSP camera (gst-rtsp-server streaming an
+H.264 file) through PyAV, publishes frames to its ring and keeps the packets as MP4 segments; clips are cut from
+them and checked with ffprobe and against the ring's own frames (the ground truth of what the camera showed
+when). A recording file camera runs through the whole appliance in tests/supervisor/test_supervisor_clips_e2e.py."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from support.wait import wait_until
 
 from appliance.capture import CaptureProcess
 from appliance.capture.config import CameraConfig
+from appliance.harness.rtsp import RtspServer
 from appliance.capture.recordconfig import RecordConfig, RetainConfig
 from appliance.capture.recording.clips import ClipError, write_clip
 from appliance.capture.recording.recorder import SegmentRecorder
@@ -50,11 +52,12 @@ def _when(frames: list[tuple[float, np.ndarray]], image: np.ndarray) -> tuple[fl
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """A file camera recorded for RUN_S seconds: (segments folder, [(t_utc, frame)] as the ring had them)."""
-    video = make_test_video(tmp_path_factory.mktemp("rec") / "long.mp4", seconds=12)
+    """An RTSP camera recorded for RUN_S seconds: (segments folder, [(t_utc, frame)] as the ring had them)."""
+    video = make_test_video(tmp_path_factory.mktemp("rec") / "long.mp4", seconds=30)
     folder = tmp_path_factory.mktemp("recordings") / "cam0"
+    server = RtspServer(video).start()
     cam = CameraConfig.model_validate({
-        "id": "cam0", "source": {"type": "file", "path": str(video)}, "width": 320, "height": 240,
+        "id": "cam0", "source": {"type": "rtsp", "url": server.url, "open_timeout_s": 5}, "width": 320, "height": 240,
         "record": {"enabled": True, "pre_capture_s": PRE, "post_capture_s": POST, "segment_s": 1, "min_free_gb": 0}})
     frames: list[tuple[float, np.ndarray]] = []
     shm = private_shm_dir()
@@ -71,6 +74,7 @@ def recorded(tmp_path_factory):
                     seq = lease.meta.seq
                     frames.append((lease.meta.t_utc, np.array(lease.array)))
         proc.stop()
+    server.stop()
     next(shm, None)  # removes the directory, failing on a leaked ring
     return folder, frames
 
@@ -119,12 +123,12 @@ def test_retention_removes_the_oldest_segments_first_at_the_size_limit(recorded,
     folder = tmp_path / "copy"
     shutil.copytree(recorded[0], folder)
     segments = list_segments(folder)
-    assert len(segments) >= 5
-    limit = sum(s.size for s in segments[-3:]) + 1
+    assert len(segments) >= 3
+    limit = sum(s.size for s in segments[-2:]) + 1
     removed = enforce_retention(folder, RetainConfig(days=1, max_gb=limit / 1e9))
-    assert [s.path.name for s in removed] == [s.path.name for s in segments[:-3]]
+    assert [s.path.name for s in removed] == [s.path.name for s in segments[:-2]]
     assert kept_bytes(folder) < limit and [s.path.name for s in list_segments(folder)] == \
-        [s.path.name for s in segments[-3:]]
+        [s.path.name for s in segments[-2:]]
 
 
 def test_a_full_disk_stops_recording_with_a_reason_never_the_frames(tmp_path):

@@ -143,11 +143,12 @@ class SegmentRecorder:
         seg.last_src = packet.dts
         pts = round((wall - seg.start) / seg.time_base)
         dts = max(pts - (packet.pts - packet.dts), seg.last_dts + 1)
-        packet.pts, packet.dts = max(pts, dts), dts
+        pts = max(pts, dts)
+        packet.pts, packet.dts = pts, dts
+        seg.last_dts = dts
+        seg.end = max(seg.end, seg.start + float((pts + (packet.duration or 0)) * seg.time_base))
         packet.stream = seg.stream
-        seg.container.mux(packet)
-        seg.last_dts = packet.dts
-        seg.end = max(seg.end, seg.start + float((packet.pts + (packet.duration or 0)) * seg.time_base))
+        seg.container.mux(packet)  # rescales the packet's timestamps to the stream's time base, in place
 
     def _space_ok(self) -> bool:
         free, floor = free_bytes(self.folder), self.config.min_free_gb * GB

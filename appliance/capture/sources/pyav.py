@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MAX_WAITING = 256  # packets waiting for their frame (a decoder holds a few with frame threading or B-frames)
+
 
 class AvCapture(FrameSource):
     """A file or stream demuxed and decoded by PyAV; its packets go to ``recorder`` (when given) too."""
@@ -46,7 +49,9 @@ class AvCapture(FrameSource):
         self._container: Any = None
         self._frames: Iterator[Any] | None = None
         self._fps: float | None = None
-        self._anchor: tuple[int, float] | None = None  # (pts, wall) of the frame last handed to the ring
+        # Demuxed packets waiting for their frame to reach the ring: each is recorded with the time its frame
+        # was shown, the time the events of that frame carry, so a clip and its event agree frame for frame.
+        self._waiting: deque[Any] = deque()
         self._count = 0
 
     def describe(self) -> str:
@@ -89,21 +94,33 @@ class AvCapture(FrameSource):
                 except av.FFmpegError as exc:
                     raise DecodeError(f"{self.describe()}: {exc}") from exc
                 if self.recorder is not None and packet.dts is not None:
-                    self.recorder.offer(packet, self._wall_of(packet))
+                    self._wait_for_frame(packet)
                 yield from frames
             if not (self.is_file and self.loop):
                 return
             if self._count == 0:
                 raise SourceError(f"{self.describe()} yielded no frames: corrupt or not a video")
             self._container.seek(0, stream=stream)
-            self._anchor = None
+            self._shown(None, time.time())  # what the file's end left undecoded
 
-    def _wall_of(self, packet: Any) -> float:
-        """The packet's wall time: from the last frame handed to the ring, by timestamp difference."""
-        if self._anchor is None or packet.pts is None:
-            return time.time()
-        pts, wall = self._anchor
-        return wall + float((packet.pts - pts) * packet.time_base)
+    def _wait_for_frame(self, packet: Any) -> None:
+        assert self.recorder is not None
+        self._waiting.append(packet)
+        if len(self._waiting) > MAX_WAITING:  # a stream whose packets never become frames: record them anyway
+            self.recorder.offer(self._waiting.popleft(), time.time())
+
+    def _shown(self, pts: int | None, wall: float) -> None:
+        """The frame ``pts`` reached the ring at ``wall``: its packet, and any before it, go to the recorder
+        (None: all of them)."""
+        if self.recorder is None:
+            return
+        while self._waiting:
+            packet = self._waiting[0]
+            if pts is not None and packet.pts is not None and packet.pts > pts:
+                return  # a later frame's (decode order differs from display order with B-frames)
+            self._waiting.popleft()
+            late = float((pts - packet.pts) * packet.time_base) if pts is not None and packet.pts is not None else 0
+            self.recorder.offer(packet, wall - late)
 
     def read_into(self, out: np.ndarray) -> None:
         import av
@@ -118,10 +135,10 @@ class AvCapture(FrameSource):
             raise SourceError(f"{self.describe()}: {exc}") from exc
         fit_frame(frame.to_ndarray(format="bgr24"), out, self.pixel_format, self.resize, self.describe())
         self._count += 1
-        if frame.pts is not None:
-            self._anchor = (frame.pts, time.time())
+        self._shown(frame.pts, time.time())
 
     def _release(self) -> None:
+        self._waiting.clear()  # their frames were never shown
         container, self._container, self._frames = self._container, None, None
         if container is None:
             return
