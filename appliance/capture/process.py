@@ -120,7 +120,11 @@ def _recorder(camera: CameraConfig, record_dir: str) -> SegmentRecorder | None:
     from appliance.capture.recording.recorder import SegmentRecorder
 
     recorder = SegmentRecorder(Path(record_dir), camera.record, camera.id)
-    recorder.start()
+    try:
+        recorder.start()
+    except OSError as exc:  # a recorder that cannot start must not stop the camera
+        log.error("camera %r: not recording: cannot use %s: %s", camera.id, record_dir, exc)
+        return None
     return recorder
 
 

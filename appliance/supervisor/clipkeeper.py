@@ -89,6 +89,9 @@ class ClipKeeper:
         self._thread = threading.Thread(target=self._run, name="clips", daemon=True)
         for camera in cameras:
             (clips_dir(state_dir) / camera).mkdir(parents=True, exist_ok=True)
+        for entry in read_index(state_dir):  # planned before a restart: checked as if it never stopped
+            if entry.status == "pending" and entry.camera_id in self.cameras:
+                self._pending[entry.event_id] = entry
         self._thread.start()
 
     def recordings(self, camera_id: str) -> Path:
