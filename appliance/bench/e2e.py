@@ -63,8 +63,7 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
     over the measuring window (proof that the analytics did work). Given ``page``, the page is served; with
     ``page["viewers"]`` 1, someone watches cam0's live view, and ``page["pictures"]`` gets how many pictures they
-    saw. Given ``opcua``, the OPC UA server runs with one subscribed client; it gets what that client received.
-    With ``record``, every camera records (``record.enabled``) into the state dir."""
+    saw. ``opcua``: the OPC UA server runs with a client; it gets what that client received. ``record``: RECORD."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
