@@ -156,10 +156,14 @@ class ClipKeeper:
             log.warning("camera %s: the clip of event %s could not be written: %s", entry.camera_id,
                         entry.event_id, reason)
         self._trim(entry.camera_id)
-        self._publish(ClipMessage(entry.event_id, entry.camera_id, f"/events/{entry.event_id}.mp4",
-                                  "complete" if status == "complete" else "failed", entry.start,
-                                  entry.written_end if status == "complete" else entry.end,
-                                  frames, reason))
+        message = ClipMessage(entry.event_id, entry.camera_id, f"/events/{entry.event_id}.mp4",
+                              "complete" if status == "complete" else "failed", entry.start,
+                              entry.written_end if status == "complete" else entry.end, frames, reason)
+        try:
+            self._publish(message)
+        except Exception as exc:  # noqa: BLE001 - stopping: the index entry says it; the message is lost
+            log.warning("camera %s: the clip message of event %s was not sent: %s", entry.camera_id,
+                        entry.event_id, exc)
 
     def _trim(self, camera_id: str) -> None:
         entries = sorted(clips_dir(self.state_dir).joinpath(camera_id).glob("*.json"), key=lambda p: p.stat().st_mtime)
