@@ -94,6 +94,11 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
                    "command (with --mqtt; a device refuses unsigned ones but --action status)")
     u.add_argument("--reply-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="wait this long for the device's reply and fail on a refusal (with --mqtt; 0: do not wait)")
+    u.add_argument("--wait", type=float, default=900.0, metavar="SECONDS",
+                   help="wait this long for the update's verdict on ota/status (active, or rejected/rolled_back "
+                        "with its reason; exit 1 unless active or in time) (with --mqtt; 0: do not wait)")
+    u.add_argument("--json", action="store_true", help="print what was sent, the verdict and an action's result "
+                                                       "as JSON")
 
     _add_rollout_parser(ota)
 
@@ -106,10 +111,12 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
             a.add_argument("--trusted-key", action="append", type=Path, required=True, help="public key (repeat)")
             a.add_argument("--no-golden", action="store_true", help="skip golden frames")
             a.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
-        a.add_argument("--state-dir", help="state directory (default: $APPLIANCE_STATE_DIR, else an installed "
-                                           "device's /var/lib/appliance)")
-        if name == "status":
-            a.add_argument("--json", action="store_true", help="print the status as JSON")
+        a.add_argument("--state-dir", help="state directory (default: the --config's paths.state_dir, else "
+                                           "$APPLIANCE_STATE_DIR, else an installed device's /var/lib/appliance)")
+        a.add_argument("--config", help="the appliance's YAML config, for its state directory (default: an "
+                                        "installed device's config)")
+        if name != "install":
+            a.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
@@ -124,6 +131,39 @@ def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
             for command in action.choices.values():
                 if command.prog.split()[-1] != "bench":  # a benchmark's arguments are its own
                     _add_global_options(command, top=False)
+
+
+def _add_tool_parsers(sub: Any) -> None:
+    """The tools beside the service: password hashes and benchmarks."""
+    p = sub.add_parser("password",
+                       help="hash a user's password for any user list (read from stdin, or asked)")
+    p.add_argument("--user", help="print a users-file line instead of the hash alone")
+    p.add_argument("--for", dest="users", default="opcua", choices=["opcua", "web"],
+                   help="with --user: an OPC UA users-file line `USER:ROLE:HASH` (default) or a web.users_file item")
+    p.add_argument("--role", choices=["reader", "viewer", "operator"],
+                   help="with --user: reader or operator (opcua), viewer or operator (web); default the first")
+    p.add_argument("--json", action="store_true", help="print {user, role, hash} as JSON")
+    p.set_defaults(func=_lazy("password"))
+
+    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
+    p.add_argument("--json", action="store_true", help="print the key=value results as one JSON object (the "
+                                                       "benchmark's output on stderr); also after NAME")
+    p.add_argument("name", choices=bench_names())
+    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    p.set_defaults(func=_lazy("bench"))
+
+
+def _add_clips_parser(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "clips", help="event clips of cameras with record.enabled: list them, or export one as MP4")
+    p.add_argument("action", choices=["list", "export"])
+    p.add_argument("event_id", nargs="?", help="export: the event whose clip to write")
+    p.add_argument("--config", help="the appliance's YAML config (default: an installed device's config, else "
+                                    "the bundled demo)")
+    p.add_argument("--camera", help="list: only this camera's clips")
+    p.add_argument("--json", action="store_true", help="list: print the clips as JSON")
+    p.add_argument("-o", "--output", help="export: the MP4 file to write (default: <event_id>.mp4 here)")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,20 +195,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="list: print the messages as JSON")
     p.set_defaults(func=_lazy("spool"))
 
-    p = sub.add_parser("clips", help="event clips of cameras with record.enabled: list them, or export one as MP4")
-    p.add_argument("action", choices=["list", "export"])
-    p.add_argument("event_id", nargs="?", help="export: the event whose clip to write")
-    p.add_argument("--config", help="the appliance's YAML config (default: an installed device's config, else "
-                                    "the bundled demo)")
-    p.add_argument("--camera", help="list: only this camera's clips")
-    p.add_argument("--json", action="store_true", help="list: print the clips as JSON")
-    p.add_argument("-o", "--output", help="export: the MP4 file to write (default: <event_id>.mp4 here)")
-    p.set_defaults(func=_lazy("clips"))
+    _add_clips_parser(sub).set_defaults(func=_lazy("clips"))
 
     p = sub.add_parser("status", help="what the running appliance is doing (from its health endpoint)")
-    p.add_argument("--url", default="http://127.0.0.1:9108", help="health endpoint (default: %(default)s)")
+    p.add_argument("--url", help="health endpoint (default: the config's health.host and health.port, else "
+                                 "http://127.0.0.1:9108)")
+    p.add_argument("--config", help="the appliance's YAML config, for its health address (default: an installed "
+                                    "device's config)")
     p.add_argument("--json", action="store_true", help="print the raw health summary")
     p.set_defaults(func=_lazy("status"))
+
+    p = sub.add_parser("reload", help="have the running appliance apply its changed config (what changed, nothing "
+                                      "else); print what it applied, refused or needs a restart for")
+    p.add_argument("--config", help="the appliance's YAML config (default: an installed device's config)")
+    p.add_argument("--pid", type=int, help="the appliance's process (default: the one its spool's lock names; "
+                                           "the unit passes $MAINPID)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the outcome (default: "
+                                                                 "%(default)s)")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.set_defaults(func=_lazy("reload"))
 
     p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
@@ -179,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines-dir", help="engine build profiles (default: $APPLIANCE_ENGINES_DIR or engines/)")
     p.add_argument("--models-dir", help="root for the profiles' ONNX paths (default: $APPLIANCE_MODELS_DIR)")
     p.add_argument("--state-dir", help="engine cache location (default: $APPLIANCE_STATE_DIR)")
+    p.add_argument("--config", help="take the engines, state and models directories from this config's paths "
+                                    "(a flag still wins)")
     p.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
     p.add_argument("--model", action="append", help="only this model (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when a verified engine is cached")
@@ -188,15 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_ota_parser(sub).set_defaults(func=_lazy("ota"))
 
-    p = sub.add_parser("opcua-password", help="hash an OPC UA user's password (read from stdin, or asked)")
-    p.add_argument("--user", help="print a users-file line `USER:ROLE:HASH` instead of the hash alone")
-    p.add_argument("--role", default="reader", choices=["reader", "operator"], help="with --user (default: reader)")
-    p.set_defaults(func=_lazy("opcuapassword"))
-
-    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
-    p.add_argument("name", choices=bench_names())
-    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
-    p.set_defaults(func=_lazy("bench"))
+    _add_tool_parsers(sub)
     _add_global_options(parser, top=True)
     return parser
 

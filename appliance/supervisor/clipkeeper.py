@@ -27,6 +27,7 @@ log = logging.getLogger("appliance.supervisor")
 
 POLL_S = 0.5
 INDEX_KEEP = 2000      # index entries per camera; the footage itself goes by retention
+REPORT_EVERY = 4       # polls between metric reports
 CACHE_KEEP = 8         # clips written for the page, newest kept
 
 
@@ -78,8 +79,10 @@ class ClipKeeper:
     """Plans, checks and announces clips; one thread. ``publish(ClipMessage)`` spools the clip message."""
 
     def __init__(self, state_dir: Path, cameras: Mapping[str, RecordConfig], publish: Callable[[ClipMessage], Any],
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, metrics: ClipMetrics | None = None) -> None:
+        """``metrics``: the footage and clip counts go there every few seconds (``report``)."""
         self.state_dir, self.cameras, self._publish, self._wall = state_dir, dict(cameras), publish, wall
+        self._metrics = metrics
         self._lock = threading.Lock()
         self._pending: dict[str, ClipEntry] = {}
         self._cache: OrderedDict[str, Path] = OrderedDict()
@@ -116,7 +119,11 @@ class ClipKeeper:
         tmp.replace(folder / f"{entry.event_id}.json")
 
     def _run(self) -> None:
+        polls = 0
         while not self._stop.wait(POLL_S):
+            polls += 1
+            if self._metrics is not None and polls % REPORT_EVERY == 0:
+                self.report(self._metrics)
             with self._lock:
                 pending = list(self._pending.values())
             for entry in pending:

@@ -11,13 +11,17 @@ it started itself before it raises, so a record only ever names parts that run.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from starlette.routing import BaseRoute
+
 from appliance.appconfig.app import AppConfig
+from appliance.capture.config import CameraConfig
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
 from appliance.mqtt.publisher import MqttPublisher
@@ -25,7 +29,7 @@ from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.supervisor.cameras import Capture
 from appliance.supervisor.clipkeeper import ClipKeeper
 from appliance.supervisor.detectorsetup import DetectorSetup
-from appliance.supervisor.eventstage import CameraAnalytics, EventSink, start_analytics
+from appliance.supervisor.eventstage import CameraAnalytics, EventSink, camera_stage, start_analytics
 from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.layouts import Layouts
 from appliance.supervisor.page import FeedingPublisher
@@ -33,6 +37,8 @@ from appliance.supervisor.scheduler import Scheduler
 from appliance.supervisor.servedmodel import Served
 from appliance.supervisor.snapshots import SnapshotWorker
 from appliance.triton.server import Server
+from appliance.web.auth import Auth
+from appliance.web.clips import clip_routes
 from appliance.web.feed import EventFeed
 from appliance.web.live import LiveFrames
 
@@ -97,12 +103,17 @@ class Inference:
 
     frames: FramePath
     scheduler: Scheduler
-    analytics: Mapping[str, CameraAnalytics]  # per camera with an ``analytics:`` section
+    analytics: dict[str, CameraAnalytics]  # per camera with an ``analytics:`` section (a reload changes it)
     snapshots: SnapshotWorker | None  # when a camera takes snapshots
     layouts: Layouts  # each camera's zones and lines: the config file's, or the page's
     live: LiveFrames  # the newest frame of a camera someone watches on the page
     feed: EventFeed   # the newest events, for the page
+    new_stage: Callable[[CameraConfig], CameraAnalytics]  # a camera's stage, as at start (a reload's cameras)
     clips: ClipKeeper | None = None  # when a camera records: its events' clips
+
+    def clip_routes(self, auth: Auth | None, hosts: Sequence[str]) -> list[BaseRoute]:
+        """``/events/<id>.mp4`` when a camera records (appliance.web.clips), behind ``auth`` like the snapshots."""
+        return clip_routes(self.clips.clip_file, auth, hosts) if self.clips is not None else []
 
     def stop(self, drain_timeout_s: float) -> None:
         """No new frames; in-flight ones drain (their detections spool), then what they queued is written."""
@@ -126,13 +137,19 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
     with ExitStack() as undo:  # what this step started, stopped if a later part of it fails
         route = served.router.current()
         class_names = route.class_names if route else ()
-        layouts, live, feed = Layouts(config.cameras, paths["state_dir"], class_names), LiveFrames(), EventFeed()
+
+        def serving_classes() -> tuple[str, ...]:  # after an OTA switch, the new model's
+            now = served.router.current()
+            return now.class_names if now is not None else class_names
+
+        layouts, live, feed = Layouts(config.cameras, paths["state_dir"], serving_classes), LiveFrames(), EventFeed()
+        sink = FeedingPublisher(capturing.publisher, feed)
         recording = {c.id: c.record for c in config.cameras if c.record.enabled}
-        clips = ClipKeeper(paths["state_dir"], recording, capturing.publisher.publish_clip) if recording else None
+        clips = ClipKeeper(paths["state_dir"], recording, capturing.publisher.publish_clip,
+                           metrics=metrics) if recording else None
         if clips is not None:
             undo.callback(clips.stop)
-        analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names,
-                                               FeedingPublisher(capturing.publisher, feed), metrics,
+        analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names, sink, metrics,
                                                paths["state_dir"] / "snapshots", mirror, clips)
         layouts.stages = analytics
         if snapshots is not None:
@@ -151,4 +168,6 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         capturing.capture.open_readers(config.cameras, scheduler, on_error)
         scheduler.start()
         undo.pop_all()  # all of it runs: Appliance.stop ends it from here on
-    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, clips)
+    new_stage = functools.partial(camera_stage, class_names=class_names, publisher=sink, metrics=metrics,
+                                  worker=snapshots, mirror=mirror, clips=clips)
+    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, new_stage, clips)

@@ -4,10 +4,7 @@ session's CSRF token. ``python -m appliance.web.auth`` prints a password hash fo
 
 from __future__ import annotations
 
-import base64
 import getpass
-import hashlib
-import hmac
 import ipaddress
 import logging
 import secrets
@@ -19,31 +16,13 @@ from pathlib import Path
 
 import yaml
 
+from appliance.config.shown import shown
+from appliance.passwords import hash_password, verify_password
 from appliance.web.config import Role, UserConfig, WebConfig
 
 log = logging.getLogger("appliance.web")
 COOKIE = "appliance_session"
-_N, _R, _P = 2 ** 14, 8, 1
-
-
-def hash_password(password: str, *, salt: bytes | None = None) -> str:
-    """``scrypt$N$r$p$salt$hash`` (base64), what ``password_hash`` holds."""
-    salt = salt or secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, n=_N, r=_R, p=_P, dklen=32)
-    return "$".join(["scrypt", str(_N), str(_R), str(_P), base64.b64encode(salt).decode(),
-                     base64.b64encode(digest).decode()])
-
-
-def check_password(password: str, stored: str) -> bool:
-    try:
-        kind, n, r, p, salt, digest = stored.split("$")
-        if kind != "scrypt":
-            return False
-        found = hashlib.scrypt(password.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p),
-                               dklen=len(base64.b64decode(digest)))
-    except (ValueError, TypeError):
-        return False
-    return hmac.compare_digest(found, base64.b64decode(digest))
+check_password = verify_password  # the name this module's callers know
 
 
 def is_loopback(host: str) -> bool:
@@ -86,13 +65,14 @@ class Auth:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._local = Session("local", "operator", secrets.token_urlsafe(24), float("inf"))
+        self._no_user = hash_password(secrets.token_urlsafe(16))  # an unknown name costs one scrypt, as a known one
 
     def login(self, name: str, password: str) -> tuple[str, Session] | None:
         user = self._users.get(name)
         # A name that does not exist costs as much as a wrong password: no telling which it was.
-        ok = check_password(password, user.password_hash if user else hash_password("x"))
+        ok = check_password(password, user.password_hash if user else self._no_user)
         if user is None or not ok:
-            log.warning("web: failed login for %r", name)
+            log.warning("web: failed login for %s", shown(name))
             return None
         token = secrets.token_urlsafe(32)
         session = Session(user.name, user.role, secrets.token_urlsafe(24), self._clock() + self._session_s)

@@ -168,10 +168,14 @@ def test_overlapping_events_share_footage_and_metrics_and_cli_see_the_clips(run)
     union = [f for f in (tmp / "state" / "recordings" / "hall").glob("[0-9]*-[0-9]*.mp4")
              if int(f.stem.split("-")[1]) > a[1]["start_ms"] and int(f.stem.split("-")[0]) < b[1]["end_ms"]]
     assert union and sum(f.stat().st_size for f in union) < sum(sizes)
-    metrics = _get(f"http://127.0.0.1:{port}/metrics")[2].decode()
-    written = next(float(line.split()[-1]) for line in metrics.splitlines()
-                   if line.startswith('appliance_clips_written_total{camera="hall"}'))
-    assert written >= 3 and 'appliance_recording{camera="hall"} 1.0' in metrics
+
+    def counted() -> bool:  # the keeper reports every two seconds
+        metrics = _get(f"http://127.0.0.1:{port}/metrics")[2].decode()
+        written = [float(line.split()[-1]) for line in metrics.splitlines()
+                   if line.startswith('appliance_clips_written_total{camera="hall"}')]
+        return bool(written) and written[0] >= 3 and 'appliance_recording{camera="hall"} 1.0' in metrics
+
+    wait_until(counted, 30, 0.5, "the clip metrics")
     listed = subprocess.run([sys.executable, "-m", "appliance", "clips", "list", "--config", str(config), "--json"],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert listed.returncode == 0, listed.stderr

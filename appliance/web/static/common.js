@@ -30,6 +30,7 @@ const App = {
     const li = document.createElement("li");
     li.dataset.type = e.event; li.dataset.camera = e.camera_id; li.dataset.name = e.zone || e.line || "";
     li.dataset.event = e.event_id;
+    li.dataset.time = e.capture_time;
     if (e.snapshot_id) {
       const img = document.createElement("img");
       img.src = `/events/${e.event_id}.jpg`; img.loading = "lazy"; img.alt = "snapshot";
