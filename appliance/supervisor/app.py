@@ -229,7 +229,8 @@ class Appliance:
         return Serving(up.publisher, up.detector, up.server, served)
 
     def _set_up_capture(self, serving: Serving) -> Capturing:
-        capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step)
+        capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step,
+                                 self.paths["state_dir"] / "recordings")
         return Capturing(serving.publisher, serving.detector, serving.server, serving.served, capture)
 
     def _start_inference(self, capturing: Capturing) -> Running:
@@ -244,12 +245,13 @@ class Appliance:
             return None
         self._step(f"health endpoint on {health.host}:{health.port}")
         snapshots, inference = running.inference.snapshots, running.inference
-        routes = []
-        if self.config.web.enabled:
+        auth = make_auth(self.config.web, health.host) if self.config.web.enabled else None
+        routes = inference.clip_routes(auth, self.config.web.hosts)
+        if auth is not None:
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
                                  self.health_summary, inference.layouts, lambda: [c.id for c in self.config.cameras])
-            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
-                                 hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None)
+            routes += page_routes(site, auth, inference.live, inference.feed, hosts=self.config.web.hosts,
+                                  files=snapshots.store.http if snapshots else None)
         server = HealthServer(health.host, health.port,
                               lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
                               snapshots.store.http if snapshots else None, routes=routes, tls=self.config.web.tls)
