@@ -14,9 +14,10 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from appliance.mqtt.errors import SpoolError
+from appliance.mqtt.messages import SCHEMA_VERSION, time_fields
 from appliance.mqtt.spool import Spool, SpoolRecord
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,16 @@ class Held:
     message_seq: int = 0
     last_seq: int = 0  # a gap's last missing message_seq
     reason: str = ""  # a gap's
+
+
+def gap_payload(device_id: str, camera_id: str, boot_id: str, first: int, last: int, reason: str,
+                now: float) -> dict[str, Any]:
+    """A ``gap`` record on a camera's detections topic: message_seq ``first``..``last`` were dropped, counted."""
+    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "gap", "device_id": device_id,
+                               "camera_id": camera_id, "boot_id": boot_id, "first_message_seq": first,
+                               "last_message_seq": last, "count": last - first + 1, "reason": reason}
+    payload.update(time_fields(now))
+    return payload
 
 
 GapRecord = Callable[[str, int, int, str], SpoolRecord]  # (camera, first, last, reason) -> the spool record

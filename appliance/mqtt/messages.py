@@ -150,17 +150,17 @@ def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str,
     return payload
 
 
-def gap_payload(device_id: str, camera_id: str, boot_id: str, first: int, last: int, reason: str,
-                now: float) -> dict[str, Any]:
-    """A ``gap`` record on a camera's detections topic: message_seq ``first``..``last`` were dropped, counted."""
-    payload: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": "gap", "device_id": device_id,
-                               "camera_id": camera_id, "boot_id": boot_id, "first_message_seq": first,
-                               "last_message_seq": last, "count": last - first + 1, "reason": reason}
-    payload.update(time_fields(now))
-    return payload
-
-
 EventType = Literal["enter", "exit", "cross", "dwell"]
+
+
+@dataclass(frozen=True)
+class ClipPlan:
+    """An event's clip as planned when the event is sent: its URL path on the health port and the footage it
+    will cover (event time - pre_capture to event time + post_capture; it starts at the keyframe before)."""
+
+    url: str
+    start: float
+    end: float
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,7 @@ class EventMessage:
     dwell_s: Optional[float] = None
     track_lost: bool = False
     snapshot_id: Optional[str] = None
+    clip: Optional[ClipPlan] = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[0-9a-f]{32}", self.event_id):
@@ -216,7 +217,31 @@ def event_payload(msg: EventMessage, device_id: str, boot_id: str) -> dict[str, 
     payload["frame_seq"] = msg.frame_seq
     payload["box"] = None if msg.box is None else _box_dicts(msg.box, msg.image_width, msg.image_height)[0]
     payload["snapshot_id"] = msg.snapshot_id
+    if msg.clip is not None:
+        payload["clip"] = {"url": msg.clip.url, **time_fields(msg.clip.start, "start"),
+                           **time_fields(msg.clip.end, "end")}
     return payload
+
+
+@dataclass(frozen=True)
+class ClipMessage:
+    """An event's clip once its footage is written (``complete``), or why it never will be (``failed``)."""
+
+    event_id: str
+    camera_id: str
+    url: str
+    status: Literal["complete", "failed"]
+    start: float          # complete: the first frame's time (a keyframe); failed: the planned start
+    end: float
+    frames: int = 0
+    reason: str = ""
+
+
+def clip_payload(msg: ClipMessage, device_id: str, boot_id: str) -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, "type": "clip", "event_id": msg.event_id, "device_id": device_id,
+            "camera_id": msg.camera_id, "boot_id": boot_id, "status": msg.status, "url": msg.url,
+            **time_fields(msg.start, "start"), **time_fields(msg.end, "end"), "frames": msg.frames,
+            "reason": msg.reason or None}
 
 
 def snapshot_properties(snapshot_id: str, event_ids: Sequence[str], capture_time: float,
@@ -265,8 +290,7 @@ class CameraStatus:
     fps: Optional[float] = None
     detail: Optional[str] = None
     since: Optional[float] = None  # epoch seconds the camera entered this state (sent for ``waiting``)
-    last_error: Optional[str] = None  # the last capture error this run, kept after the camera recovered
-    last_error_time: Optional[float] = None  # epoch seconds it was first seen
+    last_error: Optional[tuple[str, float]] = None  # this run's last capture error, epoch s first seen; kept
 
     def __post_init__(self) -> None:
         if self.state not in CAMERA_STATES:
@@ -286,9 +310,7 @@ def camera_status_payload(status: CameraStatus, device_id: str, now: float) -> d
     if status.since is not None:
         payload.update(time_fields(status.since, "since"))
     if status.last_error:
-        payload["last_error"] = status.last_error
-        if status.last_error_time is not None:
-            payload.update(time_fields(status.last_error_time, "last_error_time"))
+        payload.update(last_error=status.last_error[0], **time_fields(status.last_error[1], "last_error_time"))
     return payload
 
 
@@ -349,11 +371,7 @@ def health_payload(device_id: str, now: float, uptime_s: float, stats: Publisher
     payload["spool"] = {"backlog": s.backlog, "bytes": s.bytes, "max_bytes": s.max_bytes, "spooled": s.spooled,
                         "dropped_oldest": s.dropped_oldest, "dropped_newest": s.dropped_newest,
                         "dropped_expired": s.dropped_expired, "set_aside": s.set_aside,
-                        "held": stats.held, "held_bytes": stats.held_bytes,
-                        "results_dropped": [{"camera_id": c, "kind": k, "reason": r, "count": n}
-                                            for (c, k, r), n in sorted(stats.results_dropped.items())]}
-    if stats.write_error:
-        payload["spool"]["write_error"] = stats.write_error
+                        **stats.held_readings()}
     payload["cameras"] = dict(extra.get("cameras", {}))
     payload["system"] = dict(extra.get("system", {}))
     return payload

@@ -229,7 +229,8 @@ class Appliance:
         return Serving(up.publisher, up.detector, up.server, served)
 
     def _set_up_capture(self, serving: Serving) -> Capturing:
-        capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step)
+        capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step,
+                                 self.paths["state_dir"] / "recordings")
         return Capturing(serving.publisher, serving.detector, serving.server, serving.served, capture)
 
     def _start_inference(self, capturing: Capturing) -> Running:
@@ -244,12 +245,13 @@ class Appliance:
             return None
         self._step(f"health endpoint on {health.host}:{health.port}")
         snapshots, inference = running.inference.snapshots, running.inference
-        routes = []
-        if self.config.web.enabled:
+        auth = make_auth(self.config.web, health.host) if self.config.web.enabled else None
+        routes = inference.clip_routes(auth, self.config.web.hosts)
+        if auth is not None:
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
                                  self.health_summary, inference.layouts, lambda: [c.id for c in self.config.cameras])
-            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
-                                 hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None)
+            routes += page_routes(site, auth, inference.live, inference.feed, hosts=self.config.web.hosts,
+                                  files=snapshots.store.http if snapshots else None)
         server = HealthServer(health.host, health.port,
                               lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
                               snapshots.store.http if snapshots else None, routes=routes, tls=self.config.web.tls)
@@ -348,8 +350,7 @@ class Appliance:
         scheduler = inference.scheduler if inference else None
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
                                            progressing=self._pipeline_progressing(), status=self.status_line(),
-                                           problems=reporting.problems(self.publisher, self.paths["state_dir"],
-                                                                       self.config.health.min_free_mb))
+                                           problems=reporting.problems(self.publisher, self._system, self.config))
         summary["analytics"] = {} if inference is None else {
             camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
             for camera_id, stage in list(inference.analytics.items())}  # a reload may change it meanwhile
@@ -363,8 +364,7 @@ class Appliance:
             engine_progress=self._engine_progress, ota=self.ota.status() if self.ota else None)}
 
     def _health_for_mqtt(self) -> dict[str, Any]:
-        return reporting.health_for_mqtt(self.health_summary(), self._system.read(), self._tegrastats,
-                                         self.recovery)
+        return reporting.health_for_mqtt(self.health_summary(), self._system.read(), self._tegrastats, self.recovery)
 
     # -- stop ----------------------------------------------------------------------------------------------
     def stop(self) -> None:

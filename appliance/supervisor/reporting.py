@@ -15,17 +15,17 @@ Pure functions: the Appliance passes what they read, so nothing here holds state
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import appliance
 from appliance import diskspace
+from appliance.appconfig.app import AppConfig
 from appliance.detector.engines.progress import ProgressEvent
 from appliance.health.levels import Readings, assess
 from appliance.health.metrics import ApplianceMetrics
-from appliance.health.system import SystemReading
+from appliance.health.system import SystemMonitor, SystemReading
 from appliance.health.tegrastats import TegrastatsMonitor, system_fields
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms, ota_status_payload
 from appliance.ota.status import STATES, OtaStatus
@@ -128,9 +128,11 @@ def _triton_readiness(server: Server | None, ensemble: str | None) -> tuple[bool
     return triton_ok, serving_ok
 
 
-def problems(publisher: MqttPublisher | None, state_dir: Path, min_free_mb: int) -> list[str]:
-    """Reasons for a degraded level besides the cameras: results not reaching the spool, a disk low on space."""
-    low = diskspace.low_space(state_dir, min_free_mb * diskspace.MB)
+def problems(publisher: MqttPublisher | None, system: SystemMonitor, config: AppConfig) -> list[str]:
+    """Reasons for a degraded level besides the cameras: results not reaching the spool, the state dir (the one
+    ``system`` reads) low on space."""
+    state_dir = system.state_dir
+    low = diskspace.low_space(state_dir, config.health.min_free_mb * diskspace.MB) if state_dir else None
     return result_problems(publisher) + ([low] if low else [])
 
 
