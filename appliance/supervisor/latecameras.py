@@ -54,7 +54,7 @@ class LateCameras:
         self._metrics: ApplianceMetrics | None = None
         self.replace(waiting)
 
-    def start(self, publisher: MqttPublisher, metrics: ApplianceMetrics) -> None:
+    def start(self, publisher: MqttPublisher | None, metrics: ApplianceMetrics) -> None:
         self._publisher, self._metrics = publisher, metrics
         self._thread = threading.Thread(target=self._run, name="late-cameras", daemon=True)
         self._thread.start()
