@@ -45,7 +45,8 @@ def write_config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: 
     keys, a `key: value` line each); with ``video``, camera line2 plays it and the detector runs two instances (other
     daemon tests use one camera and the automatic layout: one instance at 4 fps). With ``engine_seed`` (the
     ``engine_seed`` fixture) the state directory starts with the run's engine, so the start is not a first boot.
-    With ``sizeless``, camera line3 plays that video with no width/height configured (the source's own size)."""
+    With ``sizeless``, camera line3 plays that video with no width/height configured (the source's own size),
+    its source asked again at least every 2 s while it is absent."""
     device = f"e2e{uuid.uuid4().hex[:6]}"
     line2 = "" if video is None else f"""
   - id: line2
@@ -56,7 +57,8 @@ def write_config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: 
     line3 = "" if sizeless is None else f"""
   - id: line3
     source: {{type: file, path: {sizeless}, loop: true, realtime: true}}
-    fps: 2"""
+    fps: 2
+    backoff: {{max_s: 2.0}}"""
     model = "" if video is None else "\nmodel: {detector_instances: 2}"
     extra = "".join(f"\n    {line}" for line in line1_keys.splitlines())
     path = tmp_path / "appliance.yaml"
