@@ -73,7 +73,7 @@ class Appliance:
                  late: LateCameras | None = None) -> None:
         """``late``: the cameras waiting for their size (not in ``config`` until their source answers)."""
         self.config = config
-        self._late = late or LateCameras()
+        self._late = late if late is not None else LateCameras()
         self.notifier = notifier or Notifier()
         self.metrics = metrics or ApplianceMetrics()
         self.paths = resolved_paths(config)
