@@ -88,6 +88,7 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
                "answers" in shown.stdout, shown.stdout
         assert [_waiting_gauge(url, c) for c in ("line1", "line2", "line3")] == [0, 1, 1]
         assert detections("line2") == detections("line3") == []  # line1 has published while they had nothing
+        _reload_keeps_line3_waiting(config, daemon.process.pid, url, health["cameras"]["line3"])
 
         staged.rename(later)  # the videos are moved into place
         staged3.rename(sizeless)
@@ -103,6 +104,15 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
     finally:
         daemon.close()
         subscriber.close()
+
+
+def _reload_keeps_line3_waiting(config: Path, pid: int, url: str, before: dict) -> None:
+    """A reload of the same file while line3's source is silent is applied (nothing changed) and line3 waits on,
+    since the same moment."""
+    reloaded = subprocess.run([sys.executable, "-m", "appliance", "reload", "--config", str(config), "--pid",
+                               str(pid)], capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert reloaded.returncode == 0, reloaded.stdout + reloaded.stderr
+    assert fetch_health(url)["cameras"]["line3"] == before
 
 
 def _check_line3_waits(status: dict, health: dict, video: Path) -> None:
