@@ -76,12 +76,14 @@ def pipeline_progressing(scheduler: Scheduler | None, recovery: PipelineRecovery
 
 
 def status_line(cameras: Mapping[str, SupervisedCamera], configured: int, inferences_per_s: float,
-                publisher: MqttPublisher | None, recovery: PipelineRecovery | None, last_error: str) -> str:
-    """``configured``: cameras in the config; ``inferences_per_s``: the recent rate (FramePath.rate, last 10 s)."""
+                publisher: MqttPublisher | None, recovery: PipelineRecovery | None, last_error: str,
+                late: int = 0) -> str:
+    """``configured``: cameras running from the config; ``late``: those waiting for their size besides them
+    (appliance.supervisor.latecameras); ``inferences_per_s``: the recent rate (FramePath.rate, last 10 s)."""
     streaming = sum(1 for c in cameras.values() if c.published_state == "streaming")
     mqtt = publisher.stats().state.value if publisher else "off"
-    waiting = sum(1 for c in cameras.values() if c.published_state == "waiting")
-    text = (f"{streaming}/{configured} cameras streaming{f' ({waiting} waiting for their source)' if waiting else ''}, "
+    waiting = late + sum(1 for c in cameras.values() if c.published_state == "waiting")
+    text = (f"{streaming}/{configured + late} cameras streaming{f' ({waiting} waiting for their source)' if waiting else ''}, "
             f"{inferences_per_s:.1f} inferences/s, mqtt {mqtt}")
     if recovery is not None and recovery.state is not PipelineState.SERVING:
         text += f"; {recovery.status().line()}"
@@ -91,11 +93,13 @@ def status_line(cameras: Mapping[str, SupervisedCamera], configured: int, infere
 
 def health_summary(cameras: Mapping[str, SupervisedCamera], scheduler: Scheduler | None, server: Server | None,
                    router: Router | None, recovery: PipelineRecovery | None, *, progressing: bool,
-                   status: str, problems: Sequence[str] = ()) -> dict[str, Any]:
+                   status: str, problems: Sequence[str] = (),
+                   late: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """``progressing``: the watchdog's verdict; ``status``: the status line; ``problems``: more reasons for a
-    degraded level (results held or dropped, a disk low on space). ``level`` and ``reasons``:
+    degraded level (results held or dropped, a disk low on space); ``late``: the readings of cameras that wait for
+    their size (supervisor.late). ``level`` and ``reasons``:
     appliance.health.levels; ``ok`` is any level but failed, ``live`` what /livez answers."""
-    per_camera = {}
+    per_camera: dict[str, Mapping[str, Any]] = {}
     for slot in scheduler.cameras() if scheduler else []:
         cam = cameras[slot.camera_id]
         detail = cam.health.last_error if cam.health and cam.published_state != "streaming" else ""
@@ -103,6 +107,7 @@ def health_summary(cameras: Mapping[str, SupervisedCamera], scheduler: Scheduler
                                       "skipped": slot.skipped, "dropped": slot.dropped, "errors": slot.errors,
                                       **capture_readings(cam.health), **waiting_readings(cam),
                                       **({"detail": detail} if detail else {})}
+    per_camera.update(late or {})  # cameras waiting for their size: no scheduler slot yet
     route = router.current() if router is not None else None
     triton_ok, serving_ok = _triton_readiness(server, route.ensemble if route else None)
     pipeline = recovery.status() if recovery is not None else None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from starlette.routing import BaseRoute
 
-from appliance.appconfig.app import AppConfig
+from appliance.appconfig.app import AppConfig, TritonConfig
 from appliance.capture.config import CameraConfig
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
@@ -36,7 +36,8 @@ from appliance.supervisor.page import FeedingPublisher
 from appliance.supervisor.scheduler import Scheduler
 from appliance.supervisor.servedmodel import Served
 from appliance.supervisor.snapshots import SnapshotWorker
-from appliance.triton.server import Server
+from appliance.triton.locate import locate
+from appliance.triton.server import Server, ServerOptions
 from appliance.web.auth import Auth
 from appliance.web.clips import clip_routes
 from appliance.web.feed import EventFeed
@@ -125,6 +126,23 @@ class Inference:
             self.clips.stop()
         if self.frames.calibration is not None:
             self.frames.calibration.stop()
+
+
+def start_triton(built: Built, triton: TritonConfig, home: Path | None, metrics: ApplianceMetrics,
+                 timeout_s: float) -> TritonUp:
+    """Embedded Triton on the detector's live repository (explicit model control: it serves nothing yet); its
+    version and the engine's builder go to the build-info metric."""
+    options = ServerOptions(
+        repositories=[built.detector.repository], model_control="explicit",
+        log_verbose=triton.log_verbose, log_info=triton.log_info,
+        backend_config={"python": {"shm-default-byte-size": str(triton.python_shm_bytes)}},
+    )
+    distribution = locate(home)
+    server = Server(options, distribution).start(timeout_s)
+    engine = built.detector.engine
+    metrics.record_build_info(triton_version=distribution.version or "unknown",
+                              builder=engine.builder, triton_kind=engine.triton_kind)
+    return TritonUp(built.publisher, built.detector, server)
 
 
 def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str, Path], metrics: ApplianceMetrics,
