@@ -81,6 +81,10 @@ class CommandRunner:
             log.warning("MQTT: ignoring retained command on %s (a stale command must not run on reconnect); "
                         "publish commands without the retain flag", msg.topic)
             return
+        if not msg.payload:  # how a retained message is cleared: never a command (one without arguments is {})
+            log.warning("MQTT: ignoring an empty payload on %s (it clears a retained message; a command without "
+                        "arguments is {})", msg.topic)
+            return
         props = getattr(msg, "properties", None)
         response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
         correlation = getattr(props, "CorrelationData", None) if props is not None else None

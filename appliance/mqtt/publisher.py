@@ -18,6 +18,7 @@ from appliance.mqtt.authz import CommandAuthorizer, SignatureCheck
 from appliance.mqtt.commands import CommandHandler, CommandRunner, ReadOnly
 from appliance.mqtt.config import MqttConfig, PublishConfig
 from appliance.mqtt.errors import NotStartedError
+from appliance.mqtt.holdback import Held, Holdback, gap_payload
 from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, ClipMessage, DetectionsMessage, EventMessage,
                                      camera_status_payload, clip_payload, counts_payload, detections_payload,
                                      encode, event_payload, health_payload, new_message_id)
@@ -62,11 +63,13 @@ class MqttPublisher:
         self._commands = CommandRunner(config, self.topics, self._clock, self._shared, self._authorizer)
         self._session = Session(config, self.topics, self._clock, rng or random.Random(), self._versions,
                                 self._shared, self._spool, self._window, self._commands, group)
-        self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health)
+        self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health,
+                              self.retry_held)
         self._started = False
         self._threads: list[threading.Thread] = []
         self._gates: dict[str, PublishGate] = {}
         self._numbers = MessageCounter(boot_id)  # after the publish gate, before the spool: docs/mqtt.md
+        self._holdback = Holdback(self._spool, config.spool.memory_bytes, self._gap_record)
         self._detection_topics: dict[str, str] = {}
         self._health_provider: Optional[HealthProvider] = None
         self._started_mono = 0.0
@@ -117,6 +120,7 @@ class MqttPublisher:
             if thread.is_alive():
                 log.error("MQTT %s thread did not stop in time", thread.name)
         self._sender.process_acks(flush=True)
+        self._holdback.drop_all("stopped")  # after a last try to write them
         self._spool.close()
         self._authorizer.close()
         shared.connected_evt.clear()
@@ -161,7 +165,22 @@ class MqttPublisher:
         with s.lock:
             return PublisherStats(s.state, s.connects, s.connect_failures, s.published, s.acked, s.rejected,
                                   len(self._window.inflight), s.suppressed, s.last_error, s.broker,
-                                  tuple(s.backoff_delays), self._spool.stats(), self._authorizer.refusals())
+                                  tuple(s.backoff_delays), self._spool.stats(), self._authorizer.refusals(),
+                                  *self._held_stats())
+
+    def _held_stats(self) -> tuple[int, int, str | None, dict[tuple[str, str, str], int]]:
+        held, held_bytes, error, since = self._holdback.state()
+        return held, held_bytes, error if since is not None else None, self._holdback.dropped_counts()
+
+    def retry_held(self) -> None:
+        """Try the spool again for results held in memory (the sender does it each second, in case no result
+        comes)."""
+        self._holdback.retry()
+
+    def _gap_record(self, camera_id: str, first: int, last: int, reason: str) -> SpoolRecord:
+        payload = gap_payload(self.config.device_id, camera_id, self._numbers.boot_id, first, last, reason,
+                              self._clock.time())
+        return SpoolRecord(self.topics.detections(camera_id), encode(payload), self.config.qos.detections)
 
     def _require_running(self) -> None:
         if not self._started:
@@ -180,7 +199,7 @@ class MqttPublisher:
         """Like publish_detections for a batch, committed in one transaction (cheaper with synchronous=full)."""
         self._require_running()
         results: list[PublishResult] = []
-        records: list[SpoolRecord] = []
+        records: list[Held] = []
         now = self._clock.monotonic()
         qos = self.config.qos.detections
         for msg in messages:
@@ -198,14 +217,14 @@ class MqttPublisher:
             number = self._numbers.next(msg.camera_id, msg.seq)
             payload = encode(detections_payload(msg, self.config.device_id, msg.message_id or new_message_id(),
                                                 number))
-            records.append(SpoolRecord(topic, payload, qos))
+            records.append(Held(SpoolRecord(topic, payload, qos), msg.camera_id, "detections", number.message_seq))
             results.append(PublishResult.SPOOLED)
         suppressed = sum(r is PublishResult.SUPPRESSED for r in results)
         if suppressed:
             with self._shared.lock:
                 self._shared.suppressed += suppressed
         if records:
-            kept = self._spool.append(records)
+            kept = self._holdback.append(records)
             self._shared.nudge()
             if kept < len(records):
                 # The spool keeps a prefix of a batch under drop_newest/block; mark the refused tail.
@@ -223,9 +242,10 @@ class MqttPublisher:
         if not events:
             return 0
         qos, device, boot = self.config.qos.events, self.config.device_id, self._numbers.boot_id
-        records = [SpoolRecord(self.topics.camera_topic(e.camera_id, "events"),
-                               encode(event_payload(e, device, boot)), qos) for e in events]
-        kept = self._spool.append(records)
+        records = [Held(SpoolRecord(self.topics.camera_topic(e.camera_id, "events"),
+                                    encode(event_payload(e, device, boot)), qos), e.camera_id, "events")
+                   for e in events]
+        kept = self._holdback.append(records)
         self._shared.nudge()
         return kept
 
@@ -235,7 +255,7 @@ class MqttPublisher:
         record = SpoolRecord(self.topics.camera_topic(clip.camera_id, "clips"),
                              encode(clip_payload(clip, self.config.device_id, self._numbers.boot_id)),
                              self.config.qos.events)
-        kept = self._spool.append([record])
+        kept = self._holdback.append([Held(record, clip.camera_id, "events")])  # a clip notice counts as an event
         self._shared.nudge()
         return kept
 

@@ -78,7 +78,7 @@ class Appliance:
         self._triton_home = triton_home or config.triton.home
         self._clock = clock
         self._children = ChildSupervisor(clock)
-        self._system = SystemMonitor()
+        self._system = SystemMonitor(state_dir=self.paths["state_dir"])
         interval_ms = config.health.tegrastats_interval_ms
         self._tegrastats = TegrastatsMonitor(interval_ms) if interval_ms else None
         # When mqtt.sparkplug is set (docs/sparkplug.md): a second face on its own connection, started after the
@@ -332,8 +332,9 @@ class Appliance:
         inference = self._inference()
         scheduler = inference.scheduler if inference else None
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
-                                           progressing=self._pipeline_progressing(), status=self.status_line())
-        summary["cameras"].update(self._late.readings())
+                                           progressing=self._pipeline_progressing(), status=self.status_line(),
+                                           problems=reporting.problems(self.publisher, self._system, self.config),
+                                           late=self._late.readings())
         summary["analytics"] = {} if inference is None else {
             camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
             for camera_id, stage in list(inference.analytics.items())}  # a reload may change it meanwhile
@@ -347,8 +348,7 @@ class Appliance:
             engine_progress=self._engine_progress, ota=self.ota.status() if self.ota else None)}
 
     def _health_for_mqtt(self) -> dict[str, Any]:
-        return reporting.health_for_mqtt(self.health_summary(), self._system.read(), self._tegrastats,
-                                         self.recovery)
+        return reporting.health_for_mqtt(self.health_summary(), self._system.read(), self._tegrastats, self.recovery)
 
     # -- stop ----------------------------------------------------------------------------------------------
     def stop(self) -> None:
