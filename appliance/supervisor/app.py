@@ -44,9 +44,7 @@ from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
 from appliance.supervisor.running import Built, Capturing, Connected, Inference, Running, Serving, Stage, TritonUp
 from appliance.supervisor.running import start_inference
-from appliance.supervisor.page import ApplianceSite
-from appliance.web.auth import is_loopback, make_auth
-from appliance.web.routes import page_routes
+from appliance.supervisor.httpserver import open_http
 from appliance.supervisor.servedmodel import LateHandler, start_serving
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
@@ -239,25 +237,12 @@ class Appliance:
                        capturing.capture, inference, health_server=None)
 
     def _open_health(self, running: Running) -> HealthServer | None:
-        health = self.config.health
-        if not health.enabled:
-            return None
-        self._step(f"health endpoint on {health.host}:{health.port}")
-        snapshots, inference = running.inference.snapshots, running.inference
-        routes = []
-        if self.config.web.enabled:
-            site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
-                                 self.health_summary, inference.layouts, lambda: [c.id for c in self.config.cameras])
-            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
-                                 hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None)
-        server = HealthServer(health.host, health.port,
-                              lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
-                              snapshots.store.http if snapshots else None, routes=routes, tls=self.config.web.tls)
-        if self.config.web.enabled:
-            log.info("the operator's page: %s://%s:%d/ (%s)", "https" if self.config.web.tls else "http", health.host,
-                     server.port or health.port,
-                     "no login: loopback only" if is_loopback(health.host) else "login required")
-        return server
+        if self.config.health.enabled:
+            self._step(f"health endpoint on {self.config.health.host}:{self.config.health.port}")
+        return self._http(self.config, running)
+
+    def _http(self, config: AppConfig, running: Running) -> HealthServer | None:
+        return open_http(config, running, self.health_summary, self.metrics, lambda: [c.id for c in self.config.cameras])
 
     def _on_ota_status(self, status: OtaStatus) -> None:
         reporting.report_ota_status(self.metrics, self.publisher, self.config.mqtt.device_id, status)
@@ -304,8 +289,9 @@ class Appliance:
 
     def reload(self, new: AppConfig | None, problems: Sequence[str], source: str) -> None:
         """What changed to ``new`` applied, the rest named; None: refused (docs/supervisor.md, "Reload")."""
-        self._reloaded, self.config, self._last_error = reloader.reload_running(
-            self.running, self._children, self.config, new, problems, source, self._reloaded, self._last_error)
+        self._reloaded, self.config, self._last_error, self._now = reloader.reload_running(
+            self.running, self._children, self.config, new, problems, source, self._reloaded, self._last_error,
+            self._http)
 
     # -- periodic work -------------------------------------------------------------------------------------
     def tick(self) -> None:

@@ -22,6 +22,12 @@ from appliance.capture.config import CameraConfig
 
 # The analytics keys a running stage cannot take in place: its tracker and snapshot worker are built once.
 _ANALYTICS_REBUILT = ("tracker", "snapshots")
+# The mqtt keys the publisher takes by reconnecting in place (MqttPublisher.reconnect): the session's own.
+MQTT_RECONNECT = ("host", "port", "hosts", "protocol", "transport", "websocket_path", "tls", "username", "password",
+                   "password_file", "client_id", "clean_session", "session_expiry_s", "keepalive_s",
+                   "connect_timeout_s", "inflight_window", "backoff", "qos", "health_interval_s")
+# The keys the HTTP server (health endpoint and the operator's page) is built from: it restarts alone.
+_HTTP_RESTART = (("health", "enabled"), ("health", "host"), ("health", "port"), ("web",))
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,8 @@ class ReloadPlan:
     layouts: tuple[str, ...] = ()
     publish_modes: tuple[str, ...] = ()  # running cameras whose ``mqtt.publish``/``mqtt.cameras`` mode changed
     needs_restart: tuple[str, ...] = ()
+    mqtt: tuple[str, ...] = ()  # changed connection keys: the MQTT session reconnects with them
+    http: tuple[str, ...] = ()  # changed ``health``/``web`` keys: the HTTP server restarts alone
 
     @property
     def changes_cameras(self) -> bool:
@@ -45,7 +53,9 @@ class ReloadPlan:
         return ([f"camera {c} started" for c in self.start] + [f"camera {c} stopped" for c in self.stop]
                 + [f"camera {c} restarted" for c in self.restart]
                 + [f"camera {c} zones and lines applied" for c in self.layouts]
-                + [f"camera {c} publish mode applied" for c in self.publish_modes])
+                + [f"camera {c} publish mode applied" for c in self.publish_modes]
+                + ([f"MQTT reconnected ({', '.join(self.mqtt)})"] if self.mqtt else [])
+                + ([f"health endpoint restarted ({', '.join(self.http)})"] if self.http else []))
 
     def describe(self) -> str:
         done = "; ".join(self.applied()) or "no change applied"
@@ -67,14 +77,19 @@ def plan_reload(old: AppConfig, new: AppConfig) -> ReloadPlan:
             layouts.append(camera_id)
     start = tuple(c for c in after if c not in before)
     stop = tuple(c for c in before if c not in after)
-    needs = [key for section in AppConfig.model_fields if section != "cameras"
-             for key in changed_keys(getattr(old, section), getattr(new, section), section)
-             if key.split(".")[:2] not in (["mqtt", "publish"], ["mqtt", "cameras"])]
+    changed = [key for section in AppConfig.model_fields if section != "cameras"
+               for key in changed_keys(getattr(old, section), getattr(new, section), section)
+               if key.split(".")[:2] not in (["mqtt", "publish"], ["mqtt", "cameras"])]
+    mqtt = [k for k in changed if k.split(".")[:2] in [["mqtt", n] for n in MQTT_RECONNECT]]
+    if mqtt and old.mqtt.sparkplug is not None:  # its node connects with them too, and is not reconnected
+        mqtt = []
+    http = [k for k in changed if any(k.split(".")[:len(p)] == list(p) for p in _HTTP_RESTART)]
+    needs = [k for k in changed if k not in mqtt and k not in http]
     modes = tuple(c for c in after if c in before and c not in restart
                   and old.mqtt.publish_config(c) != new.mqtt.publish_config(c))
     if (start or stop or restart or layouts) and new.opcua is not None and old.opcua is not None:
         needs.append("opcua (its address space lists the cameras, their zones and lines, as at start)")
-    return ReloadPlan(start, stop, tuple(restart), tuple(layouts), modes, tuple(needs))
+    return ReloadPlan(start, stop, tuple(restart), tuple(layouts), modes, tuple(needs), tuple(mqtt), tuple(http))
 
 
 def with_running_sizes(running: AppConfig, new: AppConfig) -> AppConfig:
