@@ -6,8 +6,10 @@ A camera is compared by id, its settings as a whole: a change to anything but it
 that camera alone; an analytics change that ``Analytics.replace_layout`` can take (zones, lines, classes, scores,
 anchor, counts interval) applies on the next frame; one it cannot (tracker, snapshots, a section added or
 removed) restarts the camera alone. A camera's MQTT publish mode (``mqtt.publish``, ``mqtt.cameras``) applies
-from its next frame. Every other section is changed only by a restart of the service, and so is
-the OPC UA address space (built from the cameras at start). The Sparkplug node follows the cameras by itself: its
+from its next frame. The MQTT session's own settings (brokers, credentials, TLS, client id, QoS...) reconnect
+the publisher in place (unless a Sparkplug node shares them); ``health`` (enabled, host, port) and ``web`` restart
+the HTTP server alone. Every other section is changed only by a restart of the service, and so is the OPC UA
+address space (built from the cameras at start). The Sparkplug node follows the cameras by itself: its
 births come from the health summary, so a camera added, removed or with other lines gets its DBIRTH or DDEATH.
 """
 
