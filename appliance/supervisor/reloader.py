@@ -18,6 +18,7 @@ from appliance.health.server import HealthServer
 from appliance.mqtt.errors import MqttConfigError
 from appliance.mqtt.messages import reload_status_payload
 from appliance.supervisor.children import ChildSupervisor
+from appliance.supervisor.faces import RestartFaces
 from appliance.supervisor.reloadplan import MQTT_RECONNECT, ReloadPlan, plan_reload
 from appliance.supervisor.reloadstate import ReloadOutcome as ReloadOutcome  # the appliance names it from here
 from appliance.supervisor.reloadstate import write_outcome
@@ -30,11 +31,12 @@ RELOAD_STATUS = "reload/status"  # the retained device topic of the last reload'
 
 def reload_running(running: Running, children: ChildSupervisor, config: AppConfig, new: AppConfig | None,
                    problems: Sequence[str], source: str, previous: ReloadOutcome | None, last_error: str,
-                   open_http: OpenHttp) -> tuple[ReloadOutcome, AppConfig, str, Running]:
+                   open_http: OpenHttp, restart_faces: RestartFaces) -> tuple[ReloadOutcome, AppConfig, str, Running]:
     """The outcome (reported), the config now in force (``config`` with what of ``new`` was applied: the sections
     that need a restart stay as they run), the appliance's last error (the refusal until a reload is applied; a
     camera or setting the reload could not apply) and the running record (its HTTP server may be a new one).
-    ``new`` None: refused for ``problems``, nothing changes. ``open_http``: the start step's HTTP server."""
+    ``new`` None: refused for ``problems``, nothing changes. ``open_http``: the start step's HTTP server;
+    ``restart_faces``: the appliance's Sparkplug node and OPC UA server restarted (``faces``)."""
     seq = previous.seq + 1 if previous is not None else 1
     state_dir = resolved_paths(config)["state_dir"]  # the appliance's, as it started
     if new is None:
@@ -46,6 +48,7 @@ def reload_running(running: Running, children: ChildSupervisor, config: AppConfi
         plan = reconnect_mqtt(plan, new, running, errors.append)
         apply_cameras(plan, new, running, children, errors.append, config.pipeline.drain_timeout_s)
         running, plan = restart_http(plan, config, new, running, open_http, errors.append)
+        plan = restart_faces(plan, config, in_force(plan, config, new), errors.append)
     except Exception as exc:  # half applied: the service exits and its restart runs the whole new file
         report(ReloadOutcome(source, False, problems=[f"applying it failed ({exc}); the appliance exits, and "
                                                       "systemd's restart applies the whole file"], seq=seq),
@@ -63,7 +66,11 @@ def in_force(plan: ReloadPlan, config: AppConfig, new: AppConfig) -> AppConfig:
     mqtt = {"publish": new.mqtt.publish, "cameras": new.mqtt.cameras}
     if plan.mqtt:
         mqtt.update({key: getattr(new.mqtt, key) for key in MQTT_RECONNECT})
+    if plan.sparkplug:
+        mqtt["sparkplug"] = new.mqtt.sparkplug
     update: dict[str, object] = {"cameras": list(new.cameras), "mqtt": config.mqtt.model_copy(update=mqtt)}
+    if plan.opcua:
+        update["opcua"] = new.opcua
     if plan.http:
         update.update(web=new.web, health=config.health.model_copy(update={
             key: getattr(new.health, key) for key in ("enabled", "host", "port")}))
@@ -80,7 +87,7 @@ def reconnect_mqtt(plan: ReloadPlan, new: AppConfig, running: Running, on_error:
         running.publisher.reconnect(new.mqtt)
     except MqttConfigError as exc:
         on_error(f"mqtt: {exc}; the MQTT session keeps its settings")
-        return dataclasses.replace(plan, mqtt=())
+        return dataclasses.replace(plan, mqtt=(), sparkplug=tuple(k for k in plan.sparkplug if k not in plan.mqtt))
     return plan
 
 

@@ -98,12 +98,18 @@ def test_the_mqtt_session_settings_reconnect_and_its_topics_spool_and_commands_n
                               "mqtt.qos.replies", "mqtt.tls", "mqtt.inflight_window", "mqtt.backoff.max_s",
                               "mqtt.health_interval_s", "mqtt.protocol", "mqtt.username", "mqtt.password_file"}
     assert set(plan.needs_restart) == {"mqtt.device_id", "mqtt.spool.max_bytes", "mqtt.commands.require_signature"}
-    # The Sparkplug node connects with the same settings and is not reconnected: all of them wait for a restart.
+    # The Sparkplug node connects with the same settings: it restarts alone with them, as for its own section.
     old = _doc()
     old["mqtt"]["sparkplug"] = {"group_id": "plant"}
     new = copy.deepcopy(old)
     new["mqtt"]["keepalive_s"] = 10
-    assert (_plan(old, new).mqtt, _plan(old, new).needs_restart) == ((), ("mqtt.keepalive_s",))
+    new["mqtt"]["sparkplug"]["interval_s"] = 5
+    plan = _plan(old, new)
+    assert (plan.mqtt, plan.sparkplug, plan.needs_restart) == (
+        ("mqtt.keepalive_s",), ("mqtt.sparkplug.interval_s", "mqtt.keepalive_s"), ())
+    assert "Sparkplug node restarted (mqtt.sparkplug.interval_s, mqtt.keepalive_s)" in plan.applied()
+    del new["mqtt"]["sparkplug"]  # a node added or removed: a restart
+    assert _plan(old, new).needs_restart == ("mqtt.sparkplug",)
 
 
 def test_the_health_endpoint_and_page_restart_alone_on_their_own_keys() -> None:
@@ -125,20 +131,25 @@ def test_the_camera_order_alone_is_no_change() -> None:
     assert _plan(_doc(), new) == ReloadPlan()
 
 
-def test_opcua_lists_the_cameras_so_a_camera_change_needs_its_restart_and_sparkplug_follows_by_itself() -> None:
+def test_opcua_restarts_alone_when_its_section_or_its_address_space_changes() -> None:
     old = _doc()
     old["opcua"] = {"port": 4841}
-    old["mqtt"]["sparkplug"] = {"group_id": "plant"}
     new = copy.deepcopy(old)
     new["cameras"].append(_camera("cam4"))
     plan = _plan(old, new)
-    assert plan.start == ("cam4",)
-    assert [key.split()[0] for key in plan.needs_restart] == ["opcua"]
+    assert (plan.start, plan.opcua, plan.needs_restart) == (("cam4",), ("cameras",), ())
+    assert "OPC UA server restarted (cameras)" in plan.applied()
     new = copy.deepcopy(old)
-    new["cameras"][1]["analytics"]["lines"][0]["b"] = [640, 100]
-    assert [key.split()[0] for key in _plan(old, new).needs_restart] == ["opcua"]
+    new["cameras"][1]["analytics"]["lines"][0]["b"] = [640, 100]  # a line moved: the same names
+    assert _plan(old, new).opcua == ()
+    new["cameras"][1]["analytics"]["lines"][0]["name"] = "gate"  # renamed: another address space
+    new["cameras"][0]["fps"] = 5  # a capture change alone lists nothing new
+    assert _plan(old, new).opcua == ("cameras",)
+    new = copy.deepcopy(old)
+    new["opcua"]["port"] = 4842
+    assert _plan(old, new).opcua == ("opcua.port",)
     del new["opcua"]
-    assert _plan(old, new).needs_restart == ("opcua",)  # the section itself
+    assert (_plan(old, new).opcua, _plan(old, new).needs_restart) == ((), ("opcua",))  # the section itself
 
 
 def test_changed_keys_walks_nested_sections() -> None:
