@@ -249,7 +249,8 @@ class Appliance:
         return self._http(self.config, running)
 
     def _http(self, config: AppConfig, running: Running) -> HealthServer | None:
-        return open_http(config, running, self.health_summary, self.metrics, lambda: [c.id for c in self.config.cameras])
+        return open_http(config, running, self.health_summary, self.metrics,
+                         lambda: [c.id for c in self.config.cameras])
 
     def _on_ota_status(self, status: OtaStatus) -> None:
         reporting.report_ota_status(self.metrics, self.publisher, self.config.mqtt.device_id, status)

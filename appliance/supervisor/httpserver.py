@@ -38,5 +38,6 @@ def open_http(config: AppConfig, running: Running, summary: Callable[[], dict[st
                           summary, snapshots.store.http if snapshots else None, routes=routes, tls=web.tls)
     if web.enabled:
         log.info("the operator's page: %s://%s:%d/ (%s)", "https" if web.tls else "http", health.host,
-                 server.port or health.port, "no login: loopback only" if is_loopback(health.host) else "login required")
+                 server.port or health.port,
+                 "no login: loopback only" if is_loopback(health.host) else "login required")
     return server

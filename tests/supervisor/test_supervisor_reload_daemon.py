@@ -3,8 +3,9 @@ at this checkout) against `appliance run` with three file cameras, the real dete
 that adds a camera, moves camera 2's line and changes its source, removes camera 3, moves MQTT to a second broker
 (another client id and keepalive) and the health endpoint to another port applies exactly that: camera 1 streams
 on with `message_seq` continuous over both brokers and no capture gap above two frame intervals, camera 4 starts,
-camera 2 counts on its new line, camera 3's retained status is cleared, the page answers on the new port. A config with a problem is then refused
-(FILE:LINE, exit 1, /healthz and the retained MQTT reload outcome say so) and every camera keeps running."""
+camera 2 counts on its new line, camera 3's retained status is cleared, the page answers on the new port. A
+config with a problem is then refused (FILE:LINE, exit 1, /healthz and the retained MQTT reload outcome say so)
+and every camera keeps running."""
 
 from __future__ import annotations
 

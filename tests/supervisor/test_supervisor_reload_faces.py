@@ -94,7 +94,8 @@ def test_an_opcua_server_restarts_alone_with_the_new_address_space(tmp_path: Pat
                "allow_unencrypted": True}
     old = AppConfig.model_validate(_doc(opcua=section))
     new_doc = _doc(opcua=section)
-    new_doc["cameras"].append({**new_doc["cameras"][0], "id": "yard", "analytics": {"lines": [{**LINE, "name": "gate"}]}})
+    yard = {**new_doc["cameras"][0], "id": "yard", "analytics": {"lines": [{**LINE, "name": "gate"}]}}
+    new_doc["cameras"].append(yard)
     new = AppConfig.model_validate(new_doc)
 
     def make(config: AppConfig) -> Any:
