@@ -46,7 +46,7 @@ class CommandRunner:
     - network thread: ``dispatch`` (paho's on_message); it only enqueues.
     - commands thread: ``run`` and the handlers it calls; ``_recent`` is its alone. ``close`` (the stopping thread)
       enqueues the sentinel that ends ``run``.
-    - The client is read from ``shared.client`` (set once by start()); paho's publish() only queues the packet, the
+    - The client is read from ``shared.client`` (set by start() and a reconnect); paho's publish() only queues the packet, the
       network thread writes it (see connection.build_client).
     """
 
@@ -68,6 +68,10 @@ class CommandRunner:
         check_id("command name", name)
         self._read_only[name] = read_only if callable(read_only) else _always(bool(read_only))
         self._handlers[name] = handler
+
+    def reconfigure(self, config: MqttConfig) -> None:
+        """The reply QoS and protocol of a publisher that reconnected with new settings (its next reply on)."""
+        self._config = config
 
     def names(self) -> list[str]:
         return sorted(self._handlers)

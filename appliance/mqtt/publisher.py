@@ -61,6 +61,7 @@ class MqttPublisher:
         nonces = NonceStore(nonce_path or Path(spool_path).with_name("command-nonces.log"))
         self._authorizer = CommandAuthorizer(config.commands, self.topics, signature_check, nonces)
         self._commands = CommandRunner(config, self.topics, self._clock, self._shared, self._authorizer)
+        self._group = group
         self._session = Session(config, self.topics, self._clock, rng or random.Random(), self._versions,
                                 self._shared, self._spool, self._window, self._commands, group)
         self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health,
@@ -126,6 +127,50 @@ class MqttPublisher:
         shared.connected_evt.clear()
         shared.set_state(State.STOPPED)
         log.info("MQTT publisher stopped; %d detections stay spooled for the next start", self._spool.stats().backlog)
+
+    # The settings a reconnect takes over; the others (topics, spool, signed commands, publish modes) stay as they
+    # are: the topics and the spool are in use by every camera, publish modes have set_publish_modes.
+    KEPT_ON_RECONNECT = ("device_id", "topic_prefix", "spool", "commands", "publish", "cameras", "sparkplug")
+
+    def reconnect(self, config: MqttConfig) -> None:
+        """Take ``config``'s connection settings (brokers, credentials, TLS, client id, protocol, keepalive, QoS,
+        window, backoff, health period) without stopping the publisher: the current session ends cleanly (its
+        in-flight detections get until their acknowledgements or ``connect_timeout_s``), a client built from
+        ``config`` starts a new one on the same spool. Nothing spooled is lost: a detection sent but not
+        acknowledged is sent again from the spool (at least once). ``KEPT_ON_RECONNECT`` keep their values.
+        Raises MqttConfigError (TLS material, password file) before anything is touched."""
+        self._require_running()
+        shared, old = self._shared, self.config
+        config = config.model_copy(update={key: getattr(old, key) for key in self.KEPT_ON_RECONNECT})
+        session = Session(config, self.topics, self._clock, random.Random(), self._versions, shared, self._spool,
+                          self._window, self._commands, self._group)
+        client = session.create_client()  # raises here, with the running session untouched
+        deadline = time.monotonic() + old.connect_timeout_s
+        while shared.state is State.CONNECTED and self._window.pending() and time.monotonic() < deadline:
+            shared.wake.set()
+            time.sleep(0.02)
+        if shared.state is State.CONNECTED and config.brokers != old.brokers:
+            self._session.publish_offline(deadline)  # the old broker does not keep saying "online"
+        self._session.halt()
+        self._sender.request_stop()
+        for thread in self._threads[:2]:  # the network and the sender thread (start's order)
+            thread.join(old.connect_timeout_s + 5.0)
+            if thread.is_alive():
+                raise RuntimeError(f"MQTT {thread.name} thread did not stop for the reconnect")
+        self._sender.process_acks(flush=True)
+        self._window.take_all_back()
+        earlier, self._session = self._session, session
+        session.take_over(earlier)
+        self._sender = Sender(config, shared, self._spool, self._window, self._clock, self._publish_health)
+        self.config = config
+        self._commands.reconfigure(config)
+        shared.client = client
+        shared.set_state(State.CONNECTING)
+        log.info("MQTT reconnecting with new settings to %s; %d detections spooled",
+                 ", ".join(str(b) for b in config.brokers), self._spool.stats().backlog)
+        for index, (name, target) in enumerate((("mqtt-network", session.run), ("mqtt-sender", self._sender.run))):
+            self._threads[index] = threading.Thread(target=target, name=name, daemon=True)
+            self._threads[index].start()
 
     def __enter__(self) -> "MqttPublisher":
         self.start()

@@ -133,6 +133,13 @@ class Session:
         except (RuntimeError, ValueError):
             pass  # not queued: the connection just dropped; the broker will send the last will instead
 
+    def take_over(self, earlier: "Session") -> None:
+        """What ``earlier`` (a session of this publisher, halted) republishes and subscribes in each session: the
+        retained messages remembered and the extra subscriptions; this session's own newer values win."""
+        with self._shared.lock:
+            self._retained = {**earlier._retained, **self._retained}
+            self._subscriptions = {**earlier._subscriptions, **self._subscriptions}
+
     def halt(self) -> None:
         self._halt.set()
 

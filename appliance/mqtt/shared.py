@@ -90,7 +90,8 @@ class Shared:
       that is half made or half taken apart.
     - ``wake`` wakes the sender thread; ``nudge()`` (producers, network thread) sets it only while the sender
       announced ``sender_idle``, because waking it per message costs more than the message on a 2-core box.
-    - ``client`` is set once by start() before any thread starts; ``closing`` is set once by stop().
+    - ``client`` is set by start() before any thread starts, and by reconnect() while the network and sender
+      threads are stopped; ``closing`` is set once by stop().
     - ``backoff_delays`` is appended by the network thread only (a deque: readers take a tuple of it).
     """
 
