@@ -11,17 +11,18 @@ import random
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import appliance
 from appliance.mqtt.authz import CommandAuthorizer, SignatureCheck
 from appliance.mqtt.commands import CommandHandler, CommandRunner, ReadOnly
 from appliance.mqtt.config import MqttConfig, PublishConfig
 from appliance.mqtt.errors import NotStartedError
+from appliance.mqtt.healthreport import HealthProvider, HealthReport
 from appliance.mqtt.holdback import Held, Holdback, gap_payload
 from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, ClipMessage, DetectionsMessage, EventMessage,
                                      camera_status_payload, clip_payload, counts_payload, detections_payload,
-                                     encode, event_payload, health_payload, new_message_id)
+                                     encode, event_payload, new_message_id)
 from appliance.mqtt.modes import PublishGate
 from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.numbering import MessageCounter
@@ -36,9 +37,6 @@ __all__ = ["Clock", "CommandHandler", "HealthProvider", "MessageHandler", "MqttP
            "PublisherStats", "State", "SystemClock"]
 
 log = logging.getLogger(__name__)
-
-HealthProvider = Callable[[], Mapping[str, Any]]
-
 
 class MqttPublisher:
     """Construct, register command handlers, start(); publish_*(); stop(). One instance per process."""
@@ -64,16 +62,14 @@ class MqttPublisher:
         self._group = group
         self._session = Session(config, self.topics, self._clock, rng or random.Random(), self._versions,
                                 self._shared, self._spool, self._window, self._commands, group)
-        self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health,
-                              self.retry_held)
+        self._health = HealthReport(self.stats, lambda: self.config, self._shared, self.topics, self._clock)
+        self._sender = self._new_sender(config)
         self._started = False
         self._threads: list[threading.Thread] = []
         self._gates: dict[str, PublishGate] = {}
         self._numbers = MessageCounter(boot_id)  # after the publish gate, before the spool: docs/mqtt.md
         self._holdback = Holdback(self._spool, config.spool.memory_bytes, self._gap_record)
         self._detection_topics: dict[str, str] = {}
-        self._health_provider: Optional[HealthProvider] = None
-        self._started_mono = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -87,7 +83,7 @@ class MqttPublisher:
         self._spool.open()
         self._shared.client = client
         self._started = True
-        self._started_mono = self._clock.monotonic()
+        self._health.started_mono = self._clock.monotonic()
         self._shared.set_state(State.CONNECTING)
         for name, target in (("mqtt-network", self._session.run), ("mqtt-sender", self._sender.run),
                              ("mqtt-commands", self._commands.run)):
@@ -161,7 +157,7 @@ class MqttPublisher:
         self._window.take_all_back()
         earlier, self._session = self._session, session
         session.take_over(earlier)
-        self._sender = Sender(config, shared, self._spool, self._window, self._clock, self._publish_health)
+        self._sender = self._new_sender(config)
         self.config = config
         self._commands.reconfigure(config)
         shared.client = client
@@ -171,6 +167,10 @@ class MqttPublisher:
         for index, (name, target) in enumerate((("mqtt-network", session.run), ("mqtt-sender", self._sender.run))):
             self._threads[index] = threading.Thread(target=target, name=name, daemon=True)
             self._threads[index].start()
+
+    def _new_sender(self, config: MqttConfig) -> Sender:
+        return Sender(config, self._shared, self._spool, self._window, self._clock, self._health.publish,
+                      self.retry_held)
 
     def __enter__(self) -> "MqttPublisher":
         self.start()
@@ -366,7 +366,7 @@ class MqttPublisher:
     def set_health_provider(self, provider: Optional[HealthProvider]) -> None:
         """``provider()`` returns {"cameras": {id: {name: value}}, "system": {name: value}} for each health
         message (values: numbers, strings, booleans or null); the publisher adds its own MQTT and spool state."""
-        self._health_provider = provider
+        self._health.provider = provider
 
     def on_command(self, name: str, handler: CommandHandler, *, read_only: bool | ReadOnly = False) -> None:
         """Run ``handler(command)`` for <prefix>/<device>/command/<name>; its returned mapping is the reply's
@@ -387,27 +387,7 @@ class MqttPublisher:
     def publish_health_now(self) -> None:
         """Publish a health message immediately (it is also published every health_interval_s)."""
         self._require_running()
-        self._publish_health()
+        self._health.publish()
 
     def health_payload(self) -> dict[str, Any]:
-        stats = self.stats()
-        extra: Mapping[str, Any] = {}
-        if self._health_provider is not None:
-            try:
-                extra = self._health_provider() or {}
-            except Exception:  # a broken provider must not silence health
-                log.exception("MQTT health provider failed; publishing health without camera/system readings")
-        return health_payload(self.config.device_id, self._clock.time(),
-                              self._clock.monotonic() - self._started_mono, stats, extra)
-
-    def _publish_health(self) -> None:
-        """Sender thread (every health_interval_s) or the caller of publish_health_now."""
-        client = self._shared.client
-        if client is None or self._shared.state is not State.CONNECTED:
-            return
-        try:
-            payload = encode(self.health_payload())
-        except (TypeError, ValueError) as exc:
-            log.error("MQTT health payload is not JSON (%s); check the health provider's values", exc)
-            return
-        client.publish(self.topics.health, payload, qos=self.config.qos.health)
+        return self._health.payload()
