@@ -29,13 +29,14 @@ from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # type: ignore[impo
 from appliance.restream.wire import read_frame, watch_line  # noqa: E402
 from appliance.web.passwords import check_password  # noqa: E402
 
-# The Jetson's NVENC wants NVMM memory: nvvidconv copies the frame there once.
+# The Jetson's NVENC wants NVMM memory: nvvidconv copies the frame there once. x264 with one thread makes one
+# slice per frame: with zerolatency's sliced threads, ffmpeg's RTSP client showed only one slice of each frame.
 ENCODERS = {
     "nvv4l2": ("nvv4l2h264enc", "videoconvert ! video/x-raw,format=BGRx ! nvvidconv ! "
                "video/x-raw(memory:NVMM),format=NV12 ! nvv4l2h264enc bitrate={bps} iframeinterval={gop} "
                "idrinterval={gop} insert-sps-pps=true maxperf-enable=true"),
     "x264": ("x264enc", "videoconvert ! video/x-raw,format=I420 ! x264enc tune=zerolatency speed-preset=ultrafast "
-             "bitrate={kbps} key-int-max={gop} ! video/x-h264,profile=constrained-baseline"),
+             "threads=1 bitrate={kbps} key-int-max={gop} ! video/x-h264,profile=constrained-baseline"),
     "openh264": ("openh264enc", "videoconvert ! video/x-raw,format=I420 ! openh264enc bitrate={bps} "
                  "gop-size={gop}"),
 }
@@ -60,7 +61,7 @@ def pick_encoder(name: str) -> str:
     raise RuntimeError("restream: no H.264 encoder (x264enc, openh264enc or nvv4l2h264enc) in GStreamer")
 
 
-class UserAuth(GstRtspServer.RTSPAuth):  # type: ignore[misc]
+class UserAuth(GstRtspServer.RTSPAuth):
     """Basic auth over the page's users, checked with the page's own password function; every role may watch."""
 
     def __init__(self, users: dict[str, str]) -> None:

@@ -92,11 +92,11 @@ class Restream:
         kinds = self.server.watched.get(camera, frozenset())
         height, width = pixels.shape[:2]
         if "raw" in kinds:
-            self.server.send(camera, "raw", width, height, pixel_format, memoryview(np.ascontiguousarray(pixels)))
+            self.server.send(camera, "raw", width, height, pixel_format, np.ascontiguousarray(pixels).data)
         if "annotated" in kinds:
             image = cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR) if pixel_format == "rgb" else pixels.copy()
             draw_scene(image, scene_of(message, self._overlays.get(camera)))
-            self.server.send(camera, "annotated", width, height, "bgr", memoryview(image))
+            self.server.send(camera, "annotated", width, height, "bgr", image.data)
         self.sent += 1
 
     def stop(self) -> None:

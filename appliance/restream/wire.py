@@ -17,10 +17,11 @@ KINDS = ("raw", "annotated")
 def send_frame(sock: socket.socket, camera: str, kind: str, width: int, height: int, pixel_format: str,
                pixels: bytes | memoryview) -> None:
     """One HxWx3 frame (``pixel_format`` "bgr" or "rgb") for the stream ``camera``/``kind``."""
+    data = memoryview(pixels).cast("B")  # an array's view counts rows, not bytes
     header = json.dumps({"camera": camera, "kind": kind, "width": width, "height": height,
-                         "format": pixel_format, "size": len(pixels)}).encode()
+                         "format": pixel_format, "size": data.nbytes}).encode()
     sock.sendall(_LENGTH.pack(len(header)) + header)
-    sock.sendall(pixels)
+    sock.sendall(data)
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytearray | None:

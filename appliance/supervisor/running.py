@@ -33,7 +33,10 @@ from appliance.supervisor.servedmodel import Served
 from appliance.supervisor.snapshots import SnapshotWorker
 from appliance.triton.server import Server
 from appliance.web.feed import EventFeed
+from appliance.web.auth import is_loopback, load_users
 from appliance.web.live import LiveFrames
+from appliance.restream.server import RestreamServer
+from appliance.restream.tap import Restream, Taps
 
 log = logging.getLogger("appliance.supervisor")
 # The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
@@ -101,6 +104,7 @@ class Inference:
     layouts: Layouts  # each camera's zones and lines: the config file's, or the page's
     live: LiveFrames  # the newest frame of a camera someone watches on the page
     feed: EventFeed   # the newest events, for the page
+    restream: Restream | None = None  # the RTSP server and what feeds it, when ``restream.enabled``
 
     def stop(self, drain_timeout_s: float) -> None:
         """No new frames; in-flight ones drain (their detections spool), then what they queued is written."""
@@ -110,6 +114,18 @@ class Inference:
             self.snapshots.stop()
         if self.frames.calibration is not None:
             self.frames.calibration.stop()
+        if self.restream is not None:
+            self.restream.stop()
+
+
+def start_restream(config: AppConfig, analytics: Mapping[str, CameraAnalytics]) -> Restream | None:
+    """The RTSP server on the health endpoint's address, with the page's users unless that is loopback."""
+    if not config.restream.enabled:
+        return None
+    host = config.health.host
+    users = None if is_loopback(host) else {u.name: u.password_hash for u in load_users(config.web).values()}
+    server = RestreamServer(config.restream, host, [c.id for c in config.cameras], users).start()
+    return Restream(server, analytics)
 
 
 def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str, Path], metrics: ApplianceMetrics,
@@ -133,9 +149,13 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
                                              len(config.cameras), engine.precision)
         if calibration is not None:
             undo.callback(calibration.stop)
+        restream = start_restream(config, analytics)
+        if restream is not None:
+            undo.callback(restream.stop)
         frames = FramePath(capturing.server, served.router, capturing.publisher, served.recovery, metrics,
                            request_timeout_s=config.pipeline.request_timeout_s, on_error=on_error,
-                           analytics=analytics, calibration=calibration, live=live)
+                           analytics=analytics, calibration=calibration,
+                           live=live if restream is None else Taps(live, restream))
         scheduler = Scheduler(frames.submit, frames.on_result, max_inflight=capturing.detector.max_inflight,
                               per_camera_inflight=config.pipeline.per_camera_inflight, clock=clock,
                               gate=served.recovery.drop_reason, on_drop=frames.on_drop,
@@ -143,4 +163,4 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         capturing.capture.open_readers(config.cameras, scheduler, on_error)
         scheduler.start()
         undo.pop_all()  # all of it runs: Appliance.stop ends it from here on
-    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed)
+    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, restream)

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 from selenium.webdriver import ActionChains, Chrome
 from selenium.webdriver.common.by import By
@@ -23,6 +25,7 @@ from support.engineseed import seed_state_dir
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.shm import private_shm_dir
+from support.rtspclients import frames_of, probe, psnr, rate, start_grab
 from support.subscriber import Subscriber
 from support.wait import wait_until
 
@@ -35,6 +38,7 @@ USERS = {"olga": ("operator", "line-setup-1"), "victor": ("viewer", "just-lookin
 # A vertical line left of the demo's own, across the walkway: people walk across it both ways.
 NEW_LINE = ((300, 200), (300, 470))
 BOWTIE = ((100, 100), (250, 250), (250, 100), (100, 250))  # its edges 0-1 and 2-3 cross
+RESTREAM_FPS = 6
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx")]
 
@@ -42,6 +46,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx")]
 @dataclass
 class Site:
     url: str
+    rtsp: str  # rtsp://<host>:<port>
     daemon: RunningDaemon  # the test that restarts the appliance puts the new one here
     events: Subscriber
     root: Path
@@ -71,18 +76,19 @@ def site(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterato
     shm_root = next(shm)
     users = "".join(f"\n    - {{name: {n}, role: {r}, password_hash: '{hash_password(p)}'}}"
                     for n, (r, p) in USERS.items())
-    host, port = _lan_address(), free_port()
+    host, port, rtsp_port = _lan_address(), free_port(), free_port()
     text = DEMO_CONFIG.read_text().replace("health:\n", "health:\n  host: 0.0.0.0\n")
     config = root / "demo.yaml"
     config.write_text(f"{text}\npaths:\n  state_dir: {root / 'state'}\n  shm_root: {shm_root}\n"
-                      f"web:\n  users:{users}\n")
+                      f"web:\n  users:{users}\n"
+                      f"restream:\n  enabled: true\n  port: {rtsp_port}\n  fps: {RESTREAM_FPS}\n")
     seed_state_dir(root / "state", engine_seed)
     with pytest.MonkeyPatch.context() as env, Mosquitto(root / "broker") as broker:
         env.setenv("APPLIANCE_MQTT_PORT", str(broker.port))
         env.setenv("APPLIANCE_HEALTH_PORT", str(port))
         env.setenv(DEMO_VIDEO_ENV, str(VTEST))
         events = Subscriber(broker, "appliance/demo/+/events")
-        site = Site(f"http://{host}:{port}", RunningDaemon(root, config, REPO), events, root, config)
+        site = Site(f"http://{host}:{port}", f"rtsp://{host}:{rtsp_port}", RunningDaemon(root, config, REPO), events, root, config)
         try:
             assert site.daemon.notify.wait_for("READY=1", 240), site.daemon.tail()
             yield site
@@ -208,6 +214,48 @@ def test_a_viewer_cannot_edit(site: Site, browser: Chrome) -> None:
     assert not browser.find_element(By.ID, "add-line").is_enabled()
     assert _post_layout(browser, "App.me.csrf") == 403  # with the viewer's own valid token
     assert [ln["name"] for ln in _layout(browser)["lines"]] == ["walkway", "aisle"]
+
+
+def _best_source_match(frame: np.ndarray) -> float:
+    """PSNR of ``frame`` against the vtest.avi frame it is (found on small copies, compared at full size)."""
+    video, small = cv2.VideoCapture(str(VTEST)), []
+    while (got := video.read())[0]:
+        small.append(cv2.resize(got[1], (96, 72), interpolation=cv2.INTER_AREA))
+    target = cv2.resize(frame, (96, 72), interpolation=cv2.INTER_AREA)
+    best = int(np.argmax([psnr(target, s) for s in small]))
+    video = cv2.VideoCapture(str(VTEST))
+    video.set(cv2.CAP_PROP_POS_FRAMES, best)
+    return psnr(frame, video.read()[1])
+
+
+def _colored(frames: np.ndarray, bgr: tuple[int, int, int]) -> np.ndarray:
+    """Per frame, the pixels within 60 of ``bgr`` in every channel."""
+    return np.all(np.abs(frames.astype(np.int16) - np.array(bgr, np.int16)) < 60, axis=-1)
+
+
+def test_the_restream_serves_both_pictures_to_a_viewer_and_refuses_a_wrong_password(site: Site) -> None:
+    raw_url, annotated_url = f"{site.rtsp}/hall", f"{site.rtsp}/hall/annotated"
+    with pytest.raises(RuntimeError, match="401"):
+        probe(raw_url.replace("rtsp://", "rtsp://victor:wrong@"))
+    with pytest.raises(RuntimeError, match="401"):
+        probe(raw_url)  # no login at all
+    login = f"rtsp://victor:{USERS['victor'][1]}@"
+    raw_grab = start_grab(raw_url.replace("rtsp://", login), 6)
+    annotated_grab = start_grab(annotated_url.replace("rtsp://", login), 6)
+    stream, times = probe(annotated_url.replace("rtsp://", login))  # a second client of a running stream
+    assert (stream["codec_name"], stream["width"], stream["height"]) == ("h264", 768, 576), stream
+    assert abs(rate(times) - RESTREAM_FPS) <= 0.1 * RESTREAM_FPS, times
+    raw, annotated = frames_of(raw_grab, 768, 576), frames_of(annotated_grab, 768, 576)
+    assert len(raw) == 6 and len(annotated) == 6
+    # The walkway line (x 560, y 220..420) is drawn in LINE_BGR on the annotated picture only; so are boxes.
+    line = (slice(None), slice(260, 380), slice(558, 563))
+    drawn = [_colored(frames[line], (0, 200, 255)).any(axis=-1).mean() for frames in (annotated, raw)]
+    assert drawn[0] > 0.5 and drawn[1] < 0.05, drawn  # rows where the line shows (people walk over it)
+    green = _colored(annotated, (0, 255, 0)).sum(axis=(1, 2))
+    assert green.max() > 200 and _colored(raw, (0, 255, 0)).sum() < 50, green
+    assert _best_source_match(raw[-1]) > 30  # the camera's own picture, H.264-compressed
+    site.daemon.wait(lambda: site.daemon.log_path.read_text().count("has no client left: encoder stopped") >= 2, 30,
+                     "both streams' encoders to stop once their clients left")
 
 
 def _healthz(site: Site) -> dict:
