@@ -37,6 +37,7 @@ class RestreamServer:
         self._sock: socket.socket | None = None
         self._send_lock = threading.Lock()
         self.watched: dict[str, frozenset[str]] = {}  # camera -> kinds with a client; replaced, never mutated
+        self.encoders_started = 0  # pipelines built for a first client (every later client shares one)
 
     def start(self, timeout_s: float = 30.0) -> RestreamServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -82,6 +83,7 @@ class RestreamServer:
             else:
                 watched.pop(camera, None)
             self.watched = watched  # one assignment: the frame path's lookup never sees half a change
+            self.encoders_started += watching
             log.info("restream: %s/%s %s", camera, kind, "has a client: encoding" if watching
                      else "has no client left: encoder stopped")
 
