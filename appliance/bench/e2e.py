@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from appliance.bench._broker import start_local_broker
+from appliance.bench._e2e_restream import alternate, restream_section, watch_rtsp
 from appliance.bench._e2e_opcua import opcua_setup, start_client, stop_client
 from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, python_stages_engines, video_frames
 from appliance.bench._e2e_stages import STAGES, pct, split_line, stage_means, stage_totals
@@ -54,13 +55,15 @@ OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
                     engines_dir: Path | None = None, page: dict[str, int] | None = None,
-                    opcua: dict[str, int] | None = None) -> tuple[float, list[float]]:
+                    opcua: dict[str, int] | None = None,
+                    restream: dict[str, Any] | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
     over the measuring window (proof that the analytics did work). Given ``page``, the page is served; with
     ``page["viewers"]`` 1, someone watches cam0's live view, and ``page["pictures"]`` gets how many pictures they
-    saw. Given ``opcua``, the OPC UA server runs with one subscribed client; it gets what that client received."""
+    saw. Given ``opcua``, the OPC UA server runs with one subscribed client; it gets what that client received.
+    Given ``restream`` (_e2e_restream), the restream runs when "enabled", with "clients" RTSP clients."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
@@ -82,7 +85,7 @@ paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {
 cameras:{cams}
 mqtt: {{host: 127.0.0.1, port: {port}}}
 {health_section(page)}
-""" + (setup.section if setup else ""))
+{restream_section(restream)}""" + (setup.section if setup else ""))
     received = Received()
     sub = subscriber(port, "appliance/bench/+/detections", received)
     counted: dict[str, int] = {"events": 0, "snapshot": 0}
@@ -97,7 +100,7 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
         time.sleep(3)  # warm-up: first batches, capture processes settling
         start_count = received.count()
         counted_before = dict(counted)
-        viewer = watch(app, page)
+        viewer, clients = watch(app, page), watch_rtsp(app, restream)
         before = stage_totals(server) if split is not None else {}
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
@@ -107,6 +110,8 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
         got = received.since(start_count)
         if viewer is not None and page is not None:
             page["pictures"] = viewer.stop()
+        if clients is not None and restream is not None:
+            restream["alive"] = clients.stop()
         if analytics is not None:
             analytics.update({key: counted[key] - counted_before[key] for key in counted})
         if split is not None:
@@ -145,6 +150,7 @@ class Options:
     analytics: bool
     opcua: bool = False
     viewer: bool = False
+    restream: bool = False
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -167,9 +173,12 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--viewer", action="store_true",
                         help="only the appliance with its page served: nobody watching, one viewer on cam0's live "
                              "view, nobody again; ends with e2e_viewer_vs_unwatched=<ratio>")
+    parser.add_argument("--restream", action="store_true",
+                        help="only the appliance with the restream off, on and unwatched, with one and with four "
+                             "RTSP clients; ends with e2e_restream_unwatched_vs_off=<ratio>")
     args = parser.parse_args(argv)
     return Options(8.0 if args.quick else args.seconds, args.cameras, args.fps, args.latency_fps, args.triton_home,
-                   args.analytics or args.opcua, args.opcua, args.viewer)
+                   args.analytics or args.opcua, args.opcua, args.viewer, args.restream)
 
 
 @dataclass(frozen=True)
@@ -227,7 +236,7 @@ def run(opts: Options) -> int:
     profile = load_profile(PROFILE)
     pre = Preprocessor(profile)
     tensors = [pre.frame(f, "BGR")[0] for f in video_frames(video, every=4)]
-    if opts.viewer:
+    if opts.viewer or opts.restream:
         return _viewer(opts, onnx, video, tensors)
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         results = _measure(opts, Path(tmp), onnx, dist, video, profile, tensors)
@@ -241,10 +250,11 @@ def _viewer(opts: Options, onnx: Path, video: Path, tensors: list[np.ndarray]) -
         try:
             fps = opts.fps or math.ceil(OFFERED_VS_DETECTOR * bench_detector(onnx, tensors, opts.seconds / 2)[0]
                                         / opts.cameras)
-            lines = side_by_side(bench_appliance, Path(tmp), video, broker.port, opts.cameras, fps, opts.seconds)
+            runs = alternate if opts.restream else side_by_side
+            lines = runs(bench_appliance, Path(tmp), video, broker.port, opts.cameras, fps, opts.seconds)
         finally:
             broker.stop()
-    print(f"e2e --viewer on {video.name} (640x480), {opts.cameras} cameras x {fps:g} fps offered, "
+    print(f"e2e {'--restream' if opts.restream else '--viewer'} on {video.name} (640x480), {opts.cameras} cameras x {fps:g} fps offered, "
           f"{os.cpu_count()} CPUs, {opts.seconds:g} s per run, load average {os.getloadavg()[0]:.1f} at the end")
     print("\n".join(lines))
     return 0
