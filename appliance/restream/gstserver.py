@@ -116,14 +116,20 @@ class Streams:
             self._sources[(camera, kind)] = source
             self._caps.pop((camera, kind), None)
             self._sock.sendall(watch_line(True, camera, kind))
-        media.connect("unprepared", self._unprepared, camera, kind)
+        media.connect("target-state", self._target_state, camera, kind)
+        media.connect("unprepared", lambda _media, c, k: self._stop(c, k), camera, kind)
 
-    def _unprepared(self, _media: Any, camera: str, kind: str) -> None:
-        """The last client left: the pipeline is gone; the supervisor stops drawing and sending."""
+    def _target_state(self, _media: Any, state: int, camera: str, kind: str) -> None:
+        """The media is about to be taken down (the last client left): no push may reach its appsrc from now."""
+        if state == Gst.State.NULL:
+            self._stop(camera, kind)
+
+    def _stop(self, camera: str, kind: str) -> None:
+        """The supervisor stops drawing and sending for the stream (once, whichever signal came first)."""
         with self._lock:
-            self._sources.pop((camera, kind), None)
-            self._latest.pop((camera, kind), None)
-            self._sock.sendall(watch_line(False, camera, kind))
+            if self._sources.pop((camera, kind), None) is not None:
+                self._latest.pop((camera, kind), None)
+                self._sock.sendall(watch_line(False, camera, kind))
 
     def read(self) -> None:
         """The supervisor's frames, until it closes the socket (then this process ends)."""
@@ -143,13 +149,13 @@ class Streams:
         due = time.monotonic()
         while True:
             due += period
-            with self._lock:
-                ready = [(key, self._sources[key], *self._latest[key]) for key in self._latest]
-            for key, source, caps, data in ready:
-                if self._caps.get(key) != caps:
-                    source.set_property("caps", Gst.Caps.from_string(caps))
-                    self._caps[key] = caps
-                source.emit("push-buffer", Gst.Buffer.new_wrapped(data))  # a fresh buffer: appsrc stamps it
+            with self._lock:  # held while pushing: a stream being taken down waits (appsrc is leaky: no block)
+                for key, (caps, data) in self._latest.items():
+                    source = self._sources[key]
+                    if self._caps.get(key) != caps:
+                        source.set_property("caps", Gst.Caps.from_string(caps))
+                        self._caps[key] = caps
+                    source.emit("push-buffer", Gst.Buffer.new_wrapped(data))  # a fresh buffer: appsrc stamps it
             time.sleep(max(0.0, due - time.monotonic()))
             due = max(due, time.monotonic() - period)  # a stall costs frames, not a burst
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import socket
 import subprocess
 import threading
@@ -15,6 +16,7 @@ from pathlib import Path
 from appliance.procs import stop_process
 from appliance.restream.config import RestreamConfig
 from appliance.restream.wire import send_frame
+from appliance.web.passwords import hash_password
 
 log = logging.getLogger("appliance.restream")
 SYSTEM_PYTHON = "/usr/bin/python3"  # python3-gi exists only for it
@@ -25,12 +27,18 @@ class RestreamStartError(RuntimeError):
     """The RTSP server did not come up (no encoder, port taken, no python3-gi); the message says which."""
 
 
+PAGE_USER = "_page"  # the page's own login: no configured user can have this name (web.UserConfig's pattern)
+
+
 class RestreamServer:
-    """``users``: name -> scrypt hash, whose Basic logins are let in; None: no login (bound to loopback)."""
+    """``users``: name -> scrypt hash, whose Basic logins are let in; None: no login (bound to loopback). With
+    users, the page gets a login of its own, a random password made here and kept in memory only."""
 
     def __init__(self, config: RestreamConfig, host: str, cameras: Sequence[str],
                  users: dict[str, str] | None, *, python: str = SYSTEM_PYTHON) -> None:
-        self.config, self.host, self.cameras, self.users, self._python = config, host, list(cameras), users, python
+        self.config, self.host, self.cameras, self._python = config, host, list(cameras), python
+        self._page_password = secrets.token_urlsafe(24)
+        self.users = None if users is None else {**users, PAGE_USER: hash_password(self._page_password)}
         self.encoder = ""
         self.port = config.port
         self._proc: subprocess.Popen[str] | None = None
@@ -66,6 +74,13 @@ class RestreamServer:
         log.info("restream: rtsp://%s:%d/<camera>[/annotated], encoder %s, %s", self.host, self.port, self.encoder,
                  "no login: loopback only" if self.users is None else "login required")
         return self
+
+    def local_url(self, camera: str, kind: str = "annotated") -> str:
+        """The stream's URL for this machine's own clients (the page's video), with the page's login if needed."""
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(self.host, self.host)
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        login = f"{PAGE_USER}:{self._page_password}@" if self.users is not None else ""
+        return f"rtsp://{login}{host}:{self.port}/{camera}" + ("" if kind == "raw" else f"/{kind}")
 
     def _read_watchers(self) -> None:
         sock = self._sock

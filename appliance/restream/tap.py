@@ -67,6 +67,14 @@ class Restream:
     def wants(self, camera_id: str) -> bool:
         return camera_id in self.server.watched
 
+    def page_video(self, camera_id: str) -> tuple[str | None, str]:
+        """The page's video source (appliance.web.video.VideoSource): the annotated stream, or why not."""
+        if camera_id not in self.server.cameras:
+            return None, f"no camera {camera_id!r}"
+        if not self.server.config.annotated:
+            return None, "the annotated stream is off (restream.annotated)"
+        return self.server.local_url(camera_id), ""
+
     def offer(self, camera_id: str, pixels: np.ndarray, pixel_format: str, message: DetectionsMessage) -> None:
         if camera_id not in self.server.watched:
             return

@@ -248,7 +248,9 @@ class Appliance:
             route = running.served.router.current()
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
                                  self.health_summary, inference.layouts, route.class_names if route else ())
-            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed)
+            video = inference.restream.page_video if inference.restream is not None else None
+            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
+                                 video)
         server = HealthServer(health.host, health.port,
                               lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
                               snapshots.store.http if snapshots else None, routes=routes)

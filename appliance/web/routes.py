@@ -19,6 +19,7 @@ from starlette.staticfiles import StaticFiles
 from appliance.web.auth import COOKIE, Auth, Session
 from appliance.web.feed import EventFeed
 from appliance.web.live import LiveFrames, encode
+from appliance.web.video import VideoSource, video_info, video_stream
 
 STATIC = Path(__file__).resolve().with_name("static")
 STREAM_PERIOD_S = 0.5
@@ -36,8 +37,9 @@ class Site(Protocol):
 
 
 class Page:
-    def __init__(self, site: Site, auth: Auth, live: LiveFrames, feed: EventFeed) -> None:
-        self.site, self.auth, self.live, self.feed = site, auth, live, feed
+    def __init__(self, site: Site, auth: Auth, live: LiveFrames, feed: EventFeed,
+                 video: VideoSource | None = None) -> None:
+        self.site, self.auth, self.live, self.feed, self.video = site, auth, live, feed, video
 
     def who(self, request: Request) -> Session | None:
         return self.auth.session(request.cookies.get(COOKIE))
@@ -100,6 +102,16 @@ class Page:
         jpeg, meta = await run_in_threadpool(encode, latest, width)
         return Response(jpeg, media_type="image/jpeg", headers={"X-Frame": meta, "Cache-Control": "no-store"})
 
+    async def video_info(self, request: Request) -> Response:
+        if self.who(request) is None:
+            return _denied()
+        return video_info(self.video, request.path_params["camera"])
+
+    async def video_stream(self, request: Request) -> Response:
+        if self.who(request) is None:
+            return _denied()
+        return video_stream(self.video, request.path_params["camera"], request)
+
     async def layout(self, request: Request) -> Response:
         session = self.who(request)
         if session is None:
@@ -155,8 +167,9 @@ def _denied() -> Response:
     return JSONResponse({"error": "log in first", "login": "/login"}, status_code=401)
 
 
-def page_routes(site: Site, auth: Auth, live: LiveFrames, feed: EventFeed) -> list[BaseRoute]:
-    page = Page(site, auth, live, feed)
+def page_routes(site: Site, auth: Auth, live: LiveFrames, feed: EventFeed,
+                video: VideoSource | None = None) -> list[BaseRoute]:
+    page = Page(site, auth, live, feed, video)
     return [
         Route("/", page.index), Route("/camera/{camera}", page.camera_page),
         Route("/login", page.login_page), Route("/login", page.login, methods=["POST"]),
@@ -164,6 +177,8 @@ def page_routes(site: Site, auth: Auth, live: LiveFrames, feed: EventFeed) -> li
         Route("/api/overview", page.overview), Route("/api/events", page.events),
         Route("/api/stream", page.stream),
         Route("/api/cameras/{camera}/frame.jpg", page.frame),
+        Route("/api/cameras/{camera}/video", page.video_info),
+        Route("/api/cameras/{camera}/video.mp4", page.video_stream),
         Route("/api/cameras/{camera}/layout", page.layout),
         Route("/api/cameras/{camera}/layout", page.apply, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

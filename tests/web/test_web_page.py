@@ -132,6 +132,15 @@ def _picture_spread(browser: Chrome) -> float:
         return Math.sqrt(s2 / n - (s / n) ** 2);"""))
 
 
+def _green_pixels(browser: Chrome) -> int:
+    """Pixels of the canvas in the boxes' green (BOX_BGR), which the hall's picture itself does not have."""
+    return int(browser.execute_script("""
+        const c = document.getElementById('picture'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i+1] > 200 && d[i] < 80 && d[i+2] < 80) n++;
+        return n;"""))
+
+
 def _click_frame(browser: Chrome, points: tuple[tuple[int, int], ...]) -> None:
     """Mouse clicks on the picture at these frame pixels (the canvas is scaled to the page)."""
     canvas = browser.find_element(By.ID, "picture")
@@ -153,8 +162,12 @@ def _layout(browser: Chrome) -> dict:
 def test_the_operator_sees_the_picture_draws_a_line_and_it_counts(site: Site, browser: Chrome) -> None:
     _login(browser, site, "olga")
     wait_until(lambda: _picture_spread(browser) > 15, 30, 0.2, "the hall's picture on the canvas")
-    wait_until(lambda: browser.execute_script("return S.detections.some(d => d.track_id !== null)"), 30, 0.2,
-               "a tracked person drawn on the picture")
+    # The annotated stream plays (the restream is on): its boxes, drawn by the appliance, show on the canvas.
+    first = wait_until(lambda: browser.execute_script("return S.video && S.video.currentTime"), 40, 0.2,
+                       "the annotated video playing (else: " + str(browser.execute_script("return S.fallback")) + ")")
+    wait_until(lambda: browser.execute_script("return S.video.currentTime") > first + 1, 20, 0.2, "the video advancing")
+    assert "video: the annotated stream" in browser.find_element(By.ID, "frame-info").text
+    wait_until(lambda: _green_pixels(browser) > 100, 30, 0.2, "a tracked person's box drawn on the picture")
     save_screenshot(browser, site.artifacts, "ui-camera.png")
 
     browser.find_element(By.ID, "add-line").click()
