@@ -7,9 +7,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
+from pydantic import ValidationError
 from support.ports import free_port
 from support.rtspclients import frames_of, start_grab
 from support.wait import wait_until
@@ -82,3 +85,11 @@ def test_unwatched_costs_nothing_and_two_clients_share_one_encoder(restream: Res
     sent = restream.sent
     time.sleep(0.5)  # five more
     assert restream.sent == sent
+
+
+def test_the_documented_section_is_valid_and_unknown_keys_are_refused() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "restream.md").read_text()
+    section = yaml.safe_load(doc.split("```yaml\n", 1)[1].split("```", 1)[0])["restream"]
+    assert RestreamConfig.model_validate(section) == RestreamConfig(enabled=True)
+    with pytest.raises(ValidationError):
+        RestreamConfig.model_validate({**section, "bitrate": 2000})  # the key is bitrate_kbps
