@@ -20,34 +20,35 @@ ORDER = ("off", "unwatched", "one", "four", "four", "one", "unwatched", "off")  
 
 
 def restream_section(restream: dict[str, Any] | None) -> str:
+    """The config's restream section (with its line break before), or nothing when the restream is off."""
     if restream is None or not restream.get("enabled"):
         return ""
-    return f"restream: {{enabled: true, port: {free_port()}, fps: 10}}\n"
+    return f"\nrestream: {{enabled: true, port: {free_port()}, fps: 10}}"
 
 
 class Clients:
     """``count`` ffmpeg processes reading rtsp://127.0.0.1:<port>/cam0/annotated; :meth:`stop` ends them."""
 
-    def __init__(self, port: int, count: int) -> None:
-        url = f"rtsp://127.0.0.1:{port}/cam0/annotated"
-        self._procs = [subprocess.Popen(["ffmpeg", "-v", "error", "-rtsp_transport", "tcp", "-i", url, "-f", "null",
+    def __init__(self, port: int, count: int, report: dict[str, Any]) -> None:
+        url, self._report = f"rtsp://127.0.0.1:{port}/cam0/annotated", report
+        self._procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(["ffmpeg", "-v", "error", "-rtsp_transport", "tcp", "-i", url, "-f", "null",
                                          "-"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL) for _ in range(count)]
 
-    def stop(self) -> int:
-        """How many clients were still reading at the end (each one that failed early is missing)."""
-        alive = sum(proc.poll() is None for proc in self._procs)
+    def stop(self) -> None:
+        """Ends the clients; the report's "alive": how many were still reading (one that failed early is not)."""
+        self._report["alive"] = sum(proc.poll() is None for proc in self._procs)
         for proc in self._procs:
             stop_process(proc, timeout_s=5)
-        return alive
 
 
-def watch_rtsp(app: Any, restream: dict[str, Any] | None) -> Clients | None:
+def watch_rtsp(app: Any, restream: dict[str, Any] | None) -> Clients:
+    """``restream["clients"]`` ffmpeg clients on the running appliance's cam0/annotated (none: no process)."""
     if restream is None or not restream.get("clients"):
-        return None
+        return Clients(0, 0, restream if restream is not None else {})
     found = app.running.inference.restream
     assert found is not None, "the restream is not running"
-    return Clients(found.server.port, int(restream["clients"]))
+    return Clients(found.server.port, int(restream["clients"]), restream)
 
 
 def alternate(bench: Callable[..., tuple[float, list[float]]], workdir: Path, video: Path, port: int,

@@ -55,15 +55,13 @@ OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
                     engines_dir: Path | None = None, page: dict[str, int] | None = None,
-                    opcua: dict[str, int] | None = None,
-                    restream: dict[str, Any] | None = None) -> tuple[float, list[float]]:
+                    opcua: dict[str, int] | None = None, restream: dict | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
     over the measuring window (proof that the analytics did work). Given ``page``, the page is served; with
     ``page["viewers"]`` 1, someone watches cam0's live view, and ``page["pictures"]`` gets how many pictures they
-    saw. Given ``opcua``, the OPC UA server runs with one subscribed client; it gets what that client received.
-    Given ``restream`` (_e2e_restream), the restream runs when "enabled", with "clients" RTSP clients."""
+    saw. Given ``opcua``, the OPC UA server runs with one subscribed client; it gets what that client received."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
@@ -84,8 +82,8 @@ device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
 cameras:{cams}
 mqtt: {{host: 127.0.0.1, port: {port}}}
-{health_section(page)}
-{restream_section(restream)}""" + (setup.section if setup else ""))
+{health_section(page)}{restream_section(restream)}
+""" + (setup.section if setup else ""))
     received = Received()
     sub = subscriber(port, "appliance/bench/+/detections", received)
     counted: dict[str, int] = {"events": 0, "snapshot": 0}
@@ -106,12 +104,10 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
         while time.perf_counter() - t0 < seconds:
             app.tick()
             time.sleep(0.5)
-        elapsed = time.perf_counter() - t0
-        got = received.since(start_count)
+        elapsed, got = time.perf_counter() - t0, received.since(start_count)
         if viewer is not None and page is not None:
             page["pictures"] = viewer.stop()
-        if clients is not None and restream is not None:
-            restream["alive"] = clients.stop()
+        clients.stop()
         if analytics is not None:
             analytics.update({key: counted[key] - counted_before[key] for key in counted})
         if split is not None:

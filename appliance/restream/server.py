@@ -86,6 +86,18 @@ class RestreamServer:
         sock = self._sock
         if sock is None:
             return
+        try:
+            self._follow(sock)
+        except (OSError, ValueError):  # stop() closed the socket
+            pass
+        self.watched = {}
+        proc = self._proc
+        if proc is not None:  # not stop(): the server went away by itself
+            log.error("restream: the RTSP server process ended (exit code %s); no restream until the appliance "
+                      "restarts", proc.wait())
+
+    def _follow(self, sock: socket.socket) -> None:
+        """The server's word on each stream that gets its first client or loses its last one."""
         for raw in sock.makefile("rb"):
             message = json.loads(raw)
             watching = "watch" in message
