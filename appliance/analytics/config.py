@@ -7,9 +7,9 @@ docs/analytics.md, "Config"."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, Strict, model_validator
 
 from appliance.analytics.geometry import polygon_problem
 from appliance.config.base import ConfigFieldError, StrictModel
@@ -17,7 +17,13 @@ from appliance.config.ids import Id
 
 Units = Literal["pixels", "normalized"]
 Anchor = Literal["bottom_center", "center", "top_center"]
-PointXY = tuple[float, float]
+# A coordinate is a number: ``"10"`` is refused, not read as 10.0 (an int is a number).
+Coordinate = Annotated[float, Strict()]
+PointXY = tuple[Coordinate, Coordinate]
+# Checked before any geometry (a zone's self-intersection check is quadratic in its points): docs/ui.md, "Limits".
+MAX_POINTS = 256
+MAX_ZONES = 32
+MAX_LINES = 32
 
 
 def _check_normalized(points: list[PointXY], key: str) -> None:
@@ -50,7 +56,8 @@ class ZoneConfig(StrictModel):
 
     name: Id = Field(description="unique per camera; named in events and counts")
     units: Units = Field("pixels", description="points in frame pixels, or normalized 0..1 of the frame's width/height")
-    points: list[PointXY] = Field(description="polygon corners [x, y] in order, at least 3; the last joins the first")
+    points: list[PointXY] = Field(max_length=MAX_POINTS, description="polygon corners [x, y] in order, at least 3 "
+                                  f"and at most {MAX_POINTS}; the last joins the first")
     dwell_s: float | None = Field(None, gt=0, le=86_400,
                                   description="a track inside longer than this raises one `dwell` event per stay")
     hysteresis: HysteresisConfig = Field(default_factory=HysteresisConfig,
@@ -128,8 +135,10 @@ class AnalyticsConfig(StrictModel):
         None, description="allow-list: class name -> minimum score (0..1); absent = every class at min_score")
     min_score: float = Field(0.25, ge=0, le=1, description="minimum score of classes not named in `classes`")
     anchor: Anchor = Field("bottom_center", description="which point of a box decides zone membership and crossings")
-    zones: list[ZoneConfig] = Field(default_factory=list)
-    lines: list[LineConfig] = Field(default_factory=list)
+    zones: list[ZoneConfig] = Field(default_factory=list, max_length=MAX_ZONES,
+                                    description=f"at most {MAX_ZONES} zones per camera")
+    lines: list[LineConfig] = Field(default_factory=list, max_length=MAX_LINES,
+                                    description=f"at most {MAX_LINES} lines per camera")
     counts_interval_s: float = Field(60.0, gt=0, le=86_400, description="counts are published on change and at "
                                      "least this often")
     tracker: TrackerConfig = Field(default_factory=TrackerConfig)

@@ -17,10 +17,12 @@ from pydantic import ValidationError
 from appliance.analytics.check import check_analytics
 from appliance.analytics.config import AnalyticsConfig
 from appliance.config.base import ConfigFieldError
+from appliance.config.shown import QUOTE_CHARS, shown
 from appliance.config.validate import describe_error
 from appliance.durable import write_json_durably
 
 LAYOUT_DIR = "layouts"
+MAX_PROBLEMS = 10  # a layout's problems named; the rest are counted
 # The camera's class filter (``classes``: name -> minimum score; None: every class at ``min_score``), or "keep":
 # the config file's.
 Classes = Union[dict[str, float], None, Literal["keep"]]
@@ -53,8 +55,10 @@ class Overlay:
     path: Path
     classes: Classes = "keep"
 
-    def describe(self) -> str:
-        return f"{self.path} (applied on the page by {self.edited_by} at {_utc(self.edited_at)})"
+    def describe(self, *, who: bool = True) -> str:
+        """The file and when it was applied; ``who``: and by whom (not for what is served without a login)."""
+        by = f" by {self.edited_by}" if who else ""
+        return f"{self.path} (applied on the page{by} at {_utc(self.edited_at)})"
 
 
 def _utc(t: float) -> str:
@@ -106,17 +110,25 @@ def with_layout(base: AnalyticsConfig, zones: Sequence[Any], lines: Sequence[Any
         config = AnalyticsConfig.model_validate(doc)
     except ValidationError as exc:
         problems = []
-        for error in exc.errors():
+        for error in exc.errors()[:MAX_PROBLEMS]:
             loc = tuple(error["loc"])
             cause = (error.get("ctx") or {}).get("error")
             if isinstance(cause, ConfigFieldError):
                 loc = loc + tuple(cause.path)
-            problems.append(LayoutProblem(loc, describe_error(error)))
+            problems.append(LayoutProblem(_short_path(loc), describe_error(error)))
+        if exc.error_count() > MAX_PROBLEMS:
+            problems.append(LayoutProblem((), f"and {exc.error_count() - MAX_PROBLEMS} more problems"))
         return None, problems
     found = check_analytics(width, height, config, class_names, camera=camera)
     if found:
-        return None, [LayoutProblem(p.path, f"{p.name!r}: {p.reason}") for p in found]
+        return None, [LayoutProblem(_short_path(p.path), f"{shown(p.name)}: {p.reason}")
+                      for p in found[:MAX_PROBLEMS]]
     return config, []
+
+
+def _short_path(path: tuple[Any, ...]) -> tuple[str | int, ...]:
+    return tuple(part if isinstance(part, int) or len(str(part)) <= QUOTE_CHARS else shown(str(part))
+                 for part in path)
 
 
 def overlaid(base: AnalyticsConfig, overlay: Overlay, width: int | None, height: int | None,

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from appliance.appconfig.app import AppConfig
-from appliance.appconfig.check import check_config
+from appliance.appconfig.check import CheckReport, check_config
 
 
 def load_and_report(path: Path, *, machine: bool = True, log: logging.Logger | None = None,
@@ -24,6 +24,13 @@ def load_and_report(path: Path, *, machine: bool = True, log: logging.Logger | N
     log: log through this logger instead of printing. quiet_when_ok: say nothing about a good config (a
     command whose stdout is its answer).
     """
+    report = check_and_report(path, machine=machine, log=log, quiet_when_ok=quiet_when_ok)
+    return report.config if report.ok else None
+
+
+def check_and_report(path: Path, *, machine: bool = True, log: logging.Logger | None = None,
+                     quiet_when_ok: bool = False) -> CheckReport:
+    """``check_config``'s report, its warnings and problems reported as :func:`load_and_report` says."""
     report = check_config(path, machine=machine)
     for warning in report.warnings:
         if log is not None:
@@ -36,7 +43,7 @@ def load_and_report(path: Path, *, machine: bool = True, log: logging.Logger | N
                 log.info("config: %s", report.summary())
             else:
                 print(report.summary())
-        return report.config
+        return report
     if log is not None:
         for issue in report.issues:
             log.error("config: %s", issue)
@@ -45,4 +52,4 @@ def load_and_report(path: Path, *, machine: bool = True, log: logging.Logger | N
         for issue in report.issues:
             print(issue, file=sys.stderr)
         print(report.summary(), file=sys.stderr)
-    return None
+    return report

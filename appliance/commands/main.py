@@ -160,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the raw health summary")
     p.set_defaults(func=_lazy("status"))
 
+    p = sub.add_parser("reload", help="have the running appliance apply its changed config (what changed, nothing "
+                                      "else); print what it applied, refused or needs a restart for")
+    p.add_argument("--config", help="the appliance's YAML config (default: an installed device's config)")
+    p.add_argument("--pid", type=int, help="the appliance's process (default: the one its spool's lock names; "
+                                           "the unit passes $MAINPID)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the outcome (default: "
+                                                                 "%(default)s)")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.set_defaults(func=_lazy("reload"))
+
     p = sub.add_parser("triton-info", help="show which Triton distribution the appliance would use")
     p.add_argument("--triton-home", help="Triton distribution directory (default: discovered)")
     p.add_argument("--json", action="store_true", help="print what was found as JSON")
@@ -178,10 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_ota_parser(sub).set_defaults(func=_lazy("ota"))
 
-    p = sub.add_parser("opcua-password", help="hash an OPC UA user's password (read from stdin, or asked)")
-    p.add_argument("--user", help="print a users-file line `USER:ROLE:HASH` instead of the hash alone")
-    p.add_argument("--role", default="reader", choices=["reader", "operator"], help="with --user (default: reader)")
-    p.set_defaults(func=_lazy("opcuapassword"))
+    p = sub.add_parser("password",
+                       help="hash a user's password for any user list (read from stdin, or asked)")
+    p.add_argument("--user", help="print a users-file line instead of the hash alone")
+    p.add_argument("--for", dest="users", default="opcua", choices=["opcua", "web"],
+                   help="with --user: an OPC UA users-file line `USER:ROLE:HASH` (default) or a web.users_file item")
+    p.add_argument("--role", choices=["reader", "viewer", "operator"],
+                   help="with --user: reader or operator (opcua), viewer or operator (web); default the first")
+    p.set_defaults(func=_lazy("password"))
 
     p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
     p.add_argument("name", choices=bench_names())

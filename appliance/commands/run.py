@@ -1,4 +1,5 @@
-"""``appliance run``: load the config, start the appliance, tick until SIGTERM/SIGINT, stop cleanly.
+"""``appliance run``: load the config, start the appliance, tick until SIGTERM/SIGINT, stop cleanly; SIGHUP
+reloads the config (what changed, nothing else).
 
 Exit codes (systemd's unit refuses to restart on 2, since a bad config does not fix itself):
 0 stopped cleanly; 1 a part failed at start or while running; 2 the config is invalid.
@@ -15,9 +16,10 @@ from pathlib import Path
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
 from appliance.capture.probe import SizeUnknown, resolve_sizes
-from appliance.commands.configload import load_and_report
+from appliance.commands.configload import check_and_report, load_and_report
 from appliance.commands.exitcodes import ExitCode
 from appliance.supervisor.app import Appliance
+from appliance.supervisor.reloadplan import with_running_sizes
 
 log = logging.getLogger("appliance")
 
@@ -41,14 +43,20 @@ def run(args: argparse.Namespace) -> int:
         log.error("%s", exc)  # not exit 2: the camera may answer at the next start
         return ExitCode.FAILED
 
-    stop = threading.Event()
+    stop, wake, reload = threading.Event(), threading.Event(), threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)
         stop.set()
+        wake.set()
+
+    def on_hangup(_signum: int, _frame: object) -> None:  # applied by the loop below, once started
+        reload.set()
+        wake.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     app = Appliance(config, triton_home=Path(args.triton_home) if args.triton_home else None)
     try:
         app.start()
@@ -60,8 +68,14 @@ def run(args: argparse.Namespace) -> int:
             print(app.status_line())
             return ExitCode.OK
         interval = min(1.0, config.health.interval_s)
-        while not stop.wait(interval):
-            app.tick()
+        while not stop.is_set():
+            wake.wait(interval)
+            wake.clear()
+            if reload.is_set() and not stop.is_set():
+                reload.clear()
+                reload_config(app, path)
+            if not stop.is_set():
+                app.tick()
         return ExitCode.OK
     except Exception:
         log.exception("the appliance failed while running")
@@ -69,3 +83,19 @@ def run(args: argparse.Namespace) -> int:
     finally:
         app.stop()
         sys.stdout.flush()
+
+
+def reload_config(app: Appliance, path: Path) -> None:
+    """SIGHUP (``systemctl reload``, ``appliance reload``): the config file read and checked again as at start
+    (``check-config``'s checks, each problem logged as FILE:LINE), then what changed applied; a config with
+    problems is refused and the running one stays (docs/supervisor.md, "Reload")."""
+    log.info("reload: reading %s", path)
+    report = check_and_report(path, log=log)
+    new, problems = (report.config if report.ok else None), [str(issue) for issue in report.issues]
+    if new is not None:
+        try:
+            new = with_running_sizes(app.config, new)  # probed again only where the camera changed
+            new = new.model_copy(update={"cameras": resolve_sizes(new.cameras)})
+        except SizeUnknown as exc:
+            new, problems = None, [str(exc)]
+    app.reload(new, problems, str(path))

@@ -11,6 +11,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
+from appliance.config.shown import shown
+
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 ID_RULE = "1-64 of letters, digits, '_', '.', '-', starting with a letter or digit"
 _ID = re.compile(ID_PATTERN)
@@ -21,7 +23,7 @@ def id_problem(value: object) -> str | None:
     if not isinstance(value, str):
         return f"an id is a string, not {type(value).__name__}"
     if not _ID.match(value):
-        return f"{value!r} is not a valid id: use {ID_RULE}"
+        return f"{shown(value)} is not a valid id: use {ID_RULE}"
     return None
 
 

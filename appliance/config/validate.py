@@ -9,6 +9,7 @@ from pydantic import BaseModel, ValidationError
 
 from appliance.config.base import ConfigFieldError
 from appliance.config.redact import is_secret_key, redact_credentials
+from appliance.config.shown import shown
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
 
 M = TypeVar("M", bound=BaseModel)
@@ -37,7 +38,7 @@ def describe_error(error: Mapping) -> str:
     message = str(error.get("msg", "invalid value"))
     if kind not in ("value_error", "assertion_error") and "input" in error and not isinstance(error["input"], (dict, list)):
         if not is_secret_key(tuple(error.get("loc", ()))):  # a mistyped password must not reach the journal
-            message += f" (got {redact_credentials(repr(error['input']))})"
+            message += f" (got {redact_credentials(shown(error['input']))})"
     return message.removeprefix("Value error, ")
 
 

@@ -3,9 +3,10 @@ routes the caller adds (camera snapshots, the operator's page), served by Starle
 thread with its own event loop.
 
 It never stops the appliance: a port that is taken is retried in the background (health still goes out over
-MQTT), at most ``max_connections`` connections are served at once (the next one gets a plain 503), a client that
-sends no request within ``timeout_s`` is hung up on, and a failing handler answers a plain 500 whose detail goes
-only to the log.
+MQTT), at most ``max_connections`` connections are served at once and ``per_client`` from one address (the next
+one gets a plain 503), a client that sends no request within ``timeout_s`` is hung up on, every request passes
+appliance.health.limits (body size and deadline; the page's requests capped, the health paths never), and a failing
+handler answers a plain 500 whose detail goes only to the log.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import socket
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Callable
 
 import uvicorn
@@ -24,13 +26,17 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from appliance.health.limits import RequestLimits
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE_PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
-# A scraper, `appliance status` and a browser or two (each page holds an event stream and polls the picture).
-MAX_CONNECTIONS = 32
+# Connections at once: a guard on sockets and memory; what the page may hold is capped per request (limits.py).
+MAX_CONNECTIONS = 256
+MAX_PER_CLIENT = 32  # from one address: a browser holds about six, a scraper one
 SOCKET_TIMEOUT_S = 10.0  # a client that sends no request, or idles between requests, frees its slot after this
 BIND_RETRY_S = 5.0
 STOP_GRACE_S = 1.0  # open event streams are cut after this on close
@@ -38,17 +44,23 @@ _BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\nConnection: c
 _INTERNAL = "internal error: see the appliance's log\n"
 
 
-def _bounded_protocol(slots: int, timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's HTTP/1.1 protocol that turns a connection past ``slots`` away at once (before it sends anything)
-    and hangs up on one that has not sent a whole request head within ``timeout_s``."""
+def _bounded_protocol(slots: int, per_client: int, timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's HTTP/1.1 protocol that turns a connection past ``slots`` (or past ``per_client`` from its address)
+    away at once (before it sends anything) and hangs up on one that has not sent a whole request head within
+    ``timeout_s``."""
+    by_address: dict[str, int] = {}
 
     class Bounded(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _address: str | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if len(self.connections) > slots:
-                log.debug("http endpoint busy (%d connections); turning %s away", slots, self.client)
+            self._address = address = str(self.client[0]) if self.client else "?"
+            by_address[address] = by_address.get(address, 0) + 1
+            if len(self.connections) > slots or by_address[address] > per_client:
+                log.debug("http endpoint busy (%d connections, %d from %s); turning it away", len(self.connections),
+                          by_address[address], address)
                 transport.write(_BUSY)
                 transport.close()
                 return
@@ -67,6 +79,11 @@ def _bounded_protocol(slots: int, timeout_s: float) -> type[H11Protocol]:
         def connection_lost(self, exc: Exception | None) -> None:
             if self._head_timer is not None:
                 self._head_timer.cancel()
+            if self._address is not None:
+                by_address[self._address] -= 1
+                if not by_address[self._address]:
+                    del by_address[self._address]
+                self._address = None
             super().connection_lost(exc)
 
     return Bounded
@@ -103,7 +120,8 @@ def _app(routes: Sequence[BaseRoute]) -> Starlette:
         log.error("http endpoint failed on %s", request.url.path, exc_info=_exc)
         return PlainTextResponse(_INTERNAL, status_code=500)
 
-    return Starlette(routes=list(routes), exception_handlers={404: not_found, Exception: internal})
+    return Starlette(routes=list(routes), exception_handlers={404: not_found, Exception: internal},
+                     middleware=[Middleware(RequestLimits)])
 
 
 class HealthServer:
@@ -116,12 +134,15 @@ class HealthServer:
     def __init__(self, host: str, port: int, metrics: Callable[[], bytes], health: Callable[[], dict],
                  files: Callable[[str], tuple[str, bytes] | None] | None = None, *,
                  routes: Sequence[BaseRoute] = (), max_connections: int = MAX_CONNECTIONS,
-                 timeout_s: float = SOCKET_TIMEOUT_S, retry_s: float = BIND_RETRY_S) -> None:
-        """``files(path)``: (content type, body) for a snapshot path, else None."""
+                 per_client: int = MAX_PER_CLIENT, timeout_s: float = SOCKET_TIMEOUT_S,
+                 retry_s: float = BIND_RETRY_S, tls: tuple[Path, Path] | None = None) -> None:
+        """``files(path)``: (content type, body) for a snapshot path, else None; ``tls``: (certificate, key) PEM
+        files to serve https instead of http."""
+        self._tls = tls
         self._address = (host, port)
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # its start and stop lines: ours say it
         self._app = _app([*routes, *health_routes(metrics, health, files)])
-        self._protocol = _bounded_protocol(max_connections, timeout_s)
+        self._protocol = _bounded_protocol(max_connections, per_client, timeout_s)
         self._timeout_s, self._retry_s = timeout_s, retry_s
         self._closed = threading.Event()
         self._lock = threading.Lock()  # close() against a bind that succeeds at that moment
@@ -174,7 +195,9 @@ class HealthServer:
             return False
         config = uvicorn.Config(self._app, loop="asyncio", http=self._protocol, lifespan="off", log_config=None,
                                 access_log=False, timeout_keep_alive=max(1, round(self._timeout_s)),
-                                timeout_graceful_shutdown=max(1, round(STOP_GRACE_S)), server_header=False)
+                                timeout_graceful_shutdown=max(1, round(STOP_GRACE_S)), server_header=False,
+                                ssl_certfile=str(self._tls[0]) if self._tls else None,
+                                ssl_keyfile=str(self._tls[1]) if self._tls else None)
         with self._lock:
             if self._closed.is_set():
                 sock.close()

@@ -300,6 +300,14 @@ def engine_status_payload(device_id: str, event: Mapping[str, Any], now: float) 
     return payload
 
 
+def reload_status_payload(device_id: str, outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """The retained reload/status payload from a reload's outcome (``ReloadOutcome.as_dict()``: a mapping, so mqtt
+    needs nothing from the supervisor); its time is the reload's."""
+    fields = {k: outcome[k] for k in ("file", "ok", "seq", "problems", "applied", "needs_restart")}
+    return {"schema_version": SCHEMA_VERSION, "type": "reload_status", "device_id": device_id, **fields,
+            **time_fields(outcome["at"])}
+
+
 # The detection gate's numbers on engines/status (appliance.detector.engines.gate.GateReport; schema engine_status).
 GATE_FIELDS = ("passed", "recall", "precision", "mean_score_diff", "reference_detections", "candidate_detections",
                "matched", "frames", "min_recall", "min_precision", "max_score_diff")

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import appliance
 from appliance.mqtt.authz import CommandAuthorizer, SignatureCheck
 from appliance.mqtt.commands import CommandHandler, CommandRunner, ReadOnly
-from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.config import MqttConfig, PublishConfig
 from appliance.mqtt.errors import NotStartedError
 from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, DetectionsMessage, EventMessage,
                                      camera_status_payload, counts_payload, detections_payload, encode,
@@ -256,6 +256,24 @@ class MqttPublisher:
         payload = encode(camera_status_payload(status, self.config.device_id, self._clock.time()))
         self._session.remember_retained(topic, payload)
         self._session.publish_if_connected(topic, payload, qos=self.config.qos.status, retain=True)
+
+    def set_publish_modes(self, publish: PublishConfig, cameras: Mapping[str, PublishConfig]) -> None:
+        """``mqtt.publish`` and ``mqtt.cameras`` from now on (a reload): a camera whose mode changed goes through a
+        gate of its new mode from its next frame; the others keep their gates and what those remember."""
+        old = self.config
+        self.config = old.model_copy(update={"publish": publish, "cameras": dict(cameras)})
+        for camera_id in list(self._gates):
+            if self.config.publish_config(camera_id) != old.publish_config(camera_id):
+                self._gates.pop(camera_id, None)
+
+    def clear_camera(self, camera_id: str) -> None:
+        """A camera that no longer runs: its retained status, counts and snapshot are cleared at the broker (an
+        empty retained message), now if connected and again after each reconnect."""
+        self._require_running()
+        for topic in (self.topics.camera_status(camera_id), self.topics.camera_topic(camera_id, "counts"),
+                      self.topics.camera_topic(camera_id, "snapshot")):
+            self._session.remember_retained(topic, b"")
+            self._session.publish_if_connected(topic, b"", qos=self.config.qos.status, retain=True)
 
     def publish_device_event(self, suffix: str, payload: Mapping[str, Any], qos: Optional[int] = None,
                              retain: bool = False) -> None:

@@ -70,3 +70,15 @@ class ReadOnlyUnlessOperator(PermissionRuleset):
         if action_type_id in _READ_ONLY:
             return True
         return action_type_id == _CALL and getattr(user, "name", None) in self._operators
+
+
+def user_executable(operators: set[str]) -> Any:
+    """A PostRead callback: a method's UserExecutable is False for every user who may not call methods, so an
+    HMI greys its button (the ruleset refuses the call whatever it shows)."""
+    def post_read(event: Any, _dispatcher: Any) -> None:
+        if not event.is_external or getattr(event.user, "name", None) in operators:
+            return
+        for index, item in enumerate(event.request_params.NodesToRead):
+            if item.AttributeId == ua.AttributeIds.UserExecutable and event.response_params[index].StatusCode.is_good():
+                event.response_params[index] = ua.DataValue(ua.Variant(False, ua.VariantType.Boolean))
+    return post_read

@@ -17,7 +17,7 @@ Role = Literal["reader", "operator"]
 
 class OpcUaUser(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$", description="the user name a client sends")
-    password_hash: str = Field(description="scrypt hash from `appliance opcua-password` (never the password)")
+    password_hash: str = Field(description="password hash from `appliance password` (never the password)")
     role: Role = Field("reader", description="reader: browse, read, subscribe; operator: also call the methods")
 
     @field_validator("password_hash")
@@ -46,6 +46,11 @@ class OpcUaConfig(StrictModel):
                                                 "files); none: <state_dir>/opcua/trusted")
     interval_s: float = Field(1.0, ge=0.1, le=3600, description="how often device and camera readings refresh; "
                                                                 "counts and events follow each frame")
+    counter_type: Literal["UInt32", "UInt64"] = Field(
+        "UInt64", description="the counters' data type: UInt64 (a PLC's ULINT), or UInt32 (UDINT) for PLCs and HMIs "
+                              "without 64-bit integers; UInt32 counters wrap to 0 after 4294967295")
+    halt_grace_s: float = Field(1.0, ge=0, le=30, description="on stop, how long the state Halted is served "
+                                                              "before the server closes, so subscribers see it")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> OpcUaConfig:

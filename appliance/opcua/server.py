@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from asyncua import Server, ua
+from asyncua.common.callback import CallbackType
+from asyncua.crypto.security_policies import SECURITY_POLICY_TYPE_MAP
 from asyncua.crypto.truststore import TrustStore
 from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
 
-from appliance.opcua.access import ApplianceUsers, ReadOnlyUnlessOperator
+from appliance.opcua.access import ApplianceUsers, ReadOnlyUnlessOperator, user_executable
 from appliance.opcua.certs import ClientTrust, server_identity
 from appliance.opcua.config import OpcUaConfig
 from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
+from appliance.opcua.guard import NONE_URI, Guard, GuardedServer
 from appliance.opcua.passwords import UserEntry, read_users_file
 from appliance.opcua.space import Space, build
 from appliance.opcua.updater import Readings, Updater
@@ -32,6 +35,15 @@ _POLICIES = {"Basic256Sha256": ua.SecurityPolicyType.Basic256Sha256_SignAndEncry
              "Aes256Sha256RsaPss": ua.SecurityPolicyType.Aes256Sha256RsaPss_SignAndEncrypt}
 _VALIDATION = (CertificateValidatorOptions.TIME_RANGE | CertificateValidatorOptions.URI
                | CertificateValidatorOptions.TRUSTED | CertificateValidatorOptions.PEER_CLIENT)
+
+
+def offered(config: OpcUaConfig, ruleset: ReadOnlyUnlessOperator) -> Guard:
+    """The channels the config offers: each policy with SignAndEncrypt, and None/None with allow_unencrypted."""
+    pairs = {(cast(Any, SECURITY_POLICY_TYPE_MAP[_POLICIES[name]][0]).URI, ua.MessageSecurityMode.SignAndEncrypt)
+             for name in config.security_policies}
+    if config.allow_unencrypted:
+        pairs.add((NONE_URI, ua.MessageSecurityMode.None_))
+    return Guard(frozenset(pairs), ruleset)
 
 
 def application_uri(device_id: str) -> str:
@@ -47,6 +59,7 @@ class OpcUaServer:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._updater: Updater | None = None
         self._ready = threading.Event()
         self.cpu_s = 0.0  # the server thread's CPU time, once it stopped (the benchmark reports it)
         self._error: BaseException | None = None
@@ -62,7 +75,18 @@ class OpcUaServer:
             raise OpcUaStartError(f"OPC UA server on {self.endpoint}: {self._error}") from self._error
         return self
 
+    def halt(self) -> None:
+        """The vision state to Halted now (the appliance begins to stop), from any thread; no wait."""
+        loop, updater = self._loop, self._updater
+        if loop is not None and updater is not None and not loop.is_closed():
+            try:
+                asyncio.run_coroutine_threadsafe(updater.halt(), loop)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Halted (unless already), kept for ``halt_grace_s`` so subscribers get it, then the server closes."""
+        timeout_s += self.config.halt_grace_s
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None and not loop.is_closed():
             try:
@@ -96,7 +120,8 @@ class OpcUaServer:
         identity = server_identity(self._state_dir, uri, config.certificate, config.private_key,
                                    config.trusted_clients_dir)
         users = ApplianceUsers(self._users(), allow_anonymous=config.allow_anonymous, trust=trust)
-        server = Server(user_manager=users)  # type: ignore[arg-type]  # asyncua types it as its base class
+        ruleset = ReadOnlyUnlessOperator(users.operators)
+        server = GuardedServer(offered(config, ruleset), user_manager=users)
         await server.init()
         server.set_endpoint(self.endpoint)
         server.set_server_name(f"Edge vision appliance {self.device_id}")
@@ -106,8 +131,8 @@ class OpcUaServer:
         policies = [_POLICIES[name] for name in config.security_policies]
         if config.allow_unencrypted:
             policies.append(ua.SecurityPolicyType.NoSecurity)
-        ruleset = cast(Any, ReadOnlyUnlessOperator(users.operators))  # asyncua types it as its own ruleset
-        server.set_security_policy(policies, permission_ruleset=ruleset)
+        server.set_security_policy(policies, permission_ruleset=cast(Any, ruleset))  # typed as its own ruleset
+        server.subscribe_server_callback(CallbackType.PostRead, user_executable(users.operators))
         tokens: list[type] = [ua.UserNameIdentityToken, ua.X509IdentityToken]
         if config.allow_anonymous:
             tokens.append(ua.AnonymousIdentityToken)
@@ -120,17 +145,21 @@ class OpcUaServer:
     async def _main(self) -> None:
         trust = ClientTrust([], [])
         server = await self._configure(trust)
+        counter = ua.VariantType.UInt32 if self.config.counter_type == "UInt32" else ua.VariantType.UInt64
         space: Space = await build(server, application_uri(self.device_id), self.device_id, self.cameras,
-                                   self._reset)
+                                   self._reset, counter)
         updater = Updater(server, space, self.cameras, self._readings, self._boot)
         await updater.init()
         await server.start()
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self._loop, self._stop, self._updater = asyncio.get_running_loop(), asyncio.Event(), updater
         log.info("OPC UA server on %s (%s; anonymous %s)", self.endpoint, ", ".join(self.config.security_policies),
                  "allowed" if self.config.allow_anonymous else "refused")
         self._ready.set()
         try:
             await updater.run(self.feed, self._stop, self.config.interval_s, trust)
+            await updater.halt()
+            halted_for = time.monotonic() - (updater.halted_at or time.monotonic())
+            await asyncio.sleep(max(0.0, self.config.halt_grace_s - halted_for))  # subscribers' next publish
         finally:
             await server.stop()
 

@@ -17,9 +17,11 @@ from asyncua.crypto.truststore import TrustStore
 from asyncua.server.event_generator import EventGenerator
 
 from appliance.opcua.feed import Feed, Taken
+from appliance.opcua.machinevision import result_fields
 from appliance.opcua.space import Space, write_state, write_values
-from appliance.opcua.values import (CameraLayout, Value, camera_values, count_values, device_key, device_values,
-                                    last_event_values, latest_per_camera, utc, vision_state)
+from appliance.opcua.values import (HALTED, PREOPERATIONAL, CameraLayout, Value, camera_values, count_values,
+                                    device_key, device_values, last_event_values, latest_per_camera, state_path, utc,
+                                    vision_state)
 
 log = logging.getLogger("appliance.opcua")
 
@@ -41,14 +43,22 @@ class Updater:
         self._layouts = {c.camera_id: c for c in cameras}
         self._written: dict[str, Any] = {}
         self._events_total: dict[str, int] = {}
-        self._state = ""
-        self._results: EventGenerator | None = None
+        self._state = PREOPERATIONAL  # as built
+        self.halted_at: float | None = None  # monotonic time Halted was written; no other state after it
+        self._results: list[EventGenerator] = []  # one for the VisionSystem's subscribers, one for the Server's
 
     async def init(self) -> None:
         boot_id, started_at = self._boot
         await self._write({device_key("BootId"): (boot_id, ua.VariantType.String),
                            device_key("CountsSince"): (utc(started_at), ua.VariantType.DateTime)})
-        self._results = await self._server.get_event_generator(self._space.result_type, self._space.vision.nodeid)
+        for notifier in (self._space.vision.nodeid, self._server.nodes.server.nodeid):
+            generator = await self._server.get_event_generator(self._space.result_type, notifier)
+            generator.event.SourceNode = self._space.vision.nodeid
+            # The appliance's fields are on its subtype, but the events say ResultReadyEventType: asyncua's OfType
+            # filter compares the type exactly, and generic clients filter on the specification's type.
+            generator.event.EventType = self._space.spec_result_type
+            generator.event.SourceName = "VisionSystem"
+            self._results.append(generator)
 
     async def _write(self, values: dict[str, Value]) -> None:
         await write_values(self._server, self._space, values, self._written)
@@ -71,14 +81,15 @@ class Updater:
             await self._emit(event)
 
     async def _emit(self, event: Any) -> None:
-        assert self._results is not None, "init() first"
-        fields = {"Camera": event.camera_id, "Result": event.event, "Seq": event.seq, "TrackId": event.track_id,
+        assert self._results, "init() first"
+        fields = {**result_fields(event, self._space.device_id, self._boot[0], self._readings.summary()),
+                  "Camera": event.camera_id, "Result": event.event, "Seq": event.seq, "TrackId": event.track_id,
                   "ClassName": event.class_name, "Zone": event.zone or "", "Line": event.line or "",
-                  "Direction": event.direction or ""}
-        for name, value in fields.items():
-            setattr(self._results.event, name, value)
-        self._results.event.Severity = 100
-        await self._results.trigger(utc(event.capture_time), f"{event.camera_id}: {event.event}")
+                  "Direction": event.direction or "", "Severity": 100}
+        for generator in self._results:
+            for name, value in fields.items():
+                setattr(generator.event, name, value)
+            await generator.trigger(utc(event.capture_time), f"{event.camera_id}: {event.event}")
 
     async def sample(self) -> None:
         """Device and camera readings, and the vision state, from the health summary."""
@@ -89,10 +100,20 @@ class Updater:
             values.update(camera_values(camera_id, cameras.get(camera_id)))
         await self._write(values)
         started, stopping = self._readings.phase()
-        state = vision_state(summary, started=started, stopping=stopping)
-        if state != self._state:
-            await write_state(self._server, self._space, state)
-            self._state = state
+        await self._enter(vision_state(summary, started=started, stopping=stopping))
+
+    async def _enter(self, state: str) -> None:
+        if self.halted_at is not None:
+            return
+        for step in state_path(self._state, state):
+            await write_state(self._server, self._space, step, before=self._state)
+            self._state = step
+        if state == HALTED:
+            self.halted_at = time.monotonic()
+
+    async def halt(self) -> None:
+        """Halted now (the appliance is stopping): written once, never left."""
+        await self._enter(HALTED)
 
     async def run(self, feed: Feed, stop: asyncio.Event, interval_s: float, trust: TrustStore) -> None:
         loop = asyncio.get_running_loop()

@@ -17,6 +17,24 @@ from appliance.mqtt.messages import EventMessage
 # OPC 40100 VisionStateMachineType's top-level states, and their numbers in the type's state machine.
 PREOPERATIONAL, HALTED, ERROR, OPERATIONAL = "Preoperational", "Halted", "Error", "Operational"
 STATE_NUMBERS = {PREOPERATIONAL: 1, HALTED: 2, ERROR: 3, OPERATIONAL: 4}
+# The specification's automatic transitions between them (there is none from Halted to Operational: the machine
+# passes through Preoperational).
+TRANSITIONS = {(PREOPERATIONAL, OPERATIONAL): "PreoperationalToOperationalAuto",
+               (PREOPERATIONAL, ERROR): "PreoperationalToErrorAuto", (PREOPERATIONAL, HALTED): "PreoperationalToHaltedAuto",
+               (OPERATIONAL, PREOPERATIONAL): "OperationalToPreoperationalAuto",
+               (OPERATIONAL, ERROR): "OperationalToErrorAuto", (OPERATIONAL, HALTED): "OperationalToHaltedAuto",
+               (ERROR, PREOPERATIONAL): "ErrorToPreoperationalAuto", (ERROR, HALTED): "ErrorToHaltedAuto",
+               (ERROR, OPERATIONAL): "ErrorToOperationalAuto",
+               (HALTED, PREOPERATIONAL): "HaltedToPreoperationalAuto"}
+
+
+def state_path(current: str, target: str) -> list[str]:
+    """The states to pass through from ``current`` to ``target`` along the specification's transitions."""
+    if current == target:
+        return []
+    if (current, target) in TRANSITIONS:
+        return [target]
+    return [PREOPERATIONAL, target]
 
 Value = tuple[Any, ua.VariantType]
 

@@ -27,7 +27,7 @@ gi.require_version("GstRtspServer", "1.0")
 from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
 
 from appliance.restream.wire import read_frame, watch_line  # noqa: E402
-from appliance.web.passwords import check_password  # noqa: E402
+from appliance.passwords import verify_password  # noqa: E402
 
 # The Jetson's NVENC wants NVMM memory: nvvidconv copies the frame there once. x264 with one thread makes one
 # slice per frame: with zerolatency's sliced threads, ffmpeg's RTSP client showed only one slice of each frame.
@@ -80,7 +80,7 @@ class UserAuth(GstRtspServer.RTSPAuth):
         if self._good.get(key, 0.0) > time.monotonic():
             return True
         stored = self._users.get(name)
-        if stored is None or not check_password(password, stored):
+        if stored is None or not verify_password(password, stored):
             print(f"restream: refused a login as {name!r}", file=sys.stderr, flush=True)
             return False
         self._good[key] = time.monotonic() + CREDENTIALS_S

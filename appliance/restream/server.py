@@ -16,7 +16,7 @@ from pathlib import Path
 from appliance.procs import stop_process
 from appliance.restream.config import RestreamConfig
 from appliance.restream.wire import send_frame
-from appliance.web.passwords import hash_password
+from appliance.passwords import hash_password
 
 log = logging.getLogger("appliance.restream")
 SYSTEM_PYTHON = "/usr/bin/python3"  # python3-gi exists only for it

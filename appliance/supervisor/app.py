@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
@@ -38,7 +38,7 @@ from appliance.detector.serving.router import Router
 from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
 from appliance.sparkplug.node import EdgeNode
-from appliance.supervisor import reporting
+from appliance.supervisor import reloader, reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
 from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
@@ -93,6 +93,7 @@ class Appliance:
         self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
         self._last_error = ""
         self._started_at = clock()
+        self._reloaded: reloader.ReloadOutcome | None = None  # the last reload's outcome (health summary)
 
     # -- start ---------------------------------------------------------------------------------------------
     def start(self, triton_timeout_s: float = 120.0) -> None:
@@ -247,16 +248,17 @@ class Appliance:
         if self.config.web.enabled:
             route = running.served.router.current()
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
-                                 self.health_summary, inference.layouts, route.class_names if route else ())
-            video = inference.restream.page_video if inference.restream is not None else None
+                                 self.health_summary, inference.layouts, route.class_names if route else (),
+                                 lambda: [c.id for c in self.config.cameras])
             routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
-                                 video)
+                                 hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None,
+                                 video=inference.restream.page_video if inference.restream is not None else None)
         server = HealthServer(health.host, health.port,
                               lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
-                              snapshots.store.http if snapshots else None, routes=routes)
+                              snapshots.store.http if snapshots else None, routes=routes, tls=self.config.web.tls)
         if self.config.web.enabled:
-            log.info("the operator's page: http://%s:%d/ (%s)", health.host, server.port or health.port,
-                     "no login: loopback only" if is_loopback(health.host) else "login required")
+            log.info("the operator's page: %s://%s:%d/ (%s)", "https" if self.config.web.tls else "http", health.host,
+                     server.port or health.port, "no login: loopback only" if is_loopback(health.host) else "login required")
         return server
 
     def _on_ota_status(self, status: OtaStatus) -> None:
@@ -297,10 +299,15 @@ class Appliance:
         return self._now.served.recovery if isinstance(self._now, Serving) else None  # model failures, reloads
 
     def _cameras(self) -> Mapping[str, SupervisedCamera]:
-        return self._now.capture.cameras if isinstance(self._now, Capturing) else {}
+        return dict(self._now.capture.cameras) if isinstance(self._now, Capturing) else {}  # a copy: reloads
 
     def _inference(self) -> Inference | None:
         return self._now.inference if isinstance(self._now, Running) else None
+
+    def reload(self, new: AppConfig | None, problems: Sequence[str], source: str) -> None:
+        """What changed to ``new`` applied, the rest named; None: refused (docs/supervisor.md, "Reload")."""
+        self._reloaded, self.config, self._last_error = reloader.reload_running(
+            self.running, self._children, self.config, new, problems, source, self._reloaded, self._last_error)
 
     # -- periodic work -------------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -344,8 +351,9 @@ class Appliance:
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
                                            progressing=self._pipeline_progressing(), status=self.status_line())
         summary["analytics"] = {} if inference is None else {
-            camera_id: {**stage.summary(), "layout": inference.layouts.source(camera_id)}
-            for camera_id, stage in inference.analytics.items()}
+            camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
+            for camera_id, stage in list(inference.analytics.items())}  # a reload may change it meanwhile
+        summary["reload"] = self._reloaded.as_dict() if self._reloaded else None  # the last reload's outcome
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=scheduler,
             recent_per_s=inference.frames.rate.per_second() if inference else 0.0,
@@ -364,6 +372,8 @@ class Appliance:
         only what the start got to (after a failed step, what the steps before it started)."""
         now = self._now
         self._stopping = True
+        if self._opcua is not None:
+            self._opcua.halt()  # OPC UA clients see Halted while the rest stops
         self.notifier.stopping("stopping: draining in-flight frames")
         self._late_ota.close()  # an `ota` command still waiting for the manager gets its reply now
         if self._sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one

@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from appliance.backoff import RestartPolicy
 from appliance.capture import (CameraConfig, CaptureHealth, CaptureProcess, CaptureStartError, CaptureState,
@@ -121,7 +121,20 @@ class Capture:
 
     doorbell: Doorbell
     rings: RingDirectory
-    cameras: Mapping[str, SupervisedCamera]
+    cameras: dict[str, SupervisedCamera]  # changed only by add and remove (a reload)
+
+    def add(self, camera: CameraConfig, children: ChildSupervisor) -> SupervisedCamera:
+        """The camera's capture process, registered with ``children`` under ``camera:<id>`` (not started)."""
+        process = CaptureProcess(camera, shm_root=self.rings.path, doorbell=self.doorbell.address)
+        self.cameras[camera.id] = cam = SupervisedCamera(camera.id, process)
+        children.register(f"camera:{camera.id}", functools.partial(CaptureChild, process), RestartPolicy(
+            initial_backoff_s=camera.backoff.initial_s, max_backoff_s=camera.backoff.max_s))
+        return cam
+
+    def remove(self, camera_id: str, children: ChildSupervisor) -> None:
+        """Stop the camera's capture process, then close its reader and ring (the scheduler let go of it first)."""
+        children.remove(f"camera:{camera_id}", lambda child: cast(CaptureChild, child).process.stop())
+        self.cameras.pop(camera_id).close()
 
     def open_readers(self, configs: Sequence[CameraConfig], scheduler: Scheduler,
                      on_error: Callable[[str], None]) -> None:
@@ -155,11 +168,8 @@ def set_up_capture(configs: Sequence[CameraConfig], shm_root: Path, children: Ch
     except BaseException:
         doorbell.close()  # what this step made, before the appliance stops what the steps before it did
         raise
-    cameras = {}
+    capture = Capture(doorbell, rings, {})
     for camera in configs:
         step(f"camera {camera.id}")
-        process = CaptureProcess(camera, shm_root=rings.path, doorbell=doorbell.address)
-        cameras[camera.id] = SupervisedCamera(camera.id, process)
-        children.register(f"camera:{camera.id}", functools.partial(CaptureChild, process), RestartPolicy(
-            initial_backoff_s=camera.backoff.initial_s, max_backoff_s=camera.backoff.max_s))
-    return Capture(doorbell, rings, cameras)
+        capture.add(camera, children)
+    return capture

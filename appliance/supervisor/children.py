@@ -70,6 +70,17 @@ class ChildSupervisor:
         for record in self._records.values():
             self._start(record)
 
+    def start(self, name: str) -> None:
+        """Start one registered child now (one registered after ``start_all``)."""
+        self._start(self._records[name])
+
+    def remove(self, name: str, stop: Callable[[Child], object]) -> None:
+        """Stop the child with ``stop`` and forget its record: it is no longer restarted."""
+        record = self._records.pop(name)
+        if record.child is not None and record.state is not ChildState.STOPPED:
+            stop(record.child)
+        record.state = ChildState.STOPPED
+
     def _start(self, record: ChildRecord) -> None:
         record.child = record.factory()
         record.child.start()

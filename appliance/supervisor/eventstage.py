@@ -59,11 +59,14 @@ class CameraAnalytics:
         self._publisher, self._metrics, self._snapshots = publisher, metrics, snapshots
         self._clock = clock
         self._lock = threading.Lock()  # step (completion thread) against the tick's reads
+        # Held from reading the counts to handing them over (then _lock inside it), so the sinks get counts in the
+        # order they were read: a reset is never followed by counts read before it.
+        self._send_lock = threading.Lock()
         self._last_seq = 0
         self._counts_sent = float("-inf")
         self.events_by_type: Counter[str] = Counter()
         self.snapshots_dropped = 0
-        self._pending: tuple[list[EventMessage], tuple[int, int, dict[str, Any]] | None] = ([], None)
+        self._pending: tuple[list[EventMessage], bool] = ([], False)  # the frame's events; whether counts changed
 
     @property
     def wants_frames(self) -> bool:
@@ -72,7 +75,7 @@ class CameraAnalytics:
 
     def step(self, meta: Any, message: DetectionsMessage, pixels: np.ndarray | None) -> DetectionsMessage:
         """``message`` with every detection's ``track_id`` set; the snapshot handed to the worker; the events and
-        counts kept for :meth:`publish_pending`, which the frame path calls once the message is spooled."""
+        counts' change noted for :meth:`publish_pending`, which the frame path calls once the message is spooled."""
         started = time.perf_counter()
         with self._lock:
             track_ids, events, changed = self.analytics.step(int(meta.seq), float(meta.t_utc), message.detections)
@@ -81,8 +84,7 @@ class CameraAnalytics:
                 self._last_seq = events[-1].seq
                 self.events_by_type.update(e.type for e in events)
             snapshot_id = self._snapshot(meta, message, events, pixels) if events else None
-            counts = self._counts_locked() if changed else None
-            self._pending = ([self._message(e, meta, snapshot_id) for e in events], counts)
+            self._pending = ([self._message(e, meta, snapshot_id) for e in events], bool(changed))
         elapsed = time.perf_counter() - started
         self._metrics.record_analytics_step(self.camera_id, elapsed, [e.type for e in events])
         return message
@@ -94,29 +96,30 @@ class CameraAnalytics:
             self.config = config
 
     def publish_pending(self) -> None:
-        """After the frame's detections were spooled: its events (so they follow it in the spool), its counts."""
-        events, counts = self._pending
-        self._pending = ([], None)
-        if events:
-            self._publisher.publish_events(events)
-            if self._mirror is not None:
-                self._mirror.publish_events(events)
-        if counts is not None:
-            self._send_counts(*counts)
-            if self._mirror is not None:
-                self._mirror.publish_counts(self.camera_id, *counts)
+        """After the frame's detections were spooled: its events (so they follow it in the spool), then the counts
+        as they are now (read here, not at the step, so a reset in between is never undone)."""
+        events, changed = self._pending
+        self._pending = ([], False)
+        with self._send_lock:
+            if events:
+                self._publisher.publish_events(events)
+                if self._mirror is not None:
+                    self._mirror.publish_events(events)
+            if changed:
+                with self._lock:
+                    counts = self._counts_locked()
+                self._send_counts(*counts, mirror=True)
 
     def reset_line(self, line: str) -> bool:
         """A line's in/out counts back to 0 (an OPC UA operator's ResetCounts), sent at once; False when the
         camera has no such line."""
-        with self._lock:
-            if line not in self.analytics.counts.lines:
-                return False
-            self.analytics.counts.lines[line] = {direction: 0 for direction in self.analytics.counts.lines[line]}
-            counts = self._counts_locked()
-        self._send_counts(*counts)
-        if self._mirror is not None:
-            self._mirror.publish_counts(self.camera_id, *counts)
+        with self._send_lock:
+            with self._lock:
+                if line not in self.analytics.counts.lines:
+                    return False
+                self.analytics.counts.lines[line] = {direction: 0 for direction in self.analytics.counts.lines[line]}
+                counts = self._counts_locked()
+            self._send_counts(*counts, mirror=True)
         return True
 
     def _snapshot(self, meta: Any, message: DetectionsMessage, events: list[Event],
@@ -144,20 +147,24 @@ class CameraAnalytics:
     def _counts_locked(self) -> tuple[int, int, dict[str, Any]]:
         return self._last_seq, self.analytics.active_tracks, self.analytics.counts.as_dict()
 
-    def _send_counts(self, last_seq: int, active: int, counts: Mapping[str, Any]) -> None:
+    def _send_counts(self, last_seq: int, active: int, counts: Mapping[str, Any], *, mirror: bool = False) -> None:
+        """To the publisher, and to the mirror with ``mirror``; the caller holds ``_send_lock``."""
         self._counts_sent = self._clock()
         try:
             self._publisher.publish_counts(self.camera_id, last_seq, active, counts)
         except Exception as exc:  # stopping: the retained counts are republished on the next change
             log.debug("camera %s: counts not published: %s", self.camera_id, exc)
+        if mirror and self._mirror is not None:
+            self._mirror.publish_counts(self.camera_id, last_seq, active, counts)
 
     def publish_counts_if_due(self) -> None:
         """The tick: the retained counts again once ``counts_interval_s`` passed since the last time."""
         if self._clock() - self._counts_sent < self.config.counts_interval_s:
             return
-        with self._lock:
-            counts = self._counts_locked()
-        self._send_counts(*counts)
+        with self._send_lock:
+            with self._lock:
+                counts = self._counts_locked()
+            self._send_counts(*counts)
 
     def overlay(self) -> tuple[list[DrawnZone], list[DrawnLine]]:
         """The zones with how many tracks are in each now, the lines with their counts: what the restream draws."""
@@ -211,12 +218,23 @@ def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], p
     if snapping:
         store = SnapshotStore(snapshot_dir, {cam: cfg.keep for cam, cfg in snapping.items()})
         worker = SnapshotWorker(store, snapping, publisher.publish_snapshot)
-    stages = {}
-    for camera in with_analytics:
-        assert camera.analytics is not None
-        stages[camera.id] = CameraAnalytics(camera.id, camera.analytics, class_names, *camera.frame_size,
-                                            publisher, metrics, worker if camera.id in snapping else None,
-                                            mirror=mirror)
-        log.info("camera %s: analytics on (%d zone(s), %d line(s), snapshots %s)", camera.id,
-                 len(camera.analytics.zones), len(camera.analytics.lines), "on" if camera.id in snapping else "off")
+    stages = {c.id: camera_stage(c, class_names, publisher, metrics, worker, mirror) for c in with_analytics}
     return stages, worker
+
+
+def camera_stage(camera: CameraSpec, class_names: Sequence[str], publisher: Publisher, metrics: AnalyticsMetrics,
+                 worker: SnapshotWorker | None, mirror: EventSink | None = None) -> CameraAnalytics:
+    """The analytics stage of one camera with an ``analytics:`` section; its snapshots go to ``worker`` (a camera
+    it does not know yet is added to it: one a reload started) when they are on, and ``worker`` is not None."""
+    assert camera.analytics is not None
+    snapping = camera.analytics.snapshots.enabled and worker is not None
+    if snapping and worker is not None:
+        worker.add_camera(camera.id, camera.analytics.snapshots)
+    elif camera.analytics.snapshots.enabled:
+        log.warning("camera %s: snapshots stay off until the appliance restarts (none of the cameras it started "
+                    "with takes snapshots, so no snapshot worker runs)", camera.id)
+    stage = CameraAnalytics(camera.id, camera.analytics, class_names, *camera.frame_size, publisher, metrics,
+                            worker if snapping else None, mirror=mirror)
+    log.info("camera %s: analytics on (%d zone(s), %d line(s), snapshots %s)", camera.id,
+             len(camera.analytics.zones), len(camera.analytics.lines), "on" if snapping else "off")
+    return stage

@@ -40,6 +40,8 @@ class Layouts:
         self._state_dir, self._class_names, self._clock = state_dir, list(class_names), clock
         self._lock = threading.Lock()  # an Apply from the page against another
         self._sources = {camera_id: "config" for camera_id in self._cameras}
+        self._anonymous = dict(self._sources)  # the same without who applied it (for /healthz, served without login)
+        self._files: dict[str, Path] = {}  # camera -> the layout file it runs, to notice one removed meanwhile
         self._current: dict[str, AnalyticsConfig] = {}
         for camera in self._cameras.values():
             self._current[camera.id] = self._initial(camera)
@@ -55,9 +57,29 @@ class Layouts:
         except OverlayError as exc:
             log.error("camera %s: %s; running the config file's zones and lines", camera.id, exc)
             return camera.analytics
-        self._sources[camera.id] = overlay.describe()
+        self._sources[camera.id], self._anonymous[camera.id] = overlay.describe(), overlay.describe(who=False)
+        self._files[camera.id] = overlay.path
         log.info("camera %s: zones and lines from %s", camera.id, overlay.describe())
         return config
+
+    def set_camera(self, camera: CameraConfig) -> CameraConfig:
+        """A camera a reload added or changed: ``camera`` with its analytics as they run from now on (a page's
+        layout keeps priority over the file's, as at start); ``stages`` is the caller's to update."""
+        with self._lock:
+            self.remove_camera(camera.id)
+            if camera.analytics is None:
+                return camera
+            self._cameras[camera.id] = camera
+            self._sources[camera.id] = self._anonymous[camera.id] = "config"
+            self._current[camera.id] = self._initial(camera)
+            return camera.model_copy(update={"analytics": self._current[camera.id]})
+
+    def remove_camera(self, camera_id: str) -> None:
+        self._cameras.pop(camera_id, None)
+        self._sources.pop(camera_id, None)
+        self._anonymous.pop(camera_id, None)
+        self._files.pop(camera_id, None)
+        self._current.pop(camera_id, None)
 
     def cameras(self, configs: Sequence[CameraConfig]) -> list[CameraConfig]:
         """``configs`` with each camera's analytics as it starts (a page's layout in place of the file's)."""
@@ -66,7 +88,19 @@ class Layouts:
 
     def source(self, camera_id: str) -> str | None:
         """"config", or the layout file and who applied it when; None for a camera without analytics."""
-        return self._sources.get(camera_id)
+        return self._removed(camera_id, self._sources.get(camera_id))
+
+    def anonymous_source(self, camera_id: str) -> str | None:
+        """:meth:`source` without who applied the layout."""
+        return self._removed(camera_id, self._anonymous.get(camera_id))
+
+    def _removed(self, camera_id: str, source: str | None) -> str | None:
+        """``source``, or what runs once its layout file was removed (the camera keeps it until a restart)."""
+        path = self._files.get(camera_id)
+        if source is None or path is None or path.exists():
+            return source
+        return (f"{path} was removed: the config file's zones and lines from the next restart (until then those "
+                f"of the removed file, {source.removeprefix(str(path)).strip()})")
 
     def current(self, camera_id: str) -> AnalyticsConfig | None:
         return self._current.get(camera_id)
@@ -95,7 +129,8 @@ class Layouts:
             overlay = write_overlay(self._state_dir, camera_id, config, who, self._clock())
             stage.apply_layout(config)
             self._current[camera_id] = config
-            self._sources[camera_id] = overlay.describe()
+            self._sources[camera_id], self._anonymous[camera_id] = overlay.describe(), overlay.describe(who=False)
+            self._files[camera_id] = overlay.path
         log.info("camera %s: zones and lines applied on the page by %s (%d zone(s): %s; %d line(s): %s); kept "
                     "in %s", camera_id, who, len(config.zones), ", ".join(z.name for z in config.zones) or "-",
                     len(config.lines), ", ".join(ln.name for ln in config.lines) or "-", overlay.path)

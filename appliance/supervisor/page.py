@@ -34,8 +34,13 @@ class ApplianceSite:
     """``device``: id and name; ``health``: the health summary (Appliance.health_summary)."""
 
     def __init__(self, device: dict[str, Any], health: Callable[[], dict[str, Any]], layouts: Layouts,
-                 class_names: Sequence[str]) -> None:
+                 class_names: Sequence[str], camera_ids: Sequence[str] | Callable[[], Sequence[str]] = ()) -> None:
+        """``camera_ids``: the cameras, or what says which run now (a reload adds and removes cameras)."""
         self._device, self._health, self._layouts, self._class_names = device, health, layouts, list(class_names)
+        self._camera_ids = camera_ids
+
+    def camera_ids(self) -> list[str]:
+        return list(self._camera_ids() if callable(self._camera_ids) else self._camera_ids)
 
     def overview(self) -> dict[str, Any]:
         return {"device": self._device, **self._health()}

@@ -11,6 +11,7 @@ it started itself before it raises, so a record only ever names parts that run.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -18,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.appconfig.app import AppConfig
+from appliance.capture.config import CameraConfig
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.supervisor.cameras import Capture
 from appliance.supervisor.detectorsetup import DetectorSetup
-from appliance.supervisor.eventstage import CameraAnalytics, EventSink, start_analytics
+from appliance.supervisor.eventstage import CameraAnalytics, EventSink, camera_stage, start_analytics
 from appliance.supervisor.framepath import FramePath
 from appliance.supervisor.layouts import Layouts
 from appliance.supervisor.page import FeedingPublisher
@@ -99,11 +101,12 @@ class Inference:
 
     frames: FramePath
     scheduler: Scheduler
-    analytics: Mapping[str, CameraAnalytics]  # per camera with an ``analytics:`` section
+    analytics: dict[str, CameraAnalytics]  # per camera with an ``analytics:`` section (a reload changes it)
     snapshots: SnapshotWorker | None  # when a camera takes snapshots
     layouts: Layouts  # each camera's zones and lines: the config file's, or the page's
     live: LiveFrames  # the newest frame of a camera someone watches on the page
     feed: EventFeed   # the newest events, for the page
+    new_stage: Callable[[CameraConfig], CameraAnalytics]  # a camera's stage, as at start (a reload's cameras)
     restream: Restream | None = None  # the RTSP server and what feeds it, when ``restream.enabled``
 
     def stop(self, drain_timeout_s: float) -> None:
@@ -139,8 +142,8 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         route = served.router.current()
         class_names = route.class_names if route else ()
         layouts, live, feed = Layouts(config.cameras, paths["state_dir"], class_names), LiveFrames(), EventFeed()
-        analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names,
-                                               FeedingPublisher(capturing.publisher, feed), metrics,
+        sink = FeedingPublisher(capturing.publisher, feed)
+        analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names, sink, metrics,
                                                paths["state_dir"] / "snapshots", mirror)
         layouts.stages = analytics
         if snapshots is not None:
@@ -163,4 +166,6 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         capturing.capture.open_readers(config.cameras, scheduler, on_error)
         scheduler.start()
         undo.pop_all()  # all of it runs: Appliance.stop ends it from here on
-    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, restream)
+    new_stage = functools.partial(camera_stage, class_names=class_names, publisher=sink, metrics=metrics,
+                                  worker=snapshots, mirror=mirror)
+    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, new_stage, restream)

@@ -92,7 +92,8 @@ class Scheduler:
         self._gate = gate
         self._on_drop = on_drop
         self._wakeup = wakeup
-        self._cameras: list[CameraSlot] = []
+        self._cameras: list[CameraSlot] = []  # replaced, never changed in place: a pass reads its own list
+        self._pass = threading.Lock()  # held for a whole pass: a camera removed is in no pass once it is taken
         self._next = 0
         self._inflight = 0
         self._cond = threading.Condition()
@@ -103,8 +104,23 @@ class Scheduler:
     def add_camera(self, camera_id: str, reader: FrameReader, target_fps: float | None) -> CameraSlot:
         slot = CameraSlot(camera_id, reader, 1.0 / target_fps if target_fps else 0.0)
         with self._cond:
-            self._cameras.append(slot)
+            self._cameras = [*self._cameras, slot]
         return slot
+
+    def remove_camera(self, camera_id: str, drain_timeout_s: float) -> bool:
+        """No more frames of the camera; its frames in flight finish and are handed on. True when they did within
+        the deadline (its ring can then be closed with no lease on it)."""
+        with self._pass, self._cond:
+            slot = next((s for s in self._cameras if s.camera_id == camera_id), None)
+            self._cameras = [s for s in self._cameras if s is not slot]
+            self._next = 0
+        if slot is None:
+            return True
+        deadline = self._clock() + drain_timeout_s
+        with self._cond:
+            while slot.inflight > 0 and self._clock() < deadline:
+                self._cond.wait(max(0.0, min(deadline - self._clock(), 0.1)))
+            return slot.inflight == 0
 
     def cameras(self) -> list[CameraSlot]:
         return list(self._cameras)
@@ -121,14 +137,18 @@ class Scheduler:
 
     def step(self) -> int:
         """One pass over the cameras; returns how many frames were submitted (the loop calls this)."""
+        with self._pass:
+            return self._pass_over(self._cameras)
+
+    def _pass_over(self, cameras: list[CameraSlot]) -> int:
         submitted = 0
-        n = len(self._cameras)
-        start = self._next
+        n = len(cameras)
+        start = self._next % n if n else 0
         for i in range(n):
             with self._cond:
                 if self._inflight >= self._max_inflight or self._stopping.is_set():
                     break
-            slot = self._cameras[(start + i) % n]
+            slot = cameras[(start + i) % n]
             try:
                 ok = self._try_submit(slot)
             except Exception:  # one camera's broken ring must not stop the others

@@ -67,6 +67,14 @@ class SnapshotStore:
         for camera in keep:
             self._load(camera)
 
+    def add_camera(self, camera: str, keep: int) -> None:
+        """Keep ``keep`` snapshots of ``camera`` too (a camera a reload started), from what is on disk."""
+        with self._lock:
+            self._keep[camera] = keep
+            if camera not in self._by_camera:
+                self._by_camera[camera] = OrderedDict()
+                self._load(camera)
+
     def _dir(self, camera: str) -> Path:
         return self.root / camera
 
@@ -158,6 +166,14 @@ class SnapshotWorker:
         self.saved: dict[str, int] = {c: 0 for c in configs}
         self._thread = threading.Thread(target=self._run, name="snapshots", daemon=True)
         self._thread.start()
+
+    def add_camera(self, camera: str, config: SnapshotConfig) -> None:
+        """Encode ``camera``'s snapshots with ``config`` from now on (its store keeps ``config.keep`` of them)."""
+        self.store.add_camera(camera, config.keep)
+        with self._lock:
+            self._configs[camera] = config
+            self.dropped.setdefault(camera, 0)
+            self.saved.setdefault(camera, 0)
 
     def offer(self, job: SnapshotJob) -> bool:
         """Queue ``job`` without waiting; False (and counted) when the queue is full."""

@@ -16,11 +16,15 @@ from pathlib import Path
 
 import yaml
 
+from appliance.config.shown import shown
+from appliance.passwords import hash_password, verify_password
 from appliance.web.config import Role, UserConfig, WebConfig
-from appliance.web.passwords import check_password, hash_password
 
 log = logging.getLogger("appliance.web")
 COOKIE = "appliance_session"
+check_password = verify_password  # the name this module's callers know
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -61,13 +65,14 @@ class Auth:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._local = Session("local", "operator", secrets.token_urlsafe(24), float("inf"))
+        self._no_user = hash_password(secrets.token_urlsafe(16))  # an unknown name costs one scrypt, as a known one
 
     def login(self, name: str, password: str) -> tuple[str, Session] | None:
         user = self._users.get(name)
         # A name that does not exist costs as much as a wrong password: no telling which it was.
-        ok = check_password(password, user.password_hash if user else hash_password("x"))
+        ok = check_password(password, user.password_hash if user else self._no_user)
         if user is None or not ok:
-            log.warning("web: failed login for %r", name)
+            log.warning("web: failed login for %s", shown(name))
             return None
         token = secrets.token_urlsafe(32)
         session = Session(user.name, user.role, secrets.token_urlsafe(24), self._clock() + self._session_s)

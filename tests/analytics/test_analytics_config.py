@@ -4,13 +4,15 @@ the model's class names)."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from appliance.analytics.check import check_analytics
-from appliance.analytics.config import AnalyticsConfig, LineConfig, ZoneConfig
+from appliance.analytics.config import MAX_POINTS, AnalyticsConfig, LineConfig, ZoneConfig
+from appliance.analytics.geometry import overlapping_pairs, segments_touch
 from appliance.config.validate import load_config
 from appliance.config.yamlsource import ConfigError
 
@@ -113,3 +115,22 @@ def test_a_cross_field_error_points_at_its_line_in_the_file(tmp_path: Path) -> N
     lines = {issue.line: issue.message for issue in err.value.issues}
     assert "intersects itself" in lines[4], lines
     assert len(err.value.issues) == 1  # the duplicate name is found once the zone itself is valid
+
+
+def test_the_sweep_finds_every_pair_of_edges_that_touch() -> None:
+    """The self-intersection check compares only edges whose bounding boxes overlap; on random small polygons
+    (many touching, collinear and crossing edges) every pair that touches, by brute force, is among them."""
+    rng = random.Random(7)
+    for _ in range(3000):
+        n = rng.randint(3, 9)
+        points = [(float(rng.randint(0, 6)), float(rng.randint(0, 6))) for _ in range(n)]
+        edges = [(points[i], points[(i + 1) % n]) for i in range(n)]
+        touching = {(i, j) for i in range(n) for j in range(i + 1, n) if segments_touch(*edges[i], *edges[j])}
+        assert touching <= set(overlapping_pairs(edges)), points
+
+
+def test_a_zone_with_more_than_the_allowed_points_is_refused_before_any_geometry() -> None:
+    with pytest.raises(ValidationError, match=f"at most {MAX_POINTS} items"):
+        ZoneConfig(name="z", points=[(i, i * i % 7) for i in range(100_000)])
+    with pytest.raises(ValidationError, match="valid number"):
+        LineConfig(name="l", a=("10", 300), b=(10, 400), in_side="left")  # type: ignore[arg-type]

@@ -236,9 +236,10 @@ async def _reader_checks(running: Running) -> None:
         results = _Results()
         subscription = await client.create_subscription(100, results)
         mv = await client.get_namespace_index("http://opcfoundation.org/UA/MachineVision")
-        result_type = await client.nodes.root.get_child(
+        spec_type = await client.nodes.root.get_child(
             ["0:Types", "0:EventTypes", "0:BaseEventType", f"{mv}:ResultReadyEventType"])
-        await subscription.subscribe_events(client.get_node(ua.NodeId("VisionSystem", ns)), result_type)
+        own_type = await spec_type.get_child(f"{ns}:ApplianceResultReadyEventType")  # its fields: Seq, TrackId...
+        await subscription.subscribe_events(client.get_node(ua.NodeId("VisionSystem", ns)), [spec_type, own_type])
         await subscription.subscribe_data_change([client.get_node(ua.NodeId(f"Cameras.hall.Lines.{name}.{d}", ns))
                                                   for name in LINES for d in ("In", "Out")])
         watching = time.monotonic()

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from asyncua import ua
 from pydantic import ValidationError
 
@@ -19,7 +20,8 @@ from appliance.mqtt.messages import EventMessage
 from appliance.opcua.config import OpcUaConfig
 from appliance.opcua.feed import Feed
 from appliance.opcua.passwords import PasswordFileError, hash_password, read_users_file, verify_password
-from appliance.opcua.values import CameraLayout, count_values, last_event_values, vision_state
+from appliance.web.config import UserConfig
+from appliance.opcua.values import CameraLayout, count_values, last_event_values, state_path, vision_state
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,9 +48,25 @@ def test_the_hash_is_scrypt_of_the_password_and_salt() -> None:
     salt = bytes(range(16))
     stored = hash_password("correct horse", salt=salt)
     expected = hashlib.scrypt(b"correct horse", salt=salt, n=2 ** 14, r=8, p=1, dklen=32)
-    assert stored == f"scrypt$14$8$1${base64.b64encode(salt).decode()}${base64.b64encode(expected).decode()}"
+    assert stored == f"scrypt$16384$8$1${base64.b64encode(salt).decode()}${base64.b64encode(expected).decode()}"
     assert verify_password("correct horse", stored) and not verify_password("correct horsf", stored)
     assert hash_password("correct horse") != stored  # a fresh salt each time
+
+
+def test_one_hash_serves_the_page_and_opc_ua_and_the_older_opc_ua_layout_is_still_read() -> None:
+    from appliance.opcua.access import ApplianceUsers
+    from appliance.opcua.passwords import UserEntry
+    from appliance.web.auth import check_password
+    from appliance.web.auth import hash_password as page_hash
+
+    salt = bytes(range(16))
+    digest = hashlib.scrypt(b"older-password", salt=salt, n=2 ** 14, r=8, p=1, dklen=32)
+    older = f"scrypt$14$8$1${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"  # log2 N
+    for stored, password in ((page_hash("page-password"), "page-password"), (older, "older-password")):
+        OpcUaConfig.model_validate({"users": [{"name": "plc", "password_hash": stored}]})
+        users = ApplianceUsers([UserEntry("plc", "reader", stored)], allow_anonymous=False, trust=None)
+        assert users.get_user(None, "plc", password) is not None and users.get_user(None, "plc", "wrong") is None
+        assert check_password(password, stored) and not check_password("wrong", stored)
 
 
 def test_the_users_file_names_the_bad_line(tmp_path: Path) -> None:
@@ -62,11 +80,18 @@ def test_the_users_file_names_the_bad_line(tmp_path: Path) -> None:
 
 
 def test_the_cli_prints_a_hash_that_verifies() -> None:
-    result = subprocess.run([sys.executable, "-m", "appliance", "opcua-password", "--user", "plc"],
+    result = subprocess.run([sys.executable, "-m", "appliance", "password", "--user", "plc"],
                             input="a-long-password\n", capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode == 0, result.stderr
     name, role, stored = result.stdout.strip().split(":")
     assert (name, role) == ("plc", "reader") and verify_password("a-long-password", stored)
+    result = subprocess.run([sys.executable, "-m", "appliance", "password", "--for", "web", "--user", "olga",
+                             "--role", "operator"], input="a-long-password\n", capture_output=True, text=True,
+                            timeout=60, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    [item] = yaml.safe_load(result.stdout)
+    user = UserConfig.model_validate(item)  # what web.users_file holds
+    assert (user.name, user.role) == ("olga", "operator") and verify_password("a-long-password", user.password_hash)
 
 
 def _event(seq: int, kind: str = "cross", camera: str = "hall") -> EventMessage:
@@ -121,6 +146,14 @@ def test_counts_are_uint64_for_the_configured_zones_and_lines_only() -> None:
 ])
 def test_the_vision_state_follows_the_appliance(summary: dict, started: bool, stopping: bool, state: str) -> None:
     assert vision_state(summary, started=started, stopping=stopping) == state
+
+
+def test_the_state_machine_moves_only_along_the_specifications_transitions() -> None:
+    assert state_path("Preoperational", "Operational") == ["Operational"]
+    assert state_path("Operational", "Error") == ["Error"]
+    assert state_path("Error", "Operational") == ["Operational"]
+    assert state_path("Halted", "Operational") == ["Preoperational", "Operational"]  # no HaltedToOperational
+    assert state_path("Error", "Halted") == ["Halted"] and state_path("Halted", "Halted") == []
 
 
 def test_check_config_names_a_missing_users_file_at_its_line(tmp_path: Path) -> None:

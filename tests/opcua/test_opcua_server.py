@@ -13,33 +13,10 @@ from typing import Any
 import pytest
 from asyncua import Client, ua
 from asyncua.crypto.security_policies import SecurityPolicyAes256Sha256RsaPss
-from support.opcua import ClientIdentity, client_identity, trust
+from support.opcua import ClientIdentity, Resets, client_identity, start_server, trust
 from support.ports import free_port
 
-from appliance.opcua.config import OpcUaConfig
-from appliance.opcua.feed import Feed
 from appliance.opcua.passwords import hash_password
-from appliance.opcua.server import OpcUaServer, Readings
-from appliance.opcua.values import CameraLayout
-
-SUMMARY = {"ok": True, "served": {"model": "yolov3-tiny", "version": "3"}, "cameras": {"hall": {"fps": 9.5}}}
-
-
-class Resets:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    def __call__(self, camera_id: str, line: str) -> bool:
-        self.calls.append((camera_id, line))
-        return line == "door"
-
-
-def _server(state: Path, port: int, resets: Resets, **config: Any) -> OpcUaServer:
-    section = OpcUaConfig.model_validate({"host": "127.0.0.1", "port": port, "interval_s": 0.2, **config})
-    readings = Readings(lambda: SUMMARY, lambda: (True, False), resets)
-    return OpcUaServer(section, "dev1", [CameraLayout("hall", (), ("door",))], state, readings, Feed(),
-                       boot_id="0" * 32, started_at=time.time()).start()
-
 
 @pytest.fixture
 def users_file(tmp_path: Path) -> Path:
@@ -75,7 +52,7 @@ def test_a_users_file_operator_resets_a_line_and_a_reader_may_not(tmp_path: Path
                                                                    users_file: Path) -> None:
     identity, resets, port = client_identity(tmp_path, "plc"), Resets(), free_port()
     trust(identity, state / "opcua" / "trusted")
-    server = _server(state, port, resets, users_file=str(users_file))
+    server = start_server(state, port, resets, users_file=str(users_file))
     try:
         time.sleep(0.5)  # one readings interval: Device.Model is sampled
         assert asyncio.run(_session(port, identity, "lead", "lead-password", _call_resets)) == ["yolov3-tiny", True]
@@ -94,7 +71,7 @@ async def _read_model(client: Client, ns: int) -> Any:
 def test_the_server_certificate_is_kept_and_a_newly_trusted_client_needs_no_restart(
         tmp_path: Path, state: Path, users_file: Path) -> None:
     port = free_port()
-    server = _server(state, port, Resets(), users_file=str(users_file))
+    server = start_server(state, port, Resets(), users_file=str(users_file))
     made = (state / "opcua" / "server-cert.der").read_bytes()
     assert oct((state / "opcua" / "server-key.pem").stat().st_mode & 0o777) == "0o600"
     late = client_identity(tmp_path, "late")
@@ -112,6 +89,89 @@ def test_the_server_certificate_is_kept_and_a_newly_trusted_client_needs_no_rest
                 time.sleep(0.2)
     finally:
         server.stop()
-    server = _server(state, free_port(), Resets(), users_file=str(users_file))
+    server = start_server(state, free_port(), Resets(), users_file=str(users_file))
     server.stop()
     assert (state / "opcua" / "server-cert.der").read_bytes() == made
+
+
+async def _watch_states(port: int, identity: ClientIdentity, server: Any, started: list[bool]) -> dict[str, Any]:
+    """CurrentState as a subscriber sees it while the appliance starts, runs and stops; what the state machine
+    shows while Operational."""
+    client = Client(f"opc.tcp://127.0.0.1:{port}/", timeout=10)
+    client.application_uri = identity.uri
+    client.set_user("plc")
+    client.set_password("plc-password")
+    await client.set_security(SecurityPolicyAes256Sha256RsaPss, certificate=str(identity.certificate),
+                              private_key=str(identity.private_key), mode=ua.MessageSecurityMode.SignAndEncrypt)
+    seen: list[str] = []
+
+    class Handler:
+        def datachange_notification(self, node: Any, value: Any, data: Any) -> None:
+            seen.append(value.Text)
+
+    async def until(state: str) -> None:
+        for _ in range(100):
+            if state in seen:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{state} never seen: {seen}")
+
+    await client.connect()
+    try:
+        ns = await client.get_namespace_index("urn:appliance:dev1")
+        machine = client.get_node(ua.NodeId("VisionSystem.VisionStateMachine", ns))
+        subscription = await client.create_subscription(100, Handler())
+        await subscription.subscribe_data_change(await machine.get_child("0:CurrentState"))
+        await until("Preoperational")
+        started[0] = True
+        await until("Operational")
+        last = await machine.get_child("0:LastTransition")
+        shown = {"last": (await last.read_value()).Text,
+                 "last_id": await client.get_node(await (await last.get_child("0:Id")).read_value()).read_browse_name(),
+                 "states": [(await client.get_node(n).read_browse_name()).Name
+                            for n in await (await machine.get_child("0:AvailableStates")).read_value()]}
+        await asyncio.to_thread(server.stop)
+        return {**shown, "seen": seen}
+    finally:
+        try:
+            await client.disconnect()
+        except Exception:  # the server is gone: nothing to close
+            pass
+
+
+def test_a_subscriber_sees_the_states_from_start_to_halted_on_stop(tmp_path: Path, state: Path,
+                                                                   users_file: Path) -> None:
+    identity, port, started = client_identity(tmp_path, "plc"), free_port(), [False]
+    trust(identity, state / "opcua" / "trusted")
+    server = start_server(state, port, Resets(), phase=lambda: (started[0], False), users_file=str(users_file),
+                          halt_grace_s=1.0)
+    try:
+        shown = asyncio.run(_watch_states(port, identity, server, started))
+    finally:
+        server.stop()
+    assert shown["seen"] == ["Preoperational", "Operational", "Halted"]
+    assert shown["last"] == "PreoperationalToOperationalAuto" and shown["last_id"].Name == shown["last"]
+    assert sorted(shown["states"]) == ["Error", "Halted", "Operational", "Preoperational"]
+
+
+async def _read_door_in(client: Client, ns: int) -> Any:
+    node = client.get_node(ua.NodeId("Cameras.hall.Lines.door.In", ns))
+    for _ in range(100):  # the feed wakes the server, which writes within a moment
+        value = await node.read_data_value()
+        if value.Value.Value:
+            return value.Value, await node.read_data_type()
+        await asyncio.sleep(0.1)
+    raise AssertionError("the counts never arrived")
+
+
+def test_uint32_counters_for_plcs_without_64_bit_integers_wrap(tmp_path: Path, state: Path, users_file: Path) -> None:
+    identity, port = client_identity(tmp_path, "plc"), free_port()
+    trust(identity, state / "opcua" / "trusted")
+    server = start_server(state, port, Resets(), users_file=str(users_file), counter_type="UInt32")
+    try:
+        server.feed.publish_counts("hall", 1, 0, {"lines": {"door": {"in": 2 ** 32 + 5, "out": 0}}})
+        variant, data_type = asyncio.run(_session(port, identity, "plc", "plc-password", _read_door_in))
+    finally:
+        server.stop()
+    assert (variant.Value, variant.VariantType) == (5, ua.VariantType.UInt32)
+    assert data_type == ua.NodeId(ua.ObjectIds.UInt32)

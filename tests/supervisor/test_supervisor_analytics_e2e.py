@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
@@ -75,6 +76,16 @@ health:
     return path
 
 
+def _status(port: int, path: str, host: str) -> int:
+    """The status of GET ``path`` on 127.0.0.1 with this ``Host`` header."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Host": host})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as response:
         return response.read()
@@ -109,6 +120,9 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
                 snapshots[event["event_id"]] = _get(f"http://127.0.0.1:{port}/events/{event['event_id']}.jpg")
         latest = _get(f"http://127.0.0.1:{port}/cameras/hall/latest.jpg")
         metrics = _get(f"http://127.0.0.1:{port}/metrics").decode()
+        assert _status(port, "/api/overview", "rebind.attacker.example") == 403  # the page on loopback: DNS rebinding
+        assert _status(port, "/api/overview", f"rebind.attacker.example:{port}") == 403
+        assert _status(port, "/api/overview", f"localhost:{port}") == 200
         assert daemon.terminate() == 0, daemon.tail()
     finally:
         daemon.close()

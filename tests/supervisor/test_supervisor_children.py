@@ -104,3 +104,22 @@ def test_registering_a_name_twice_is_an_error() -> None:
     supervisor.register("a", lambda: ctx.Process(target=_sleep_forever))
     with pytest.raises(ValueError, match="already registered"):
         supervisor.register("a", lambda: ctx.Process(target=_sleep_forever))
+
+
+def test_a_child_registered_later_starts_alone_and_a_removed_one_is_stopped_and_never_restarted() -> None:
+    clock = Clock()
+    supervisor = ChildSupervisor(clock)
+    supervisor.register("camera:a", lambda: ctx.Process(target=_sleep_forever))
+    supervisor.start_all()
+    record = supervisor.register("camera:b", lambda: ctx.Process(target=_sleep_forever))
+    supervisor.start("camera:b")
+    [a, b] = [r.child for r in supervisor.records()]
+    try:
+        assert record.state is ChildState.RUNNING and b.is_alive()
+        supervisor.remove("camera:b", lambda child: (child.terminate(), child.join(30)))
+        assert not b.is_alive() and record.state is ChildState.STOPPED
+        assert [r.name for r in supervisor.records()] == ["camera:a"]
+        clock.now += 3600
+        assert supervisor.poll() == [] and a.is_alive()  # the other child untouched, b not brought back
+    finally:
+        supervisor.stop_all(lambda child: (child.terminate(), child.join(30)))

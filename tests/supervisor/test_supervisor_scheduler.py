@@ -175,3 +175,25 @@ def test_stop_publishes_finished_results_stuck_behind_a_frame_that_never_finishe
     assert handed_on == []
     assert scheduler.stop(drain_timeout_s=0.2) is False
     assert handed_on == [2]  # out of order rather than lost at shutdown
+
+
+def test_a_removed_camera_gets_no_more_frames_and_its_frames_in_flight_finish_first() -> None:
+    handed_on: list[tuple[str, int]] = []
+    scheduler, submitted = _scheduler(lambda cam, meta, f: handed_on.append((cam, meta.seq)), per_camera_inflight=2)
+    a, b = Camera(), Camera()
+    scheduler.add_camera("a", a, None)
+    scheduler.add_camera("b", b, None)
+    a.capture(0.0)
+    b.capture(0.0)
+    assert scheduler.step() == 2
+    assert scheduler.remove_camera("b", drain_timeout_s=0.1) is False  # b's frame 1 is still in flight
+    futures = {(cam, seq): f for cam, seq, f in submitted}
+    futures["b", 1].set_result("done")
+    assert scheduler.remove_camera("b", drain_timeout_s=0.1) is True  # gone already: nothing to wait for
+    assert handed_on == [("b", 1)]  # handed on, though its camera left
+    a.capture(0.1)
+    b.capture(0.1)
+    assert scheduler.step() == 1 and submitted[-1][:2] == ("a", 2)
+    assert [slot.camera_id for slot in scheduler.cameras()] == ["a"]
+    scheduler.add_camera("c", Camera(), None)  # a camera added later joins the round
+    assert [slot.camera_id for slot in scheduler.cameras()] == ["a", "c"]

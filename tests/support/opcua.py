@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 
 from appliance.opcua.certs import make_certificate
+
+SUMMARY = {"ok": True, "served": {"model": "yolov3-tiny", "version": "3"}, "cameras": {"hall": {"fps": 9.5}}}
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_CLIENT = REPO / "tests" / "opcua" / "nodeclient"
@@ -55,12 +58,8 @@ class NodeRun:
         return [line.removeprefix(f"{key}: ") for line in self.output.splitlines() if line.startswith(f"{key}: ")]
 
 
-def run_node_client(work: Path, *, endpoint: str, server_certificate: Path, identity: ClientIdentity,
-                    policy: str, user: str, password: str, timeout_s: float = 60,
-                    **extra: Any) -> NodeRun:
-    """tests/opcua/nodeclient/client.js with these options (``browse``, ``namespace``, ``watch``, ``timeoutMs``
-    to browse and wait for a counter to rise); its own PKI folder under ``work``."""
-    script = require_node_client()
+def _node_options(work: Path, *, endpoint: str, server_certificate: Path, identity: ClientIdentity, policy: str,
+                  user: str, password: str, **extra: Any) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     options = {"endpoint": endpoint, "policy": policy, "pki": str(work / "pki"),
                "serverCertificate": str(server_certificate), "applicationUri": identity.uri,
@@ -68,6 +67,50 @@ def run_node_client(work: Path, *, endpoint: str, server_certificate: Path, iden
                "user": user, "password": password, **extra}
     path = work / "options.json"
     path.write_text(json.dumps(options))
+    return path
+
+
+def run_node_client(work: Path, *, timeout_s: float = 60, **options: Any) -> NodeRun:
+    """tests/opcua/nodeclient/client.js with these options (``endpoint``, ``server_certificate``, ``identity``,
+    ``policy``, ``user``, ``password``; ``browse``, ``namespace``, ``watch``, ``timeoutMs`` to browse and wait for
+    a counter to rise; ``call`` a method); its own PKI folder under ``work``."""
+    script = require_node_client()
+    path = _node_options(work, **options)
     result = subprocess.run(["node", str(script), str(path)], capture_output=True, text=True, timeout=timeout_s,
                             cwd=script.parent)
     return NodeRun(result.returncode, result.stdout + result.stderr)
+
+
+def start_node_client(work: Path, **options: Any) -> subprocess.Popen[str]:
+    """The same client as :func:`run_node_client`, running: its output one line at a time on ``stdout``."""
+    script = require_node_client()
+    path = _node_options(work, **options)
+    return subprocess.Popen(["node", str(script), str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=script.parent)
+
+
+class Resets:
+    """The server's ``reset_line`` reading: records the calls; camera ``hall`` has the line ``door``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, camera_id: str, line: str) -> bool:
+        self.calls.append((camera_id, line))
+        return line == "door"
+
+
+def start_server(state: Path, port: int, resets: Resets, phase: Any = lambda: (True, False), **config: Any) -> Any:
+    """The OPC UA server as the appliance runs it (device ``dev1``, camera ``hall`` with line ``door``), started;
+    readings given as plain data, ``phase`` as ``Readings.phase``. Unless ``config`` says otherwise, Halted is not
+    kept on stop (``halt_grace_s: 0``). The caller stops it."""
+    from appliance.opcua.config import OpcUaConfig
+    from appliance.opcua.feed import Feed
+    from appliance.opcua.server import OpcUaServer, Readings
+    from appliance.opcua.values import CameraLayout
+
+    section = OpcUaConfig.model_validate({"host": "127.0.0.1", "port": port, "interval_s": 0.2, "halt_grace_s": 0,
+                                          **config})
+    readings = Readings(lambda: SUMMARY, phase, resets)
+    return OpcUaServer(section, "dev1", [CameraLayout("hall", (), ("door",))], state, readings, Feed(),
+                       boot_id="0" * 32, started_at=time.time()).start()

@@ -7,8 +7,12 @@ $APPLIANCE_UI_SCREENSHOTS when set)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
+import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,18 +23,23 @@ import numpy as np
 import pytest
 from selenium.webdriver import ActionChains, Chrome
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
 from support.browser import chromium, save_screenshot
 from support.daemon import RunningDaemon
 from support.engineseed import seed_state_dir
+from support.eventpage import page_with_events
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.shm import private_shm_dir
 from support.rtspclients import frames_of, probe, psnr, rate, start_grab
 from support.subscriber import Subscriber
 from support.wait import wait_until
+from support.webattack import HealthPoller, login_cookie, open_streams, slow_bodies
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV
+from appliance.health import limits
 from appliance.web.auth import hash_password
+from appliance.web.routes import STREAMS_PER_SESSION
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"
@@ -88,7 +97,8 @@ def site(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterato
         env.setenv("APPLIANCE_HEALTH_PORT", str(port))
         env.setenv(DEMO_VIDEO_ENV, str(VTEST))
         events = Subscriber(broker, "appliance/demo/+/events")
-        site = Site(f"http://{host}:{port}", f"rtsp://{host}:{rtsp_port}", RunningDaemon(root, config, REPO), events, root, config)
+        site = Site(f"http://{host}:{port}", f"rtsp://{host}:{rtsp_port}", RunningDaemon(root, config, REPO), events,
+                    root, config)
         try:
             assert site.daemon.notify.wait_for("READY=1", 240), site.daemon.tail()
             yield site
@@ -113,7 +123,7 @@ def _login(browser: Chrome, site: Site, name: str) -> None:
     browser.get(f"{site.url}/login")
     browser.delete_all_cookies()
     browser.get(f"{site.url}/camera/hall")
-    assert browser.current_url.endswith("/login"), "the page must ask for a login beyond loopback"
+    assert browser.current_url.endswith("/login"), f"no login asked beyond loopback: {browser.page_source[:300]}"
     browser.find_element(By.ID, "name").send_keys(name)
     browser.find_element(By.ID, "password").send_keys(USERS[name][1])
     browser.find_element(By.ID, "login").click()
@@ -271,13 +281,156 @@ def test_the_restream_serves_both_pictures_to_a_viewer_and_refuses_a_wrong_passw
                      "both streams' encoders to stop once their clients left")
 
 
+def test_the_overviews_filters_hide_what_they_filter(site: Site, browser: Chrome) -> None:
+    _login(browser, site, "olga")
+    browser.get(site.url)
+    shown_names = "return [...document.querySelectorAll('#events li')].filter(li => li.offsetParent !== null)" \
+        ".map(li => li.dataset.name)"
+    wait_until(lambda: {"aisle", "walkway"} <= set(browser.execute_script(shown_names)), 60, 0.2,
+               "events of both lines on the overview")
+    browser.find_element(By.ID, "f-name").send_keys("aisle")
+    names = browser.execute_script(shown_names)
+    assert names and set(names) == {"aisle"}, names  # the walkway's are hidden, not merely marked hidden
+    save_screenshot(browser, site.artifacts, "ui-overview-filtered.png")
+
+
+def test_the_camera_view_shows_earlier_events_and_an_unknown_camera_is_a_404(site: Site, browser: Chrome) -> None:
+    _login(browser, site, "olga")
+    opened = time.time()
+    browser.get(f"{site.url}/camera/hall")
+    wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 20, 0.1, "the view")
+    earlier = browser.execute_script("return [...document.querySelectorAll('#events li')]"
+                                     ".filter(li => Number(li.dataset.time) < arguments[0]).length", opened)
+    assert earlier > 0, "the view lists the camera's events from before it was opened"
+    browser.get(f"{site.url}/camera/no-such-cam")
+    assert browser.find_element(By.ID, "not-found").text == "No camera 'no-such-cam'"
+    assert "hall" in browser.find_element(By.TAG_NAME, "main").text
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{site.url}/events/0123.jpg", timeout=10)  # no login: no camera images either
+    assert refused.value.code == 401
+
+
+def test_the_events_page_filters_and_pages_through_500_events(site: Site, browser: Chrome) -> None:
+    start = 1_800_000_000.0
+    with page_with_events(site.root / "events-page", {"hall": 500, "yard": 120}, start) as port:
+        browser.get(f"http://127.0.0.1:{port}/events?camera=hall")
+        seen: list[float] = []
+        for _ in range(20):
+            wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 20, 0.1,
+                       "a page of events")
+            rows = browser.execute_script("return [...document.querySelectorAll('#events li')]"
+                                          ".map(li => [li.dataset.camera, Number(li.dataset.time)])")
+            assert rows and {camera for camera, _ in rows} == {"hall"}, rows[:3]
+            seen.extend(t for _, t in rows)
+            older = browser.find_element(By.ID, "older")
+            if not older.is_enabled():
+                break
+            here = browser.current_url
+            older.click()
+            wait_until(lambda: browser.current_url != here, 10, 0.05, "the next page's address")
+        assert seen == [start + n for n in range(500, 0, -1)]  # every one, newest first, none twice
+        save_screenshot(browser, site.artifacts, "ui-events.png")
+        browser.get(f"http://127.0.0.1:{port}/events")
+        wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 20, 0.1, "events")
+        Select(browser.find_element(By.ID, "f-type")).select_by_visible_text("cross")
+        browser.find_element(By.ID, "f-name").send_keys("walkway")
+        browser.find_element(By.ID, "f-apply").click()
+        wait_until(lambda: "type=cross" in browser.current_url, 10, 0.05, "the filtered address")
+        wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 20, 0.1, "events")
+        kinds = browser.execute_script("return [...document.querySelectorAll('#events li')]"
+                                       ".map(li => li.dataset.type + ' ' + li.dataset.name)")
+        assert kinds and set(kinds) == {"cross walkway"}, kinds[:5]
+        assert "of 155 matching" in browser.find_element(By.ID, "summary").text  # 125 of hall's, 30 of yard's
+
+
+def test_slow_bodies_and_many_streams_leave_healthz_alone(site: Site) -> None:
+    port = int(urllib.parse.urlsplit(site.url).port or 0)
+    cookie, header = login_cookie(site.url, "victor", USERS["victor"][1])
+    assert "Max-Age=28800" in header and "HttpOnly" in header and "Secure" not in header, header  # plain http
+    with HealthPoller(site.url) as poller:
+        streams, stream_statuses = open_streams(port, "127.0.0.3", cookie, 100)
+        try:
+            statuses = slow_bodies(port, "127.0.0.2", 40, limits.BODY_DEADLINE_S + 4)
+        finally:
+            for sock in streams:
+                sock.close()
+    assert poller.failures == [] and poller.answered >= 10, (poller.failures[:5], poller.answered)
+    assert stream_statuses.count("200") == STREAMS_PER_SESSION, stream_statuses
+    assert set(stream_statuses) <= {"200", "429", "503", "RESET"}, stream_statuses
+    assert statuses.count("408") >= limits.PAGE_PER_CLIENT and set(statuses) <= {"408", "429", "503", "RESET"}, \
+        statuses  # each held body cut at the deadline; the ones past the caps refused at once
+    log = site.daemon.log_path.read_text()
+    assert log.count("refused a slow request body from 127.0.0.2") == 1, "one line per burst"
+
+
+def _post_json(site: Site, cookie: str, csrf: str, body: bytes) -> tuple[int, bytes, float]:
+    address = urllib.parse.urlsplit(site.url)
+    conn = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+    started = time.monotonic()
+    try:
+        conn.request("POST", "/api/cameras/hall/layout", body, {"Content-Type": "application/json",
+                     "X-CSRF-Token": csrf, "Cookie": f"appliance_session={cookie}"})
+        response = conn.getresponse()
+        return response.status, response.read(), time.monotonic() - started
+    except (BrokenPipeError, ConnectionResetError):  # refused before all was sent: the answer may be lost
+        return 413, b"", time.monotonic() - started
+    finally:
+        conn.close()
+
+
+def test_a_huge_layout_is_refused_at_once_with_a_short_message(site: Site) -> None:
+    cookie, _header = login_cookie(site.url, "olga", USERS["olga"][1])
+    request = urllib.request.Request(f"{site.url}/api/overview", headers={"Cookie": f"appliance_session={cookie}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        csrf = json.load(response)["me"]["csrf"]
+    walkway = {"name": "walkway", "a": [10, 300], "b": [700, 300], "in_side": "left"}
+    zone = {"name": "floor", "points": [[i % 700, (i * 7) % 500] for i in range(100_000)]}
+    huge_name = {"name": "n" * 10_000_000, "a": [10, 300], "b": [700, 300], "in_side": "left"}
+    before = len(site.daemon.log_path.read_text().splitlines())
+    for doc in ({"zones": [zone], "lines": []}, {"zones": [], "lines": [huge_name]}):
+        status, body, took = _post_json(site, cookie, csrf, json.dumps(doc).encode())
+        assert status == 413 and len(body) < 200 and took < 5, (status, body[:200], took)
+    smaller = [({"zones": [{**zone, "points": zone["points"][:5000]}], "lines": []}, "at most 256 items"),
+               ({"zones": [], "lines": [{**huge_name, "name": "n" * 100_000}]}, "100000 characters"),
+               ({"zones": [], "lines": [{**walkway, "a": ["10", 300]}]}, "valid number")]
+    for doc, words in smaller:
+        status, body, took = _post_json(site, cookie, csrf, json.dumps(doc).encode())
+        assert status == 422 and words in body.decode() and len(body) < 1000 and took < 5, (status, body[:300])
+    log = site.daemon.log_path.read_text().splitlines()[before:]
+    assert [len(line) < 400 for line in log if "not applied" in line] == [True] * 3
+    assert sum("refused a request too large" in line for line in log) == 1
+    assert [ln["name"] for ln in _layout_of(site, cookie)["lines"]] == ["walkway", "aisle"]  # nothing applied
+
+
+def _layout_of(site: Site, cookie: str) -> dict:
+    request = urllib.request.Request(f"{site.url}/api/cameras/hall/layout",
+                                     headers={"Cookie": f"appliance_session={cookie}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return dict(json.load(response))
+
+
+def test_failed_logins_are_held_back_and_logged_once(site: Site) -> None:
+    port = urllib.parse.urlsplit(site.url).port
+    codes = []
+    for _ in range(8):  # from an address of its own: the browser's logins are not held back after it
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=("127.0.0.4", 0))
+        conn.request("POST", "/login", "name=mallory&password=guess", {"Content-Type":
+                                                                         "application/x-www-form-urlencoded"})
+        codes.append(conn.getresponse().status)
+        conn.close()
+    assert codes == [303] * 5 + [429] * 3, codes
+    log = site.daemon.log_path.read_text()
+    assert log.count("failed logins for name 'mallory'") == 1 and log.count("failed login for 'mallory'") == 5
+
+
 def _healthz(site: Site) -> dict:
     with urllib.request.urlopen(f"{site.url}/healthz", timeout=10) as response:  # open without a login
         return dict(json.load(response))
 
 
 def test_the_applied_layout_survives_a_restart_and_status_names_it(site: Site) -> None:
-    assert "applied on the page by olga" in _healthz(site)["analytics"]["hall"]["layout"]
+    layout = _healthz(site)["analytics"]["hall"]["layout"]
+    assert "applied on the page at" in layout and "olga" not in layout, layout  # no user names without a login
     assert site.daemon.terminate() == 0, site.daemon.tail()
     site.daemon.close()
     (site.root / "restarted").mkdir()
@@ -287,3 +440,10 @@ def test_the_applied_layout_survives_a_restart_and_status_names_it(site: Site) -
     assert set(hall["lines"]) == {"walkway", "aisle"}, hall
     assert hall["layout"].startswith(str(site.state_dir / "layouts" / "hall.json")), hall["layout"]
     assert "camera hall: zones and lines from" in site.daemon.log_path.read_text()
+
+
+def test_a_removed_layout_file_is_named_as_removed(site: Site) -> None:
+    (site.state_dir / "layouts" / "hall.json").unlink()
+    layout = _healthz(site)["analytics"]["hall"]["layout"]
+    assert layout.startswith(f"{site.state_dir / 'layouts' / 'hall.json'} was removed: the config file's zones and "
+                             "lines from the next restart"), layout

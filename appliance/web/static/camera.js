@@ -306,6 +306,8 @@ async function start() {
   await loadLayout();
   draw(); video().catch((e) => fallback(`no video: ${e}`));
   const list = document.getElementById("events");
+  const recent = await (await App.json(`/api/events?camera=${encodeURIComponent(cameraId)}&limit=100`)).json();
+  list.replaceChildren(...recent.events.map(App.eventItem));  // what happened before the page was opened
   const stream = new EventSource(`/api/stream?camera=${encodeURIComponent(cameraId)}`);
   stream.addEventListener("state", (m) => counts(JSON.parse(m.data)));
   stream.addEventListener("analytics", (m) => {

@@ -29,6 +29,7 @@ const App = {
   eventItem(e) {
     const li = document.createElement("li");
     li.dataset.type = e.event; li.dataset.camera = e.camera_id; li.dataset.name = e.zone || e.line || "";
+    li.dataset.time = e.capture_time;
     if (e.snapshot_id) {
       const img = document.createElement("img");
       img.src = `/events/${e.event_id}.jpg`; img.loading = "lazy"; img.alt = "snapshot";

@@ -70,7 +70,7 @@ async function start() {
   const overview = await (await App.json("/api/overview")).json();
   App.header(overview); facts(overview); camerasPanel(overview);
   const list = document.getElementById("events");
-  for (const e of await (await App.json("/api/events")).json()) list.appendChild(App.eventItem(e));
+  for (const e of (await (await App.json("/api/events?limit=200")).json()).events) list.appendChild(App.eventItem(e));
   filtered();
   for (const id of ["f-camera", "f-type", "f-name"]) document.getElementById(id).addEventListener("input", filtered);
   const stream = new EventSource("/api/stream");

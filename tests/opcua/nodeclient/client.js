@@ -5,12 +5,13 @@
 const fs = require("fs");
 const {
     OPCUAClient, MessageSecurityMode, SecurityPolicy, UserTokenType, AttributeIds, NodeClass,
-    ClientSubscription, ClientMonitoredItem, TimestampsToReturn,
+    ClientSubscription, ClientMonitoredItem, TimestampsToReturn, constructEventFilter, ofType,
 } = require("node-opcua-client");
 const { OPCUACertificateManager } = require("node-opcua-certificate-manager");
 
 const options = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
-const POLICIES = { Basic256Sha256: SecurityPolicy.Basic256Sha256, Aes256Sha256RsaPss: SecurityPolicy.Aes256_Sha256_RsaPss };
+const POLICIES = { Basic256Sha256: SecurityPolicy.Basic256Sha256, Aes256Sha256RsaPss: SecurityPolicy.Aes256_Sha256_RsaPss,
+                   None: SecurityPolicy.None };  // None: a channel forced to no security, whatever the server offers
 if (!(options.policy in POLICIES)) throw new Error(`unknown policy ${options.policy}`);
 const say = (key, value) => console.log(`${key}: ${typeof value === "string" ? value : JSON.stringify(value)}`);
 
@@ -55,23 +56,70 @@ async function watch(session, nodeIds, timeoutMs) {
     return increased;
 }
 
+// OPC 40100 by the specification's NodeIds: their browse names, then ResultReady events on the Server object, then
+// the vision state until the server goes away.
+async function machineVision(session) {
+    const mv = (await session.readNamespaceArray()).indexOf("http://opcfoundation.org/UA/MachineVision");
+    for (const id of options.specIds) {
+        const name = await session.read({ nodeId: `ns=${mv};i=${id}`, attributeId: AttributeIds.BrowseName });
+        say("spec", `${id} ${name.value.value ? name.value.value.name : name.statusCode.name}`);
+    }
+    const subscription = ClientSubscription.create(session, { requestedPublishingInterval: 100,
+        requestedLifetimeCount: 600, requestedMaxKeepAliveCount: 20, publishingEnabled: true });
+    const fields = ["EventType", "SourceName", "ResultId", "IsPartial", "ResultState", "JobId", "CreationTime"];
+    const filter = constructEventFilter(fields.map((f, i) => (i < 2 ? f : `${mv}:${f}`)), ofType(`ns=${mv};i=1024`));
+    const events = ClientMonitoredItem.create(subscription, { nodeId: "i=2253", attributeId: AttributeIds.EventNotifier },
+        { queueSize: 100, filter, discardOldest: true }, TimestampsToReturn.Both);
+    await new Promise((resolve) => events.on("initialized", resolve));
+    const seen = new Promise((resolve) => events.on("changed", (values) => {
+        const event = {};
+        fields.forEach((f, i) => { event[f] = values[i].value; });
+        say("event", JSON.stringify(event));
+        resolve();
+    }));
+    say("subscribed", "events on the Server object");
+    await Promise.race([seen, new Promise((resolve) => setTimeout(resolve, options.timeoutMs))]);
+    const ns = (await session.readNamespaceArray()).indexOf(options.namespace);
+    const state = ClientMonitoredItem.create(subscription,
+        { nodeId: `ns=${ns};s=VisionSystem.VisionStateMachine.CurrentState`, attributeId: AttributeIds.Value },
+        { samplingInterval: 0, queueSize: 10, discardOldest: true }, TimestampsToReturn.Both);
+    state.on("changed", (dataValue) => say("state", dataValue.value.value.text));
+    await new Promise((resolve) => setTimeout(resolve, options.timeoutMs));  // the test stops the server meanwhile
+}
+
 async function main() {
     const manager = new OPCUACertificateManager({ rootFolder: options.pki, automaticallyAcceptUnknownCertificate: false });
     await manager.initialize();
     await manager.trustCertificate(fs.readFileSync(options.serverCertificate));
     const client = OPCUAClient.create({
         applicationName: "node-opcua interop test", applicationUri: options.applicationUri,
-        securityMode: MessageSecurityMode.SignAndEncrypt, securityPolicy: POLICIES[options.policy],
+        securityMode: options.policy === "None" ? MessageSecurityMode.None : MessageSecurityMode.SignAndEncrypt,
+        securityPolicy: POLICIES[options.policy],
         certificateFile: options.certificate, privateKeyFile: options.privateKey,
         clientCertificateManager: manager, endpointMustExist: false,
         connectionStrategy: { maxRetry: 0, initialDelay: 100, maxDelay: 200 },
     });
     try {
         await client.connect(options.endpoint);
-        say("connected", `${options.endpoint} ${options.policy} SignAndEncrypt`);
+        say("connected", `${options.endpoint} ${options.policy} ${options.policy === "None" ? "None" : "SignAndEncrypt"}`);
+        if (options.policy === "None") {  // pin the server's first endpoint description over the None channel
+            const pinned = client._serverEndpoints[0];
+            client.findEndpoint = () => pinned;
+            client.findEndpointForSecurity = () => pinned;
+            say("pinned", `${pinned.securityPolicyUri} ${MessageSecurityMode[pinned.securityMode]}`);
+        }
         const session = await client.createSession({ type: UserTokenType.UserName, userName: options.user,
                                                      password: options.password });
         say("session", `user ${options.user}`);
+        if (options.call) {  // a method by its string NodeId in options.namespace; its object is its parent path
+            const ns = (await session.readNamespaceArray()).indexOf(options.namespace);
+            const objectId = `ns=${ns};s=${options.call.split(".").slice(0, -1).join(".")}`;
+            const result = await session.call({ objectId, methodId: `ns=${ns};s=${options.call}`, inputArguments: [] });
+            say("called", `${options.call} ${result.statusCode.name}`);
+        }
+        if (options.specIds) {
+            await machineVision(session);
+        }
         if (options.browse) {
             const namespaces = await session.readNamespaceArray();
             const ns = namespaces.indexOf(options.namespace);
