@@ -51,7 +51,8 @@ tar --exclude=.git --exclude=.venv --exclude=.state --exclude=.triton --exclude=
 # `check-config`) find them without flags instead of treating /opt/appliance/src as a development checkout.
 cat > "$PREFIX/src/installed.json" <<EOF
 {"config": "$ROOT/etc/appliance/appliance.yaml", "state_dir": "$ROOT/var/lib/appliance",
- "engines_dir": "$ROOT/etc/appliance/engines", "models_dir": "$ROOT/var/lib/appliance/models"}
+ "engines_dir": "$ROOT/etc/appliance/engines", "models_dir": "$ROOT/var/lib/appliance/models",
+ "triton_home": "$PREFIX/triton"}
 EOF
 
 # Pinned versions for this architecture; TensorRT's Python API (JetPack's python3-libnvinfer, never pip's) is
@@ -78,9 +79,9 @@ mkdir -p "$ROOT/etc/appliance/engines"
 cp engines/*.yaml "$ROOT/etc/appliance/engines/"
 if [ ! -f "$ROOT/etc/appliance/appliance.yaml" ]; then
   cp docs/examples/appliance.yaml "$ROOT/etc/appliance/appliance.yaml"
-  echo "install: wrote a starting config to /etc/appliance/appliance.yaml: set device.id, the camera's URL and"
+  echo "install: wrote a starting config to $ROOT/etc/appliance/appliance.yaml: set device.id, the camera's URL and"
   echo "         the broker (the lines marked CHANGE), then check it with:"
-  echo "         $PREFIX/venv/bin/appliance check-config --config /etc/appliance/appliance.yaml"
+  echo "         $PREFIX/venv/bin/appliance check-config --config $ROOT/etc/appliance/appliance.yaml"
 fi
 
 step "models -> $ROOT/var/lib/appliance/models"

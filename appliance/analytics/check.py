@@ -25,17 +25,22 @@ def _outside(point: PointXY, width: int, height: int) -> bool:
     return not (0 <= point[0] <= width and 0 <= point[1] <= height)
 
 
-def check_analytics(camera_width: int | None, camera_height: int | None, analytics: AnalyticsConfig,
-                    class_names: Sequence[str], camera: str = "") -> list[AnalyticsProblem]:
-    """Every problem found, in file order: pixel points outside the ``camera_width`` x ``camera_height`` frame,
-    class names the model does not have. Empty when the section fits this camera and model. A size of None (read
-    from the source at start) has no pixel points to check: the camera's config allows only normalized ones."""
-    problems: list[AnalyticsProblem] = []
+def unknown_classes(analytics: AnalyticsConfig, class_names: Sequence[str], camera: str = "",
+                    model: str = "the model") -> list[AnalyticsProblem]:
+    """The ``classes:`` entries that ``model`` (whose classes are ``class_names``) does not have, in file order."""
     known = set(class_names)
-    for name in analytics.classes or {}:
-        if name not in known:
-            problems.append(AnalyticsProblem(camera, name, ("classes", name),
-                                             f"unknown class {name!r} (the model's classes: {', '.join(class_names)})"))
+    return [AnalyticsProblem(camera, name, ("classes", name),
+                             f"unknown class {name!r} ({model}'s classes: {', '.join(class_names)})")
+            for name in analytics.classes or {} if name not in known]
+
+
+def check_analytics(camera_width: int | None, camera_height: int | None, analytics: AnalyticsConfig,
+                    class_names: Sequence[str] | None, camera: str = "") -> list[AnalyticsProblem]:
+    """Every problem found, in file order: pixel points outside the ``camera_width`` x ``camera_height`` frame,
+    class names the model does not have (unless ``class_names`` is None: the caller weighs those itself). Empty
+    when the section fits this camera and model. A size of None (read from the source at start) has no pixel
+    points to check: the camera's config allows only normalized ones."""
+    problems = unknown_classes(analytics, class_names, camera) if class_names is not None else []
     if camera_width is None or camera_height is None:
         return problems
     frame = f"the {camera_width}x{camera_height} frame"

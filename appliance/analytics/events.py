@@ -7,6 +7,7 @@ counts a camera's events from 1 without gaps. The rules and the order of events 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.tracker import ByteTracker
 from appliance.analytics.zones import Layout, anchor_points
 from appliance.detections import NO_TRACK
+
+log = logging.getLogger(__name__)
 
 EventType = Literal["enter", "exit", "cross", "dwell"]
 
@@ -69,11 +72,10 @@ class Analytics:
 
     def __init__(self, camera: str, config: AnalyticsConfig, class_names: Sequence[str], width: int, height: int,
                  new_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
-        unknown = sorted(set(config.classes or {}) - set(class_names))
-        if unknown:
-            raise ValueError(f"camera {camera!r}: analytics names unknown classes {unknown}")
         self.camera, self.config, self.class_names = camera, config, list(class_names)
+        self._warn_unknown_classes()
         self._new_id = new_id
+        self._served: Sequence[str] = class_names
         self._min_score = self._class_min_scores(config)
         self.layout = Layout(config, width, height)
         self.tracker = ByteTracker(config.tracker)
@@ -95,6 +97,25 @@ class Analytics:
         self._frame_seq: int | None = None  # the previous step's, for the gap the tracker ages lost tracks by
         self.counts = Counts({n: {"current": 0, "entered": 0, "exited": 0} for n in self.layout.zone_names},
                              {n: {"in": 0, "out": 0} for n in self.layout.line_names})
+
+    def use_classes(self, class_names: Sequence[str]) -> None:
+        """Name and filter classes by ``class_names`` (the served model's, after an OTA switch) from this frame
+        on; tracks keep their ids and class ids. Cheap when they are the ones in use; none given changes nothing."""
+        if not class_names or class_names is self._served or list(class_names) == self.class_names:
+            self._served = class_names
+            return
+        self.class_names, self._served = list(class_names), class_names
+        self._min_score = self._class_min_scores(self.config)
+        log.info("camera %s: analytics now names and filters classes by the served model's %d class(es)",
+                 self.camera, len(self.class_names))
+        self._warn_unknown_classes()
+
+    def _warn_unknown_classes(self) -> None:
+        unknown = [c for c in self.config.classes or {} if c not in set(self.class_names)]
+        if unknown:
+            log.warning("camera %s: analytics.classes names %s, which the served model does not know; those "
+                        "entries are inactive (the model's classes: %s)", self.camera, ", ".join(unknown),
+                        ", ".join(self.class_names))
 
     def _class_min_scores(self, config: AnalyticsConfig) -> np.ndarray:
         """The minimum score per class id; +inf keeps a class out of the allow-list (and of the tracker)."""

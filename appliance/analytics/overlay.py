@@ -98,10 +98,11 @@ def write_overlay(state_dir: Path, camera: str, config: AnalyticsConfig, who: st
 
 
 def with_layout(base: AnalyticsConfig, zones: Sequence[Any], lines: Sequence[Any], width: int | None,
-                height: int | None, class_names: Sequence[str], camera: str = "",
+                height: int | None, class_names: Sequence[str] | None, camera: str = "",
                 classes: Classes = "keep") -> tuple[AnalyticsConfig | None, list[LayoutProblem]]:
     """``base`` with its zones and lines replaced, validated as ``check-config`` validates the file (the models'
-    checks, then :func:`check_analytics` against the frame and the classes): (config, []) or (None, problems)."""
+    checks, then :func:`check_analytics` against the frame and the classes; ``class_names`` None: the classes are
+    not checked): (config, []) or (None, problems)."""
     doc = base.model_dump(mode="json")
     doc.update(zones=list(zones), lines=list(lines))
     if classes != "keep":
@@ -131,10 +132,10 @@ def _short_path(path: tuple[Any, ...]) -> tuple[str | int, ...]:
                  for part in path)
 
 
-def overlaid(base: AnalyticsConfig, overlay: Overlay, width: int | None, height: int | None,
-             class_names: Sequence[str]) -> AnalyticsConfig:
-    """``base`` with the overlay's zones and lines; OverlayError naming the file when they no longer fit."""
-    config, problems = with_layout(base, overlay.zones, overlay.lines, width, height, class_names, overlay.camera,
+def overlaid(base: AnalyticsConfig, overlay: Overlay, width: int | None, height: int | None) -> AnalyticsConfig:
+    """``base`` with the overlay's zones and lines; OverlayError naming the file when they no longer fit the frame.
+    A class the served model lacks does not refuse it (as in the config file, that entry is inactive)."""
+    config, problems = with_layout(base, overlay.zones, overlay.lines, width, height, None, overlay.camera,
                                    overlay.classes)
     if config is None:
         detail = "; ".join(f"{'.'.join(map(str, p.path))}: {p.message}" for p in problems)

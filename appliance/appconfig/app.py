@@ -172,3 +172,8 @@ class AppConfig(StrictModel):
                                        f"must be at least pipeline.per_camera_inflight + 2 = {needed} "
                                        f"(frames in flight hold their ring slots), got {camera.ring_slots}")
         return self
+
+    def filter_classes(self) -> frozenset[str]:
+        """The classes the cameras' ``analytics.classes`` filters name (an OTA model lacking one is reported)."""
+        return frozenset(name for camera in self.cameras if camera.analytics is not None
+                         for name in camera.analytics.classes or {})

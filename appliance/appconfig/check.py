@@ -9,21 +9,31 @@ without it and the camera waits for it.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+from urllib.parse import urlsplit
 
 from appliance import paths
-from appliance.analytics.check import check_analytics
+from appliance.analytics.check import check_analytics, unknown_classes
 from appliance.analytics.overlay import OverlayError, overlaid, read_overlay
 from appliance.appconfig.app import AppConfig
 from appliance.capture.check import absent_source, check_cameras
+from appliance.capture.config import CameraConfig
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
 from appliance.detector.buildprofile import ProfileError, load_profile as load_engine_profile
 from appliance.detector.profile import load_profile as load_model_profile
+from appliance.ota.errors import OtaError
+from appliance.ota.signing import TrustedKeys
+from appliance.ota.store import OtaStore
 from appliance.triton.locate import TritonNotFound, locate
+
+
+DOC_NETS = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")  # for examples only
 
 
 @dataclass
@@ -116,29 +126,83 @@ def _machine_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
         value = getattr(config.opcua, key) if config.opcua else None
         if value is not None and not Path(value).is_file():
             add(("opcua", key), f"file {value} does not exist")
+    for path, message in _key_problems(config):
+        add(path, message)
     return found
 
 
-def model_class_names(config: AppConfig) -> list[str] | None:
-    """The class names of the configured (base) model from its shipped profile; None when it cannot be read
-    (the machine checks report that)."""
+def _key_problems(config: AppConfig) -> list[tuple[tuple[str | int, ...], str]]:
+    """Each trusted key (``ota.trusted_keys``, ``mqtt.commands.operator_keys``) that run would refuse: missing,
+    unreadable, or not an Ed25519 public key in PEM (a private key, say)."""
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    for section, key, paths_ in (("ota", "trusted_keys", config.ota.trusted_keys),
+                                 ("mqtt", "commands", config.mqtt.commands.operator_keys)):
+        where: tuple[str | int, ...] = (section, key) if section == "ota" else (section, key, "operator_keys")
+        for index, path in enumerate(paths_):
+            if not Path(path).exists():
+                found.append(((*where, index), f"{path} does not exist"))
+                continue
+            try:
+                TrustedKeys.from_paths([path])
+            except OtaError as exc:
+                found.append(((*where, index), f"{exc} (a trusted key is the public half, from `appliance ota "
+                                               "keygen --public`)"))
+    return found
+
+
+def model_class_names(config: AppConfig, served: bool = True) -> tuple[list[str], str] | None:
+    """The class names of the model this config's device serves, and which model that is: with ``served``, the
+    active OTA version in the state directory (docs/ota.md), else (or when none is active) the base model from
+    its shipped profile. None when it cannot be read (the machine checks report that)."""
     try:
-        return list(load_model_profile(paths.profiles_dir() / f"{config.model.name}.yaml").classes)
+        version = OtaStore(resolved_paths(config)["state_dir"]).serving() if served else None
+        if version is not None:
+            manifest = OtaStore(resolved_paths(config)["state_dir"]).manifest(version)
+            return list(manifest.model_profile.classes), f"the served model {manifest.model}@{version}"
+        names = list(load_model_profile(paths.profiles_dir() / f"{config.model.name}.yaml").classes)
+        return names, f"the base model {config.model.name}"
     except Exception:  # a missing or broken profile is reported elsewhere, not as "unknown class"
         return None
 
 
-def _analytics_issues(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
-    """check_analytics for each camera with a section: points outside its frame, classes the model lacks."""
+def _analytics_issues(config: AppConfig, doc: YamlDocument,
+                      served: bool) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
+    """check_analytics for each camera with a section: (problems: points outside its frame; warnings: classes the
+    served model lacks, whose entries run inactive)."""
     found: list[ConfigIssue] = []
-    classes = model_class_names(config)
+    warnings: list[ConfigIssue] = []
+    model = model_class_names(config, served)
     for index, camera in enumerate(config.cameras):
         if camera.analytics is None:
             continue
-        names = classes if classes is not None else list(camera.analytics.classes or {})
-        for problem in check_analytics(camera.width, camera.height, camera.analytics, names, camera=camera.id):
-            path = ("cameras", index, "analytics", *problem.path)
+        prefix = ("cameras", index, "analytics")
+        for problem in check_analytics(camera.width, camera.height, camera.analytics, None, camera=camera.id):
+            path = (*prefix, *problem.path)
             found.append(ConfigIssue(doc.source, doc.line_of(path), path, str(problem)))
+        for problem in unknown_classes(camera.analytics, model[0], camera.id, model[1]) if model else ():
+            path = (*prefix, *problem.path)
+            warnings.append(ConfigIssue(doc.source, doc.line_of(path), path,
+                                        f"{problem}: this entry is inactive until the model has that class"))
+    return found, warnings
+
+
+def _valid_cameras_geometry(doc: YamlDocument, known: set[str]) -> list[ConfigIssue]:
+    """When the file as a whole does not validate: check_analytics for each camera that does on its own (points
+    outside its frame), so one pass names those problems too."""
+    cameras = doc.data.get("cameras") if isinstance(doc.data, dict) else None
+    found: list[ConfigIssue] = []
+    for index, raw in enumerate(cameras if isinstance(cameras, list) else []):
+        try:
+            camera = CameraConfig.model_validate(raw)
+        except (ValueError, TypeError):
+            continue  # its own faults are among the validation's
+        if camera.analytics is None:
+            continue
+        for problem in check_analytics(camera.width, camera.height, camera.analytics, None, camera=camera.id):
+            path = ("cameras", index, "analytics", *problem.path)
+            issue = ConfigIssue(doc.source, doc.line_of(path), path, str(problem))
+            if issue.key not in known:
+                found.append(issue)
     return found
 
 
@@ -157,7 +221,10 @@ def _name_analytics_issue(issue: ConfigIssue, data: object) -> ConfigIssue:
     return ConfigIssue(issue.source, issue.line, issue.path, prefix + issue.message)
 
 
-def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: bool = True) -> CheckReport:
+def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: bool = True,
+                 reach: bool = False) -> CheckReport:
+    """``machine``: also check the config against this machine; ``reach``: also try each broker and RTSP camera
+    now (a warning when one does not answer: the appliance starts and keeps trying)."""
     report = CheckReport(str(path))
     try:
         doc = read_yaml(path, environ)
@@ -165,14 +232,20 @@ def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: 
     except ConfigError as exc:
         data = doc.data if "doc" in locals() else None
         report.issues = [_name_analytics_issue(issue, data) for issue in exc.issues]
+        if data is not None:  # the file parses: what the valid cameras get wrong too, in the same pass
+            report.issues = sorted(report.issues + _valid_cameras_geometry(doc, {i.key for i in report.issues}),
+                                   key=lambda i: (i.line or 0, i.key))
         return report
-    found = _analytics_issues(report.config, doc)
+    found, class_warnings = _analytics_issues(report.config, doc, served=machine)
     if machine:
         found += _machine_issues(report.config, doc)
         report.warnings = _absent_source_warnings(report.config, doc)
         layout_issues, report.layouts = _page_layouts(report.config, doc)
         found += layout_issues
+        if reach:
+            report.warnings += _unreachable(report.config, doc)
     report.issues = sorted(found, key=lambda i: (i.line or 0, i.key))
+    report.warnings = sorted(report.warnings + class_warnings, key=lambda i: (i.line or 0, i.key))
     return report
 
 
@@ -181,7 +254,6 @@ def _page_layouts(config: AppConfig, doc: YamlDocument) -> tuple[list[ConfigIssu
     each, or a problem when that file no longer fits the camera (it is checked like the config's own)."""
     issues, notes = [], []
     state_dir = resolved_paths(config)["state_dir"]
-    classes = model_class_names(config)
     for index, camera in enumerate(config.cameras):
         if camera.analytics is None:
             continue
@@ -190,14 +262,50 @@ def _page_layouts(config: AppConfig, doc: YamlDocument) -> tuple[list[ConfigIssu
             overlay = read_overlay(state_dir, camera.id)
             if overlay is None:
                 continue
-            names = classes if classes is not None else list(camera.analytics.classes or {})
-            overlaid(camera.analytics, overlay, camera.width, camera.height, names)
+            overlaid(camera.analytics, overlay, camera.width, camera.height)
         except OverlayError as exc:
             issues.append(ConfigIssue(doc.source, doc.line_of(path), path, str(exc)))
             continue
         notes.append(f"camera {camera.id}: zones and lines from {overlay.describe()}, not from this file "
                      f"(remove that file to go back to the file's)")
     return issues, notes
+
+
+def _unreachable(config: AppConfig, doc: YamlDocument, timeout_s: float = 1.0) -> list[ConfigIssue]:
+    """A warning for each broker and RTSP camera that does not take a TCP connection now."""
+    targets: list[tuple[tuple[str | int, ...], str, str, int]] = [
+        (("mqtt", "host" if config.mqtt.hosts is None else "hosts"), "broker", b.host, b.port)
+        for b in config.mqtt.brokers]
+    for index, camera in enumerate(config.cameras):
+        url = getattr(camera.source, "url", None)
+        if camera.source.type == "rtsp" and url:
+            parts = urlsplit(str(url))
+            if parts.hostname:
+                targets.append((("cameras", index, "source"), f"camera {camera.id!r}", parts.hostname,
+                                parts.port or 554))
+    found = []
+    for path, what, host, port in targets:
+        if _documentation_address(host):  # the starting config's placeholder: no need to wait for it
+            found.append(ConfigIssue(doc.source, doc.line_of(path), path,
+                                     f"{what} at {host}:{port}: an address reserved for documentation (the "
+                                     "starting config's example), not a real one: put yours there"))
+            continue
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except OSError as exc:
+            found.append(ConfigIssue(doc.source, doc.line_of(path), path,
+                                     f"{what} at {host}:{port} does not answer now ({exc or 'timed out'}); the "
+                                     "appliance starts anyway and keeps trying"))
+    return found
+
+
+def _documentation_address(host: str) -> bool:
+    """Whether ``host`` is an address reserved for documentation (RFC 5737, RFC 3849): an example's placeholder."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return any(address.version == net.version and address in net for net in map(ipaddress.ip_network, DOC_NETS))
 
 
 def _absent_source_warnings(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 from appliance import paths
+from appliance.appconfig.check import resolved_paths
+from appliance.commands.configload import load_and_report
 from appliance.commands.exitcodes import ExitCode
 from appliance.detector.engines.builders import BuilderUnavailable
 from appliance.detector.engines.cache import CacheError
@@ -22,14 +24,29 @@ from appliance.sdnotify import Notifier
 log = logging.getLogger("appliance.engines")
 
 
+def _dirs(args: argparse.Namespace) -> dict[str, Path] | None:
+    """The engines, state and models directories: each flag, else the --config's paths, else the defaults."""
+    given = {"engines_dir": args.engines_dir, "state_dir": args.state_dir, "models_dir": args.models_dir}
+    if getattr(args, "config", None):
+        config = load_and_report(Path(args.config), machine=False, quiet_when_ok=True)
+        if config is None:
+            return None
+        return {key: Path(given[key]) if given[key] else value for key, value in resolved_paths(config).items()}
+    return {"engines_dir": paths.engines_dir(args.engines_dir), "state_dir": paths.state_dir(args.state_dir),
+            "models_dir": paths.models_dir(args.models_dir)}
+
+
 def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     notifier = Notifier()
+    dirs = _dirs(args)
+    if dirs is None:
+        return ExitCode.BAD_INPUT
     try:
         engines = ensure_engines(
-            paths.engines_dir(args.engines_dir),
-            state_dir=paths.state_dir(args.state_dir),
-            models_root=paths.models_dir(args.models_dir),
+            dirs["engines_dir"],
+            state_dir=dirs["state_dir"],
+            models_root=dirs["models_dir"],
             builder=args.builder,
             models=args.model or None,
             force=args.force,

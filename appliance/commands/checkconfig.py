@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
         print("error: give a config FILE (or --schema)", file=sys.stderr)
         return ExitCode.BAD_INPUT
     if args.json:
-        report = check_config(path, machine=not args.no_machine)
+        report = check_config(path, machine=not args.no_machine, reach=not args.no_machine)
         print(json.dumps(report_dict(report), indent=2))
         return ExitCode.OK if report.ok else ExitCode.FAILED
-    config = load_and_report(path, machine=not args.no_machine)
+    config = load_and_report(path, machine=not args.no_machine, reach=not args.no_machine)
     return ExitCode.OK if config is not None else ExitCode.FAILED

@@ -17,21 +17,22 @@ from appliance.appconfig.check import CheckReport, check_config
 
 
 def load_and_report(path: Path, *, machine: bool = True, log: logging.Logger | None = None,
-                    quiet_when_ok: bool = False) -> AppConfig | None:
+                    quiet_when_ok: bool = False, reach: bool = False) -> AppConfig | None:
     """The validated config, or None after reporting every problem.
 
     machine: also check the config against this machine (files, cameras, Triton, models), not only the file.
+    reach: also try the brokers and RTSP cameras (check-config; `run` connects by itself).
     log: log through this logger instead of printing. quiet_when_ok: say nothing about a good config (a
     command whose stdout is its answer).
     """
-    report = check_and_report(path, machine=machine, log=log, quiet_when_ok=quiet_when_ok)
+    report = check_and_report(path, machine=machine, log=log, quiet_when_ok=quiet_when_ok, reach=reach)
     return report.config if report.ok else None
 
 
 def check_and_report(path: Path, *, machine: bool = True, log: logging.Logger | None = None,
-                     quiet_when_ok: bool = False) -> CheckReport:
+                     quiet_when_ok: bool = False, reach: bool = False) -> CheckReport:
     """``check_config``'s report, its warnings and problems reported as :func:`load_and_report` says."""
-    report = check_config(path, machine=machine)
+    report = check_config(path, machine=machine, reach=reach)
     for warning in report.warnings:
         if log is not None:
             log.warning("config: %s", warning)

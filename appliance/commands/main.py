@@ -94,6 +94,11 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
                    "command (with --mqtt; a device refuses unsigned ones but --action status)")
     u.add_argument("--reply-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="wait this long for the device's reply and fail on a refusal (with --mqtt; 0: do not wait)")
+    u.add_argument("--wait", type=float, default=900.0, metavar="SECONDS",
+                   help="wait this long for the update's verdict on ota/status (active, or rejected/rolled_back "
+                        "with its reason; exit 1 unless active or in time) (with --mqtt; 0: do not wait)")
+    u.add_argument("--json", action="store_true", help="print what was sent, the verdict and an action's result "
+                                                       "as JSON")
 
     _add_rollout_parser(ota)
 
@@ -106,10 +111,12 @@ def _add_ota_parser(sub: Any) -> argparse.ArgumentParser:
             a.add_argument("--trusted-key", action="append", type=Path, required=True, help="public key (repeat)")
             a.add_argument("--no-golden", action="store_true", help="skip golden frames")
             a.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
-        a.add_argument("--state-dir", help="state directory (default: $APPLIANCE_STATE_DIR, else an installed "
-                                           "device's /var/lib/appliance)")
-        if name == "status":
-            a.add_argument("--json", action="store_true", help="print the status as JSON")
+        a.add_argument("--state-dir", help="state directory (default: the --config's paths.state_dir, else "
+                                           "$APPLIANCE_STATE_DIR, else an installed device's /var/lib/appliance)")
+        a.add_argument("--config", help="the appliance's YAML config, for its state directory (default: an "
+                                        "installed device's config)")
+        if name != "install":
+            a.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
@@ -124,6 +131,26 @@ def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
             for command in action.choices.values():
                 if command.prog.split()[-1] != "bench":  # a benchmark's arguments are its own
                     _add_global_options(command, top=False)
+
+
+def _add_tool_parsers(sub: Any) -> None:
+    """The tools beside the service: password hashes and benchmarks."""
+    p = sub.add_parser("password",
+                       help="hash a user's password for any user list (read from stdin, or asked)")
+    p.add_argument("--user", help="print a users-file line instead of the hash alone")
+    p.add_argument("--for", dest="users", default="opcua", choices=["opcua", "web"],
+                   help="with --user: an OPC UA users-file line `USER:ROLE:HASH` (default) or a web.users_file item")
+    p.add_argument("--role", choices=["reader", "viewer", "operator"],
+                   help="with --user: reader or operator (opcua), viewer or operator (web); default the first")
+    p.add_argument("--json", action="store_true", help="print {user, role, hash} as JSON")
+    p.set_defaults(func=_lazy("password"))
+
+    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
+    p.add_argument("--json", action="store_true", help="print the key=value results as one JSON object (the "
+                                                       "benchmark's output on stderr); also after NAME")
+    p.add_argument("name", choices=bench_names())
+    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    p.set_defaults(func=_lazy("bench"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,7 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("spool"))
 
     p = sub.add_parser("status", help="what the running appliance is doing (from its health endpoint)")
-    p.add_argument("--url", default="http://127.0.0.1:9108", help="health endpoint (default: %(default)s)")
+    p.add_argument("--url", help="health endpoint (default: the config's health.host and health.port, else "
+                                 "http://127.0.0.1:9108)")
+    p.add_argument("--config", help="the appliance's YAML config, for its health address (default: an installed "
+                                    "device's config)")
     p.add_argument("--json", action="store_true", help="print the raw health summary")
     p.set_defaults(func=_lazy("status"))
 
@@ -179,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines-dir", help="engine build profiles (default: $APPLIANCE_ENGINES_DIR or engines/)")
     p.add_argument("--models-dir", help="root for the profiles' ONNX paths (default: $APPLIANCE_MODELS_DIR)")
     p.add_argument("--state-dir", help="engine cache location (default: $APPLIANCE_STATE_DIR)")
+    p.add_argument("--config", help="take the engines, state and models directories from this config's paths "
+                                    "(a flag still wins)")
     p.add_argument("--builder", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
     p.add_argument("--model", action="append", help="only this model (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when a verified engine is cached")
@@ -188,19 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_ota_parser(sub).set_defaults(func=_lazy("ota"))
 
-    p = sub.add_parser("password",
-                       help="hash a user's password for any user list (read from stdin, or asked)")
-    p.add_argument("--user", help="print a users-file line instead of the hash alone")
-    p.add_argument("--for", dest="users", default="opcua", choices=["opcua", "web"],
-                   help="with --user: an OPC UA users-file line `USER:ROLE:HASH` (default) or a web.users_file item")
-    p.add_argument("--role", choices=["reader", "viewer", "operator"],
-                   help="with --user: reader or operator (opcua), viewer or operator (web); default the first")
-    p.set_defaults(func=_lazy("password"))
-
-    p = sub.add_parser("bench", help="run a benchmark: " + ", ".join(bench_names()))
-    p.add_argument("name", choices=bench_names())
-    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
-    p.set_defaults(func=_lazy("bench"))
+    _add_tool_parsers(sub)
     _add_global_options(parser, top=True)
     return parser
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from appliance.commands import rollout
 from appliance.commands.exitcodes import ExitCode
 from appliance.commands.mqttoptions import MqttOptionsError, mqtt_config_from_args
-from appliance.paths import state_dir
+from appliance.appconfig.check import resolved_paths
+from appliance.commands.configload import load_and_report
+from appliance.paths import installed_config, state_dir
 from appliance.fleet import push
 from appliance.fleet.bundle import build_bundle
 from appliance.ota.config import OtaConfig
@@ -34,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.FAILED
     except push.PushRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    except push.PushTimeout as exc:  # no reply, or no verdict in time
+        print(f"error: {exc}", file=sys.stderr)
         return ExitCode.FAILED
     except OtaError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -85,9 +91,28 @@ def _push(args: argparse.Namespace) -> int:
         print("error: give a BUNDLE, --device-path, --url or --action", file=sys.stderr)
         return ExitCode.BAD_INPUT
     sign_key = load_private_key(args.sign_key) if args.sign_key else None
-    n = push.push_mqtt(broker, device, prefix, messages, sign_key=sign_key, reply_timeout_s=args.reply_timeout)
-    print(f"sent {n} message(s) to {prefix}/{device}/command/ota; follow {prefix}/{device}/reply")
-    return ExitCode.OK
+    outcome = push.send_commands(broker, device, prefix, messages, sign_key=sign_key,
+                                 reply_timeout_s=args.reply_timeout,
+                                 verdict_timeout_s=0.0 if args.action else args.wait)
+    return _print_outcome(args, outcome, f"{prefix}/{device}")
+
+
+def _print_outcome(args: argparse.Namespace, outcome: push.PushOutcome, base: str) -> int:
+    """The device's verdict (an update), the action's result, or what was sent (no waiting); exit 1 unless the
+    update became active."""
+    verdict, result = outcome.verdict, (outcome.reply or {}).get("result")
+    ok = verdict is None or verdict.get("state") == "active"
+    if args.json:
+        print(json.dumps({"sent": outcome.sent, "verdict": verdict, "result": result}, indent=2))
+    elif verdict is not None:
+        code = f" ({verdict['code']})" if verdict.get("code") else ""
+        text = f"{verdict['state']}{code}: {verdict.get('message', '')}"
+        print(text if ok else f"refused: the device's verdict: {text}", file=sys.stdout if ok else sys.stderr)
+    elif args.action and result is not None:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"sent {outcome.sent} message(s) to {base}/command/ota; follow {base}/ota/status")
+    return ExitCode.OK if ok else ExitCode.FAILED
 
 
 def _rollout(args: argparse.Namespace) -> int:
@@ -100,9 +125,27 @@ def _rollout(args: argparse.Namespace) -> int:
     return rollout.run(args, broker)
 
 
+def _state_dir(args: argparse.Namespace) -> Path:
+    """--state-dir, else the state directory of --config (or of an installed device's config), else the default
+    (paths.state_dir: $APPLIANCE_STATE_DIR, a checkout's .state); said on stderr unless it was given."""
+    if args.state_dir:
+        return Path(args.state_dir)
+    path = Path(args.config) if args.config else installed_config()
+    if path is not None:
+        config = load_and_report(path, machine=False, quiet_when_ok=True)
+        if config is None:
+            raise OtaError(f"cannot read the state directory from {path}")
+        found, source = resolved_paths(config)["state_dir"], f"paths.state_dir of {path}"
+    else:
+        found, source = state_dir(), "no --config nor installed device: the default"
+    print(f"state directory: {found} ({source})", file=sys.stderr)
+    return found
+
+
 def _offline_manager(args: argparse.Namespace, trusted: TrustedKeys | None = None) -> OtaManager:
     config = OtaConfig(check_golden=not getattr(args, "no_golden", False), builder=getattr(args, "builder", "auto"))
-    return OtaManager(state_dir(args.state_dir), trusted or TrustedKeys({}), OfflineSwitcher(), config=config,
+    args.state_dir = str(_state_dir(args))
+    return OtaManager(Path(args.state_dir), trusted or TrustedKeys({}), OfflineSwitcher(), config=config,
                       base_spec=lambda: ModelSpec(None, None, None),
                       status_cb=lambda s: print(json.dumps(s.to_dict()), file=sys.stderr, flush=True))
 
@@ -115,7 +158,12 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    print(json.dumps(_offline_manager(args).rollback()))
+    done = _offline_manager(args).rollback()
+    if args.json:
+        print(json.dumps(done))
+    else:
+        print(f"rolled back from {done.get('from') or 'base'} to {done.get('to') or 'base'}; the appliance serves "
+              "it at its next start")
     return ExitCode.OK
 
 
@@ -127,6 +175,8 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2))
     else:
         for key, value in status.items():
+            if key == "history":  # versions served before, oldest first; None is the base model
+                value = ", ".join(v or "base" for v in value) or "none"
             print(f"{key}: {value if isinstance(value, str) else 'none' if value is None else json.dumps(value)}")
     return ExitCode.OK
 

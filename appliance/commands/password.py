@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 
 from appliance.commands.exitcodes import ExitCode
@@ -36,5 +37,8 @@ def run(args: argparse.Namespace) -> int:
         print("error: use at least 8 characters", file=sys.stderr)
         return ExitCode.BAD_INPUT
     stored = hash_password(password)
-    print(_line(args.user, role, stored, args.users) if args.user else stored)
+    if args.json:
+        print(json.dumps({"user": args.user, "role": role if args.user else None, "hash": stored}))
+    else:
+        print(_line(args.user, role, stored, args.users) if args.user else stored)
     return ExitCode.OK

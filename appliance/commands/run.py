@@ -14,11 +14,14 @@ import sys
 import threading
 from pathlib import Path
 
+from appliance.appconfig.app import AppConfig
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
 from appliance.capture.probe import SizeUnknown, resolve_sizes
+from appliance.capture.stderrfilter import StderrFilter
 from appliance.commands.configload import check_and_report, load_and_report
 from appliance.commands.exitcodes import ExitCode
 from appliance.supervisor.app import Appliance
+from appliance.supervisor.cudanoise import CudaNoise
 from appliance.supervisor.reloadplan import with_running_sizes
 
 log = logging.getLogger("appliance")
@@ -57,6 +60,15 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_hangup)
+    noise = StderrFilter(CudaNoise())  # what Triton prints natively goes through it
+    try:
+        return _run_app(args, config, path, stop, wake, reload)
+    finally:
+        noise.close()
+
+
+def _run_app(args: argparse.Namespace, config: AppConfig, path: Path, stop: threading.Event,
+             wake: threading.Event, reload: threading.Event) -> int:
     app = Appliance(config, triton_home=Path(args.triton_home) if args.triton_home else None)
     try:
         app.start()

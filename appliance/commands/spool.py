@@ -2,14 +2,15 @@
 
 A detection the broker keeps refusing (an ACL, a size limit) is moved out of the send queue so it cannot block
 the ones behind it (docs/mqtt.md). Once the broker is fixed, an operator lists them and puts them back in the
-queue; the appliance sends them at its next start. The spool belongs to one process at a time, so this runs
-with the appliance stopped.
+queue; the appliance sends them at its next start. The spool belongs to one process at a time, so ``requeue`` runs
+with the appliance stopped; ``list`` reads a running appliance's spool beside it, read-only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from appliance.commands.configload import load_and_report
 from appliance.commands.exitcodes import ExitCode
 from appliance.mqtt.errors import SpoolError
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms
-from appliance.mqtt.setaside import SetAsideMessage
+from appliance.mqtt.setaside import SetAsideMessage, read_shared
 from appliance.mqtt.spool import Spool
 from appliance.paths import installed_config
 
@@ -43,6 +44,16 @@ def _list(messages: list[SetAsideMessage], args: argparse.Namespace, path: Path)
     print(f"{len(messages)} message(s) set aside in {path}", file=sys.stderr)
 
 
+def _list_shared(args: argparse.Namespace, path: Path, held: SpoolError) -> int:
+    try:
+        messages = read_shared(str(path))
+    except sqlite3.Error as exc:
+        print(f"error: {held}, and reading beside it failed: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    _list(messages, args, path)
+    return ExitCode.OK
+
+
 def run(args: argparse.Namespace) -> int:
     # Only the file: the spool is on disk whether or not this machine could run the cameras in it.
     config = load_and_report(Path(args.config) if args.config else installed_config() or DEMO_CONFIG, machine=False,
@@ -57,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         spool.open()
     except SpoolError as exc:
+        if args.action == "list":  # the appliance runs: read beside it, changing nothing
+            return _list_shared(args, path, exc)
         print(f"error: {exc}; stop the appliance first (systemctl stop appliance)", file=sys.stderr)
         return ExitCode.FAILED
     try:

@@ -7,21 +7,52 @@ import json
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
+from appliance.appconfig.app import AppConfig
 from appliance.commands.exitcodes import ExitCode
+from appliance.config.validate import validate_document
+from appliance.config.yamlsource import ConfigError, read_yaml
+from appliance.paths import installed_config
+
+DEFAULT_URL = "http://127.0.0.1:9108"
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the health summary; exit OK only when the appliance says it is healthy."""
     try:
-        health = fetch_health(args.url)
+        url, source = health_url(args.url, args.config)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        health = fetch_health(url)
     except OSError as exc:
-        print(f"no answer from {args.url} ({exc}): is the appliance running (systemctl status appliance) "
-              "with health enabled?", file=sys.stderr)
+        print(f"no answer from {url} ({source}; {exc}): is the appliance running (systemctl status appliance) "
+              "with health enabled? --url or --config names another address", file=sys.stderr)
         return ExitCode.NO_ANSWER
     print(json.dumps(health, indent=2) if args.json else format_status(health))
     return ExitCode.OK if health.get("ok") else ExitCode.FAILED
+
+
+def health_url(url: str | None, config: str | None) -> tuple[str, str]:
+    """(the health endpoint, where it came from): ``url``, else the health address of ``config`` or of an
+    installed device's config, else the default. ValueError for a config that cannot be read."""
+    if url:
+        return url, "--url"
+    path = Path(config) if config else installed_config()
+    if path is None:
+        return DEFAULT_URL, "the default address"
+    try:
+        doc = read_yaml(path)
+        health = validate_document(doc, AppConfig).health
+    except ConfigError as exc:
+        raise ValueError("; ".join(str(i) for i in exc.issues)) from None
+    if health.port == 0:
+        raise ValueError(f"{path}: health.port is 0 (any free port): give the address with --url")
+    host = "127.0.0.1" if health.host in ("0.0.0.0", "::", "") else health.host
+    return f"http://{host}:{health.port}", f"health.host and health.port of {path}"
 
 
 def fetch_health(url: str, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -41,6 +41,16 @@ def read_all(db: sqlite3.Connection) -> list[SetAsideMessage]:
     return [SetAsideMessage(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6]) for r in rows]
 
 
+def read_shared(path: str) -> list[SetAsideMessage]:
+    """:func:`read_all` through a read-only connection of its own, beside the process that holds the spool (the
+    WAL lets a reader see its last commit without taking its lock); sqlite3.Error when it cannot be read."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    try:
+        return read_all(db)
+    finally:
+        db.close()
+
+
 def select(db: sqlite3.Connection, ids: Sequence[int] | None) -> list[tuple[int, str, bytes, int, int]]:
     """``(id, topic, payload, qos, size)`` of every set-aside message, or of those in ``ids``, oldest first."""
     query = "SELECT id, topic, payload, qos, size FROM set_aside"

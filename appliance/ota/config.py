@@ -52,3 +52,6 @@ class OtaConfig(StrictModel):
     check_golden: bool = Field(True, description="run golden frames before switching")
     builder: str = Field("auto", pattern="^(auto|tensorrt|onnxruntime)$")
     health: HealthPolicy = Field(default_factory=HealthPolicy)
+    require_classes: bool = Field(False, description="refuse a bundle whose model lacks a class a camera's "
+                                                     "analytics.classes names (off: it installs, ota/status names "
+                                                     "the missing classes and those filter entries are inactive)")

@@ -27,6 +27,7 @@ REJECT_CODES = (
     "internal",         # an unexpected error in the appliance; the message names it
     "interrupted",      # the appliance stopped (power cut, kill, restart) in the middle of the update
     "cancelled",        # a rollback came while the update was on its way; it stopped before becoming active
+    "missing_classes",  # the model lacks a class the config's class filters name, and ota.require_classes is on
 )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,7 +44,9 @@ class OtaManager:
                  base_spec: Callable[[], ModelSpec] | None = None, clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                  free_space: FreeSpace = disk_free, appliance_version: str = appliance.__version__,
-                 builder: Any = None) -> None:
+                 builder: Any = None, filter_classes: Collection[str] = ()) -> None:
+        """``filter_classes``: the classes the config's class filters name; a model that lacks one is named on
+        ota/status (``missing_classes``), or refused with ``ota.require_classes``."""
         self.store = OtaStore(state_dir)
         self.trusted = trusted_keys
         self.switcher = switcher
@@ -55,6 +58,7 @@ class OtaManager:
         self._free_space = free_space
         self._appliance_version = appliance_version
         self._builder = builder
+        self._filter_classes = frozenset(filter_classes)
         self._lock = threading.Lock()      # one update (or rollback) at a time
         self._serving = threading.Lock()   # what is routed and the pointer: install's switch, a rollback
         self._rollbacks = 0                # rollbacks asked for so far; an update started before one is cancelled
@@ -181,6 +185,7 @@ class OtaManager:
         self._updating = m.version  # what a rollback's result names from now on
         try:
             compat.check_appliance_version(m, self._appliance_version)
+            missing = self._missing_classes(m)
             if self.store.read_pointer().version == m.version:
                 raise OtaRejected("duplicate", f"version {m.version} is already active")
             floor.check_floor(self.store, m)
@@ -192,7 +197,7 @@ class OtaManager:
                 engine = steps.build(m, vdir, self._builder, self.config.builder, self._clock, self._report, rid)
                 self._check_cancel(asked)
                 spec = ModelSpec(m.version, m.model_profile, engine)
-                return self._switch(spec, m, engine, opened.key_id, rid, asked)
+                return self._switch(spec, m, engine, opened.key_id, rid, asked, missing)
             except BaseException:
                 if not self.store.is_verified(m.version) or self.store.read_pointer().version != m.version:
                     self.store.remove_version(m.version)
@@ -206,12 +211,20 @@ class OtaManager:
             rejected.version = m.version  # type: ignore[attr-defined]
             raise rejected from exc
 
+    def _missing_classes(self, m: Manifest) -> tuple[str, ...]:
+        """The filter classes ``m``'s model lacks; refuses when ``ota.require_classes`` is on."""
+        missing = tuple(sorted(self._filter_classes - set(m.model_profile.classes)))
+        if missing and self.config.require_classes:
+            raise OtaRejected("missing_classes", f"{m.label} lacks the class(es) {', '.join(missing)} that the "
+                                                 "config's analytics.classes name (ota.require_classes is on)")
+        return missing
+
     def version_floor(self) -> str | None:
         """The anti-rollback floor (see :mod:`appliance.ota.floor`)."""
         return floor.version_floor(self.store)
 
     def _switch(self, spec: ModelSpec, m: Manifest, engine: InstalledEngine, key_id: str, rid: str | None,
-                asked: int) -> dict[str, Any]:
+                asked: int, missing: tuple[str, ...] = ()) -> dict[str, Any]:
         self._report("switching", f"loading {m.label} beside the current model", m, request_id=rid)
         old = self.switcher.current()
         new = self._load(spec)
@@ -228,10 +241,10 @@ class OtaManager:
             self.switcher.retire(new)
             raise
         with self._serving:
-            return self._route_and_watch(new, old, m, summary, rid, asked)
+            return self._route_and_watch(new, old, m, summary, rid, asked, missing)
 
     def _route_and_watch(self, new: Route, old: Route | None, m: Manifest, summary: str, rid: str | None,
-                         asked: int) -> dict[str, Any]:
+                         asked: int, missing: tuple[str, ...]) -> dict[str, Any]:
         """Move traffic to ``new``, watch its health, then commit it or go back to ``old`` (under ``_serving``)."""
         policy = self.config.health
         routed = False
@@ -269,9 +282,11 @@ class OtaManager:
             removed = self.store.prune(0, protect={m.version, *history})  # keep_versions is in _history()
         except Exception:
             log.exception("OTA: cleaning up after %s became active failed", m.label)
-        self._report("active", f"{m.label} is serving ({summary})", m, request_id=rid)
+        lacks = f"; it lacks the filtered class(es) {', '.join(missing)}: those entries are inactive" if missing else ""
+        self._report("active", f"{m.label} is serving ({summary}){lacks}", m, request_id=rid,
+                     missing_classes=missing or None)
         return {"state": "active", "version": m.version, "model": m.model, "ensemble": new.ensemble,
-                "golden": summary, "pruned": removed}
+                "golden": summary, "pruned": removed, **({"missing_classes": list(missing)} if missing else {})}
 
     def _undo(self, new: Route, old: Route | None, routed: bool) -> None:
         """Route back to ``old`` (when traffic had moved) and unload ``new``; logs instead of masking the error

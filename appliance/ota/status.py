@@ -21,10 +21,11 @@ class OtaStatus:
     code: str | None = None        # rejected: OtaRejected.code; rolled_back: "health" or "manual"
     request_id: str | None = None
     rollout_id: str | None = None  # the fleet rollout that asked for this update (appliance.ota.follower)
+    missing_classes: tuple[str, ...] | None = None  # the config's filter classes the new model lacks
     time: float = 0.0              # the manager's wall clock (epoch seconds)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v is not None}
 
 
 StatusCallback = Callable[[OtaStatus], None]

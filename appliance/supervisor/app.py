@@ -246,10 +246,8 @@ class Appliance:
         snapshots, inference = running.inference.snapshots, running.inference
         routes = []
         if self.config.web.enabled:
-            route = running.served.router.current()
             site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
-                                 self.health_summary, inference.layouts, route.class_names if route else (),
-                                 lambda: [c.id for c in self.config.cameras])
+                                 self.health_summary, inference.layouts, lambda: [c.id for c in self.config.cameras])
             routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
                                  hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None,
                                  video=inference.restream.page_video if inference.restream is not None else None)

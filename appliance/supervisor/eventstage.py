@@ -78,6 +78,7 @@ class CameraAnalytics:
         counts' change noted for :meth:`publish_pending`, which the frame path calls once the message is spooled."""
         started = time.perf_counter()
         with self._lock:
+            self.analytics.use_classes(message.detections.class_names)  # the served model's, from a switch on
             track_ids, events, changed = self.analytics.step(int(meta.seq), float(meta.t_utc), message.detections)
             message = dataclasses.replace(message, detections=message.detections.with_track_ids(track_ids))
             if events:

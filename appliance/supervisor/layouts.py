@@ -34,10 +34,11 @@ class Applied:
 class Layouts:
     """The cameras' analytics sections as they run, and where each camera's zones and lines come from."""
 
-    def __init__(self, cameras: Sequence[CameraConfig], state_dir: Path, class_names: Sequence[str], *,
+    def __init__(self, cameras: Sequence[CameraConfig], state_dir: Path, class_names: Callable[[], Sequence[str]], *,
                  clock: Callable[[], float] = time.time) -> None:
+        """``class_names``: the served model's classes now (they change with an OTA switch)."""
         self._cameras = {c.id: c for c in cameras if c.analytics is not None}
-        self._state_dir, self._class_names, self._clock = state_dir, list(class_names), clock
+        self._state_dir, self.class_names, self._clock = state_dir, class_names, clock
         self._lock = threading.Lock()  # an Apply from the page against another
         self._sources = {camera_id: "config" for camera_id in self._cameras}
         self._anonymous = dict(self._sources)  # the same without who applied it (for /healthz, served without login)
@@ -53,7 +54,7 @@ class Layouts:
             overlay = read_overlay(self._state_dir, camera.id)
             if overlay is None:
                 return camera.analytics
-            config = overlaid(camera.analytics, overlay, *camera.frame_size, self._class_names)
+            config = overlaid(camera.analytics, overlay, *camera.frame_size)
         except OverlayError as exc:
             log.error("camera %s: %s; running the config file's zones and lines", camera.id, exc)
             return camera.analytics
@@ -121,7 +122,7 @@ class Layouts:
             return Applied(None, [LayoutProblem((), f"camera {camera_id!r} has no analytics section")])
         with self._lock:
             config, problems = with_layout(self._current[camera_id], zones, lines, *camera.frame_size,
-                                           self._class_names, camera_id, classes)
+                                           self.class_names(), camera_id, classes)
             if config is None:
                 log.info("camera %s: layout from %s not applied: %s", camera_id, who,
                          "; ".join(f"{'.'.join(map(str, p.path))}: {p.message}" for p in problems))

@@ -34,9 +34,9 @@ class ApplianceSite:
     """``device``: id and name; ``health``: the health summary (Appliance.health_summary)."""
 
     def __init__(self, device: dict[str, Any], health: Callable[[], dict[str, Any]], layouts: Layouts,
-                 class_names: Sequence[str], camera_ids: Sequence[str] | Callable[[], Sequence[str]] = ()) -> None:
+                 camera_ids: Sequence[str] | Callable[[], Sequence[str]] = ()) -> None:
         """``camera_ids``: the cameras, or what says which run now (a reload adds and removes cameras)."""
-        self._device, self._health, self._layouts, self._class_names = device, health, layouts, list(class_names)
+        self._device, self._health, self._layouts = device, health, layouts
         self._camera_ids = camera_ids
 
     def camera_ids(self) -> list[str]:
@@ -58,7 +58,7 @@ class ApplianceSite:
                 "zones": [z.model_dump(mode="json") for z in config.zones],
                 "lines": [ln.model_dump(mode="json") for ln in config.lines],
                 "source": self._layouts.source(camera_id), "yaml": self._layouts.yaml(camera_id),
-                "class_filter": config.classes, "min_score": config.min_score, "classes": self._class_names}
+                "class_filter": config.classes, "min_score": config.min_score, "classes": list(self._layouts.class_names())}
 
     def apply_layout(self, camera_id: str, zones: list[Any], lines: list[Any], who: str,
                      classes: Classes = "keep") -> dict[str, Any]:

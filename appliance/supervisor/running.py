@@ -141,7 +141,12 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
     with ExitStack() as undo:  # what this step started, stopped if a later part of it fails
         route = served.router.current()
         class_names = route.class_names if route else ()
-        layouts, live, feed = Layouts(config.cameras, paths["state_dir"], class_names), LiveFrames(), EventFeed()
+
+        def serving_classes() -> tuple[str, ...]:  # after an OTA switch, the new model's
+            now = served.router.current()
+            return now.class_names if now is not None else class_names
+
+        layouts, live, feed = Layouts(config.cameras, paths["state_dir"], serving_classes), LiveFrames(), EventFeed()
         sink = FeedingPublisher(capturing.publisher, feed)
         analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names, sink, metrics,
                                                paths["state_dir"] / "snapshots", mirror)

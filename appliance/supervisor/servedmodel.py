@@ -134,7 +134,7 @@ def start_serving(server: Server, detector: DetectorSetup, publisher: MqttPublis
     switcher = TritonSwitcher(server, detector.repository, router, options=detector.options,
                               drain_timeout_s=config.pipeline.drain_timeout_s, warmup=detector.warmup)
     manager = OtaManager(state_dir, TrustedKeys.from_paths(ota.trusted_keys), switcher, config=ota,
-                         status_cb=on_status, base_spec=lambda: detector.base)
+                         status_cb=on_status, base_spec=lambda: detector.base, filter_classes=config.filter_classes())
     route = manager.start_serving()
     log.info("serving %s (ensemble %s)", route.label, route.ensemble)
     if not ota.trusted_keys:

@@ -1,7 +1,8 @@
 """Find the Triton distribution (server library, Python backend, optional server binary).
 
-Search order: an explicit ``home`` argument, the ``APPLIANCE_TRITON_HOME`` environment variable,
-``/opt/tritonserver`` (the Triton igpu image on Jetson), then ``.triton`` in the source checkout
+Search order: an explicit ``home`` argument, the ``APPLIANCE_TRITON_HOME`` environment variable, an installed
+device's Triton (``triton_home`` in ``installed.json``, scripts/install-service.sh), ``/opt/tritonserver`` (the
+Triton igpu image on Jetson), then ``.triton`` in the source checkout
 (laid out by ``scripts/provision_triton.py``). An explicit home or the environment variable is
 authoritative: if it is set but incomplete we report that instead of silently using another one.
 
@@ -17,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.paths import triton_checkout_home
+from appliance.paths import installed_layout, triton_checkout_home
 
 ENV_VAR = "APPLIANCE_TRITON_HOME"
 SYSTEM_HOME = Path("/opt/tritonserver")
@@ -134,7 +135,10 @@ def locate(
     if env.get(ENV_VAR):
         return inspect(Path(env[ENV_VAR]), f"environment {ENV_VAR}")
     problems: list[str] = []
-    for candidate, source in ((system_home, "system"), (checkout or triton_checkout_home(), "checkout")):
+    installed = installed_layout(checkout.parent if checkout is not None else None).get("triton_home")
+    candidates = [(installed, "installed.json")] if installed is not None else []
+    candidates += [(system_home, "system"), (checkout or triton_checkout_home(), "checkout")]
+    for candidate, source in candidates:
         try:
             return inspect(candidate, source)
         except TritonNotFound as exc:

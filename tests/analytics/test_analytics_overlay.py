@@ -44,7 +44,7 @@ def test_a_layout_is_kept_read_back_and_replaces_only_zones_and_lines(tmp_path: 
     write_overlay(tmp_path, "hall", config, "olga", 1_700_000_000.0)
     overlay = read_overlay(tmp_path, "hall")
     assert overlay is not None and overlay.edited_by == "olga" and "2023-11-14T22:13:20Z" in overlay.describe()
-    again = overlaid(BASE, overlay, 768, 576, CLASSES)
+    again = overlaid(BASE, overlay, 768, 576)
     assert [z.name for z in again.zones] == ["front"] and again.lines == [] and again.classes == {"person": 0.3}
     assert read_overlay(tmp_path, "other") is None
 
@@ -59,7 +59,7 @@ def test_a_broken_or_unfitting_layout_file_is_named(tmp_path: Path) -> None:
     overlay = read_overlay(tmp_path, "hall")
     assert overlay is not None
     with pytest.raises(OverlayError, match="does not fit"):
-        overlaid(BASE, overlay, 768, 576, CLASSES)
+        overlaid(BASE, overlay, 768, 576)
 
 
 def test_copy_yaml_is_the_config_files_zones_and_lines() -> None:
@@ -78,5 +78,5 @@ def test_the_class_filter_is_checked_kept_and_restored(tmp_path: Path) -> None:
     assert problems == [] and config is not None and config.classes == {"car": 0.4}
     write_overlay(tmp_path, "hall", config, "olga", 0.0)
     overlay = read_overlay(tmp_path, "hall")
-    assert overlay is not None and overlaid(BASE, overlay, 768, 576, CLASSES).classes == {"car": 0.4}
+    assert overlay is not None and overlaid(BASE, overlay, 768, 576).classes == {"car": 0.4}
     assert with_layout(BASE, [], [], 768, 576, CLASSES)[0].classes == {"person": 0.3}  # type: ignore[union-attr]

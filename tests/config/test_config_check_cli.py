@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 
 MULTI_CAMERA = """\
@@ -72,11 +74,13 @@ def test_the_old_recovery_backoff_keys_are_a_warning_in_check_config(tmp_path: P
 
 
 def test_a_camera_absent_now_is_a_warning_and_the_config_is_ok(tmp_path: Path) -> None:
-    """An unplugged USB camera or a video not copied yet heals by itself: exit 0, a warning naming where."""
+    """An unplugged USB camera or a video not copied yet heals by itself, and so does a broker that does not
+    answer now: exit 0, a warning naming where."""
     path = tmp_path / "appliance.yaml"
+    port = free_port()  # nothing listens there
     path.write_text(f"""\
 device: {{id: line1-box}}
-mqtt: {{host: localhost}}
+mqtt: {{host: 127.0.0.1, port: {port}}}
 cameras:
   - id: door
     source: {{type: file, path: {REPO / '.models/sample/sample.mp4'}}}
@@ -94,7 +98,9 @@ cameras:
     result = subprocess.run([sys.executable, "-m", "appliance", "check-config", str(path)],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 0, result.stderr
-    assert "OK, 2 warning(s)" in result.stdout, result.stdout
+    assert "OK, 3 warning(s)" in result.stdout, result.stdout
+    assert f"warning: {path}:2: mqtt.host: broker at 127.0.0.1:{port} does not answer now" in result.stderr, \
+        result.stderr
     assert (f"warning: {path}:9: cameras.1.source: camera 'usb': /dev/video97 does not exist now (unplugged?); "
             "the camera waits for it and starts when it appears") in result.stderr, result.stderr
     assert f"warning: {path}:13: cameras.2.source: camera 'later': video file {tmp_path / 'later.mp4'} does not " \

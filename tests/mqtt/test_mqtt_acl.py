@@ -22,18 +22,18 @@ from paho.mqtt.enums import CallbackAPIVersion
 from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher, PublishResult
 from mqtt_helpers import frame, make_config, validate
-from support.mosquitto import Mosquitto, publish_as
+from support.mosquitto import Mosquitto, publish_as, shipped_acl
 from support.subscriber import Subscriber
 from support.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-ACL = REPO / "docs/examples/mosquitto/acl"
 PASSWORDS = {"dev1": "pw-dev1", "dev2": "pw-dev2", "operator@ops": "pw-op", "dashboard@ops": "pw-dash"}
 
 
 @pytest.fixture
 def acl_broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    with Mosquitto(tmp_path / "broker", passwords=PASSWORDS, extra_config=[f"acl_file {ACL}"]) as b:
+    acl = shipped_acl(tmp_path / "acl", ["dev1", "dev2"])
+    with Mosquitto(tmp_path / "broker", passwords=PASSWORDS, extra_config=[f"acl_file {acl}"]) as b:
         yield b
 
 
@@ -118,7 +118,8 @@ def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto
     try:
         forged = {"appliance/dev1/status": "forged-status", "appliance/dev1/cam0/detections": "forged-detections",
                   "appliance/dev1/health": "forged-health", "appliance/dev1/command/status": "forged-command",
-                  "appliance/other/status": "forged-elsewhere"}
+                  "appliance/other/status": "forged-elsewhere",
+                  "appliance/dev2/command/ota": "forged-own-command"}  # no device writes a command topic
         # No same-connection sentinel: mosquitto closes a connection after a denied publish. Each _as returns once
         # the broker has handled its message (routed to subscribers when allowed), so a reader's one connection
         # gets anything forged that got through before the barrier sent after it.
@@ -135,6 +136,12 @@ def test_a_device_cannot_publish_as_another_nor_command_it(acl_broker: Mosquitto
         assert leaked == [] and [c.request_id for c in calls] == ["op-3"]
     finally:
         operator.close()
+
+
+def test_the_shipped_acl_loads_without_warnings(acl_broker: Mosquitto) -> None:
+    warnings = [line for line in acl_broker.log_path.read_text().splitlines()
+                if "Warning" in line and "run as root" not in line]
+    assert warnings == [] and "acl" in acl_broker.conf_path.read_text()
 
 
 def test_only_an_operator_sets_a_groups_desired_state_and_a_device_reads_it(

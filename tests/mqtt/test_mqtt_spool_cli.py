@@ -72,7 +72,7 @@ def test_list_then_requeue_and_the_next_publisher_delivers_it(tmp_path: Path, br
     assert [json.loads(m.payload)["seq"] for m in sub.on_topic("detections")] == [0, 2, 1]  # requeued: at the end
 
 
-def test_refused_while_the_appliance_holds_the_spool_and_for_unknown_ids(tmp_path: Path, broker: Mosquitto) -> None:
+def test_requeue_refused_list_read_while_the_appliance_holds_the_spool_and_unknown_ids(tmp_path: Path, broker: Mosquitto) -> None:
     config = _config(tmp_path, broker)
     spool_path = tmp_path / "state" / "mqtt-spool.sqlite3"
     assert "no spool at" in _cli("list", "--config", str(config)).stderr
@@ -87,9 +87,13 @@ def test_refused_while_the_appliance_holds_the_spool_and_for_unknown_ids(tmp_pat
         busy = _cli("requeue", "--config", str(config))
         assert busy.returncode == 1 and "stop the appliance first" in busy.stderr
         assert "Traceback" not in busy.stderr
+        assert running.set_aside(3, "a second one, set aside while it runs")  # committed by the holder
+        beside = _cli("list", "--config", str(config))  # list reads beside the running appliance
+        assert beside.returncode == 0, beside.stderr
+        assert [line.split("\t")[0] for line in beside.stdout.splitlines()] == ["2", "3"], beside.stdout
     finally:
         running.close()
-    assert [m.id for m in _still_set_aside(spool_path)] == [2]  # nothing moved
+    assert [m.id for m in _still_set_aside(spool_path)] == [2, 3]  # nothing moved
 
 
 def test_a_broken_config_exits_2(tmp_path: Path) -> None:

@@ -401,9 +401,12 @@ def test_cli_keygen_sign_install_status_rollback(tmp_path, tiny_source) -> None:
         assert done.returncode == 0 and json.loads(done.stdout)["state"] == "active", done.stderr
     status = json.loads(run_cli("status", "--json", "--state-dir", state).stdout)
     assert status["active"] == "3" and status["history"] == [None, "2"] and status["installed"] == ["2", "3"]
+    text = run_cli("status", "--state-dir", state).stdout
+    assert "history: base, 2\n" in text, text  # the base model by name, not null
     done = run_cli("rollback", "--state-dir", state)
-    assert done.returncode == 0 and json.loads(done.stdout)["to"] == "2", done.stderr
+    assert done.returncode == 0 and done.stdout.startswith("rolled back from 3 to 2"), done.stdout + done.stderr
     assert json.loads(run_cli("status", "--json", "--state-dir", state).stdout)["serving_at_next_start"] == "2"
+    assert json.loads(run_cli("rollback", "--state-dir", state, "--json").stdout)["to"] is None  # 2 -> base
     wrong = run_cli("install", str(tmp_path / "3.bundle"), "--trusted-key", str(tmp_path / "nope.pub"),
                     "--state-dir", state)
     assert wrong.returncode == 2 and "cannot read public key" in wrong.stderr

@@ -119,3 +119,27 @@ MALFORMED = {
 def test_malformed_payloads_are_rejected(payload: dict[str, Any]) -> None:
     with pytest.raises(jsonschema.ValidationError):
         validate_message("ota_status", payload)
+
+
+def test_a_model_without_a_filtered_class_is_named_on_status_or_refused(
+        tmp_path: Path, keys: Any, sign: Callable[..., Path], tiny_source: Callable[..., Path]) -> None:
+    """The tiny model's classes are a and b; the config filters on a and forklift."""
+    events: list[OtaStatus] = []
+    traffic = Traffic()
+    health = HealthPolicy(period_s=1, check_interval_s=0.5, min_requests=1, min_detection_ratio=0)
+    strict = OtaManager(tmp_path / "strict", keys.trusted(), traffic.switcher,
+                        config=OtaConfig(health=health, require_classes=True), status_cb=events.append,
+                        monotonic=traffic.monotonic, sleep=traffic.sleep, filter_classes={"a", "forklift"})
+    with pytest.raises(OtaRejected) as info:
+        strict.install(sign(tiny_source("1"), "1.bundle"))
+    assert info.value.code == "missing_classes" and "forklift" in info.value.reason
+    assert strict.store.serving() is None  # nothing changed
+    lenient = OtaManager(tmp_path / "lenient", keys.trusted(), traffic.switcher, config=OtaConfig(health=health),
+                         status_cb=events.append, monotonic=traffic.monotonic, sleep=traffic.sleep,
+                         filter_classes={"a", "forklift"})
+    assert lenient.install(sign(tiny_source("2"), "2.bundle"))["missing_classes"] == ["forklift"]
+    active = validate_ota_status(events[-1], "dev1")
+    assert active["state"] == "active" and active["missing_classes"] == ["forklift"], active
+    assert "forklift" in active["message"]
+    with pytest.raises(jsonschema.ValidationError):
+        validate_message("ota_status", _with(active, missing_classes=[]))

@@ -16,7 +16,7 @@ from appliance.mqtt.errors import MqttConfigError
 from appliance.sparkplug.node import EdgeNode
 from appliance.sparkplug.payload import DataType
 from appliance.sparkplug.reports import Readings
-from support.mosquitto import Mosquitto, make_tls_material, publish_as
+from support.mosquitto import Mosquitto, make_tls_material, publish_as, shipped_acl
 from support.sparkplug_b import SparkplugSubscriber, rebirth_command
 from support.wait import wait_until
 
@@ -68,13 +68,13 @@ def test_missing_tls_material_fails_at_start_naming_the_setting(tmp_path: Path, 
         EdgeNode(config, Readings, tmp_path / "state").start()
 
 
-ACL = Path(__file__).resolve().parents[2] / "docs/examples/mosquitto/acl"
 USERS = {"dev1": "pw-dev1", "dev2": "pw-dev2", "operator@ops": "pw-op", "dashboard@ops": "pw-dash"}
 
 
 def test_under_the_shipped_acl_only_an_operator_can_ask_for_a_rebirth_and_no_device_can_forge_a_birth(
         tmp_path: Path) -> None:
-    with Mosquitto(tmp_path / "broker", passwords=USERS, extra_config=[f"acl_file {ACL}"]) as broker:
+    acl = shipped_acl(tmp_path / "acl", ["dev1", "dev2"])
+    with Mosquitto(tmp_path / "broker", passwords=USERS, extra_config=[f"acl_file {acl}"]) as broker:
         host = SparkplugSubscriber(broker, username="operator@ops", password=USERS["operator@ops"])
         host.mqtt.publish("spBv1.0/STATE/scada", '{"online": true, "timestamp": 1000}', retain=True)
         config = MqttConfig.model_validate({

@@ -59,7 +59,7 @@ def test_installed_tree_checks_its_config_finds_triton_and_builds_the_engine(tmp
 
 def _operator_commands_find_the_installed_config_and_state(dest: Path, bin_: Path) -> None:
     """An operator's shell has none of the unit's APPLIANCE_* variables and gives no flags: `ota status`,
-    `spool list` and `check-config` still find /etc/appliance/appliance.yaml and /var/lib/appliance (here
+    `spool list`, `check-config` (with its Triton) and `status` still find /etc/appliance/appliance.yaml and /var/lib/appliance (here
     under DESTDIR), not the source copy's own .state or the bundled demo config."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
     state = dest / "var/lib/appliance"
@@ -79,4 +79,9 @@ def _operator_commands_find_the_installed_config_and_state(dest: Path, bin_: Pat
     checked = appliance("check-config", "--no-machine")
     assert checked.returncode == 0 and checked.stdout.startswith(f"{dest / 'etc/appliance/appliance.yaml'}: OK"), \
         checked.stdout + checked.stderr
+    machine = appliance("check-config")  # the machine checks too: Triton from installed.json, no variable
+    assert "triton.home" not in machine.stdout + machine.stderr, machine.stdout + machine.stderr
+    asked = appliance("status")  # nothing runs here: it names the installed config's health address
+    assert asked.returncode == 3 and f"health.port of {dest / 'etc/appliance/appliance.yaml'}" in asked.stderr, \
+        asked.stderr
     assert not (dest / "opt/appliance/src/.state").exists()

@@ -20,14 +20,13 @@ from pathlib import Path
 import pytest
 from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon, make_camera_dir
-from support.mosquitto import Mosquitto, make_tls_material, publish_as
+from support.mosquitto import Mosquitto, make_tls_material, publish_as, shipped_acl
 from support.ports import free_port
 from support.schemas import validate_message
 from support.subscriber import Subscriber
 
 
 REPO = Path(__file__).resolve().parents[2]
-ACL = REPO / "docs/examples/mosquitto/acl"
 
 pytestmark = [
     pytest.mark.slow,
@@ -80,7 +79,7 @@ health:
   port: {health_port}
 """)
     broker = Mosquitto(tmp_path / "broker", tls=pki, require_certificate=True, passwords=secrets,
-                       extra_config=[f"acl_file {ACL}"]).start()
+                       extra_config=[f"acl_file {shipped_acl(tmp_path / 'acl', [device])}"]).start()
     config.write_text(config.read_text().replace("{port}", str(broker.port)))
     reader = Subscriber(broker, "appliance/#", tls=pki, username="dashboard@ops",
                         password=secrets["dashboard@ops"])

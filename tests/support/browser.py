@@ -1,5 +1,5 @@
 """Headless Chromium from Debian's packages (chromium, chromium-driver) driven by Selenium: the tests' one
-browser. Missing, it fails the test (scripts/setup.d/50-browser.sh installs it), never skips."""
+browser. Missing, it fails the test (scripts/setup-test.d/50-browser.sh installs it), never skips."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ SCREENSHOTS_ENV = "APPLIANCE_UI_SCREENSHOTS"  # e.g. docs/images: screenshots ar
 def chromium(width: int = 1400, height: int = 900) -> webdriver.Chrome:
     """A fresh headless Chromium; fails with what to run when the packages are missing."""
     for path in (CHROMIUM, CHROMEDRIVER):
-        assert path.is_file(), f"{path} is missing: run scripts/setup.sh (scripts/setup.d/50-browser.sh)"
+        assert path.is_file(), f"{path} is missing: run scripts/setup-test-tools.sh (scripts/setup-test.d/50-browser.sh)"
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",

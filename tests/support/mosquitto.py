@@ -202,3 +202,18 @@ def publish_as(broker: LocalBroker, username: Optional[str], password: Optional[
                    f"the broker to acknowledge {username}'s publish on {topic} or close the connection")
     finally:
         client.disconnect()
+
+
+SHIPPED_ACL = Path(__file__).resolve().parents[2] / "docs/examples/mosquitto/acl"
+ACL_EXAMPLE_DEVICE = "line1-box07"  # the shipped ACL's per-device block is written for this device
+
+
+def shipped_acl(dest: Path, devices: Iterable[str]) -> Path:
+    """The shipped ACL as docs/security.md has an operator install it: its per-device block copied once for each
+    of ``devices`` (in place of the example device's); written to ``dest``."""
+    text = SHIPPED_ACL.read_text()
+    head, rest = text.split(f"user {ACL_EXAMPLE_DEVICE}\n", 1)
+    block, tail = rest.split("\n\n", 1)
+    blocks = "".join(f"user {device}\n{block}\n\n" for device in devices)
+    dest.write_text(head + blocks + tail)
+    return dest

@@ -1,5 +1,5 @@
 """OPC UA clients for the tests: node-opcua (another stack, tests/opcua/nodeclient, installed by
-scripts/setup.d/60-interop-clients.sh) run as a process, and client certificates. A missing node client fails
+scripts/setup-test.d/60-interop-clients.sh) run as a process, and client certificates. A missing node client fails
 the test, naming the fix."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def require_node_client() -> Path:
     """The node-opcua client script, with its packages installed; otherwise fail the calling test."""
     if shutil.which("node") is None or not (NODE_CLIENT / "node_modules" / "node-opcua-client").is_dir():
         pytest.fail(f"node and node-opcua are needed in {NODE_CLIENT}: run scripts/setup.sh "
-                    "(scripts/setup.d/60-interop-clients.sh runs `npm ci` there)", pytrace=False)
+                    "(scripts/setup-test.d/60-interop-clients.sh runs `npm ci` there)", pytrace=False)
     return NODE_CLIENT / "client.js"
 
 

@@ -1,5 +1,5 @@
 """Eclipse Tahu's JavaScript Sparkplug B codec (npm ``sparkplug-payload``, installed into tests/sparkplug/interop by
-scripts/setup.d/61-sparkplug-interop.sh) as the tests' independent decoder: one node process per codec, driven by
+scripts/setup-test.d/61-sparkplug-interop.sh) as the tests' independent decoder: one node process per codec, driven by
 tests/sparkplug/interop/tahu.js one JSON line at a time. Missing node or the package fails the test.
 
 ``decode`` returns Tahu's payload object with 64-bit integers as Python ints: ``{"timestamp", "seq", "metrics":
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 INTEROP = Path(__file__).resolve().parents[1] / "sparkplug" / "interop"
-SETUP = "scripts/setup.d/61-sparkplug-interop.sh"
+SETUP = "scripts/setup-test.d/61-sparkplug-interop.sh"
 
 
 def _ints(value: Any) -> Any:
