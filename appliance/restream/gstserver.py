@@ -116,18 +116,20 @@ class Streams:
             self._sources[(camera, kind)] = source
             self._caps.pop((camera, kind), None)
             self._sock.sendall(watch_line(True, camera, kind))
-        media.connect("target-state", self._target_state, camera, kind)
-        media.connect("unprepared", lambda _media, c, k: self._stop(c, k), camera, kind)
+        media.connect("target-state", self._target_state, camera, kind, source)
+        media.connect("unprepared", lambda _media, *key_source: self._stop(*key_source), camera, kind, source)
 
-    def _target_state(self, _media: Any, state: int, camera: str, kind: str) -> None:
+    def _target_state(self, _media: Any, state: int, camera: str, kind: str, source: Any) -> None:
         """The media is about to be taken down (the last client left): no push may reach its appsrc from now."""
         if state == Gst.State.NULL:
-            self._stop(camera, kind)
+            self._stop(camera, kind, source)
 
-    def _stop(self, camera: str, kind: str) -> None:
-        """The supervisor stops drawing and sending for the stream (once, whichever signal came first)."""
+    def _stop(self, camera: str, kind: str, source: Any) -> None:
+        """The supervisor stops drawing and sending for the stream (once, whichever signal came first; never for
+        a newer media of the same stream, which a client may have started meanwhile)."""
         with self._lock:
-            if self._sources.pop((camera, kind), None) is not None:
+            if self._sources.get((camera, kind)) is source:
+                del self._sources[(camera, kind)]
                 self._latest.pop((camera, kind), None)
                 self._sock.sendall(watch_line(False, camera, kind))
 
