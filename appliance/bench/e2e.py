@@ -4,7 +4,8 @@
 scheduler, embedded Triton and the durable spool. The last line is ``e2e_vs_detector_alone=<ratio>``, with
 ``--analytics`` ``e2e_analytics_vs_detector_alone``, with ``--opcua`` ``e2e_opcua_vs_without``. The alternatives,
 every line and today's figures: docs/supervisor.md, "Benchmark: appliance bench e2e"; the OPC UA runs:
-docs/opcua.md."""
+docs/opcua.md; ``--record`` (recording off and on, ``e2e_record_vs_off``): docs/capture.md; ``--restream`` (off,
+unwatched, one and four RTSP clients, ``e2e_restream_unwatched_vs_off``): docs/restream.md."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from appliance.bench._broker import start_local_broker
 from appliance.bench._e2e_restream import alternate, restream_section, watch_rtsp
+from appliance.bench._e2e_record import record_vs_off
 from appliance.bench._e2e_opcua import opcua_setup, start_client, stop_client
 from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, python_stages_engines, video_frames
 from appliance.bench._e2e_stages import STAGES, pct, split_line, stage_means, stage_totals
@@ -47,21 +49,23 @@ ANALYTICS = """
         - {name: sill, units: normalized, a: [0.0, 0.8], b: [1.0, 0.8], in_side: right}
       snapshots: {enabled: true}
 """
-
+# Each camera's recording in the --record runs: the footage stays well under a gigabyte, whatever the disk's space.
+RECORD = """    record: {enabled: true, min_free_gb: 0, retain: {max_gb: 1}}
+"""
 
 OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the detector alone does
 
 
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
-                    engines_dir: Path | None = None, page: dict[str, int] | None = None,
-                    opcua: dict[str, int] | None = None, restream: dict | None = None) -> tuple[float, list[float]]:
+                    engines_dir: Path | None = None, page: dict[str, int] | None = None, opcua: dict | None = None,
+                    record: bool = False, restream: dict | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
     over the measuring window (proof that the analytics did work). Given ``page``, the page is served; with
     ``page["viewers"]`` 1, someone watches cam0's live view, and ``page["pictures"]`` gets how many pictures they
-    saw. Given ``opcua``, the OPC UA server runs with one subscribed client; it gets what that client received."""
+    saw. ``opcua``: the OPC UA server runs with a client; it gets what that client received. ``record``: RECORD."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
@@ -74,9 +78,9 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     width: 640
     height: 480
     fps: {fps}
-{ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
+{RECORD if record else ""}{ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
     config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
-                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}.yaml")
+                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}.yaml")
     config_path.write_text(f"""
 device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
@@ -146,6 +150,7 @@ class Options:
     analytics: bool
     opcua: bool = False
     viewer: bool = False
+    record: bool = False
     restream: bool = False
 
 
@@ -169,12 +174,15 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--viewer", action="store_true",
                         help="only the appliance with its page served: nobody watching, one viewer on cam0's live "
                              "view, nobody again; ends with e2e_viewer_vs_unwatched=<ratio>")
+    parser.add_argument("--record", action="store_true",
+                        help="only the appliance with recording off and on, alternated; ends with "
+                             "e2e_record_vs_off=<ratio>")
     parser.add_argument("--restream", action="store_true",
                         help="only the appliance with the restream off, on and unwatched, with one and with four "
                              "RTSP clients; ends with e2e_restream_unwatched_vs_off=<ratio>")
     args = parser.parse_args(argv)
     return Options(8.0 if args.quick else args.seconds, args.cameras, args.fps, args.latency_fps, args.triton_home,
-                   args.analytics or args.opcua, args.opcua, args.viewer, args.restream)
+                   args.analytics or args.opcua, args.opcua, args.viewer, args.record, args.restream)
 
 
 @dataclass(frozen=True)
@@ -232,7 +240,7 @@ def run(opts: Options) -> int:
     profile = load_profile(PROFILE)
     pre = Preprocessor(profile)
     tensors = [pre.frame(f, "BGR")[0] for f in video_frames(video, every=4)]
-    if opts.viewer or opts.restream:
+    if opts.viewer or opts.record or opts.restream:
         return _viewer(opts, onnx, video, tensors)
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         results = _measure(opts, Path(tmp), onnx, dist, video, profile, tensors)
@@ -246,11 +254,12 @@ def _viewer(opts: Options, onnx: Path, video: Path, tensors: list[np.ndarray]) -
         try:
             fps = opts.fps or math.ceil(OFFERED_VS_DETECTOR * bench_detector(onnx, tensors, opts.seconds / 2)[0]
                                         / opts.cameras)
-            runs = alternate if opts.restream else side_by_side
-            lines = runs(bench_appliance, Path(tmp), video, broker.port, opts.cameras, fps, opts.seconds)
+            compare = record_vs_off if opts.record else alternate if opts.restream else side_by_side
+            lines = compare(bench_appliance, Path(tmp), video, broker.port, opts.cameras, fps, opts.seconds)
         finally:
             broker.stop()
-    print(f"e2e {'--restream' if opts.restream else '--viewer'} on {video.name} (640x480), {opts.cameras} cameras x {fps:g} fps offered, "
+    mode = "--record" if opts.record else "--restream" if opts.restream else "--viewer"
+    print(f"e2e {mode} on {video.name} (640x480), {opts.cameras} cameras x {fps:g} fps offered, "
           f"{os.cpu_count()} CPUs, {opts.seconds:g} s per run, load average {os.getloadavg()[0]:.1f} at the end")
     print("\n".join(lines))
     return 0

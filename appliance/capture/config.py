@@ -17,8 +17,11 @@ from appliance.backoff import BackoffConfig as BaseBackoffConfig
 from appliance.config.redact import redact_credentials
 from appliance.config.base import StrictModel
 from appliance.config.ids import Id
+from appliance.capture.recordconfig import RecordConfig
 
 PixelFormat = Literal["bgr", "rgb"]
+#: Source types whose own compressed packets are kept when recording is on (capture/sources/pyav.py).
+RECORDED_SOURCES = ("file", "rtsp")
 
 
 class SizeNotResolved(RuntimeError):
@@ -131,6 +134,8 @@ class CameraConfig(StrictModel):
     backoff: BackoffConfig = Field(default_factory=BackoffConfig)
     analytics: AnalyticsConfig | None = Field(
         None, description="tracking, zones, lines, events, counts and snapshots (docs/analytics.md); absent: off")
+    record: RecordConfig = Field(default_factory=RecordConfig, description="keep the camera's footage for event "
+                                 "clips (docs/capture.md, \"Recording and event clips\"); off by default")
 
     @property
     def frame_size(self) -> tuple[int, int]:
@@ -152,6 +157,13 @@ class CameraConfig(StrictModel):
             if pixels:
                 raise ValueError(f"{', '.join(map(repr, pixels))} use pixel points, which need the frame size: give "
                                  "width and height, or draw them with units: normalized")
+        return self
+
+    @model_validator(mode="after")
+    def _record_needs_a_compressed_source(self) -> "CameraConfig":
+        if self.record.enabled and self.source.type not in RECORDED_SOURCES:
+            raise ValueError(f"record.enabled needs a compressed source ({' or '.join(RECORDED_SOURCES)}); a "
+                             f"{self.source.type} source is not recorded yet")
         return self
 
     @model_validator(mode="after")

@@ -2,8 +2,8 @@
 
 The source is opened as the capture process would open it (same timeouts, same V4L2 format), asked for its size
 (a file's or a stream's header, the mode a V4L2 driver negotiates, the first image of a folder) and closed; the
-ring is then made for that size. A source that cannot tell now (a camera offline at start) fails the start,
-with a message that says to set the size."""
+ring is then made for that size. A source that cannot tell now (a camera offline at start) leaves that camera
+waiting for its size (``split_by_size``; ``appliance.supervisor.latecameras`` asks again) while the others start."""
 
 from __future__ import annotations
 
@@ -16,7 +16,12 @@ log = logging.getLogger(__name__)
 
 
 class SizeUnknown(RuntimeError):
-    """The source of a camera without a configured size could not tell its size."""
+    """The source of a camera without a configured size could not tell its size; ``reason``: what the source
+    said (the message adds what to do)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def probe_size(camera: CameraConfig) -> tuple[int, int]:
@@ -30,25 +35,41 @@ def probe_size(camera: CameraConfig) -> tuple[int, int]:
         size = source.native_size()
     except SourceError as exc:
         raise SizeUnknown(f"camera {camera.id!r}: no width/height configured and its source cannot tell its size "
-                          f"now ({exc}); set width and height in its config") from None
+                          f"now ({exc}); set width and height in its config", str(exc)) from None
     finally:
         source.close()
     if size is None:
         raise SizeUnknown(f"camera {camera.id!r}: {source.describe()} does not say its frame size; set width and "
-                          "height in its config")
+                          "height in its config", f"{source.describe()} does not say its frame size")
     return size
+
+
+def sized(camera: CameraConfig, probe: Callable[[CameraConfig], tuple[int, int]] = probe_size) -> CameraConfig:
+    """The camera as it is when it has a size, else with its source's (logged); SizeUnknown when it cannot tell."""
+    if camera.width is not None:
+        return camera
+    width, height = probe(camera)
+    log.info("camera %r: %dx%d, the size its source delivers (no width/height configured)", camera.id, width, height)
+    return camera.model_copy(update={"width": width, "height": height})
+
+
+def split_by_size(cameras: Sequence[CameraConfig], probe: Callable[[CameraConfig], tuple[int, int]] = probe_size
+                  ) -> tuple[list[CameraConfig], list[tuple[CameraConfig, SizeUnknown]]]:
+    """The cameras that have a size (configured, or their source's now), and those whose source could not tell
+    it now, each with why (logged as a warning: the camera waits, the others start)."""
+    ready, waiting = [], []
+    for camera in cameras:
+        try:
+            ready.append(sized(camera, probe))
+        except SizeUnknown as exc:
+            log.warning("camera %r waits: no width/height configured and its source cannot tell its size now (%s); "
+                        "it starts when its source answers", camera.id, exc.reason)
+            waiting.append((camera, exc))
+    return ready, waiting
 
 
 def resolve_sizes(cameras: Sequence[CameraConfig],
                   probe: Callable[[CameraConfig], tuple[int, int]] = probe_size) -> list[CameraConfig]:
-    """The cameras, each without a configured size given its source's (logged); the others as they are."""
-    resolved = []
-    for camera in cameras:
-        if camera.width is not None:
-            resolved.append(camera)
-            continue
-        width, height = probe(camera)
-        log.info("camera %r: %dx%d, the size its source delivers (no width/height configured)", camera.id,
-                 width, height)
-        resolved.append(camera.model_copy(update={"width": width, "height": height}))
-    return resolved
+    """The cameras, each without a configured size given its source's (logged); the others as they are;
+    SizeUnknown for the first that cannot tell."""
+    return [sized(camera, probe) for camera in cameras]

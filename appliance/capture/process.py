@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance.capture.config import CameraConfig
 from appliance.capture.layout import CaptureState, RingGeometry
@@ -34,6 +35,9 @@ from appliance.capture.stderrfilter import StderrRedactor
 from appliance.logs import JOURNAL_SOCKET
 from appliance.logs import configure as configure_logging
 from appliance.procs import stop_process
+
+if TYPE_CHECKING:
+    from appliance.capture.recording.recorder import SegmentRecorder
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,7 @@ class CaptureSpec:
     log_level: int = logging.INFO
     doorbell: str = ""  # rung after each published frame (appliance.capture.doorbell); "" rings nothing
     journal_socket: str = str(JOURNAL_SOCKET)  # used when JOURNAL_STREAM says stderr goes to the journal
+    record_dir: str = ""  # where the camera's segments go when its record.enabled; "" records nothing
 
 
 def ring_geometry(camera: CameraConfig) -> RingGeometry:
@@ -98,12 +103,29 @@ def capture_main(spec: CaptureSpec) -> None:
         from appliance.capture.doorbell import DoorbellRinger
 
         on_frame = DoorbellRinger(spec.doorbell).ring
-    loop = CaptureLoop(camera, writer, lambda: make_source(camera), on_hung=hung, on_frame=on_frame)
+    recorder = _recorder(camera, spec.record_dir)
+    loop = CaptureLoop(camera, writer, lambda: make_source(camera, recorder), on_hung=hung, on_frame=on_frame)
     final = loop.run(stop)
+    if recorder is not None:
+        recorder.stop()
     writer.close(final)
     logging.shutdown()
     redactor.close()
     sys.exit(EXIT_CONFIG if final == CaptureState.FAILED else EXIT_OK)
+
+
+def _recorder(camera: CameraConfig, record_dir: str) -> SegmentRecorder | None:
+    if not (record_dir and camera.record.enabled):
+        return None
+    from appliance.capture.recording.recorder import SegmentRecorder
+
+    recorder = SegmentRecorder(Path(record_dir), camera.record, camera.id)
+    try:
+        recorder.start()
+    except OSError as exc:  # a recorder that cannot start must not stop the camera
+        log.error("camera %r: not recording: cannot use %s: %s", camera.id, record_dir, exc)
+        return None
+    return recorder
 
 
 def _stop_when_orphaned(parent: int, stop: threading.Event, interval_s: float = 0.5) -> None:
@@ -128,8 +150,10 @@ class CaptureProcess:
         log_level: int = logging.INFO,
         doorbell: str = "",
         journal_socket: Path | str = JOURNAL_SOCKET,
+        record_dir: Path | str = "",
     ) -> None:
         self.camera = camera
+        self._record_dir = str(record_dir)
         self._doorbell = doorbell
         self._journal_socket = str(journal_socket)
         self.ring_path = ring_path(shm_root, camera.id)
@@ -157,7 +181,7 @@ class CaptureProcess:
         monitor = self._monitor
         before = monitor.health().generation
         spec = CaptureSpec(self.camera.model_dump_json(), str(self.ring_path), self._log_level, self._doorbell,
-                           self._journal_socket)
+                           self._journal_socket, self._record_dir)
         proc = self._ctx.Process(target=capture_main, args=(spec,), name=f"capture-{self.camera.id}", daemon=False)
         proc.start()
         self._proc = proc  # only once started: stop() joins it, and joining a never-started process raises

@@ -153,6 +153,19 @@ def _add_tool_parsers(sub: Any) -> None:
     p.set_defaults(func=_lazy("bench"))
 
 
+def _add_clips_parser(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "clips", help="event clips of cameras with record.enabled: list them, or export one as MP4")
+    p.add_argument("action", choices=["list", "export"])
+    p.add_argument("event_id", nargs="?", help="export: the event whose clip to write")
+    p.add_argument("--config", help="the appliance's YAML config (default: an installed device's config, else "
+                                    "the bundled demo)")
+    p.add_argument("--camera", help="list: only this camera's clips")
+    p.add_argument("--json", action="store_true", help="list: print the clips as JSON")
+    p.add_argument("-o", "--output", help="export: the MP4 file to write (default: <event_id>.mp4 here)")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="appliance", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"appliance {appliance.__version__}")
@@ -181,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--payload", action="store_true", help="list: print each payload too")
     p.add_argument("--json", action="store_true", help="list: print the messages as JSON")
     p.set_defaults(func=_lazy("spool"))
+
+    _add_clips_parser(sub).set_defaults(func=_lazy("clips"))
 
     p = sub.add_parser("status", help="what the running appliance is doing (from its health endpoint)")
     p.add_argument("--url", help="health endpoint (default: the config's health.host and health.port, else "

@@ -16,12 +16,13 @@ from pathlib import Path
 
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
-from appliance.capture.probe import SizeUnknown, resolve_sizes
+from appliance.capture.probe import split_by_size
 from appliance.capture.stderrfilter import StderrFilter
 from appliance.commands.configload import check_and_report, load_and_report
 from appliance.commands.exitcodes import ExitCode
 from appliance.supervisor.app import Appliance
 from appliance.supervisor.cudanoise import CudaNoise
+from appliance.supervisor.latecameras import LateCameras, Waiting
 from appliance.supervisor.reloadplan import with_running_sizes
 
 log = logging.getLogger("appliance")
@@ -40,11 +41,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_and_report(path, log=log)
     if config is None:
         return ExitCode.BAD_INPUT
-    try:
-        config = config.model_copy(update={"cameras": resolve_sizes(config.cameras)})
-    except SizeUnknown as exc:
-        log.error("%s", exc)  # not exit 2: the camera may answer at the next start
-        return ExitCode.FAILED
+    cameras, late = split_by_size(config.cameras)  # a camera whose size is unknown waits; the others start
+    config = config.model_copy(update={"cameras": cameras})
 
     stop, wake, reload = threading.Event(), threading.Event(), threading.Event()
 
@@ -62,14 +60,14 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGHUP, on_hangup)
     noise = StderrFilter(CudaNoise())  # what Triton prints natively goes through it
     try:
-        return _run_app(args, config, path, stop, wake, reload)
+        return _run_app(args, config, LateCameras(late), path, stop, wake, reload)
     finally:
         noise.close()
 
 
-def _run_app(args: argparse.Namespace, config: AppConfig, path: Path, stop: threading.Event,
+def _run_app(args: argparse.Namespace, config: AppConfig, late: LateCameras, path: Path, stop: threading.Event,
              wake: threading.Event, reload: threading.Event) -> int:
-    app = Appliance(config, triton_home=Path(args.triton_home) if args.triton_home else None)
+    app = Appliance(config, triton_home=Path(args.triton_home) if args.triton_home else None, late=late)
     try:
         app.start()
     except Exception as exc:
@@ -104,10 +102,9 @@ def reload_config(app: Appliance, path: Path) -> None:
     log.info("reload: reading %s", path)
     report = check_and_report(path, log=log)
     new, problems = (report.config if report.ok else None), [str(issue) for issue in report.issues]
+    late: list[Waiting] = []
     if new is not None:
-        try:
-            new = with_running_sizes(app.config, new)  # probed again only where the camera changed
-            new = new.model_copy(update={"cameras": resolve_sizes(new.cameras)})
-        except SizeUnknown as exc:
-            new, problems = None, [str(exc)]
-    app.reload(new, problems, str(path))
+        new = with_running_sizes(app.config, new)  # probed again only where the camera changed
+        cameras, late = split_by_size(new.cameras)  # a camera whose size is unknown waits, as at start
+        new = new.model_copy(update={"cameras": cameras})
+    app.reload(new, problems, str(path), late)

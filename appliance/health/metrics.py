@@ -102,12 +102,24 @@ class ApplianceMetrics:
                                                  "(direction: in, out)", ["camera", "line", "direction"], registry=r))
         self.snapshots_dropped = _CountFrom(Counter("appliance_snapshots_dropped", "Event snapshots not encoded "
                                                     "because the encoder's queue was full", ["camera"], registry=r))
+        self._recording_metrics(r)
         self.cpu = _Percentage("appliance_cpu_usage_ratio", "appliance_cpu_percent", "System CPU busy", [], r)
         self.mem_available = Gauge("appliance_memory_available_bytes", "System memory available", registry=r)
         self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
         self.power = Gauge("appliance_power_watts", "Power rail (Jetson INA3221)", ["rail"], registry=r)
         self._tegra: _TegraGauges | None = None  # registered on the first tegrastats reading (Jetson only)
         self.record_build_info()
+
+    def _recording_metrics(self, r: CollectorRegistry) -> None:
+        """Recording and event clips (appliance.supervisor.clipkeeper): footage kept, clips written and failed."""
+        self.recording_bytes = Gauge("appliance_recording_bytes", "The camera's kept footage on disk (record:)",
+                                     ["camera"], registry=r)
+        self.recording = Gauge("appliance_recording", "1 while the camera's footage is recorded; 0 while recording "
+                               "is paused (low disk space, recorder error: the log says why)", ["camera"], registry=r)
+        self.clips_written = _CountFrom(Counter("appliance_clips_written", "Event clips whose footage was written",
+                                                ["camera"], registry=r))
+        self.clips_failed = _CountFrom(Counter("appliance_clips_failed", "Event clips that could not be written "
+                                               "(reason: missing footage, error)", ["camera", "reason"], registry=r))
 
     def record_build_info(self, *, triton_version: str = "", builder: str = "", triton_kind: str = "") -> None:
         """``appliance_build_info`` = 1 with one label set: what is known at construction, then (once Triton
@@ -165,6 +177,15 @@ class ApplianceMetrics:
             for direction in ("in", "out"):
                 self.line_crossings.count(counts[direction], camera=camera_id, line=line, direction=direction)
         self.snapshots_dropped.count(summary["snapshots_dropped"], camera=camera_id)
+
+    def record_clips(self, camera_id: str, *, kept_bytes: int, recording: bool, written: int,
+                     failed: Mapping[str, int]) -> None:
+        """A recording camera's footage and clips (appliance.supervisor.clipkeeper); counts since start."""
+        self.recording_bytes.labels(camera=camera_id).set(kept_bytes)
+        self.recording.labels(camera=camera_id).set(int(recording))
+        self.clips_written.count(written, camera=camera_id)
+        for reason, total in failed.items():
+            self.clips_failed.count(total, camera=camera_id, reason=reason)
 
     def record_inference_error(self, camera_id: str, reason: str) -> None:
         self.inference_errors.labels(camera=camera_id, reason=reason).inc()

@@ -154,6 +154,16 @@ EventType = Literal["enter", "exit", "cross", "dwell"]
 
 
 @dataclass(frozen=True)
+class ClipPlan:
+    """An event's clip as planned when the event is sent: its URL path on the health port and the footage it
+    will cover (event time - pre_capture to event time + post_capture; it starts at the keyframe before)."""
+
+    url: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
 class EventMessage:
     """One analytics event (appliance.analytics.events.Event, as the supervisor hands it on); ``box`` is the
     object's xyxy box in the triggering frame (None for the exit of a lost track), ``seq`` the camera's event
@@ -178,6 +188,7 @@ class EventMessage:
     dwell_s: Optional[float] = None
     track_lost: bool = False
     snapshot_id: Optional[str] = None
+    clip: Optional[ClipPlan] = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[0-9a-f]{32}", self.event_id):
@@ -206,7 +217,31 @@ def event_payload(msg: EventMessage, device_id: str, boot_id: str) -> dict[str, 
     payload["frame_seq"] = msg.frame_seq
     payload["box"] = None if msg.box is None else _box_dicts(msg.box, msg.image_width, msg.image_height)[0]
     payload["snapshot_id"] = msg.snapshot_id
+    if msg.clip is not None:
+        payload["clip"] = {"url": msg.clip.url, **time_fields(msg.clip.start, "start"),
+                           **time_fields(msg.clip.end, "end")}
     return payload
+
+
+@dataclass(frozen=True)
+class ClipMessage:
+    """An event's clip once its footage is written (``complete``), or why it never will be (``failed``)."""
+
+    event_id: str
+    camera_id: str
+    url: str
+    status: Literal["complete", "failed"]
+    start: float          # complete: the first frame's time (a keyframe); failed: the planned start
+    end: float
+    frames: int = 0
+    reason: str = ""
+
+
+def clip_payload(msg: ClipMessage, device_id: str, boot_id: str) -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, "type": "clip", "event_id": msg.event_id, "device_id": device_id,
+            "camera_id": msg.camera_id, "boot_id": boot_id, "status": msg.status, "url": msg.url,
+            **time_fields(msg.start, "start"), **time_fields(msg.end, "end"), "frames": msg.frames,
+            "reason": msg.reason or None}
 
 
 def snapshot_properties(snapshot_id: str, event_ids: Sequence[str], capture_time: float,

@@ -18,9 +18,9 @@ from appliance.mqtt.authz import CommandAuthorizer, SignatureCheck
 from appliance.mqtt.commands import CommandHandler, CommandRunner, ReadOnly
 from appliance.mqtt.config import MqttConfig, PublishConfig
 from appliance.mqtt.errors import NotStartedError
-from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, DetectionsMessage, EventMessage,
-                                     camera_status_payload, counts_payload, detections_payload, encode,
-                                     event_payload, health_payload, new_message_id)
+from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, ClipMessage, DetectionsMessage, EventMessage,
+                                     camera_status_payload, clip_payload, counts_payload, detections_payload,
+                                     encode, event_payload, health_payload, new_message_id)
 from appliance.mqtt.modes import PublishGate
 from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.numbering import MessageCounter
@@ -226,6 +226,16 @@ class MqttPublisher:
         records = [SpoolRecord(self.topics.camera_topic(e.camera_id, "events"),
                                encode(event_payload(e, device, boot)), qos) for e in events]
         kept = self._spool.append(records)
+        self._shared.nudge()
+        return kept
+
+    def publish_clip(self, clip: ClipMessage) -> int:
+        """``<camera>/clips``: an event's clip is written (or failed), spooled like the events (QoS qos.events)."""
+        self._require_running()
+        record = SpoolRecord(self.topics.camera_topic(clip.camera_id, "clips"),
+                             encode(clip_payload(clip, self.config.device_id, self._numbers.boot_id)),
+                             self.config.qos.events)
+        kept = self._spool.append([record])
         self._shared.nudge()
         return kept
 

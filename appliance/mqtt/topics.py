@@ -87,5 +87,5 @@ class Topics:
         return f"{self.base}/{check_camera_id(camera_id)}/detections"
 
     def camera_topic(self, camera_id: str, leaf: str) -> str:
-        """``<base>/<camera>/<leaf>`` for a camera's ``events``, ``counts`` or ``snapshot``."""
+        """``<base>/<camera>/<leaf>`` for a camera's ``events``, ``counts``, ``snapshot`` or ``clips``."""
         return f"{self.base}/{check_camera_id(camera_id)}/{check_id('topic level', leaf)}"

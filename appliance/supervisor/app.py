@@ -42,16 +42,14 @@ from appliance.supervisor import reloader, reporting
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
 from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
+from appliance.supervisor.httpsetup import open_http
+from appliance.supervisor.latecameras import LateCameras, Waiting
 from appliance.supervisor.running import Built, Capturing, Connected, Inference, Running, Serving, Stage, TritonUp
-from appliance.supervisor.running import start_inference
-from appliance.supervisor.page import ApplianceSite
-from appliance.web.auth import is_loopback, make_auth
-from appliance.web.routes import page_routes
+from appliance.supervisor.running import start_inference, start_triton
 from appliance.supervisor.servedmodel import LateHandler, start_serving
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
-from appliance.triton.locate import locate
-from appliance.triton.server import Server, ServerOptions
+from appliance.triton.server import Server
 
 if TYPE_CHECKING:  # asyncua is imported only when an opcua: section asks for the server
     from appliance.opcua.server import OpcUaServer
@@ -69,8 +67,11 @@ class NotRunningError(RuntimeError):
 
 class Appliance:
     def __init__(self, config: AppConfig, *, notifier: Notifier | None = None, triton_home: Path | None = None,
-                 metrics: ApplianceMetrics | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 metrics: ApplianceMetrics | None = None, clock: Callable[[], float] = time.monotonic,
+                 late: LateCameras | None = None) -> None:
+        """``late``: the cameras waiting for their size (not in ``config`` until their source answers)."""
         self.config = config
+        self._late = late if late is not None else LateCameras()
         self.notifier = notifier or Notifier()
         self.metrics = metrics or ApplianceMetrics()
         self.paths = resolved_paths(config)
@@ -112,6 +113,7 @@ class Appliance:
             self._children.start_all()
             self._now = running = self._start_inference(capturing)
             self._now = replace(running, health_server=self._open_health(running))
+            self._late.start(running.publisher, self.metrics)
         except Exception as exc:
             self._last_error = str(exc)
             self.notifier.status(f"failed to start: {exc}")
@@ -202,18 +204,7 @@ class Appliance:
 
     def _start_triton(self, built: Built, timeout_s: float) -> TritonUp:
         self._step("embedded Triton")
-        triton = self.config.triton
-        options = ServerOptions(
-            repositories=[built.detector.repository], model_control="explicit",
-            log_verbose=triton.log_verbose, log_info=triton.log_info,
-            backend_config={"python": {"shm-default-byte-size": str(triton.python_shm_bytes)}},
-        )
-        distribution = locate(self._triton_home)
-        server = Server(options, distribution).start(timeout_s)
-        engine = built.detector.engine
-        self.metrics.record_build_info(triton_version=distribution.version or "unknown",
-                                       builder=engine.builder, triton_kind=engine.triton_kind)
-        return TritonUp(built.publisher, built.detector, server)
+        return start_triton(built, self.config.triton, self._triton_home, self.metrics, timeout_s)
 
     def _serve(self, up: TritonUp) -> Serving:
         """The OTA manager loads and routes what to serve (the active version, falling back to the base model),
@@ -229,7 +220,8 @@ class Appliance:
         return Serving(up.publisher, up.detector, up.server, served)
 
     def _set_up_capture(self, serving: Serving) -> Capturing:
-        capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step)
+        capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step,
+                                 self.paths["state_dir"] / "recordings")
         return Capturing(serving.publisher, serving.detector, serving.server, serving.served, capture)
 
     def _start_inference(self, capturing: Capturing) -> Running:
@@ -239,25 +231,12 @@ class Appliance:
                        capturing.capture, inference, health_server=None)
 
     def _open_health(self, running: Running) -> HealthServer | None:
-        health = self.config.health
-        if not health.enabled:
+        if not self.config.health.enabled:
             return None
-        self._step(f"health endpoint on {health.host}:{health.port}")
-        snapshots, inference = running.inference.snapshots, running.inference
-        routes = []
-        if self.config.web.enabled:
-            site = ApplianceSite({"id": self.config.device.id, "name": self.config.device.name},
-                                 self.health_summary, inference.layouts, lambda: [c.id for c in self.config.cameras])
-            routes = page_routes(site, make_auth(self.config.web, health.host), inference.live, inference.feed,
-                                 hosts=self.config.web.hosts, files=snapshots.store.http if snapshots else None,
-                                 video=inference.restream.page_video if inference.restream is not None else None)
-        server = HealthServer(health.host, health.port,
-                              lambda: reporting.render_metrics(self.metrics, running.server), self.health_summary,
-                              snapshots.store.http if snapshots else None, routes=routes, tls=self.config.web.tls)
-        if self.config.web.enabled:
-            log.info("the operator's page: %s://%s:%d/ (%s)", "https" if self.config.web.tls else "http", health.host,
-                     server.port or health.port, "no login: loopback only" if is_loopback(health.host) else "login required")
-        return server
+        self._step(f"health endpoint on {self.config.health.host}:{self.config.health.port}")
+        return open_http(self.config, running, self.health_summary,
+                         lambda: reporting.render_metrics(self.metrics, running.server),
+                         lambda: [c.id for c in self.config.cameras])
 
     def _on_ota_status(self, status: OtaStatus) -> None:
         reporting.report_ota_status(self.metrics, self.publisher, self.config.mqtt.device_id, status)
@@ -302,8 +281,12 @@ class Appliance:
     def _inference(self) -> Inference | None:
         return self._now.inference if isinstance(self._now, Running) else None
 
-    def reload(self, new: AppConfig | None, problems: Sequence[str], source: str) -> None:
-        """What changed to ``new`` applied, the rest named; None: refused (docs/supervisor.md, "Reload")."""
+    def reload(self, new: AppConfig | None, problems: Sequence[str], source: str,
+               late: Sequence[Waiting] = ()) -> None:
+        """What changed to ``new`` applied, the rest named; None: refused (docs/supervisor.md, "Reload").
+        ``late``: the cameras of the new config that wait for their size (set when it is applied)."""
+        if new is not None:
+            self._late.replace(late)
         self._reloaded, self.config, self._last_error = reloader.reload_running(
             self.running, self._children, self.config, new, problems, source, self._reloaded, self._last_error)
 
@@ -313,6 +296,8 @@ class Appliance:
         for record in self._children.poll():
             if record.state is ChildState.CRASH_LOOP:
                 self._last_error = f"{record.name} is in a crash loop (exit code {record.last_exitcode})"
+        for camera in self._late.answered():
+            self.config = reloader.start_camera(camera, self.running, self._children, self.config, self._note_error)
         for cam in self._cameras().values():
             cam.refresh(self.metrics, self.publisher)
         self.metrics.record_system(self._system.read())
@@ -341,13 +326,14 @@ class Appliance:
         inference = self._inference()
         rate = inference.frames.rate.per_second() if inference else 0.0
         return reporting.status_line(self._cameras(), len(self.config.cameras), rate, self.publisher, self.recovery,
-                                     self._last_error)
+                                     self._last_error, late=len(self._late))
 
     def health_summary(self) -> dict[str, Any]:
         inference = self._inference()
         scheduler = inference.scheduler if inference else None
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
                                            progressing=self._pipeline_progressing(), status=self.status_line())
+        summary["cameras"].update(self._late.readings())
         summary["analytics"] = {} if inference is None else {
             camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
             for camera_id, stage in list(inference.analytics.items())}  # a reload may change it meanwhile
@@ -374,6 +360,7 @@ class Appliance:
             self._opcua.halt()  # OPC UA clients see Halted while the rest stops
         self.notifier.stopping("stopping: draining in-flight frames")
         self._late_ota.close()  # an `ota` command still waiting for the manager gets its reply now
+        self._late.stop()
         if self._sparkplug is not None:  # NDEATH first: a SCADA host sees the node go, not its parts one by one
             self._sparkplug.stop()
         if isinstance(now, Serving):

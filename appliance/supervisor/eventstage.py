@@ -22,8 +22,8 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.events import Analytics, Event
-from appliance.mqtt.messages import DetectionsMessage, EventMessage
 from appliance.analytics.draw import DrawnBox, DrawnLine, DrawnZone, clamp_box
+from appliance.mqtt.messages import ClipPlan, DetectionsMessage, EventMessage
 from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
 
 log = logging.getLogger("appliance.supervisor")
@@ -35,6 +35,12 @@ class EventSink(Protocol):
     def publish_events(self, events: Sequence[EventMessage]) -> int: ...
     def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int,
                        counts: Mapping[str, Mapping[str, Mapping[str, int]]]) -> None: ...
+
+
+class ClipPlanner(Protocol):
+    """appliance.supervisor.clipkeeper.ClipKeeper."""
+
+    def plan(self, event_id: str, camera_id: str, event_time: float) -> ClipPlan | None: ...
 
 
 class AnalyticsMetrics(Protocol):
@@ -49,9 +55,10 @@ class CameraAnalytics:
     def __init__(self, camera_id: str, config: AnalyticsConfig, class_names: Sequence[str], width: int,
                  height: int, publisher: EventSink, metrics: AnalyticsMetrics,
                  snapshots: SnapshotWorker | None = None, clock: Callable[[], float] = time.monotonic,
-                 mirror: EventSink | None = None) -> None:
+                 mirror: EventSink | None = None, clips: ClipPlanner | None = None) -> None:
         """``mirror``: a second sink (the OPC UA server's feed) that gets the same events and counts, right
-        after the publisher."""
+        after the publisher; ``clips`` plans each event's clip when the camera records."""
+        self._clips = clips
         self.camera_id, self.config = camera_id, config
         self.width, self.height = width, height
         self._mirror = mirror
@@ -143,7 +150,8 @@ class CameraAnalytics:
                             track_id=e.track_id, class_id=e.class_id, class_name=e.class_name, score=e.score,
                             capture_time=e.capture_time, frame_seq=e.frame_seq, image_width=int(meta.width),
                             image_height=int(meta.height), zone=e.zone, line=e.line, direction=e.direction,
-                            box=e.box, dwell_s=e.dwell_s, track_lost=e.track_lost, snapshot_id=snapshot_id)
+                            box=e.box, dwell_s=e.dwell_s, track_lost=e.track_lost, snapshot_id=snapshot_id,
+                            clip=self._clips.plan(e.event_id, self.camera_id, e.capture_time) if self._clips else None)
 
     def _counts_locked(self) -> tuple[int, int, dict[str, Any]]:
         return self._last_seq, self.analytics.active_tracks, self.analytics.counts.as_dict()
@@ -209,9 +217,10 @@ class Publisher(EventSink, SnapshotSink, Protocol):
 
 def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], publisher: Publisher,
                     metrics: AnalyticsMetrics, snapshot_dir: Path, mirror: EventSink | None = None,
-                    ) -> tuple[dict[str, CameraAnalytics], SnapshotWorker | None]:
+                    clips: ClipPlanner | None = None) -> tuple[dict[str, CameraAnalytics], SnapshotWorker | None]:
     """One CameraAnalytics per camera with an ``analytics:`` section, and the snapshot worker they share (None
-    when no camera takes snapshots); ``mirror`` gets their events and counts too."""
+    when no camera takes snapshots); ``mirror`` gets their events and counts too; ``clips`` plans the clips of
+    the cameras that record."""
     with_analytics = [c for c in cameras if c.analytics is not None]
     snapping = {c.id: c.analytics.snapshots for c in with_analytics
                 if c.analytics is not None and c.analytics.snapshots.enabled}
@@ -219,14 +228,17 @@ def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], p
     if snapping:
         store = SnapshotStore(snapshot_dir, {cam: cfg.keep for cam, cfg in snapping.items()})
         worker = SnapshotWorker(store, snapping, publisher.publish_snapshot)
-    stages = {c.id: camera_stage(c, class_names, publisher, metrics, worker, mirror) for c in with_analytics}
+    stages = {c.id: camera_stage(c, class_names, publisher, metrics, worker, mirror, clips)
+              for c in with_analytics}
     return stages, worker
 
 
 def camera_stage(camera: CameraSpec, class_names: Sequence[str], publisher: Publisher, metrics: AnalyticsMetrics,
-                 worker: SnapshotWorker | None, mirror: EventSink | None = None) -> CameraAnalytics:
+                 worker: SnapshotWorker | None, mirror: EventSink | None = None,
+                 clips: ClipPlanner | None = None) -> CameraAnalytics:
     """The analytics stage of one camera with an ``analytics:`` section; its snapshots go to ``worker`` (a camera
-    it does not know yet is added to it: one a reload started) when they are on, and ``worker`` is not None."""
+    it does not know yet is added to it: one a reload started) when they are on, and ``worker`` is not None;
+    ``clips`` plans its events' clips (a camera that does not record gets none)."""
     assert camera.analytics is not None
     snapping = camera.analytics.snapshots.enabled and worker is not None
     if snapping and worker is not None:
@@ -235,7 +247,7 @@ def camera_stage(camera: CameraSpec, class_names: Sequence[str], publisher: Publ
         log.warning("camera %s: snapshots stay off until the appliance restarts (none of the cameras it started "
                     "with takes snapshots, so no snapshot worker runs)", camera.id)
     stage = CameraAnalytics(camera.id, camera.analytics, class_names, *camera.frame_size, publisher, metrics,
-                            worker if snapping else None, mirror=mirror)
+                            worker if snapping else None, mirror=mirror, clips=clips)
     log.info("camera %s: analytics on (%d zone(s), %d line(s), snapshots %s)", camera.id,
              len(camera.analytics.zones), len(camera.analytics.lines), "on" if snapping else "off")
     return stage

@@ -53,6 +53,15 @@ def reload_running(running: Running, children: ChildSupervisor, config: AppConfi
     return outcome, running_config, errors[-1] if errors else "" if refused_before else last_error
 
 
+def start_camera(camera: CameraConfig, running: Running, children: ChildSupervisor, config: AppConfig,
+                 on_error: Callable[[str], None]) -> AppConfig:
+    """A camera that waited for its size (``appliance.supervisor.latecameras``), started as a reload that adds it
+    would; returns the config in force, with it."""
+    new = config.model_copy(update={"cameras": [*config.cameras, camera]})
+    apply_cameras(ReloadPlan(start=(camera.id,)), new, running, children, on_error, config.pipeline.drain_timeout_s)
+    return new
+
+
 def report(outcome: ReloadOutcome, running: Running, state_dir: Path) -> None:
     """Logged once, kept for ``appliance reload`` (``<state_dir>/reload.json``), retained on MQTT
     (``<prefix>/<device>/reload/status``)."""

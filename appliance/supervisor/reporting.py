@@ -73,12 +73,14 @@ def pipeline_progressing(scheduler: Scheduler | None, recovery: PipelineRecovery
 
 
 def status_line(cameras: Mapping[str, SupervisedCamera], configured: int, inferences_per_s: float,
-                publisher: MqttPublisher | None, recovery: PipelineRecovery | None, last_error: str) -> str:
-    """``configured``: cameras in the config; ``inferences_per_s``: the recent rate (FramePath.rate, last 10 s)."""
+                publisher: MqttPublisher | None, recovery: PipelineRecovery | None, last_error: str,
+                late: int = 0) -> str:
+    """``configured``: cameras running from the config; ``late``: those waiting for their size besides them
+    (appliance.supervisor.latecameras); ``inferences_per_s``: the recent rate (FramePath.rate, last 10 s)."""
     streaming = sum(1 for c in cameras.values() if c.published_state == "streaming")
     mqtt = publisher.stats().state.value if publisher else "off"
-    waiting = sum(1 for c in cameras.values() if c.published_state == "waiting")
-    text = (f"{streaming}/{configured} cameras streaming{f' ({waiting} waiting for their source)' if waiting else ''}, "
+    waiting = late + sum(1 for c in cameras.values() if c.published_state == "waiting")
+    text = (f"{streaming}/{configured + late} cameras streaming{f' ({waiting} waiting for their source)' if waiting else ''}, "
             f"{inferences_per_s:.1f} inferences/s, mqtt {mqtt}")
     if recovery is not None and recovery.state is not PipelineState.SERVING:
         text += f"; {recovery.status().line()}"

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.appconfig.app import AppConfig
+from starlette.routing import BaseRoute
+
+from appliance.appconfig.app import AppConfig, TritonConfig
 from appliance.capture.config import CameraConfig
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.supervisor.cameras import Capture
+from appliance.supervisor.clipkeeper import ClipKeeper
 from appliance.supervisor.detectorsetup import DetectorSetup
 from appliance.supervisor.eventstage import CameraAnalytics, EventSink, camera_stage, start_analytics
 from appliance.supervisor.framepath import FramePath
@@ -33,7 +36,10 @@ from appliance.supervisor.page import FeedingPublisher
 from appliance.supervisor.scheduler import Scheduler
 from appliance.supervisor.servedmodel import Served
 from appliance.supervisor.snapshots import SnapshotWorker
-from appliance.triton.server import Server
+from appliance.triton.locate import locate
+from appliance.triton.server import Server, ServerOptions
+from appliance.web.auth import Auth
+from appliance.web.clips import clip_routes
 from appliance.web.feed import EventFeed
 from appliance.web.auth import is_loopback, load_users
 from appliance.web.live import LiveFrames
@@ -107,7 +113,12 @@ class Inference:
     live: LiveFrames  # the newest frame of a camera someone watches on the page
     feed: EventFeed   # the newest events, for the page
     new_stage: Callable[[CameraConfig], CameraAnalytics]  # a camera's stage, as at start (a reload's cameras)
+    clips: ClipKeeper | None = None  # when a camera records: its events' clips
     restream: Restream | None = None  # the RTSP server and what feeds it, when ``restream.enabled``
+
+    def clip_routes(self, auth: Auth | None, hosts: Sequence[str]) -> list[BaseRoute]:
+        """``/events/<id>.mp4`` when a camera records (appliance.web.clips), behind ``auth`` like the snapshots."""
+        return clip_routes(self.clips.clip_file, auth, hosts) if self.clips is not None else []
 
     def stop(self, drain_timeout_s: float) -> None:
         """No new frames; in-flight ones drain (their detections spool), then what they queued is written."""
@@ -115,6 +126,8 @@ class Inference:
             log.warning("stop: gave up waiting for in-flight frames after %.1f s", drain_timeout_s)
         if self.snapshots is not None:  # what the drained frames queued, before the publisher closes
             self.snapshots.stop()
+        if self.clips is not None:
+            self.clips.stop()
         if self.frames.calibration is not None:
             self.frames.calibration.stop()
         if self.restream is not None:
@@ -129,6 +142,23 @@ def start_restream(config: AppConfig, analytics: Mapping[str, CameraAnalytics]) 
     users = None if is_loopback(host) else {u.name: u.password_hash for u in load_users(config.web).values()}
     server = RestreamServer(config.restream, host, [c.id for c in config.cameras], users).start()
     return Restream(server, analytics)
+
+
+def start_triton(built: Built, triton: TritonConfig, home: Path | None, metrics: ApplianceMetrics,
+                 timeout_s: float) -> TritonUp:
+    """Embedded Triton on the detector's live repository (explicit model control: it serves nothing yet); its
+    version and the engine's builder go to the build-info metric."""
+    options = ServerOptions(
+        repositories=[built.detector.repository], model_control="explicit",
+        log_verbose=triton.log_verbose, log_info=triton.log_info,
+        backend_config={"python": {"shm-default-byte-size": str(triton.python_shm_bytes)}},
+    )
+    distribution = locate(home)
+    server = Server(options, distribution).start(timeout_s)
+    engine = built.detector.engine
+    metrics.record_build_info(triton_version=distribution.version or "unknown",
+                              builder=engine.builder, triton_kind=engine.triton_kind)
+    return TritonUp(built.publisher, built.detector, server)
 
 
 def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str, Path], metrics: ApplianceMetrics,
@@ -148,8 +178,13 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
 
         layouts, live, feed = Layouts(config.cameras, paths["state_dir"], serving_classes), LiveFrames(), EventFeed()
         sink = FeedingPublisher(capturing.publisher, feed)
+        recording = {c.id: c.record for c in config.cameras if c.record.enabled}
+        clips = ClipKeeper(paths["state_dir"], recording, capturing.publisher.publish_clip,
+                           metrics=metrics) if recording else None
+        if clips is not None:
+            undo.callback(clips.stop)
         analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names, sink, metrics,
-                                               paths["state_dir"] / "snapshots", mirror)
+                                               paths["state_dir"] / "snapshots", mirror, clips)
         layouts.stages = analytics
         if snapshots is not None:
             undo.callback(snapshots.stop)
@@ -172,5 +207,5 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         scheduler.start()
         undo.pop_all()  # all of it runs: Appliance.stop ends it from here on
     new_stage = functools.partial(camera_stage, class_names=class_names, publisher=sink, metrics=metrics,
-                                  worker=snapshots, mirror=mirror)
-    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, new_stage, restream)
+                                  worker=snapshots, mirror=mirror, clips=clips)
+    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, new_stage, clips, restream)

@@ -19,7 +19,8 @@ PAGE_MAX = 200
 def event_row(e: EventMessage) -> dict[str, Any]:
     return {"event_id": e.event_id, "camera_id": e.camera_id, "seq": e.seq, "event": e.event,
             "track_id": e.track_id, "class_name": e.class_name, "score": round(float(e.score), 3), "zone": e.zone,
-            "line": e.line, "direction": e.direction, "capture_time": e.capture_time, "snapshot_id": e.snapshot_id}
+            "line": e.line, "direction": e.direction, "capture_time": e.capture_time, "snapshot_id": e.snapshot_id,
+            "clip": e.clip.url if e.clip is not None else None}
 
 
 @dataclass(frozen=True)

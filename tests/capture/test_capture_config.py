@@ -25,6 +25,7 @@ def test_each_source_type_parses_to_its_model(tmp_path):
 def test_defaults_are_sane():
     c = cfg({"type": "rtsp", "url": "rtsp://cam/1"})
     assert (c.pixel_format, c.ring_slots, c.resize, c.source.transport) == ("bgr", 4, False, "tcp")
+    assert (c.record.enabled, c.record.pre_capture_s, c.record.post_capture_s) == (False, 5.0, 5.0)
 
 
 @pytest.mark.parametrize(
@@ -46,6 +47,10 @@ def test_defaults_are_sane():
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"id": "Cam 1"}, "is not a valid id"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"fps": 2, "stall_timeout_s": 0.4}, "longer than one frame"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"backoff": {"initial_s": 5, "max_s": 1}}, "must be >= initial_s"),
+        ({"type": "v4l2"}, {"record": {"enabled": True}}, "record.enabled needs a compressed source"),
+        ({"type": "rtsp", "url": "rtsp://cam/1"}, {"record": {"post_capture_s": -1}}, "greater than or equal to 0"),
+        ({"type": "rtsp", "url": "rtsp://cam/1"}, {"record": {"retain": {"max_gb": 0}}}, "greater than 0"),
+        ({"type": "rtsp", "url": "rtsp://cam/1"}, {"record": {"retain": {"weeks": 1}}}, "Extra inputs"),
     ],
 )
 def test_bad_config_gives_a_clear_error(source, extra, message):

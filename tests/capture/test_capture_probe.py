@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,8 +17,10 @@ from support.wait import wait_until
 
 from appliance.capture import CaptureProcess
 from appliance.capture.config import CameraConfig, SizeNotResolved
-from appliance.capture.probe import SizeUnknown, probe_size, resolve_sizes
+from appliance.capture.probe import SizeUnknown, probe_size, resolve_sizes, split_by_size
 from appliance.harness.rtsp import RtspServer
+from appliance.health.metrics import ApplianceMetrics
+from appliance.supervisor.latecameras import LateCameras
 from appliance.supervisor.reporting import capture_readings
 
 
@@ -64,9 +67,39 @@ def test_the_ring_is_made_for_the_probed_size_and_status_says_it(video: Path, sh
         proc.close()
 
 
-def test_a_source_that_cannot_tell_fails_the_start_with_what_to_do(tmp_path: Path) -> None:
+def test_a_source_that_cannot_tell_says_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(SizeUnknown, match="set width and height"):
         resolve_sizes([_sizeless({"type": "file", "path": str(tmp_path / "absent.mp4")})])
+
+
+def test_a_camera_whose_source_cannot_tell_waits_and_is_handed_over_once_it_answers(tmp_path: Path,
+                                                                                    video: Path) -> None:
+    later = tmp_path / "later.mp4"
+    configs = [_sizeless({"type": "file", "path": str(later)}, backoff={"initial_s": 0.05, "max_s": 0.2}),
+               _sizeless({"type": "file", "path": str(video)}).model_copy(update={"id": "Dock-2"})]
+    ready, waiting = split_by_size(configs)
+    assert [(c.id, c.frame_size) for c in ready] == [("Dock-2", (320, 240))]  # the fixture's ffmpeg size
+    assert [c.id for c, _ in waiting] == ["Dock-1"]
+    metrics, late = ApplianceMetrics(), LateCameras(waiting)
+    late.start(None, metrics)
+    try:
+        said = late.readings()["Dock-1"]
+        assert said["state"] == "waiting", said
+        assert said["waiting_for"].startswith(f"size unknown until the source answers (file {later} does not exist")
+        wait_until(lambda: 'appliance_camera_waiting{camera="Dock-1"} 1.0' in metrics.render().decode(), 10, 0.05,
+                   "the waiting gauge")
+        assert late.answered() == [] and len(late) == 1
+        shutil.copy(video, tmp_path / "copying.mp4")
+        (tmp_path / "copying.mp4").rename(later)  # the video is moved into place
+        (camera,) = wait_until(late.answered, 20, 0.05, "Dock-1 handed over once its file is there")
+        assert camera.id == "Dock-1" and camera.frame_size == (320, 240) and len(late) == 0
+        late.replace(split_by_size([configs[0].model_copy(update={"source": _sizeless(
+            {"type": "file", "path": str(tmp_path / "never.mp4")}).source})])[1])  # a reload: waits again
+        assert list(late.readings()) == ["Dock-1"]
+        late.replace([])  # a reload that drops it ends the wait
+        assert late.readings() == {} and late.answered() == []
+    finally:
+        late.stop()
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -116,3 +116,15 @@ def test_shares_are_ratios_and_the_old_percent_names_say_they_are_deprecated() -
         assert "(0..1)" in helps[ratio] and "DEPRECATED" not in helps[ratio], helps[ratio]
         assert helps[old].startswith(f"DEPRECATED, removed in the next version: use {ratio} (0..1)"), helps[old]
     assert not [name for name in helps if name.endswith("_percent") and name not in SHARES.values()]
+
+
+def test_clip_metrics_count_what_is_new_per_camera_and_reason() -> None:
+    metrics = ApplianceMetrics()
+    metrics.record_clips("dock", kept_bytes=5_000, recording=False, written=2, failed={"missing": 1})
+    metrics.record_clips("dock", kept_bytes=7_000, recording=True, written=3, failed={"missing": 1, "error": 1})
+    samples = _samples(metrics)
+    assert samples[("appliance_recording_bytes", (("camera", "dock"),))] == 7_000
+    assert samples[("appliance_recording", (("camera", "dock"),))] == 1
+    assert samples[("appliance_clips_written_total", (("camera", "dock"),))] == 3
+    assert samples[("appliance_clips_failed_total", (("camera", "dock"), ("reason", "missing")))] == 1
+    assert samples[("appliance_clips_failed_total", (("camera", "dock"), ("reason", "error")))] == 1

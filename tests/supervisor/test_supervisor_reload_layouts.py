@@ -21,7 +21,7 @@ def _camera(line_y: int, min_score: float = 0.25) -> CameraConfig:
 
 
 def test_the_files_new_lines_run_when_the_page_applied_none(tmp_path: Path) -> None:
-    layouts = Layouts([_camera(100)], tmp_path, CLASSES)
+    layouts = Layouts([_camera(100)], tmp_path, lambda: CLASSES)
     running = layouts.set_camera(_camera(300, min_score=0.6))
     assert running.analytics is not None and running.analytics.lines[0].a == (0, 300)
     assert running.analytics.min_score == 0.6
@@ -32,7 +32,7 @@ def test_a_layout_applied_on_the_page_keeps_priority_over_the_files_new_lines(tm
     page = _camera(200).analytics
     assert page is not None
     write_overlay(tmp_path, "cam", page, "operator", 1_700_000_000.0)
-    layouts = Layouts([_camera(100)], tmp_path, CLASSES)
+    layouts = Layouts([_camera(100)], tmp_path, lambda: CLASSES)
     running = layouts.set_camera(_camera(300, min_score=0.6))
     assert running.analytics is not None and running.analytics.lines[0].a == (0, 200)  # the page's line
     assert running.analytics.min_score == 0.6  # what the page does not edit comes from the new file
@@ -40,7 +40,7 @@ def test_a_layout_applied_on_the_page_keeps_priority_over_the_files_new_lines(tm
 
 
 def test_a_removed_camera_is_forgotten(tmp_path: Path) -> None:
-    layouts = Layouts([_camera(100)], tmp_path, CLASSES)
+    layouts = Layouts([_camera(100)], tmp_path, lambda: CLASSES)
     layouts.remove_camera("cam")
     assert layouts.source("cam") is None and layouts.anonymous_source("cam") is None
     assert layouts.current("cam") is None and layouts.yaml("cam") == ""

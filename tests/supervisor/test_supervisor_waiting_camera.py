@@ -1,6 +1,8 @@
 """A camera whose source is absent at boot (a USB camera unplugged, a video not copied yet) is a waiting camera:
 `appliance run` as a real process starts with the cameras it has, serves them, reports the absent one as waiting
-(MQTT camera status, /healthz, `appliance status`, /metrics) and picks it up once its file is moved into place."""
+(MQTT camera status, /healthz, `appliance status`, /metrics) and picks it up once its file is moved into place.
+A camera without width/height whose file is not there either waits for its size the same way (no ring can be made
+yet) and starts, at its video's own size, once the file appears."""
 
 from __future__ import annotations
 
@@ -44,9 +46,12 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
     camera_dir = make_camera_dir(tmp_path)
     staged = build_sample_video(tmp_path / "staging" / "sample.mp4")
     later = tmp_path / "later.mp4"  # line2's video: not there when the appliance starts
+    staged3 = build_sample_video(tmp_path / "staging" / "small.mp4", width=480, height=360)
+    sizeless = tmp_path / "sizeless.mp4"  # line3's: no width/height in its config, and no file at start
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    config = write_config(tmp_path, broker, shm_root, camera_dir, later, health_port=port, engine_seed=engine_seed)
+    config = write_config(tmp_path, broker, shm_root, camera_dir, later, health_port=port, engine_seed=engine_seed,
+                          sizeless=sizeless)
     device = device_of(config)
     subscriber = Subscriber(broker, f"appliance/{device}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
@@ -54,13 +59,13 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
     def detections(camera: str) -> list[dict]:
         return [m for m in subscriber.of_type("detections") if m["camera_id"] == camera]
 
-    def line2_status(state: str) -> list[dict]:
-        return [m for m in subscriber.of_type("camera_status") if m["camera_id"] == "line2" and m["state"] == state]
+    def line2_status(state: str, camera: str = "line2") -> list[dict]:
+        return [m for m in subscriber.of_type("camera_status") if m["camera_id"] == camera and m["state"] == state]
 
     try:
         assert daemon.notify.wait_for("READY=1", 240), daemon.tail()
-        daemon.wait(lambda: len(detections("line1")) >= 3 and line2_status("waiting"), 120,
-                    "line1's detections and line2 waiting")
+        daemon.wait(lambda: len(detections("line1")) >= 3 and line2_status("waiting")
+                    and line2_status("waiting", "line3"), 120, "line1's detections, line2 and line3 waiting")
         waiting = line2_status("waiting")[0]
         jsonschema.validate(waiting, load_schema("camera_status"))
         assert f"file {later} does not exist" in waiting["detail"], waiting
@@ -72,20 +77,48 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
         line2 = health["cameras"]["line2"]
         assert line2["state"] == "waiting" and f"{later} does not exist" in line2["waiting_for"], line2
         assert line2["waiting_since"] == waiting["since"], (line2, waiting)  # one moment, wherever it is shown
-        assert "1/2 cameras streaming (1 waiting for their source)" in health["status"], health["status"]
+        assert "1/3 cameras streaming (2 waiting for their source)" in health["status"], health["status"]
+        _check_line3_waits(line2_status("waiting", "line3")[0], health["cameras"]["line3"], sizeless)
         shown = subprocess.run([sys.executable, "-m", "appliance", "status", "--url", url], capture_output=True,
                                text=True, timeout=60, cwd=REPO)
         assert shown.returncode == 0, shown.stderr
         assert f"line2: waiting since {line2['waiting_since']}: file {later} does not exist" in shown.stdout, \
             shown.stdout
-        assert _waiting_gauge(url, "line2") == 1 and _waiting_gauge(url, "line1") == 0
-        assert detections("line2") == []  # the sentinel: line1 has published while line2 had nothing
+        assert f"line3: waiting since {health['cameras']['line3']['waiting_since']}: size unknown until the source " \
+               "answers" in shown.stdout, shown.stdout
+        assert [_waiting_gauge(url, c) for c in ("line1", "line2", "line3")] == [0, 1, 1]
+        assert detections("line2") == detections("line3") == []  # line1 has published while they had nothing
+        _reload_keeps_line3_waiting(config, daemon.process.pid, url, health["cameras"]["line3"])
 
-        staged.rename(later)  # the video is moved into place
-        daemon.wait(lambda: len(detections("line2")) >= 3, 120, "line2's detections once its file is there")
-        daemon.wait(lambda: line2_status("streaming"), 30, "line2 streaming")
-        daemon.wait(lambda: _waiting_gauge(url, "line2") == 0, 30, "line2 no longer waiting in /metrics")
+        staged.rename(later)  # the videos are moved into place
+        staged3.rename(sizeless)
+        daemon.wait(lambda: len(detections("line2")) >= 3 and len(detections("line3")) >= 3, 120,
+                    "line2's and line3's detections once their files are there")
+        daemon.wait(lambda: line2_status("streaming") and line2_status("streaming", "line3"), 30,
+                    "line2 and line3 streaming")
+        daemon.wait(lambda: _waiting_gauge(url, "line2") == _waiting_gauge(url, "line3") == 0, 30,
+                    "line2 and line3 no longer waiting in /metrics")
+        line3 = fetch_health(url)["cameras"]["line3"]
+        assert line3["state"] == "streaming" and line3["size"] == "480x360", line3  # its video's own size
         assert daemon.terminate() == 0, daemon.tail()
     finally:
         daemon.close()
         subscriber.close()
+
+
+def _reload_keeps_line3_waiting(config: Path, pid: int, url: str, before: dict) -> None:
+    """A reload of the same file while line3's source is silent is applied (nothing changed) and line3 waits on,
+    since the same moment."""
+    reloaded = subprocess.run([sys.executable, "-m", "appliance", "reload", "--config", str(config), "--pid",
+                               str(pid)], capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert reloaded.returncode == 0, reloaded.stdout + reloaded.stderr
+    assert fetch_health(url)["cameras"]["line3"] == before
+
+
+def _check_line3_waits(status: dict, health: dict, video: Path) -> None:
+    """The camera without a size waits for it: on MQTT and in /healthz, with the reason and what the source said."""
+    jsonschema.validate(status, load_schema("camera_status"))
+    reason = f"size unknown until the source answers (file {video} does not exist"
+    assert status["detail"].startswith(reason), status
+    assert health["state"] == "waiting" and health["waiting_for"] == status["detail"], health
+    assert health["waiting_since"] == status["since"], (health, status)

@@ -40,11 +40,13 @@ def device_of(config: Path) -> str:
 
 def write_config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: Path,
                  video: Path | None = None, *, loop: bool = True, line1_keys: str = "", health_port: int = 0,
-                 engine_seed: Path | None = None) -> Path:
+                 engine_seed: Path | None = None, sizeless: Path | None = None) -> Path:
     """Camera line1 plays ``camera_dir`` (again and again unless ``loop`` is false; ``line1_keys``: more of its
     keys, a `key: value` line each); with ``video``, camera line2 plays it and the detector runs two instances (other
     daemon tests use one camera and the automatic layout: one instance at 4 fps). With ``engine_seed`` (the
-    ``engine_seed`` fixture) the state directory starts with the run's engine, so the start is not a first boot."""
+    ``engine_seed`` fixture) the state directory starts with the run's engine, so the start is not a first boot.
+    With ``sizeless``, camera line3 plays that video with no width/height configured (the source's own size),
+    its source asked again at least every 2 s while it is absent."""
     device = f"e2e{uuid.uuid4().hex[:6]}"
     line2 = "" if video is None else f"""
   - id: line2
@@ -52,6 +54,11 @@ def write_config(tmp_path: Path, broker: Mosquitto, shm_root: Path, camera_dir: 
     width: 640
     height: 480
     fps: 4"""
+    line3 = "" if sizeless is None else f"""
+  - id: line3
+    source: {{type: file, path: {sizeless}, loop: true, realtime: true}}
+    fps: 2
+    backoff: {{max_s: 2.0}}"""
     model = "" if video is None else "\nmodel: {detector_instances: 2}"
     extra = "".join(f"\n    {line}" for line in line1_keys.splitlines())
     path = tmp_path / "appliance.yaml"
@@ -66,7 +73,7 @@ cameras:
     width: 640
     height: 480
     resize: true
-    fps: 4{extra}{line2}
+    fps: 4{extra}{line2}{line3}
 mqtt:
   host: 127.0.0.1
   port: {broker.port}

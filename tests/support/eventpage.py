@@ -38,7 +38,7 @@ def page_with_events(state_dir: Path, counts: dict[str, int], start: float) -> I
         feed.note([event(n, camera, start) for camera, count in sorted(counts.items()) if n <= count])
     cameras = {camera: {"state": "running", "fps": 0.0} for camera in counts}
     site = ApplianceSite({"id": "demo", "name": "demo"}, lambda: {"ok": True, "cameras": cameras},
-                         Layouts([], state_dir, ["person"]), ["person"], sorted(counts))
+                         Layouts([], state_dir, lambda: ["person"]), sorted(counts))
     routes = page_routes(site, Auth({}, open_access=True, session_s=60), LiveFrames(), feed)
     server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: {"ok": True}, routes=routes)
     try:

@@ -48,7 +48,7 @@ def test_over_https_the_login_cookie_is_secure_and_plain_http_is_not_answered(tm
     cert, key = _self_signed(tmp_path)
     config = WebConfig(users=[UserConfig(name="olga", role="operator", password_hash=hash_password("pw-o"))],
                        tls_cert=cert, tls_key=key)
-    site = ApplianceSite({"id": "d", "name": "d"}, lambda: {"ok": True}, Layouts([], tmp_path, []), [], ["hall"])
+    site = ApplianceSite({"id": "d", "name": "d"}, lambda: {"ok": True}, Layouts([], tmp_path, lambda: []), ["hall"])
     auth = Auth({u.name: u for u in config.users}, open_access=False, session_s=config.session_s)
     server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: {"ok": True},
                           routes=page_routes(site, auth, LiveFrames(), EventFeed()), tls=config.tls)

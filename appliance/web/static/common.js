@@ -29,6 +29,7 @@ const App = {
   eventItem(e) {
     const li = document.createElement("li");
     li.dataset.type = e.event; li.dataset.camera = e.camera_id; li.dataset.name = e.zone || e.line || "";
+    li.dataset.event = e.event_id;
     li.dataset.time = e.capture_time;
     if (e.snapshot_id) {
       const img = document.createElement("img");
@@ -39,6 +40,19 @@ const App = {
     const span = document.createElement("span");
     span.textContent = App.eventText(e);
     li.appendChild(span);
+    if (e.clip) App.clipButton(li, e.clip);
     return li;
+  },
+  clipButton(li, url) {
+    // The clip is written once its post-capture seconds are recorded: played on request, not preloaded.
+    const button = document.createElement("button");
+    button.type = "button"; button.className = "play-clip"; button.textContent = "Play clip";
+    button.onclick = () => {
+      const video = document.createElement("video");
+      video.controls = true; video.autoplay = true; video.muted = true; video.src = url;
+      video.onerror = () => { button.textContent = "Clip not ready (try again)"; video.remove(); };
+      li.appendChild(video);
+    };
+    li.appendChild(button);
   },
 };
