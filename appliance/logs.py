@@ -8,7 +8,8 @@ call passes them (``log.info(..., extra={"camera": "line1"})``), so operators ca
 Capture processes configure logging through the same :func:`configure` with ``camera=``: every record they log
 carries CAMERA (whichever module logged it), and warnings reach the journal at priority 4, not as stderr lines
 that journald stamps 6. ``APPLIANCE_LOG_FORMAT=json`` (or ``--log-format json``) writes one JSON object per line
-to stderr instead, with the same fields, for a container's log collector.
+to stderr instead, with the same fields, for a container's log collector. Repeated warnings are summarized
+(``RepeatLimiter``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ import os
 import socket
 import struct
 import sys
+import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 JOURNAL_SOCKET = Path("/run/systemd/journal/socket")
 STRUCTURED = ("camera", "model", "stage")
@@ -140,4 +144,91 @@ def configure(level: str | int, environ: Mapping[str, str] | None = None, journa
         handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {origin}: %(message)s"))
     if camera is not None:
         handler.addFilter(DefaultFields(camera=camera))
+    RepeatLimiter().attach(handler)  # after the fields, so its summaries carry them
     root.addHandler(handler)
+
+
+AUDIT = {"audit": True}  # ``log.warning(..., extra=AUDIT)``: never summarized (RepeatLimiter)
+WINDOW_S = 60.0
+BURST = 3  # lines of one kind a window before the rest are counted
+
+
+@dataclass
+class _Run:
+    start: float
+    passed: int = 0
+    suppressed: int = 0
+    last: logging.LogRecord | None = None
+
+
+class RepeatLimiter(logging.Filter):
+    """One log line per change, not per event: the same warning from the same place (logger, file, line) passes
+    ``burst`` times a window; the rest are counted and summarized once the window ends ("... (and 998 more like
+    it in the last 60 s)"), with the next record that reaches the handler or by a timer at the window's end.
+    INFO and DEBUG are never limited, nor a record logged with ``extra=AUDIT`` (a security line a tool like
+    fail2ban reads one by one, and that its source already bounds). ``attach(handler)`` adds it to the handler it
+    emits its summaries through."""
+
+    def __init__(self, window_s: float = WINDOW_S, burst: int = BURST, clock: Callable[[], float] = time.monotonic,
+                 schedule: Callable[[float, Callable[[], None]], None] | None = None) -> None:
+        """``schedule(delay_s, call)``: runs ``call`` later (default: a daemon timer thread)."""
+        super().__init__()
+        self._window_s, self._burst, self._clock = window_s, burst, clock
+        self._schedule = schedule or _later
+        self._runs: dict[tuple[str, str, int], _Run] = {}
+        self._lock = threading.Lock()
+        self._handler: logging.Handler | None = None
+
+    def attach(self, handler: logging.Handler) -> None:
+        self._handler = handler
+        handler.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "repeat_summary", False) or getattr(record, "audit", False) \
+                or record.levelno < logging.WARNING:
+            return True
+        now = self._clock()
+        key = (record.name, record.pathname, record.lineno)
+        with self._lock:
+            ended = self._ended(now)
+            run = self._runs.setdefault(key, _Run(now))
+            run.passed += 1
+            keep = run.passed <= self._burst
+            if not keep:
+                run.suppressed += 1
+                run.last = record
+                if run.suppressed == 1:  # the summary goes out at the window's end even if nothing else is logged
+                    self._schedule(run.start + self._window_s - now + 0.05, self.flush)
+        self._emit(ended)
+        return keep
+
+    def flush(self) -> None:
+        """Summarize the runs whose window has ended (and forget them)."""
+        with self._lock:
+            ended = self._ended(self._clock())
+        self._emit(ended)
+
+    def _ended(self, now: float) -> list[tuple[logging.LogRecord, int, float]]:
+        """Under the lock: pop the runs past their window; those that suppressed lines, as summaries to emit."""
+        done = [key for key, run in self._runs.items() if now - run.start >= self._window_s]
+        summaries = []
+        for key in done:
+            run = self._runs.pop(key)
+            if run.suppressed and run.last is not None:
+                summaries.append((run.last, run.suppressed, now - run.start))
+        return summaries
+
+    def _emit(self, summaries: list[tuple[logging.LogRecord, int, float]]) -> None:
+        if self._handler is None:
+            return
+        for last, count, span in summaries:
+            text = f"{last.getMessage()} (and {count} more like it in the last {span:.0f} s)"
+            self._handler.handle(logging.makeLogRecord({**last.__dict__, "msg": text, "args": None,
+                                                        "exc_info": None, "exc_text": None,
+                                                        "repeat_summary": True}))
+
+
+def _later(delay_s: float, call: Callable[[], None]) -> None:
+    timer = threading.Timer(max(0.0, delay_s), call)
+    timer.daemon = True
+    timer.start()

@@ -135,7 +135,7 @@ def test_the_igpu_image_runs_as_an_unprivileged_user_with_device_groups_and_a_he
     options, _, command = check.partition("CMD ")
     assert "--start-period=" in options  # the first start builds the engine
     argv = json.loads(command)
-    assert argv[0] == "/opt/appliance/venv/bin/python" and "/healthz" in argv[-1], shlex.join(argv)
+    assert argv[0] == "/opt/appliance/venv/bin/python" and "/livez" in argv[-1], shlex.join(argv)
 
 
 def test_the_healthcheck_command_fails_on_503_and_passes_on_200() -> None:
@@ -149,7 +149,7 @@ def test_the_healthcheck_command_fails_on_503_and_passes_on_200() -> None:
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            self.send_response(status["code"] if self.path == "/healthz" else 404)
+            self.send_response(status["code"] if self.path == "/livez" else 404)
             self.end_headers()
 
         def log_message(self, *args: object) -> None:
@@ -158,7 +158,7 @@ def test_the_healthcheck_command_fails_on_503_and_passes_on_200() -> None:
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        env = {"APPLIANCE_HEALTHZ_URL": f"http://127.0.0.1:{server.server_port}/healthz"}
+        env = {"APPLIANCE_LIVEZ_URL": f"http://127.0.0.1:{server.server_port}/livez"}
         assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode != 0
         status["code"] = 200
         assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode == 0

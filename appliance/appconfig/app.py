@@ -119,6 +119,8 @@ class HealthConfig(StrictModel):
     host: str = Field("127.0.0.1", description="listen address; localhost by default")
     port: int = Field(9108, ge=0, le=65535, description="listen port (0: any free port)")
     interval_s: float = Field(5.0, gt=0, le=3600, description="how often system and camera readings refresh")
+    min_free_mb: int = Field(256, ge=0, le=1024 * 1024, description=(
+        "the health level is degraded while the state dir's filesystem has less than this free (0: never)"))
     tegrastats_interval_ms: Optional[int] = Field(
         1000, ge=100, le=60000, description="Jetson: run `tegrastats --interval` at this period for GPU load, EMC, "
                                             "temperatures and power rails (null: do not run it; ignored where "

@@ -25,6 +25,7 @@ from appliance.capture.check import absent_source, check_cameras
 from appliance.capture.config import CameraConfig
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
+from appliance.appconfig.space import space_warnings
 from appliance.detector.buildprofile import ProfileError, load_profile as load_engine_profile
 from appliance.detector.profile import load_profile as load_model_profile
 from appliance.ota.errors import OtaError
@@ -239,7 +240,7 @@ def check_config(path: Path, environ: Mapping[str, str] | None = None, machine: 
     found, class_warnings = _analytics_issues(report.config, doc, served=machine)
     if machine:
         found += _machine_issues(report.config, doc)
-        report.warnings = _absent_source_warnings(report.config, doc)
+        report.warnings = _absent_source_warnings(report.config, doc) + _space_warnings(report.config, doc)
         layout_issues, report.layouts = _page_layouts(report.config, doc)
         found += layout_issues
         if reach:
@@ -269,6 +270,12 @@ def _page_layouts(config: AppConfig, doc: YamlDocument) -> tuple[list[ConfigIssu
         notes.append(f"camera {camera.id}: zones and lines from {overlay.describe()}, not from this file "
                      f"(remove that file to go back to the file's)")
     return issues, notes
+
+
+def _space_warnings(config: AppConfig, doc: YamlDocument) -> list[ConfigIssue]:
+    dirs, key = resolved_paths(config), ("paths", "state_dir")
+    return [ConfigIssue(doc.source, doc.line_of(key), key, warning)
+            for warning in space_warnings(config, dirs["state_dir"], dirs["engines_dir"], dirs["models_dir"])]
 
 
 def _unreachable(config: AppConfig, doc: YamlDocument, timeout_s: float = 1.0) -> list[ConfigIssue]:

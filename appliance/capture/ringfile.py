@@ -281,7 +281,8 @@ def reclaim_stale_rings(ring_dir: Path | str, keep: AbstractSet[str] = frozenset
 
     Call once at supervisor start with the configured camera ids: rings of cameras removed from the
     config since a crash would otherwise leak. Rings of kept cameras are reclaimed by :func:`create_ring`.
-    What is not provably one of our ring files (a link, a directory, another user's file) is logged and kept.
+    What is not provably one of our ring files (a link, a directory, another user's file, a file without a ring
+    header) is logged and kept.
     """
     removed = []
     for path in sorted(Path(ring_dir).glob(f"{RING_PREFIX}*{RING_SUFFIX}")):
@@ -296,6 +297,9 @@ def reclaim_stale_rings(ring_dir: Path | str, keep: AbstractSet[str] = frozenset
             log.warning("%s", exc)
             continue
         try:
+            if _peek_pid(fd, "owner_pid") is None:  # no ring header: not provably ours
+                log.warning("leaving %s alone: it has no capture ring header", path)
+                continue
             if locks.try_lock(fd, OWNER_LOCK, locks.EXCLUSIVE):
                 os.unlink(path)
                 removed.append(path)

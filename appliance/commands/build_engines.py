@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from appliance import paths
+from appliance import diskspace, paths
 from appliance.appconfig.check import resolved_paths
 from appliance.commands.configload import load_and_report
 from appliance.commands.exitcodes import ExitCode
@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
             notifier=notifier,
         )
-    except (ProfileError, BuilderUnavailable, CacheError) as exc:
+    except (ProfileError, BuilderUnavailable, CacheError, diskspace.NotEnoughSpace) as exc:
+        # exit 2: systemd does not restart it (RestartPreventExitStatus=2) to fail the same way again
         print(f"error: {exc}", file=sys.stderr)
         notifier.status(f"engines: {exc}")
         return ExitCode.BAD_INPUT

@@ -20,6 +20,8 @@ from appliance.capture.probe import split_by_size
 from appliance.capture.stderrfilter import StderrFilter
 from appliance.commands.configload import check_and_report, load_and_report
 from appliance.commands.exitcodes import ExitCode
+from appliance.diskspace import NotEnoughSpace
+from appliance.mqtt.errors import SpoolInUse
 from appliance.supervisor.app import Appliance
 from appliance.supervisor.cudanoise import CudaNoise
 from appliance.supervisor.latecameras import LateCameras, Waiting
@@ -70,6 +72,10 @@ def _run_app(args: argparse.Namespace, config: AppConfig, late: LateCameras, pat
     app = Appliance(config, triton_home=Path(args.triton_home) if args.triton_home else None, late=late)
     try:
         app.start()
+    except (NotEnoughSpace, SpoolInUse) as exc:
+        # Exit 2, which systemd does not restart: another start would meet the same full disk or running twin.
+        log.error("could not start: %s", exc)
+        return ExitCode.BAD_INPUT
     except Exception as exc:
         log.error("could not start: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
         return ExitCode.FAILED

@@ -19,13 +19,24 @@ from appliance.paths import installed_config
 DEFAULT_URL = "http://127.0.0.1:9108"
 
 
+# The monitoring-plugin convention (Nagios, Icinga): 0 OK, 1 WARNING, 2 CRITICAL; 3 UNKNOWN is NO_ANSWER.
+LEVEL_EXIT = {"ok": 0, "degraded": 1, "failed": 2}
+VERDICT = {"ok": "OK", "degraded": "WARNING", "failed": "CRITICAL"}
+
+
+def level_of(health: dict[str, Any]) -> str:
+    """The summary's level; one from an appliance without levels is ok or failed by its ``ok``."""
+    level = health.get("level")
+    return level if level in LEVEL_EXIT else ("ok" if health.get("ok") else "failed")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the health summary; exit OK only when the appliance says it is healthy."""
+    """Print the health summary; exit 0, 1 or 2 for the level ok, degraded or failed (3: no answer)."""
     try:
         url, source = health_url(args.url, args.config)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        return ExitCode.NO_ANSWER  # UNKNOWN: 2 would read as CRITICAL to a monitoring plugin
     try:
         health = fetch_health(url)
     except OSError as exc:
@@ -33,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
               "with health enabled? --url or --config names another address", file=sys.stderr)
         return ExitCode.NO_ANSWER
     print(json.dumps(health, indent=2) if args.json else format_status(health))
-    return ExitCode.OK if health.get("ok") else ExitCode.FAILED
+    return LEVEL_EXIT[level_of(health)]
 
 
 def health_url(url: str | None, config: str | None) -> tuple[str, str]:
@@ -69,8 +80,8 @@ def fetch_health(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
 def format_status(health: dict[str, Any]) -> str:
     """The summary for a person, read at a glance: the verdict and status line, one labelled line per part of
     the service, then a table of cameras. Fields an older appliance does not send are left out."""
-    verdict = "OK" if health.get("ok") else "NOT HEALTHY"
-    lines = [f"{verdict}: {health.get('status', '')}"]
+    lines = [f"{VERDICT[level_of(health)]}: {health.get('status', '')}"]
+    lines += [f"  - {reason}" for reason in health.get("reasons") or []]
     rows = [("appliance", _appliance_line(health)), ("model", _model_line(health)),
             ("triton", "ready" if health.get("triton_ready") else "NOT READY"),
             ("pipeline", format_pipeline(health["pipeline"]) if health.get("pipeline") else None),
@@ -164,7 +175,9 @@ def _spool_line(spool: dict[str, Any] | None) -> str | None:
     mqtt = spool.get("mqtt", "unknown")
     broker = spool.get("broker")
     where = f" ({'to' if mqtt == 'connected' else 'trying'} {broker})" if broker else ""
-    return (f"{spool.get('backlog', 0)} message(s) waiting ({format_bytes(spool.get('bytes', 0))}), "
+    held = (f"{spool['held']} result(s) HELD IN MEMORY (spool not writable), " if spool.get("held") else "")
+    held += f"{spool['results_dropped']} result(s) DROPPED, " if spool.get("results_dropped") else ""
+    return (f"{spool.get('backlog', 0)} message(s) waiting ({format_bytes(spool.get('bytes', 0))}), {held}"
             f"{spool.get('dropped', 0)} dropped, {spool.get('acked', 0)} acknowledged; mqtt "
             + (mqtt if mqtt == "connected" else mqtt.upper()) + where)
 

@@ -71,6 +71,9 @@ class ApplianceMetrics:
         self.spool_bytes = Gauge("appliance_spool_bytes", "Bytes the durable spool's messages take", registry=r)
         self.spool_dropped = _CountFrom(Counter("appliance_spool_dropped", "Messages dropped by the spool's bounds "
                                                 "(reason: oldest, newest, expired)", ["reason"], registry=r))
+        self.results_dropped = _CountFrom(Counter("appliance_results_dropped", "Results dropped while the spool could "
+                                                  "not be written", ["camera", "kind", "reason"], registry=r))
+        self.state_free_bytes = Gauge("appliance_state_dir_free_bytes", "Free bytes in the state dir", registry=r)
         self.published = _CountFrom(Counter("appliance_mqtt_acked", "Detections acknowledged by the broker",
                                             registry=r))
         self.engine_build = _Percentage("appliance_engine_build_ratio", "appliance_engine_build_percent",
@@ -155,6 +158,11 @@ class ApplianceMetrics:
         for reason, total in dropped.items():
             self.spool_dropped.count(total, reason=reason)
 
+    def record_results_dropped(self, dropped: Mapping[tuple[str, str, str], int]) -> None:
+        """The publisher's results dropped since it started, per (camera, kind, reason)."""
+        for (camera, kind, reason), total in dropped.items():
+            self.results_dropped.count(total, camera=camera, kind=kind, reason=reason)
+
     def record_inferred(self, camera_id: str, inference_s: float, capture_to_result_s: float) -> None:
         self.stage_latency.labels(stage="inference").observe(inference_s)
         self.stage_latency.labels(stage="capture_to_result").observe(capture_to_result_s)
@@ -202,6 +210,8 @@ class ApplianceMetrics:
             self.temperature.labels(zone=zone).set(celsius)
         for rail, watts in reading.power_w.items():
             self.power.labels(rail=rail).set(watts)
+        if reading.state_dir_free_bytes is not None:
+            self.state_free_bytes.set(reading.state_dir_free_bytes)
 
     def record_tegrastats(self, reading: TegraReading | None, restarts: int = 0) -> None:
         """Called only where tegrastats runs, so hosts without it export none of these gauges (rather than a GPU

@@ -30,6 +30,7 @@ from starlette.middleware import Middleware
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from appliance.health.limits import RequestLimits
+from appliance.health.probes import probe_routes
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,9 @@ def _bounded_protocol(slots: int, per_client: int, timeout_s: float) -> type[H11
 
 def health_routes(metrics: Callable[[], bytes], health: Callable[[], dict],
                   files: Callable[[str], tuple[str, bytes] | None] | None = None) -> list[BaseRoute]:
-    """``/metrics``, ``/healthz`` (200 when ``ok``, else 503) and, through ``files(path)``, the snapshot paths
-    ``/cameras/<id>/latest.jpg`` and ``/events/<id>.jpg``. The collectors run in a worker thread."""
+    """``/metrics``, ``/healthz`` (200 when ``ok``, else 503), ``/livez`` and ``/readyz`` (health.probes) and,
+    through ``files(path)``, the snapshot paths ``/cameras/<id>/latest.jpg`` and ``/events/<id>.jpg``. The
+    collectors run in a worker thread."""
 
     async def metrics_page(_request: Request) -> Response:
         return Response(await run_in_threadpool(metrics), media_type=CONTENT_TYPE_PROMETHEUS)
@@ -109,7 +111,7 @@ def health_routes(metrics: Callable[[], bytes], health: Callable[[], dict],
         return Response(found[1], media_type=found[0])
 
     return [Route("/metrics", metrics_page), Route("/healthz", healthz), Route("/health", healthz),
-            Route("/cameras/{camera}/latest.jpg", file), Route("/events/{event}.jpg", file)]
+            *probe_routes(health), Route("/cameras/{camera}/latest.jpg", file), Route("/events/{event}.jpg", file)]
 
 
 def _app(routes: Sequence[BaseRoute]) -> Starlette:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance import diskspace
+
 
 @dataclass(frozen=True)
 class SystemReading:
@@ -16,6 +18,7 @@ class SystemReading:
     mem_available_bytes: int | None
     temperatures_c: dict[str, float] = field(default_factory=dict)
     power_w: dict[str, float] = field(default_factory=dict)
+    state_dir_free_bytes: int | None = None  # the state dir's filesystem (engines, spool, OTA versions)
 
 
 def _read(path: Path) -> str | None:
@@ -28,13 +31,16 @@ def _read(path: Path) -> str | None:
 class SystemMonitor:
     """Reads the system; CPU percent is the busy share since the previous call (None on the first)."""
 
-    def __init__(self, root: Path = Path("/")) -> None:
+    def __init__(self, root: Path = Path("/"), state_dir: Path | None = None) -> None:
+        """``state_dir``: whose filesystem's free space to read (None: not read)."""
         self.root = root
+        self.state_dir = state_dir
         self._last_cpu: tuple[int, int] | None = None
 
     def read(self) -> SystemReading:
         total, available = self._memory()
-        return SystemReading(self._cpu_percent(), total, available, self._temperatures(), self._power())
+        free = diskspace.free_bytes(self.state_dir) if self.state_dir is not None else None
+        return SystemReading(self._cpu_percent(), total, available, self._temperatures(), self._power(), free)
 
     def _cpu_percent(self) -> float | None:
         text = _read(self.root / "proc/stat")

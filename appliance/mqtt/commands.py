@@ -46,7 +46,7 @@ class CommandRunner:
     - network thread: ``dispatch`` (paho's on_message); it only enqueues.
     - commands thread: ``run`` and the handlers it calls; ``_recent`` is its alone. ``close`` (the stopping thread)
       enqueues the sentinel that ends ``run``.
-    - The client is read from ``shared.client`` (set once by start()); paho's publish() only queues the packet, the
+    - The client is read from ``shared.client`` (set by start() and a reconnect); paho's publish() only queues the packet, the
       network thread writes it (see connection.build_client).
     """
 
@@ -69,6 +69,10 @@ class CommandRunner:
         self._read_only[name] = read_only if callable(read_only) else _always(bool(read_only))
         self._handlers[name] = handler
 
+    def reconfigure(self, config: MqttConfig) -> None:
+        """The reply QoS and protocol of a publisher that reconnected with new settings (its next reply on)."""
+        self._config = config
+
     def names(self) -> list[str]:
         return sorted(self._handlers)
 
@@ -80,6 +84,10 @@ class CommandRunner:
         if msg.retain:
             log.warning("MQTT: ignoring retained command on %s (a stale command must not run on reconnect); "
                         "publish commands without the retain flag", msg.topic)
+            return
+        if not msg.payload:  # how a retained message is cleared: never a command (one without arguments is {})
+            log.warning("MQTT: ignoring an empty payload on %s (it clears a retained message; a command without "
+                        "arguments is {})", msg.topic)
             return
         props = getattr(msg, "properties", None)
         response_topic = getattr(props, "ResponseTopic", None) if props is not None else None

@@ -134,6 +134,9 @@ class SpoolConfig(StrictModel):
         "drop_oldest", description="when full: drop the oldest queued message, refuse the new one, or block the "
         "caller up to block_timeout_s and then refuse")
     block_timeout_s: float = Field(1.0, ge=0, le=600, description="longest a publish call blocks under 'block'")
+    memory_bytes: int = Field(4 * 1024 * 1024, ge=16 * 1024, le=1024**3, description=(
+        "per camera: results held in memory while the spool cannot be written (a full disk); past it the camera's "
+        "oldest detections are dropped first, counted and announced by a gap record"))
     synchronous: Literal["normal", "full"] = Field(
         "normal", description="normal: a returned publish survives a process crash (SIGKILL, OOM); full: also a "
         "power cut (fsync per commit, slower)")

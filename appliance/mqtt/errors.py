@@ -28,6 +28,15 @@ class SpoolError(MqttError):
         self.path = path
 
 
+class SpoolInUse(SpoolError):
+    """Another process holds the spool (a second appliance on the same state dir); ``pid``: its pid."""
+
+    def __init__(self, pid: str, path: str) -> None:
+        super().__init__(f"the spool is in use by another process (pid {pid}): is another appliance running on "
+                         "this state dir?", path)
+        self.pid = pid
+
+
 class CommandError(MqttError):
     """Raised by a command handler to answer with a clean error reply (code 'failed' or 'bad_request')
     instead of an internal error."""

@@ -290,6 +290,7 @@ class CameraStatus:
     fps: Optional[float] = None
     detail: Optional[str] = None
     since: Optional[float] = None  # epoch seconds the camera entered this state (sent for ``waiting``)
+    last_error: Optional[tuple[str, float]] = None  # this run's last capture error, epoch s first seen; kept
 
     def __post_init__(self) -> None:
         if self.state not in CAMERA_STATES:
@@ -308,6 +309,8 @@ def camera_status_payload(status: CameraStatus, device_id: str, now: float) -> d
         payload["detail"] = status.detail
     if status.since is not None:
         payload.update(time_fields(status.since, "since"))
+    if status.last_error:
+        payload.update(last_error=status.last_error[0], **time_fields(status.last_error[1], "last_error_time"))
     return payload
 
 
@@ -367,7 +370,8 @@ def health_payload(device_id: str, now: float, uptime_s: float, stats: Publisher
     s = stats.spool
     payload["spool"] = {"backlog": s.backlog, "bytes": s.bytes, "max_bytes": s.max_bytes, "spooled": s.spooled,
                         "dropped_oldest": s.dropped_oldest, "dropped_newest": s.dropped_newest,
-                        "dropped_expired": s.dropped_expired, "set_aside": s.set_aside}
+                        "dropped_expired": s.dropped_expired, "set_aside": s.set_aside,
+                        **stats.held_readings()}
     payload["cameras"] = dict(extra.get("cameras", {}))
     payload["system"] = dict(extra.get("system", {}))
     return payload

@@ -18,6 +18,7 @@ from appliance.mqtt.authz import CommandAuthorizer, SignatureCheck
 from appliance.mqtt.commands import CommandHandler, CommandRunner, ReadOnly
 from appliance.mqtt.config import MqttConfig, PublishConfig
 from appliance.mqtt.errors import NotStartedError
+from appliance.mqtt.holdback import Held, Holdback, gap_payload
 from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, ClipMessage, DetectionsMessage, EventMessage,
                                      camera_status_payload, clip_payload, counts_payload, detections_payload,
                                      encode, event_payload, health_payload, new_message_id)
@@ -60,13 +61,16 @@ class MqttPublisher:
         nonces = NonceStore(nonce_path or Path(spool_path).with_name("command-nonces.log"))
         self._authorizer = CommandAuthorizer(config.commands, self.topics, signature_check, nonces)
         self._commands = CommandRunner(config, self.topics, self._clock, self._shared, self._authorizer)
+        self._group = group
         self._session = Session(config, self.topics, self._clock, rng or random.Random(), self._versions,
                                 self._shared, self._spool, self._window, self._commands, group)
-        self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health)
+        self._sender = Sender(config, self._shared, self._spool, self._window, self._clock, self._publish_health,
+                              self.retry_held)
         self._started = False
         self._threads: list[threading.Thread] = []
         self._gates: dict[str, PublishGate] = {}
         self._numbers = MessageCounter(boot_id)  # after the publish gate, before the spool: docs/mqtt.md
+        self._holdback = Holdback(self._spool, config.spool.memory_bytes, self._gap_record)
         self._detection_topics: dict[str, str] = {}
         self._health_provider: Optional[HealthProvider] = None
         self._started_mono = 0.0
@@ -117,11 +121,56 @@ class MqttPublisher:
             if thread.is_alive():
                 log.error("MQTT %s thread did not stop in time", thread.name)
         self._sender.process_acks(flush=True)
+        self._holdback.drop_all("stopped")  # after a last try to write them
         self._spool.close()
         self._authorizer.close()
         shared.connected_evt.clear()
         shared.set_state(State.STOPPED)
         log.info("MQTT publisher stopped; %d detections stay spooled for the next start", self._spool.stats().backlog)
+
+    # The settings a reconnect takes over; the others (topics, spool, signed commands, publish modes) stay as they
+    # are: the topics and the spool are in use by every camera, publish modes have set_publish_modes.
+    KEPT_ON_RECONNECT = ("device_id", "topic_prefix", "spool", "commands", "publish", "cameras", "sparkplug")
+
+    def reconnect(self, config: MqttConfig) -> None:
+        """Take ``config``'s connection settings (brokers, credentials, TLS, client id, protocol, keepalive, QoS,
+        window, backoff, health period) without stopping the publisher: the current session ends cleanly (its
+        in-flight detections get until their acknowledgements or ``connect_timeout_s``), a client built from
+        ``config`` starts a new one on the same spool. Nothing spooled is lost: a detection sent but not
+        acknowledged is sent again from the spool (at least once). ``KEPT_ON_RECONNECT`` keep their values.
+        Raises MqttConfigError (TLS material, password file) before anything is touched."""
+        self._require_running()
+        shared, old = self._shared, self.config
+        config = config.model_copy(update={key: getattr(old, key) for key in self.KEPT_ON_RECONNECT})
+        session = Session(config, self.topics, self._clock, random.Random(), self._versions, shared, self._spool,
+                          self._window, self._commands, self._group)
+        client = session.create_client()  # raises here, with the running session untouched
+        deadline = time.monotonic() + old.connect_timeout_s
+        while shared.state is State.CONNECTED and self._window.pending() and time.monotonic() < deadline:
+            shared.wake.set()
+            time.sleep(0.02)
+        if shared.state is State.CONNECTED and config.brokers != old.brokers:
+            self._session.publish_offline(deadline)  # the old broker does not keep saying "online"
+        self._session.halt()
+        self._sender.request_stop()
+        for thread in self._threads[:2]:  # the network and the sender thread (start's order)
+            thread.join(old.connect_timeout_s + 5.0)
+            if thread.is_alive():
+                raise RuntimeError(f"MQTT {thread.name} thread did not stop for the reconnect")
+        self._sender.process_acks(flush=True)
+        self._window.take_all_back()
+        earlier, self._session = self._session, session
+        session.take_over(earlier)
+        self._sender = Sender(config, shared, self._spool, self._window, self._clock, self._publish_health)
+        self.config = config
+        self._commands.reconfigure(config)
+        shared.client = client
+        shared.set_state(State.CONNECTING)
+        log.info("MQTT reconnecting with new settings to %s; %d detections spooled",
+                 ", ".join(str(b) for b in config.brokers), self._spool.stats().backlog)
+        for index, (name, target) in enumerate((("mqtt-network", session.run), ("mqtt-sender", self._sender.run))):
+            self._threads[index] = threading.Thread(target=target, name=name, daemon=True)
+            self._threads[index].start()
 
     def __enter__(self) -> "MqttPublisher":
         self.start()
@@ -161,7 +210,22 @@ class MqttPublisher:
         with s.lock:
             return PublisherStats(s.state, s.connects, s.connect_failures, s.published, s.acked, s.rejected,
                                   len(self._window.inflight), s.suppressed, s.last_error, s.broker,
-                                  tuple(s.backoff_delays), self._spool.stats(), self._authorizer.refusals())
+                                  tuple(s.backoff_delays), self._spool.stats(), self._authorizer.refusals(),
+                                  *self._held_stats())
+
+    def _held_stats(self) -> tuple[int, int, str | None, dict[tuple[str, str, str], int]]:
+        held, held_bytes, error, since = self._holdback.state()
+        return held, held_bytes, error if since is not None else None, self._holdback.dropped_counts()
+
+    def retry_held(self) -> None:
+        """Try the spool again for results held in memory (the sender does it each second, in case no result
+        comes)."""
+        self._holdback.retry()
+
+    def _gap_record(self, camera_id: str, first: int, last: int, reason: str) -> SpoolRecord:
+        payload = gap_payload(self.config.device_id, camera_id, self._numbers.boot_id, first, last, reason,
+                              self._clock.time())
+        return SpoolRecord(self.topics.detections(camera_id), encode(payload), self.config.qos.detections)
 
     def _require_running(self) -> None:
         if not self._started:
@@ -180,7 +244,7 @@ class MqttPublisher:
         """Like publish_detections for a batch, committed in one transaction (cheaper with synchronous=full)."""
         self._require_running()
         results: list[PublishResult] = []
-        records: list[SpoolRecord] = []
+        records: list[Held] = []
         now = self._clock.monotonic()
         qos = self.config.qos.detections
         for msg in messages:
@@ -198,14 +262,14 @@ class MqttPublisher:
             number = self._numbers.next(msg.camera_id, msg.seq)
             payload = encode(detections_payload(msg, self.config.device_id, msg.message_id or new_message_id(),
                                                 number))
-            records.append(SpoolRecord(topic, payload, qos))
+            records.append(Held(SpoolRecord(topic, payload, qos), msg.camera_id, "detections", number.message_seq))
             results.append(PublishResult.SPOOLED)
         suppressed = sum(r is PublishResult.SUPPRESSED for r in results)
         if suppressed:
             with self._shared.lock:
                 self._shared.suppressed += suppressed
         if records:
-            kept = self._spool.append(records)
+            kept = self._holdback.append(records)
             self._shared.nudge()
             if kept < len(records):
                 # The spool keeps a prefix of a batch under drop_newest/block; mark the refused tail.
@@ -223,9 +287,10 @@ class MqttPublisher:
         if not events:
             return 0
         qos, device, boot = self.config.qos.events, self.config.device_id, self._numbers.boot_id
-        records = [SpoolRecord(self.topics.camera_topic(e.camera_id, "events"),
-                               encode(event_payload(e, device, boot)), qos) for e in events]
-        kept = self._spool.append(records)
+        records = [Held(SpoolRecord(self.topics.camera_topic(e.camera_id, "events"),
+                                    encode(event_payload(e, device, boot)), qos), e.camera_id, "events")
+                   for e in events]
+        kept = self._holdback.append(records)
         self._shared.nudge()
         return kept
 
@@ -235,7 +300,7 @@ class MqttPublisher:
         record = SpoolRecord(self.topics.camera_topic(clip.camera_id, "clips"),
                              encode(clip_payload(clip, self.config.device_id, self._numbers.boot_id)),
                              self.config.qos.events)
-        kept = self._spool.append([record])
+        kept = self._holdback.append([Held(record, clip.camera_id, "events")])  # a clip notice counts as an event
         self._shared.nudge()
         return kept
 

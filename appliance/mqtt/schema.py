@@ -7,7 +7,7 @@ from importlib import resources
 from typing import Any
 
 MESSAGE_TYPES = ("detections", "device_status", "camera_status", "health", "command", "command_reply",
-                 "ota_status", "ota_desired", "engine_status", "event", "counts", "reload_status", "clip")
+                 "ota_status", "ota_desired", "engine_status", "event", "counts", "reload_status", "clip", "gap")
 
 
 def load_schema(message_type: str) -> dict[str, Any]:

@@ -38,13 +38,15 @@ class Sender:
     """
 
     def __init__(self, config: MqttConfig, shared: Shared, spool: Spool, window: InflightWindow, clock: Clock,
-                 publish_health: Callable[[], None]) -> None:
+                 publish_health: Callable[[], None], each_second: Callable[[], None] = lambda: None) -> None:
+        """``each_second``: housekeeping on this thread beside the spool's age bound (the holdback's retry)."""
         self._config = config
         self._shared = shared
         self._spool = spool
         self._window = window
         self._clock = clock
         self._publish_health = publish_health
+        self._each_second = each_second
         self._stop = threading.Event()
         self._to_delete: list[int] = []        # acknowledged, not yet deleted
         self._rejected_pending = 0
@@ -74,6 +76,7 @@ class Sender:
                 now = self._clock.monotonic()
                 if now >= next_expire:
                     self._spool.expire()
+                    self._each_second()
                     next_expire = now + 1.0
                 if now >= next_health:
                     next_health = now + self._config.health_interval_s

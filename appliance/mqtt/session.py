@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from appliance.backoff import Backoff
 from appliance.mqtt.connection import (aim, build_client, describe_connect_error, describe_early_close,
@@ -131,6 +132,13 @@ class Session:
             info.wait_for_publish(max(0.1, deadline - time.monotonic()))
         except (RuntimeError, ValueError):
             pass  # not queued: the connection just dropped; the broker will send the last will instead
+
+    def take_over(self, earlier: "Session") -> None:
+        """What ``earlier`` (a session of this publisher, halted) republishes and subscribes in each session: the
+        retained messages remembered and the extra subscriptions; this session's own newer values win."""
+        with self._shared.lock:
+            self._retained = {**earlier._retained, **self._retained}
+            self._subscriptions = {**earlier._subscriptions, **self._subscriptions}
 
     def halt(self) -> None:
         self._halt.set()
@@ -255,6 +263,13 @@ class Session:
             if not connected and time.monotonic() > deadline:
                 return False, f"no CONNACK from {broker} within {self._config.connect_timeout_s} s"
 
+    def _command_options(self) -> dict[str, Any]:
+        """MQTT 5: Retain As Published, so a retained command is seen as retained (and ignored) even when it was
+        published while the appliance was subscribed; 3.1.1 clears the flag then (docs/mqtt.md, "Commands")."""
+        if self._config.protocol != "5":
+            return {"qos": self._config.qos.commands}
+        return {"options": SubscribeOptions(qos=self._config.qos.commands, retainAsPublished=True)}
+
     def _session_up(self, client: paho.Client, properties: Any, broker: Broker) -> None:
         # Runs after paho has re-queued the previous session's unacknowledged messages, so everything the
         # sender publishes from here on goes out after them.
@@ -262,7 +277,7 @@ class Session:
         receive_max = getattr(properties, "ReceiveMaximum", None) if properties is not None else None
         window = self._window.resize(cfg.inflight_window, receive_max)
         qos = cfg.qos
-        _, self._commands_mid = client.subscribe(self._topics.command_filter, qos=qos.commands)
+        _, self._commands_mid = client.subscribe(self._topics.command_filter, **self._command_options())
         with shared.lock:  # together with subscribe(): each topic is subscribed by exactly one of the two
             extra = list(self._subscriptions)
             self._subscribed = True

@@ -11,7 +11,7 @@ import enum
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol
 
 if TYPE_CHECKING:
     import paho.mqtt.client as paho
@@ -61,6 +61,17 @@ class PublisherStats:
     backoff_delays: tuple[float, ...]  # the most recent reconnect delays, newest last
     spool: SpoolStats
     commands_refused: Mapping[str, int] = field(default_factory=dict)  # signed-command refusals by code
+    held: int = 0  # results held in memory because the spool cannot be written (mqtt.holdback)
+    held_bytes: int = 0
+    write_error: Optional[str] = None  # the spool's write error while results are held
+    results_dropped: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (camera, kind, reason)
+
+    def held_readings(self) -> dict[str, Any]:
+        """The health message's part of the spool for a full disk (mqtt.holdback): held and dropped results."""
+        dropped = [{"camera_id": c, "kind": k, "reason": r, "count": n}
+                   for (c, k, r), n in sorted(self.results_dropped.items())]
+        readings: dict[str, Any] = {"held": self.held, "held_bytes": self.held_bytes, "results_dropped": dropped}
+        return {**readings, "write_error": self.write_error} if self.write_error else readings
 
     @property
     def spooling(self) -> bool:
@@ -79,7 +90,8 @@ class Shared:
       that is half made or half taken apart.
     - ``wake`` wakes the sender thread; ``nudge()`` (producers, network thread) sets it only while the sender
       announced ``sender_idle``, because waking it per message costs more than the message on a 2-core box.
-    - ``client`` is set once by start() before any thread starts; ``closing`` is set once by stop().
+    - ``client`` is set by start() before any thread starts, and by reconnect() while the network and sender
+      threads are stopped; ``closing`` is set once by stop().
     - ``backoff_delays`` is appended by the network thread only (a deque: readers take a tuple of it).
     """
 

@@ -11,7 +11,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from appliance.mqtt.errors import SpoolError
+from appliance.mqtt.errors import SpoolError, SpoolInUse
 
 log = logging.getLogger("appliance.mqtt.spool")  # one logger for the whole spool
 
@@ -51,7 +51,7 @@ def take_process_lock(path: Path) -> int:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise SpoolError(f"the spool is in use by another process (pid {holder})", str(path)) from None
+        raise SpoolInUse(holder, str(path)) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd

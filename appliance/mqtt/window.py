@@ -93,6 +93,19 @@ class InflightWindow:
             done.append(row_id)
         return done, rejected
 
+    def take_all_back(self) -> None:
+        """Between a stopped session and a new client (``MqttPublisher.reconnect``, both threads joined): every
+        detection sent and not acknowledged goes back to the spool, and the sender sends it again in spool order
+        ahead of the newer ones (at least once). The new client has no queue of the old one's to resend."""
+        with self._shared.gate:
+            with self._lock:
+                inflight = dict(self.inflight)
+                self.inflight.clear()
+                self.probe_row = None
+            self.probing, self._strikes = False, (None, 0)
+            if inflight:
+                self.cursor = min(inflight.values()) - 1
+
     # -- network thread ------------------------------------------------------------------------------------
 
     def on_puback(self, mid: int, reason: Any) -> None:

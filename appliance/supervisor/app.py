@@ -38,11 +38,13 @@ from appliance.detector.serving.router import Router
 from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
 from appliance.sparkplug.node import EdgeNode
-from appliance.supervisor import reloader, reporting
+from appliance.mqtt.config import MqttConfig
+from appliance.supervisor import faces, reloader, reporting
+from appliance.supervisor.reloadplan import ReloadPlan
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
 from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
-from appliance.supervisor.httpsetup import open_http
+from appliance.supervisor.httpserver import open_http
 from appliance.supervisor.latecameras import LateCameras, Waiting
 from appliance.supervisor.running import Built, Capturing, Connected, Inference, Running, Serving, Stage, TritonUp
 from appliance.supervisor.running import start_inference, start_triton
@@ -78,13 +80,12 @@ class Appliance:
         self._triton_home = triton_home or config.triton.home
         self._clock = clock
         self._children = ChildSupervisor(clock)
-        self._system = SystemMonitor()
+        self._system = SystemMonitor(state_dir=self.paths["state_dir"])
         interval_ms = config.health.tegrastats_interval_ms
         self._tegrastats = TegrastatsMonitor(interval_ms) if interval_ms else None
         # When mqtt.sparkplug is set (docs/sparkplug.md): a second face on its own connection, started after the
         # publisher; its readings are the health summary's.
-        self._sparkplug = (EdgeNode(config.mqtt, lambda: readings_from_summary(self.health_summary()),
-                                    self.paths["state_dir"]) if config.mqtt.sparkplug is not None else None)
+        self._sparkplug = self._new_node(config.mqtt) if config.mqtt.sparkplug is not None else None
         # When opcua is set (docs/opcua.md): counts and events reach its feed beside MQTT, readings by sampling.
         self._opcua_feed = Feed() if config.opcua is not None else None
         self._opcua: OpcUaServer | None = None
@@ -112,7 +113,9 @@ class Appliance:
             self._now = capturing = self._set_up_capture(serving)
             self._children.start_all()
             self._now = running = self._start_inference(capturing)
-            self._now = replace(running, health_server=self._open_health(running))
+            if self.config.health.enabled:
+                self._step(f"health endpoint on {self.config.health.host}:{self.config.health.port}")
+            self._now = replace(running, health_server=self._http(self.config, running))
             self._late.start(running.publisher, self.metrics)
         except Exception as exc:
             self._last_error = str(exc)
@@ -164,20 +167,26 @@ class Appliance:
             self._step("Sparkplug B edge node")
             self._sparkplug.start()
 
+    def _new_node(self, mqtt: MqttConfig) -> EdgeNode:
+        return EdgeNode(mqtt, lambda: readings_from_summary(self.health_summary()), self.paths["state_dir"])
+
     def _start_opcua(self, connected: Connected) -> None:
         section = self.config.opcua
         if section is None or self._opcua_feed is None:
             return
-        from appliance.supervisor.opcuasetup import start_opcua  # asyncua: only when configured
-
         self._step(f"OPC UA server on {section.host}:{section.port}")
         try:
-            self._opcua = start_opcua(
-                self.config, section, self.paths["state_dir"], self._opcua_feed, boot_id=connected.publisher.boot_id,
-                summary=self.health_summary, phase=lambda: (isinstance(self._now, Running), self._stopping),
-                reset_line=self._reset_line)
+            self._opcua = self._new_opcua(self.config)
         except OpcUaStartError as exc:
             raise StartupError(str(exc)) from exc
+
+    def _new_opcua(self, config: AppConfig) -> OpcUaServer:
+        from appliance.supervisor.opcuasetup import start_opcua  # asyncua: only when configured
+
+        assert config.opcua is not None and self._opcua_feed is not None and isinstance(self._now, Connected)
+        return start_opcua(config, config.opcua, self.paths["state_dir"], self._opcua_feed,
+                           boot_id=self._now.publisher.boot_id, summary=self.health_summary,
+                           phase=lambda: (isinstance(self._now, Running), self._stopping), reset_line=self._reset_line)
 
     def _reset_line(self, camera_id: str, line: str) -> bool:
         inference = self._inference()
@@ -230,12 +239,8 @@ class Appliance:
         return Running(capturing.publisher, capturing.detector, capturing.server, capturing.served,
                        capturing.capture, inference, health_server=None)
 
-    def _open_health(self, running: Running) -> HealthServer | None:
-        if not self.config.health.enabled:
-            return None
-        self._step(f"health endpoint on {self.config.health.host}:{self.config.health.port}")
-        return open_http(self.config, running, self.health_summary,
-                         lambda: reporting.render_metrics(self.metrics, running.server),
+    def _http(self, config: AppConfig, running: Running) -> HealthServer | None:  # at start, and by a reload
+        return open_http(config, running, self.health_summary, self.metrics,
                          lambda: [c.id for c in self.config.cameras])
 
     def _on_ota_status(self, status: OtaStatus) -> None:
@@ -287,8 +292,17 @@ class Appliance:
         ``late``: the cameras of the new config that wait for their size (set when it is applied)."""
         if new is not None:
             self._late.replace(late)
-        self._reloaded, self.config, self._last_error = reloader.reload_running(
-            self.running, self._children, self.config, new, problems, source, self._reloaded, self._last_error)
+        self._reloaded, self.config, self._last_error, self._now = reloader.reload_running(
+            self.running, self._children, self.config, new, problems, source, self._reloaded, self._last_error,
+            self._http, self._restart_faces)
+
+    def _restart_faces(self, plan: ReloadPlan, old: AppConfig, now: AppConfig,
+                       on_error: Callable[[str], None]) -> ReloadPlan:
+        """The Sparkplug node and the OPC UA server each restarted alone if the plan names a change of it."""
+        self._sparkplug, plan = faces.restart_sparkplug(self._sparkplug, plan, old.mqtt, now.mqtt, self._new_node,
+                                                        on_error)
+        self._opcua, plan = faces.restart_opcua(self._opcua, plan, old, now, self._new_opcua, on_error)
+        return plan
 
     # -- periodic work -------------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -332,8 +346,9 @@ class Appliance:
         inference = self._inference()
         scheduler = inference.scheduler if inference else None
         summary = reporting.health_summary(self._cameras(), scheduler, self.server, self.router, self.recovery,
-                                           progressing=self._pipeline_progressing(), status=self.status_line())
-        summary["cameras"].update(self._late.readings())
+                                           progressing=self._pipeline_progressing(), status=self.status_line(),
+                                           problems=reporting.problems(self.publisher, self._system, self.config),
+                                           late=self._late.readings())
         summary["analytics"] = {} if inference is None else {
             camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
             for camera_id, stage in list(inference.analytics.items())}  # a reload may change it meanwhile
@@ -347,8 +362,7 @@ class Appliance:
             engine_progress=self._engine_progress, ota=self.ota.status() if self.ota else None)}
 
     def _health_for_mqtt(self) -> dict[str, Any]:
-        return reporting.health_for_mqtt(self.health_summary(), self._system.read(), self._tegrastats,
-                                         self.recovery)
+        return reporting.health_for_mqtt(self.health_summary(), self._system.read(), self._tegrastats, self.recovery)
 
     # -- stop ----------------------------------------------------------------------------------------------
     def stop(self) -> None:

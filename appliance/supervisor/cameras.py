@@ -48,6 +48,7 @@ class SupervisedCamera:
     published_state: CameraState | None = None
     health: CaptureHealth | None = None  # the latest reading of the ring header
     waiting_since: float | None = None  # epoch seconds it started waiting for its source; None unless waiting
+    last_error: tuple[str, float] | None = None  # the ring's last error and when it was first read (epoch s)
 
     def refresh(self, metrics: ApplianceMetrics, publisher: MqttPublisher | None) -> None:
         """Read the ring header (once a tick): export its counters, publish the camera's state when it changed."""
@@ -61,12 +62,19 @@ class SupervisedCamera:
         # Fixed once: wall time less the state's age moves a little with every reading.
         self.waiting_since = (self.waiting_since or time.time() - health.state_age_s) if state == "waiting" else None
         metrics.record_camera(self.id, health, streaming=state == "streaming", waiting=state == "waiting")
+        if health.last_error and (self.last_error is None or self.last_error[0] != health.last_error):
+            self.last_error = (health.last_error, time.time())
         if state != self.published_state and publisher is not None:
-            publisher.publish_camera_status(CameraStatus(self.id, state, round(health.fps, 2),
-                                                         health.last_error or None, self.waiting_since))
-            log.info("camera %s: %s%s", self.id, state, f" ({health.last_error})" if health.last_error else "",
-                     extra={"camera": self.id, "stage": "capture"})
+            publisher.publish_camera_status(self.status(state, health))
+            detail = f" ({health.last_error})" if health.last_error and state != "streaming" else ""
+            log.info("camera %s: %s%s", self.id, state, detail, extra={"camera": self.id, "stage": "capture"})
             self.published_state = state
+
+    def status(self, state: CameraState, health: CaptureHealth) -> CameraStatus:
+        """Its MQTT status: ``detail`` says why it is not streaming (none while it streams: the last error, kept
+        with its time in ``last_error``, is history, not now)."""
+        detail = health.last_error if state != "streaming" and health.last_error else None
+        return CameraStatus(self.id, state, round(health.fps, 2), detail, self.waiting_since, self.last_error)
 
     def close(self) -> None:
         """The scheduler's reader, then the capture's ring (its process was stopped first). A lease that a request

@@ -76,7 +76,7 @@ class LiveTap(Protocol):
 
 class FramePath:
     """Submits frames and hands their results on; ``latencies_ms`` keeps the newest capture-to-result times,
-    ``rate`` the inferences handed on per second over the last 10 s."""
+    ``rate`` the inferences completed per second over the last 10 s."""
 
     def __init__(self, server: InferenceServer, router: RouteHolder, publisher: DetectionSink,
                  recovery: FaultSink | None, metrics: FrameMetrics, *, request_timeout_s: float | None,
@@ -153,6 +153,7 @@ class FramePath:
             latency = {"queue": (submitted - meta.t_mono) * 1000, "inference": (done - submitted) * 1000,
                        "total": (done - meta.t_mono) * 1000}
             self._metrics.record_inferred(camera_id, done - submitted, max(0.0, done - meta.t_mono))
+            self.rate.note()  # inference completed: counted even when its result cannot be kept
             self.latencies_ms.append(latency["total"])
             model = ModelInfo(route.model, route.version or "base", route.model_hash)
             message = build_message(meta, future.result().outputs, model, route.class_names, latency)
@@ -167,7 +168,6 @@ class FramePath:
                 stage.publish_pending()
             with self._lock:
                 self._completed += 1
-            self.rate.note()
         finally:
             self._router.release(route, ok, done - submitted, found)
 

@@ -6,9 +6,13 @@ A camera is compared by id, its settings as a whole: a change to anything but it
 that camera alone; an analytics change that ``Analytics.replace_layout`` can take (zones, lines, classes, scores,
 anchor, counts interval) applies on the next frame; one it cannot (tracker, snapshots, a section added or
 removed) restarts the camera alone. A camera's MQTT publish mode (``mqtt.publish``, ``mqtt.cameras``) applies
-from its next frame. Every other section is changed only by a restart of the service, and so is
-the OPC UA address space (built from the cameras at start). The Sparkplug node follows the cameras by itself: its
-births come from the health summary, so a camera added, removed or with other lines gets its DBIRTH or DDEATH.
+from its next frame. The MQTT session's own settings (brokers, credentials, TLS, client id, QoS...) reconnect
+the publisher in place, and restart the Sparkplug node alone as a change of its own section does; ``health``
+(enabled, host, port) and ``web`` restart the HTTP server alone; ``opcua``, or a camera, zone or line that its
+address space lists, restarts the OPC UA server alone. Every other section is changed only by a restart of the
+service, and so is a Sparkplug node or OPC UA server added or removed. The Sparkplug node follows the cameras by
+itself: its births come from the health summary, so a camera added, removed or with other lines gets its DBIRTH or
+DDEATH.
 """
 
 from __future__ import annotations
@@ -22,6 +26,12 @@ from appliance.capture.config import CameraConfig
 
 # The analytics keys a running stage cannot take in place: its tracker and snapshot worker are built once.
 _ANALYTICS_REBUILT = ("tracker", "snapshots")
+# The mqtt keys the publisher takes by reconnecting in place (MqttPublisher.reconnect): the session's own.
+MQTT_RECONNECT = ("host", "port", "hosts", "protocol", "transport", "websocket_path", "tls", "username", "password",
+                   "password_file", "client_id", "clean_session", "session_expiry_s", "keepalive_s",
+                   "connect_timeout_s", "inflight_window", "backoff", "qos", "health_interval_s")
+# The keys the HTTP server (health endpoint and the operator's page) is built from: it restarts alone.
+_HTTP_RESTART = (("health", "enabled"), ("health", "host"), ("health", "port"), ("web",))
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,10 @@ class ReloadPlan:
     layouts: tuple[str, ...] = ()
     publish_modes: tuple[str, ...] = ()  # running cameras whose ``mqtt.publish``/``mqtt.cameras`` mode changed
     needs_restart: tuple[str, ...] = ()
+    mqtt: tuple[str, ...] = ()  # changed connection keys: the MQTT session reconnects with them
+    http: tuple[str, ...] = ()  # changed ``health``/``web`` keys: the HTTP server restarts alone
+    sparkplug: tuple[str, ...] = ()  # changed ``mqtt.sparkplug`` or connection keys: the node restarts alone
+    opcua: tuple[str, ...] = ()  # changed ``opcua`` keys, or "cameras" (its address space): it restarts alone
 
     @property
     def changes_cameras(self) -> bool:
@@ -45,7 +59,11 @@ class ReloadPlan:
         return ([f"camera {c} started" for c in self.start] + [f"camera {c} stopped" for c in self.stop]
                 + [f"camera {c} restarted" for c in self.restart]
                 + [f"camera {c} zones and lines applied" for c in self.layouts]
-                + [f"camera {c} publish mode applied" for c in self.publish_modes])
+                + [f"camera {c} publish mode applied" for c in self.publish_modes]
+                + ([f"MQTT reconnected ({', '.join(self.mqtt)})"] if self.mqtt else [])
+                + ([f"health endpoint restarted ({', '.join(self.http)})"] if self.http else [])
+                + ([f"Sparkplug node restarted ({', '.join(self.sparkplug)})"] if self.sparkplug else [])
+                + ([f"OPC UA server restarted ({', '.join(self.opcua)})"] if self.opcua else []))
 
     def describe(self) -> str:
         done = "; ".join(self.applied()) or "no change applied"
@@ -67,14 +85,28 @@ def plan_reload(old: AppConfig, new: AppConfig) -> ReloadPlan:
             layouts.append(camera_id)
     start = tuple(c for c in after if c not in before)
     stop = tuple(c for c in before if c not in after)
-    needs = [key for section in AppConfig.model_fields if section != "cameras"
-             for key in changed_keys(getattr(old, section), getattr(new, section), section)
-             if key.split(".")[:2] not in (["mqtt", "publish"], ["mqtt", "cameras"])]
+    changed = [key for section in AppConfig.model_fields if section != "cameras"
+               for key in changed_keys(getattr(old, section), getattr(new, section), section)
+               if key.split(".")[:2] not in (["mqtt", "publish"], ["mqtt", "cameras"])]
+    mqtt = [k for k in changed if k.split(".")[:2] in [["mqtt", n] for n in MQTT_RECONNECT]]
+    http = [k for k in changed if any(k.split(".")[:len(p)] == list(p) for p in _HTTP_RESTART)]
+    sparkplug, opcua = [], []
+    if old.mqtt.sparkplug is not None and new.mqtt.sparkplug is not None:  # added or removed: needs restart
+        sparkplug = [k for k in changed if k.startswith("mqtt.sparkplug.")] + mqtt  # the node connects with them
+    if old.opcua is not None and new.opcua is not None:  # added or removed: needs restart (its feed is made at start)
+        opcua = [k for k in changed if k.startswith("opcua.")] + (
+            ["cameras"] if _opcua_layout(old) != _opcua_layout(new) else [])
+    needs = [k for k in changed if k not in mqtt and k not in http and k not in sparkplug and k not in opcua]
     modes = tuple(c for c in after if c in before and c not in restart
                   and old.mqtt.publish_config(c) != new.mqtt.publish_config(c))
-    if (start or stop or restart or layouts) and new.opcua is not None and old.opcua is not None:
-        needs.append("opcua (its address space lists the cameras, their zones and lines, as at start)")
-    return ReloadPlan(start, stop, tuple(restart), tuple(layouts), modes, tuple(needs))
+    return ReloadPlan(start, stop, tuple(restart), tuple(layouts), modes, tuple(needs), tuple(mqtt), tuple(http),
+                      tuple(sparkplug), tuple(opcua))
+
+
+def _opcua_layout(config: AppConfig) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """What the OPC UA address space is built from (opcuasetup.camera_layouts): each camera's zone and line names."""
+    return {c.id: (tuple(z.name for z in c.analytics.zones), tuple(line.name for line in c.analytics.lines))
+            if c.analytics else ((), ()) for c in config.cameras}
 
 
 def with_running_sizes(running: AppConfig, new: AppConfig) -> AppConfig:

@@ -14,22 +14,25 @@ Pure functions: the Appliance passes what they read, so nothing here holds state
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import appliance
+from appliance import diskspace
+from appliance.appconfig.app import AppConfig
 from appliance.detector.engines.progress import ProgressEvent
+from appliance.health.levels import Readings, assess
 from appliance.health.metrics import ApplianceMetrics
-from appliance.health.system import SystemReading
+from appliance.health.system import SystemMonitor, SystemReading
 from appliance.health.tegrastats import TegrastatsMonitor, system_fields
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms, ota_status_payload
 from appliance.ota.status import STATES, OtaStatus
 from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.supervisor.cameras import SupervisedCamera
 from appliance.supervisor.scheduler import Scheduler
-from appliance.triton.errors import ServerStateError
+from appliance.triton.errors import ServerStateError, TritonError
 
 if TYPE_CHECKING:  # annotations only: importing them here would load paho and the Triton wrapper for nothing
     from appliance.capture.health import CaptureHealth
@@ -90,25 +93,65 @@ def status_line(cameras: Mapping[str, SupervisedCamera], configured: int, infere
 
 def health_summary(cameras: Mapping[str, SupervisedCamera], scheduler: Scheduler | None, server: Server | None,
                    router: Router | None, recovery: PipelineRecovery | None, *, progressing: bool,
-                   status: str) -> dict[str, Any]:
-    """``progressing``: the watchdog's verdict; ``status``: the status line."""
-    per_camera = {}
+                   status: str, problems: Sequence[str] = (),
+                   late: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """``progressing``: the watchdog's verdict; ``status``: the status line; ``problems``: more reasons for a
+    degraded level (results held or dropped, a disk low on space); ``late``: the readings of cameras that wait for
+    their size (supervisor.late). ``level`` and ``reasons``:
+    appliance.health.levels; ``ok`` is any level but failed, ``live`` what /livez answers."""
+    per_camera: dict[str, Mapping[str, Any]] = {}
     for slot in scheduler.cameras() if scheduler else []:
         cam = cameras[slot.camera_id]
+        detail = cam.health.last_error if cam.health and cam.published_state != "streaming" else ""
         per_camera[slot.camera_id] = {"state": cam.published_state, "inferred": slot.submitted,
                                       "skipped": slot.skipped, "dropped": slot.dropped, "errors": slot.errors,
-                                      **capture_readings(cam.health), **waiting_readings(cam)}
-    try:
-        triton_ok = bool(server is not None and server.ready)
-    except ServerStateError:  # stopping or stopped (the publisher's last health message comes after)
-        triton_ok = False
+                                      **capture_readings(cam.health), **waiting_readings(cam),
+                                      **({"detail": detail} if detail else {})}
+    per_camera.update(late or {})  # cameras waiting for their size: no scheduler slot yet
     route = router.current() if router is not None else None
+    triton_ok, serving_ok = _triton_readiness(server, route.ensemble if route else None)
     pipeline = recovery.status() if recovery is not None else None
-    serving = pipeline is None or pipeline.state is PipelineState.SERVING
-    return {"ok": triton_ok and serving and progressing, "triton_ready": triton_ok,
-            "status": status, "model": route.label if route else None,
+    broken = pipeline is not None and pipeline.state is not PipelineState.SERVING
+    level, reasons = assess(Readings(progressing, serving_ok, pipeline.line() if pipeline and broken else None,
+                                     per_camera, problems))
+    return {"ok": level != "failed", "level": level, "reasons": reasons, "live": progressing,
+            "triton_ready": triton_ok, "status": status, "model": route.label if route else None,
             "served": {"model": route.model, "version": route.version or "base"} if route else None,
             "cameras": per_camera, "pipeline": pipeline.to_dict() if pipeline is not None else None}
+
+
+def _triton_readiness(server: Server | None, ensemble: str | None) -> tuple[bool, bool]:
+    """(Triton's server-wide readiness, the served ensemble's): only the second counts for the level, as the
+    first is false while an OTA switch unloads the old version."""
+    try:
+        triton_ok = bool(server is not None and server.ready)
+        serving_ok = bool(server is not None and server.live and (ensemble is None or server.model_ready(ensemble)))
+    except ServerStateError:  # stopping or stopped (the publisher's last health message comes after)
+        return False, False
+    except TritonError:  # the ensemble unknown to it: not serving
+        return triton_ok, False
+    return triton_ok, serving_ok
+
+
+def problems(publisher: MqttPublisher | None, system: SystemMonitor, config: AppConfig) -> list[str]:
+    """Reasons for a degraded level besides the cameras: results not reaching the spool, the state dir (the one
+    ``system`` reads) low on space."""
+    state_dir = system.state_dir
+    low = diskspace.low_space(state_dir, config.health.min_free_mb * diskspace.MB) if state_dir else None
+    return result_problems(publisher) + ([low] if low else [])
+
+
+def result_problems(publisher: MqttPublisher | None) -> list[str]:
+    """Why results are not reaching the spool now (a full disk): the level's reason, while it lasts."""
+    if publisher is None:
+        return []
+    stats = publisher.stats()
+    if not stats.write_error:
+        return []
+    dropped = sum(stats.results_dropped.values())
+    what = "disk full" if "full" in stats.write_error.lower() else "spool not writable"
+    return [f"{what}: {stats.held} result(s) held in memory, {dropped} dropped (counted) so far: "
+            f"{stats.write_error}"]
 
 
 def service_readings(*, uptime_s: float, scheduler: Scheduler | None, recent_per_s: float,
@@ -141,8 +184,11 @@ def spool_readings(publisher: MqttPublisher | None) -> dict[str, Any] | None:
         return None
     stats = publisher.stats()
     spool = stats.spool
-    return {"mqtt": stats.state.value, "broker": stats.broker, "backlog": spool.backlog, "bytes": spool.bytes, "acked": stats.acked,
-            "dropped": spool.dropped_oldest + spool.dropped_newest + spool.dropped_expired}
+    return {"mqtt": stats.state.value, "broker": stats.broker, "backlog": spool.backlog, "bytes": spool.bytes,
+            "acked": stats.acked, "dropped": spool.dropped_oldest + spool.dropped_newest + spool.dropped_expired,
+            "held": stats.held, "results_dropped": sum(stats.results_dropped.values()),
+            "results_dropped_by": [{"camera_id": c, "kind": k, "reason": r, "count": n}
+                                   for (c, k, r), n in sorted(stats.results_dropped.items())]}
 
 
 def engine_readings(engine: InstalledEngine | None, progress: ProgressEvent | None) -> dict[str, Any] | None:
@@ -183,6 +229,7 @@ def health_for_mqtt(summary: Mapping[str, Any], reading: SystemReading, tegrasta
     """``summary``: ``health_summary``'s; ``reading``: the system's now; ``tegrastats`` None where it is off."""
     system: dict[str, Any] = {"cpu_percent": reading.cpu_percent,
                               "mem_available_bytes": reading.mem_available_bytes,
+                              "state_dir_free_bytes": reading.state_dir_free_bytes,
                               **{f"temp_{k}": v for k, v in reading.temperatures_c.items()}}
     if tegrastats is not None and tegrastats.active:
         tegra = tegrastats.latest()
@@ -200,6 +247,7 @@ def record_metrics(metrics: ApplianceMetrics, publisher: MqttPublisher | None, s
         metrics.record_spool(backlog=stats.spool.backlog, size_bytes=stats.spool.bytes, acked=stats.acked,
                              dropped={"oldest": stats.spool.dropped_oldest, "newest": stats.spool.dropped_newest,
                                       "expired": stats.spool.dropped_expired})
+        metrics.record_results_dropped(stats.results_dropped)
     if scheduler is not None:
         metrics.inflight.set(scheduler.inflight)
         for slot in scheduler.cameras():

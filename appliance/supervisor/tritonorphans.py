@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,8 +31,9 @@ def reclaim_triton_orphans(prefix: str = REGION_PREFIX, proc: Path = Path("/proc
                            shm_root: Path = Path("/dev/shm"), kill: bool = True) -> Reclaimed:
     """End stubs whose server died and remove shared-memory regions of dead servers; say what was done.
 
-    Only this user's stubs and regions are touched: a pid missing from ``proc`` may be another user's live process
-    (systemd's ``ProtectProc=invisible`` hides them), so what belongs to another user is logged and left."""
+    Only this user's stubs and plain-file regions are touched: a pid missing from ``proc`` may be another user's
+    live process (systemd's ``ProtectProc=invisible`` hides them), so what belongs to another user, or is no plain
+    file, is logged and left."""
     scanner = StubScanner(proc, shm_root)
     done = Reclaimed()
     for stub in scanner.orphans():
@@ -44,7 +46,7 @@ def reclaim_triton_orphans(prefix: str = REGION_PREFIX, proc: Path = Path("/proc
                 continue
         done.stubs.append(stub.pid)
     for region in scanner.stale_regions(prefix):
-        if not _ours(region, "shared-memory region"):
+        if not _ours(region, "shared-memory region", regular=True):
             continue
         try:
             region.unlink()
@@ -57,11 +59,15 @@ def reclaim_triton_orphans(prefix: str = REGION_PREFIX, proc: Path = Path("/proc
     return done
 
 
-def _ours(path: Path, what: str) -> bool:
-    """Whether ``path`` (a /proc entry or a region file; a link is not followed) belongs to this user; else log."""
+def _ours(path: Path, what: str, regular: bool = False) -> bool:
+    """Whether ``path`` (a /proc entry or a region file; a link is not followed) belongs to this user and, with
+    ``regular``, is a plain file (a region is one; a folder or device at a region's name is not ours); else log."""
     try:
         st = path.lstat()
     except FileNotFoundError:
+        return False
+    if regular and not stat.S_ISREG(st.st_mode):
+        log.warning("leaving %s %s alone: it is not a plain file", what, path)
         return False
     if st.st_uid == os.geteuid():  # unlinking a link of ours removes the link, never its target
         return True

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from appliance.config.shown import shown
+from appliance.logs import AUDIT
 from appliance.passwords import hash_password, verify_password
 from appliance.web.config import Role, UserConfig, WebConfig
 
@@ -72,7 +73,7 @@ class Auth:
         # A name that does not exist costs as much as a wrong password: no telling which it was.
         ok = check_password(password, user.password_hash if user else self._no_user)
         if user is None or not ok:
-            log.warning("web: failed login for %s", shown(name))
+            log.warning("web: failed login for %s", shown(name), extra=AUDIT)
             return None
         token = secrets.token_urlsafe(32)
         session = Session(user.name, user.role, secrets.token_urlsafe(24), self._clock() + self._session_s)

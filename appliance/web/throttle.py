@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from appliance.config.shown import shown
+from appliance.logs import AUDIT
 
 log = logging.getLogger("appliance.web")
 
@@ -76,7 +77,8 @@ class LoginThrottle:
                 if record.failures >= self._free and not record.logged:
                     record.logged = True
                     log.warning("web: %d failed logins for %s %s; each further try waits longer (up to %g s), "
-                                "logged again when it stops", record.failures, key[0], shown(key[1]), self._max)
+                                "logged again when it stops", record.failures, key[0], shown(key[1]), self._max,
+                                extra=AUDIT)
 
     def succeeded(self, client: str, name: str) -> None:
         with self._lock:
@@ -89,4 +91,4 @@ class LoginThrottle:
         del self._records[key]
         if record.logged:
             log.warning("web: failed logins for %s %s stopped: %d failed, %d more refused while held back",
-                        key[0], shown(key[1]), record.failures, record.refused)
+                        key[0], shown(key[1]), record.failures, record.refused, extra=AUDIT)

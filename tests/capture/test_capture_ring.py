@@ -247,10 +247,14 @@ def test_reclaim_stale_rings_removes_only_dead_unconfigured_rings(shm_root):
     create_ring(dead, GEOM, "gone").close(remove=False)
     kept = ring_path(shm_root, "kept")
     create_ring(kept, GEOM, "kept").close(remove=False)
+    headless = ring_path(shm_root, "headless")  # our name, our user, 0600, but no ring header: not provably a ring
+    headless.write_bytes(bytes(4096))
+    headless.chmod(0o600)
     with create_ring(ring_path(shm_root, "live"), GEOM, "live"):
         assert reclaim_stale_rings(shm_root, keep={"kept"}) == [dead]
-        assert kept.exists() and ring_path(shm_root, "live").exists()
+        assert kept.exists() and ring_path(shm_root, "live").exists() and headless.exists()
     kept.unlink()
+    headless.unlink()
 
 
 @pytest.mark.slow

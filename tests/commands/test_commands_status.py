@@ -33,9 +33,14 @@ def test_status_prints_a_readable_summary_and_exit_code_follows_health() -> None
             "CAMERA  STATE         SIZE  FPS  INFERRED  SKIPPED  DROPPED  ERRORS  RECONNECTS",
             "line1   streaming  768x576    -        40        2        -       0           -",
         ]
-        summary["ok"] = False
+        summary.update(level="degraded", reasons=["camera line2 is error: could not open /dev/video4"])
         result = _status(f"http://127.0.0.1:{server.port}")
-        assert result.returncode == 1 and result.stdout.startswith("NOT HEALTHY")
+        assert result.returncode == 1, result.stderr  # WARNING, as a monitoring plugin says it
+        assert result.stdout.splitlines()[:2] == ["WARNING: 1/1 cameras streaming, 2.0 inferences/s, mqtt connected",
+                                                  "  - camera line2 is error: could not open /dev/video4"]
+        summary.update(ok=False, level="failed", reasons=["the frame path is not progressing"])
+        result = _status(f"http://127.0.0.1:{server.port}")
+        assert result.returncode == 2 and result.stdout.startswith("CRITICAL: "), result.stdout  # CRITICAL
         result = subprocess.run([sys.executable, "-m", "appliance", "status", "--url",
                                  f"http://127.0.0.1:{server.port}", "--json"], capture_output=True, text=True,
                                 timeout=60, cwd=REPO)
@@ -70,7 +75,7 @@ FULL = {
 
 def test_format_status_reads_at_a_glance() -> None:
     assert format_status(FULL).splitlines() == [
-        "NOT HEALTHY: 1/2 cameras streaming, 7.9 inferences/s, mqtt connecting",
+        "CRITICAL: 1/2 cameras streaming, 7.9 inferences/s, mqtt connecting",
         "  appliance  0.1.0, up 2h 12m",
         "  model      yolov3-tiny, version 1.4.0; engine tensorrt fp16 (tensorrt_plan), built in 412 s",
         "  triton     ready",
@@ -108,15 +113,19 @@ def test_format_helpers() -> None:
         ["0 B", "1023 B", "1.0 KiB", "1.5 MiB", "5.0 GiB"]
 
 
-def test_status_when_nothing_listens_says_what_to_check() -> None:
+def test_status_when_nothing_listens_says_what_to_check(tmp_path: Path) -> None:
     result = _status("http://127.0.0.1:9")
     assert result.returncode == 3
     assert "is the appliance running" in result.stderr
+    (tmp_path / "broken.yaml").write_text("device: [\n")  # a config it cannot read: UNKNOWN too, never CRITICAL
+    unread = subprocess.run([sys.executable, "-m", "appliance", "status", "--config", str(tmp_path / "broken.yaml")],
+                            capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert unread.returncode == 3 and unread.stderr.startswith("error: "), unread.stderr
 
 
 def test_format_status_without_cameras() -> None:
     assert format_status({"ok": False, "triton_ready": False, "status": "starting"}) == \
-        "NOT HEALTHY: starting\n  triton  NOT READY"
+        "CRITICAL: starting\n  triton  NOT READY"
 
 
 def test_format_status_shows_the_pipeline_and_dropped_frames() -> None:
@@ -126,7 +135,7 @@ def test_format_status_shows_the_pipeline_and_dropped_frames() -> None:
                            "reloads": 0},
               "cameras": {"line1": {"state": "streaming", "inferred": 40, "skipped": 2, "dropped": 12, "errors": 3}}}
     assert format_status(health).splitlines() == [
-        "NOT HEALTHY: 1/1 cameras streaming",
+        "CRITICAL: 1/1 cameras streaming",
         "  triton    ready",
         "  pipeline  CRASH LOOP (yolov3-tiny@2): ota-2-detector: reload failed: bad model; 5 failure(s), attempt 4, "
         "next reload in 60 s",

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.smalldisk import small_tmpfs
 
 from engines_helpers import REPO, EngineEnv, make_onnx, write_profile
 
@@ -146,3 +147,14 @@ def test_first_boot_unit_verifies(tmp_path: Path) -> None:
                             cwd=tmp_path, timeout=60)
     problems = [line for line in result.stderr.splitlines() if "appliance" in line]
     assert result.returncode == 0 and not problems, result.stderr
+
+
+def test_a_state_dir_too_small_for_the_build_is_named_and_not_restarted(env: EngineEnv, tmp_path: Path) -> None:
+    """A real small filesystem: the build says how much it needs and how much is free, before it writes
+    anything, and exits 2 (the unit's RestartPreventExitStatus) instead of failing later on a torn file."""
+    with small_tmpfs(tmp_path / "small-state", 8 * 1024 * 1024) as state:
+        result = _cli(env, "--state-dir", str(state))
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        assert re.search(rf"not enough space in {re.escape(str(state))}: the engine build of tiny needs about "
+                         r"1\d MB, 8\.0 MB free", result.stderr), result.stderr
+        assert not list(state.rglob("*.onnx"))  # nothing half-written

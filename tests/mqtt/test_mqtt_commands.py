@@ -131,6 +131,41 @@ def test_retained_command_delivered_on_subscribe_is_not_executed(tmp_path: Path,
     assert [c.request_id for c in ran] == ["g1"]
 
 
+def _online_publisher(tmp_path: Path, broker: Mosquitto, sub: Any, ran: list[Command]) -> MqttPublisher:
+    """MQTT 5, a persistent session "keeper"; returned once its command subscription is live ("online" is out)."""
+    pub = MqttPublisher(make_config(broker, protocol="5", client_id="keeper"), tmp_path / "spool.sqlite3")
+    pub.on_command("reload", lambda cmd: ran.append(cmd) or {}, read_only=True)
+    seen = len([m for m in sub.messages if m.topic == "plant/dev1/status" and b'"online"' in m.payload])
+    pub.start()
+    assert pub.wait_connected(20)
+    assert sub.wait_for(lambda ms: len([m for m in ms if m.topic == "plant/dev1/status"
+                                        and b'"online"' in m.payload]) > seen)
+    return pub
+
+
+def test_retained_commands_live_or_queued_and_empty_payloads_never_run(tmp_path: Path, broker: Mosquitto,
+                                                                       subscriber_factory: Any) -> None:
+    sub = subscriber_factory(broker, ["plant/dev1/reply", "plant/dev1/status"])
+    ran: list[Command] = []
+    topic = "plant/dev1/command/reload"
+    pub = _online_publisher(tmp_path, broker, sub, ran)
+    try:  # published retained while the appliance is subscribed: Retain As Published keeps the flag
+        sub.client.publish(topic, b'{"request_id": "live", "args": {}}', qos=1, retain=True).wait_for_publish(10)
+        sub.client.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)  # clearing it runs nothing
+        assert _ask(sub, "reload", b'{"request_id": "g1"}')["request_id"] == "g1"  # the sentinel, in order after
+    finally:
+        pub.stop()
+    # queued for the persistent session while the appliance is away, and held by the broker as retained
+    sub.client.publish(topic, b'{"request_id": "queued", "args": {}}', qos=1, retain=True).wait_for_publish(10)
+    pub = _online_publisher(tmp_path, broker, sub, ran)
+    try:
+        sub.client.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)
+        assert _ask(sub, "reload", b'{"request_id": "g2"}')["request_id"] == "g2"
+    finally:
+        pub.stop()
+    assert [c.request_id for c in ran] == ["g1", "g2"]
+
+
 def test_mqtt5_response_topic_and_correlation_data(broker: Mosquitto, publisher: MqttPublisher) -> None:
     with Subscriber(broker, "scada/replies/42", protocol=paho.MQTTv5) as client:
         props = Properties(PacketTypes.PUBLISH)

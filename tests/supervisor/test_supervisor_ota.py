@@ -12,7 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,30 @@ def _gaps(arrivals: list[float]) -> list[float]:
     return [b - a for a, b in zip(arrivals, arrivals[1:])]
 
 
+class _Poller:
+    """GETs /livez and /healthz every 100 ms on a thread until ``stop()``: what an orchestrator's probes see."""
+
+    def __init__(self, health_port: int) -> None:
+        self.codes: dict[str, list[int]] = {"livez": [], "healthz": []}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(f"http://127.0.0.1:{health_port}",), daemon=True)
+        self._thread.start()
+
+    def _run(self, url: str) -> None:
+        while not self._done.wait(0.1):
+            for path, codes in self.codes.items():
+                try:
+                    with urllib.request.urlopen(f"{url}/{path}", timeout=5) as response:
+                        codes.append(response.status)
+                except urllib.error.HTTPError as exc:
+                    codes.append(exc.code)
+
+    def stop(self) -> dict[str, list[int]]:
+        self._done.set()
+        self._thread.join(10)
+        return self.codes
+
+
 def _start(config: Path, notify: NotifySocket, log: Path) -> subprocess.Popen:
     env = {**os.environ, "NOTIFY_SOCKET": str(notify.path), "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],
@@ -145,6 +171,7 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
         assert {p["model"]["version"] for _t, p in _timed(sub, "detections")} == {"base"}
 
         t_push = time.monotonic()
+        probes = _Poller(health_port)
         pushed = _ota_cli("push", str(bundle), "--mqtt", f"127.0.0.1:{broker.port}", "--device", device,
                           "--chunk-bytes", str(1 << 20), "--sign-key", str(tmp_path / "ota.key"), "--json",
                           timeout=330)  # the bundle key signs commands too (default); it waits for the verdict
@@ -157,6 +184,9 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
 
         _wait(outcome, 300, daemon, log)
         t_done = time.monotonic()
+        codes = probes.stop()  # the old version was unloaded before "active": the probes saw the whole switch
+        assert len(codes["livez"]) > 20 and set(codes["livez"]) == {200}, codes["livez"]
+        assert set(codes["healthz"]) == {200}, codes["healthz"]  # a model switch is not a failure
         assert outcome()[-1]["state"] == "active", outcome()
         states = [p["state"] for _t, p in _timed(sub, "ota_status")]
         for _t, p in _timed(sub, "ota_status"):

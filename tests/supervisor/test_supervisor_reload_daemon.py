@@ -1,9 +1,11 @@
 """`systemctl reload appliance` on a real daemon: the unit's own ExecReload command (the installed path pointed
 at this checkout) against `appliance run` with three file cameras, the real detector and a real broker. A reload
-that adds a camera, moves camera 2's line and changes its source, and removes camera 3 applies exactly that:
-camera 1 streams on with `message_seq` continuous and no capture gap above two frame intervals, camera 4 starts,
-camera 2 counts on its new line, camera 3's retained status is cleared. A config with a problem is then refused
-(FILE:LINE, exit 1, /healthz and the retained MQTT reload outcome say so) and every camera keeps running."""
+that adds a camera, moves camera 2's line and changes its source, removes camera 3, moves MQTT to a second broker
+(another client id and keepalive) and the health endpoint to another port applies exactly that: camera 1 streams
+on with `message_seq` continuous over both brokers and no capture gap above two frame intervals, camera 4 starts,
+camera 2 counts on its new line, camera 3's retained status is cleared, the page answers on the new port. A
+config with a problem is then refused (FILE:LINE, exit 1, /healthz and the retained MQTT reload outcome say so)
+and every camera keeps running."""
 
 from __future__ import annotations
 
@@ -64,8 +66,9 @@ def _exec_reload(config: Path, pid: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=REPO)
 
 
-def _detections(subscriber: Subscriber, camera: str, since_ms: float = 0.0) -> list[dict[str, Any]]:
-    unique = {m["message_id"]: m for m in subscriber.of_type("detections")
+def _detections(subscriber: Subscriber, camera: str, since_ms: float = 0.0,
+                *more: Subscriber) -> list[dict[str, Any]]:
+    unique = {m["message_id"]: m for s in (subscriber, *more) for m in s.of_type("detections")
               if m["camera_id"] == camera and m["capture_time_ms"] >= since_ms}  # QoS 1 may redeliver
     return sorted(unique.values(), key=lambda m: m["message_seq"])
 
@@ -89,8 +92,8 @@ def _healthz(port: int) -> dict[str, Any]:
 def test_reload_applies_what_changed_and_refuses_a_bad_config(tmp_path: Path, shm_root: Path,
                                                               engine_seed: Path) -> None:
     assert VTEST.is_file(), f"{VTEST} missing: scripts/setup.d/40-vtest.sh fetches it"
-    broker = Mosquitto(tmp_path / "broker").start()
-    device, health_port = f"rl{uuid.uuid4().hex[:6]}", free_port()
+    broker, second = Mosquitto(tmp_path / "broker").start(), Mosquitto(tmp_path / "broker2").start()
+    device, health_port, new_port = f"rl{uuid.uuid4().hex[:6]}", free_port(), free_port()
     images = {"type": "images", "path": str(make_camera_dir(tmp_path))}
     base = {"device": {"id": device}, "paths": {"state_dir": str(tmp_path / "state"), "shm_root": str(shm_root)},
             "mqtt": {"host": "127.0.0.1", "port": broker.port}, "health": {"port": health_port}}
@@ -98,7 +101,7 @@ def test_reload_applies_what_changed_and_refuses_a_bad_config(tmp_path: Path, sh
     _write(config, base, [_camera("cam1", {"type": "file", "path": str(VTEST)}), _camera("cam2", images, OLD_LINE),
                           _camera("cam3", images)])
     seed_state_dir(tmp_path / "state", engine_seed)
-    subscriber = Subscriber(broker, f"appliance/{device}/#")
+    subscriber, moved = Subscriber(broker, f"appliance/{device}/#"), Subscriber(second, f"appliance/{device}/#")
     daemon = RunningDaemon(tmp_path, config, REPO)
     topic = f"appliance/{device}"
     try:
@@ -108,22 +111,28 @@ def test_reload_applies_what_changed_and_refuses_a_bad_config(tmp_path: Path, sh
         reload_at_ms = time.time() * 1000
         new_cameras = [_camera("cam1", {"type": "file", "path": str(VTEST)}),
                        _camera("cam2", {"type": "file", "path": str(VTEST)}, NEW_LINE), _camera("cam4", images)]
+        # ... and moves to another broker with another client id and keepalive, the page to another port.
+        base = {**base, "health": {"port": new_port},
+                "mqtt": {"host": "127.0.0.1", "port": second.port, "client_id": f"{device}-b", "keepalive_s": 20}}
         _write(config, base, new_cameras)
         applied = _exec_reload(config, daemon.process.pid)
         reloaded_at_ms = time.time() * 1000
         assert applied.returncode == 0, applied.stdout + applied.stderr + daemon.tail()
-        for said in ("camera cam4 started", "camera cam3 stopped", "camera cam2 restarted"):
+        for said in ("camera cam4 started", "camera cam3 stopped", "camera cam2 restarted", "health endpoint "
+                     "restarted (health.port)", "MQTT reconnected (mqtt.port, mqtt.client_id, mqtt.keepalive_s)"):
             assert said in applied.stdout, applied.stdout
 
-        daemon.wait(lambda: len(_detections(subscriber, "cam4")) >= 3, 60, "camera 4's detections")
-        assert [_status(health_port, f"/camera/{c}") for c in ("cam4", "cam3")] == [200, 404]  # the page follows
+        daemon.wait(lambda: len(_detections(moved, "cam4")) >= 3, 60, "camera 4's detections on the new broker")
+        assert [_status(new_port, f"/camera/{c}") for c in ("cam4", "cam3")] == [200, 404]  # the page follows
+        with pytest.raises(urllib.error.URLError):
+            _status(health_port, "/healthz")  # the old port is closed
         daemon.wait(lambda: any(e["camera_id"] == "cam2" and e["event"] == "cross" and e["line"] == "middle"
-                                for e in subscriber.of_type("event")), 120, "a crossing of camera 2's new line")
-        counts = [m for m in subscriber.of_type("counts") if m["camera_id"] == "cam2"]
+                                for e in moved.of_type("event")), 120, "a crossing of camera 2's new line")
+        counts = [m for m in moved.of_type("counts") if m["camera_id"] == "cam2"]
         assert set(counts[-1]["lines"]) == {"middle"}, counts[-1]
-        cleared = [m for m in subscriber.on_topic("/cam3/status") if m.payload == b""]
+        cleared = [m for m in moved.on_topic("/cam3/status") if m.payload == b""]
         assert cleared, "camera 3's retained status was not cleared"
-        with Subscriber(broker, f"{topic}/cam3/+") as fresh:
+        with Subscriber(second, f"{topic}/cam3/+") as fresh:
             time.sleep(1.0)  # what the broker keeps for the topic arrives at once on subscribing
             assert [m for m in fresh.messages if m.retain] == []
 
@@ -134,22 +143,25 @@ def test_reload_applies_what_changed_and_refuses_a_bad_config(tmp_path: Path, sh
         refused_at_ms = time.time() * 1000
         assert refused.returncode == 1, refused.stdout + refused.stderr
         assert f"{config}:{bad_line}: " in refused.stdout, refused.stdout
-        health = _healthz(health_port)
+        health = _healthz(new_port)
         assert health["reload"]["ok"] is False and "reload refused" in health["status"], health
-        reported = subscriber.of_type("reload_status")
+        reported = moved.of_type("reload_status")
         assert [m["ok"] for m in reported] == [True, False], reported
         for message in reported:
             validate_message("reload_status", message)
         assert [p.split(": ")[0:2] for p in reported[1]["problems"]] == [[f"{config}:{bad_line}", "cameras.0.fps"]]
-        daemon.wait(lambda: all(len(_detections(subscriber, c, refused_at_ms + 1000)) >= 2
+        daemon.wait(lambda: all(len(_detections(moved, c, refused_at_ms + 1000)) >= 2
                                 for c in ("cam1", "cam2", "cam4")), 60, "every camera on after the refusal")
         assert daemon.terminate() == 0, daemon.tail()
     finally:
         daemon.close()
         subscriber.close()
+        moved.close()
         broker.stop()
-    _check_camera_1(_detections(subscriber, "cam1"), reload_at_ms, reloaded_at_ms)
-    assert not [m for m in _detections(subscriber, "cam3") if m["capture_time_ms"] > reloaded_at_ms]
+        second.stop()
+    # Nothing lost across the move: camera 1's numbering is continuous over both brokers.
+    _check_camera_1(_detections(subscriber, "cam1", 0.0, moved), reload_at_ms, reloaded_at_ms)
+    assert not [m for m in _detections(subscriber, "cam3", 0.0, moved) if m["capture_time_ms"] > reloaded_at_ms]
 
 
 def _check_camera_1(messages: list[dict[str, Any]], reload_at_ms: float, reloaded_at_ms: float) -> None:

@@ -76,15 +76,53 @@ def test_sections_that_need_a_restart_are_named_by_key_and_never_by_value() -> N
     new["model"] = {"name": "other-model"}
     new["triton"] = {"log_verbose": 1}
     new["paths"] = {"state_dir": "/srv/state"}
-    new["mqtt"] = {"host": "localhost", "username": "line", "password": "s3cret"}
+    new["mqtt"] = {"host": "localhost", "topic_prefix": "plant", "username": "line", "password": "s3cret"}
     plan = _plan(_doc(), new)
-    assert set(plan.needs_restart) == {"model.name", "triton.log_verbose", "paths.state_dir", "mqtt.username",
-                                       "mqtt.password"}
-    assert not plan.changes_cameras
+    assert set(plan.needs_restart) == {"model.name", "triton.log_verbose", "paths.state_dir", "mqtt.topic_prefix"}
+    assert plan.mqtt == ("mqtt.username", "mqtt.password") and not plan.changes_cameras
     assert "s3cret" not in plan.describe() and "needs restart: " in plan.describe()
+    assert "MQTT reconnected (mqtt.username, mqtt.password)" in plan.applied()
     changed = copy.deepcopy(new)
     changed["mqtt"]["password"] = "other"
-    assert _plan(new, changed).needs_restart == ("mqtt.password",)
+    assert (_plan(new, changed).mqtt, _plan(new, changed).needs_restart) == (("mqtt.password",), ())
+
+
+def test_the_mqtt_session_settings_reconnect_and_its_topics_spool_and_commands_need_a_restart() -> None:
+    new = _doc()
+    new["mqtt"] = {"hosts": [{"host": "b1"}, {"host": "b2", "port": 8883}], "client_id": "line-7", "keepalive_s": 10,
+                   "qos": {"detections": 0, "replies": 0}, "tls": {"check_hostname": False}, "inflight_window": 5,
+                   "backoff": {"max_s": 5}, "health_interval_s": 10, "protocol": "5", "username": "u", "password_file": "/p",
+                   "device_id": "other", "spool": {"max_bytes": 100000}, "commands": {"require_signature": False}}
+    plan = _plan(_doc(), new)
+    assert set(plan.mqtt) == {"mqtt.hosts", "mqtt.client_id", "mqtt.keepalive_s", "mqtt.qos.detections",
+                              "mqtt.qos.replies", "mqtt.tls", "mqtt.inflight_window", "mqtt.backoff.max_s",
+                              "mqtt.health_interval_s", "mqtt.protocol", "mqtt.username", "mqtt.password_file"}
+    assert set(plan.needs_restart) == {"mqtt.device_id", "mqtt.spool.max_bytes", "mqtt.commands.require_signature"}
+    # The Sparkplug node connects with the same settings: it restarts alone with them, as for its own section.
+    old = _doc()
+    old["mqtt"]["sparkplug"] = {"group_id": "plant"}
+    new = copy.deepcopy(old)
+    new["mqtt"]["keepalive_s"] = 10
+    new["mqtt"]["sparkplug"]["interval_s"] = 5
+    plan = _plan(old, new)
+    assert (plan.mqtt, plan.sparkplug, plan.needs_restart) == (
+        ("mqtt.keepalive_s",), ("mqtt.sparkplug.interval_s", "mqtt.keepalive_s"), ())
+    assert "Sparkplug node restarted (mqtt.sparkplug.interval_s, mqtt.keepalive_s)" in plan.applied()
+    del new["mqtt"]["sparkplug"]  # a node added or removed: a restart
+    assert _plan(old, new).needs_restart == ("mqtt.sparkplug",)
+
+
+def test_the_health_endpoint_and_page_restart_alone_on_their_own_keys() -> None:
+    new = _doc()
+    new["health"] = {"port": 9200, "host": "0.0.0.0", "interval_s": 2.0}
+    new["web"] = {"hosts": ["line7.local"], "session_s": 600}
+    plan = _plan(_doc(), new)
+    assert set(plan.http) == {"health.port", "health.host", "web.hosts", "web.session_s"}
+    assert plan.needs_restart == ("health.interval_s",)  # the readings' refresh, not the server's
+    assert "health endpoint restarted (health.host, health.port, web.session_s, web.hosts)" in plan.applied()
+    new = _doc()
+    new["health"] = {"enabled": False}
+    assert (_plan(_doc(), new).http, _plan(_doc(), new).needs_restart) == (("health.enabled",), ())
 
 
 def test_the_camera_order_alone_is_no_change() -> None:
@@ -93,20 +131,25 @@ def test_the_camera_order_alone_is_no_change() -> None:
     assert _plan(_doc(), new) == ReloadPlan()
 
 
-def test_opcua_lists_the_cameras_so_a_camera_change_needs_its_restart_and_sparkplug_follows_by_itself() -> None:
+def test_opcua_restarts_alone_when_its_section_or_its_address_space_changes() -> None:
     old = _doc()
     old["opcua"] = {"port": 4841}
-    old["mqtt"]["sparkplug"] = {"group_id": "plant"}
     new = copy.deepcopy(old)
     new["cameras"].append(_camera("cam4"))
     plan = _plan(old, new)
-    assert plan.start == ("cam4",)
-    assert [key.split()[0] for key in plan.needs_restart] == ["opcua"]
+    assert (plan.start, plan.opcua, plan.needs_restart) == (("cam4",), ("cameras",), ())
+    assert "OPC UA server restarted (cameras)" in plan.applied()
     new = copy.deepcopy(old)
-    new["cameras"][1]["analytics"]["lines"][0]["b"] = [640, 100]
-    assert [key.split()[0] for key in _plan(old, new).needs_restart] == ["opcua"]
+    new["cameras"][1]["analytics"]["lines"][0]["b"] = [640, 100]  # a line moved: the same names
+    assert _plan(old, new).opcua == ()
+    new["cameras"][1]["analytics"]["lines"][0]["name"] = "gate"  # renamed: another address space
+    new["cameras"][0]["fps"] = 5  # a capture change alone lists nothing new
+    assert _plan(old, new).opcua == ("cameras",)
+    new = copy.deepcopy(old)
+    new["opcua"]["port"] = 4842
+    assert _plan(old, new).opcua == ("opcua.port",)
     del new["opcua"]
-    assert _plan(old, new).needs_restart == ("opcua",)  # the section itself
+    assert (_plan(old, new).opcua, _plan(old, new).needs_restart) == ((), ("opcua",))  # the section itself
 
 
 def test_changed_keys_walks_nested_sections() -> None:

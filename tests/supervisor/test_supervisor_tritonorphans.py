@@ -85,3 +85,16 @@ def test_another_users_region_is_kept_and_logged(tmp_path: Path, caplog: pytest.
         done = reclaim_triton_orphans(shm_root=tmp_path)
     assert done.regions == [ours] and theirs.exists()
     assert any(f"{theirs} alone" in r.getMessage() and "uid 65534" in r.getMessage() for r in caplog.records)
+
+
+def test_a_folder_at_a_region_name_is_kept_and_does_not_stop_the_start(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """The appliance's own user made it, but a region is a plain file: a folder is not provably one of ours."""
+    dead = _dead_pid()
+    folder, region = tmp_path / f"appliance_{dead}_x", tmp_path / f"appliance_{dead}_1_abc"
+    folder.mkdir()
+    region.write_bytes(b"x")
+    with caplog.at_level(logging.WARNING):
+        done = reclaim_triton_orphans(shm_root=tmp_path)
+    assert done.regions == [region] and folder.is_dir()
+    assert any(f"{folder} alone: it is not a plain file" in r.getMessage() for r in caplog.records)

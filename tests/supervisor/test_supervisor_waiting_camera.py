@@ -2,12 +2,15 @@
 `appliance run` as a real process starts with the cameras it has, serves them, reports the absent one as waiting
 (MQTT camera status, /healthz, `appliance status`, /metrics) and picks it up once its file is moved into place.
 A camera without width/height whose file is not there either waits for its size the same way (no ring can be made
-yet) and starts, at its video's own size, once the file appears."""
+yet) and starts, at its video's own size, once the file appears. While they wait the level is degraded (/readyz
+503, `appliance status` exit 1 with the reasons, /livez 200); once they stream, ok again, and line2's retained
+status keeps its old error only as `last_error`."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -39,6 +42,14 @@ def _waiting_gauge(url: str, camera: str) -> float | None:
             if sample.name == "appliance_camera_waiting" and sample.labels.get("camera") == camera:
                 return sample.value
     return None
+
+
+def _code(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_file_appears(
@@ -73,7 +84,10 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
         assert since <= waiting["time_ms"]
 
         health = fetch_health(url)
-        assert health["ok"], health
+        assert health["ok"] and health["level"] == "degraded", health  # serving, not everything: not failed
+        assert health["reasons"] == [f"camera {c} is waiting: {health['cameras'][c]['waiting_for']}"
+                                     for c in ("line2", "line3")]  # line3 has no ring yet: still counted
+        assert (_code(f"{url}/livez"), _code(f"{url}/readyz"), _code(f"{url}/healthz")) == (200, 503, 200)
         line2 = health["cameras"]["line2"]
         assert line2["state"] == "waiting" and f"{later} does not exist" in line2["waiting_for"], line2
         assert line2["waiting_since"] == waiting["since"], (line2, waiting)  # one moment, wherever it is shown
@@ -81,7 +95,8 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
         _check_line3_waits(line2_status("waiting", "line3")[0], health["cameras"]["line3"], sizeless)
         shown = subprocess.run([sys.executable, "-m", "appliance", "status", "--url", url], capture_output=True,
                                text=True, timeout=60, cwd=REPO)
-        assert shown.returncode == 0, shown.stderr
+        assert shown.returncode == 1, shown.stderr  # WARNING
+        assert shown.stdout.startswith("WARNING: ") and "  - camera line2 is waiting: " in shown.stdout, shown.stdout
         assert f"line2: waiting since {line2['waiting_since']}: file {later} does not exist" in shown.stdout, \
             shown.stdout
         assert f"line3: waiting since {health['cameras']['line3']['waiting_since']}: size unknown until the source " \
@@ -100,6 +115,13 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
                     "line2 and line3 no longer waiting in /metrics")
         line3 = fetch_health(url)["cameras"]["line3"]
         assert line3["state"] == "streaming" and line3["size"] == "480x360", line3  # its video's own size
+        streaming = line2_status("streaming")[-1]
+        jsonschema.validate(streaming, load_schema("camera_status"))
+        assert "detail" not in streaming, streaming  # now, not then
+        assert f"file {later} does not exist" in streaming["last_error"], streaming
+        assert since <= streaming["last_error_time_ms"] <= streaming["time_ms"], streaming
+        daemon.wait(lambda: fetch_health(url)["level"] == "ok", 30, "the level ok again")
+        assert _code(f"{url}/readyz") == 200
         assert daemon.terminate() == 0, daemon.tail()
     finally:
         daemon.close()

@@ -199,6 +199,9 @@ def test_the_operator_sees_the_picture_draws_a_line_and_it_counts(site: Site, br
     wait_until(lambda: browser.execute_script(
         "return [...document.querySelectorAll('#events li')].some(li => li.dataset.name === 'aisle')"), 20, 0.2,
         "the line's events on the overview")
+    level = json.loads(urllib.request.urlopen(f"{site.url}/healthz", timeout=10).read())["level"]
+    wait_until(lambda: browser.find_element(By.ID, "verdict").text.startswith(level.upper()), 10, 0.2,
+               f"the overview's verdict saying the health level {level!r}")
     save_screenshot(browser, site.artifacts, "ui-overview.png")
 
 

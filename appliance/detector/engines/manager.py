@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import appliance
+from appliance import diskspace
 from appliance.detector.engines.builders import BuilderName, EngineBuilder, select_builder
 from appliance.detector.engines.acceptance import calibration_frames, gate_frames, verdict
 from appliance.detector.engines.builders.base import EngineRunner, check_io
@@ -36,6 +37,8 @@ from appliance.detector.engines.progress import ProgressCallback, ProgressReport
 from appliance.sdnotify import Notifier
 
 log = logging.getLogger("appliance.engines")
+
+BUILD_HEADROOM_BYTES = 16 * diskspace.MB  # the manifest, the timing cache, SQLite and the log beside the build
 
 
 class EngineManager:
@@ -149,6 +152,7 @@ class EngineManager:
         if refusal is not None and not force:  # refused before with these very frames: do not rebuild to refuse again
             raise GateRefused(model, refusal, self.failures.path(model, fp.key))
         self._explain_miss(model, fp, problem, force)
+        self._check_space(model, onnx_path)
 
         with self.cache.lock(model, fp.key, on_wait=lambda msg: report(model, "waiting", 1, msg)):
             entry, problem = self.cache.inspect(model, fp.key)
@@ -162,6 +166,16 @@ class EngineManager:
             installed = self._build(profile, onnx_path, fp, model_profile)
         self.cache.gc(model, keep=profile.keep, protect=fp.key)
         return installed
+
+    def _check_space(self, model: str, onnx_path: Path) -> None:
+        """Before a build: the state dir must hold the wrapped reference and the engine, each about the ONNX's
+        size, and some room besides; else NotEnoughSpace names the folder and both sizes (not a parse error)."""
+        need = 2 * onnx_path.stat().st_size + BUILD_HEADROOM_BYTES
+        try:
+            diskspace.require_space(self.state_dir, need, f"the engine build of {model}")
+        except diskspace.NotEnoughSpace as exc:
+            self.reporter.report(model, "failed", 100, str(exc))
+            raise
 
     def _explain_miss(self, model: str, fp: Fingerprint, problem: str | None, force: bool) -> None:
         if force:

@@ -19,8 +19,9 @@ function facts(o) {
     return [dt, dd];
   }));
   const verdict = document.getElementById("verdict");
-  verdict.textContent = o.ok ? "OK" : "NOT HEALTHY";
-  verdict.className = o.ok ? "state-running" : "state-failed";
+  const level = o.level || (o.ok ? "ok" : "failed");  // ok, degraded or failed, with the reasons beside it
+  verdict.textContent = level.toUpperCase() + (o.reasons && o.reasons.length ? `: ${o.reasons.join("; ")}` : "");
+  verdict.className = level === "ok" ? "state-running" : "state-failed";
 }
 
 function camerasPanel(o) {
