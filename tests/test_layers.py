@@ -19,7 +19,7 @@ FLOORS: list[set[str]] = [
     {"detector.prepost", "capture", "mqtt"},                                     # frames in, messages out
     {"health", "detector.repository", "detector.calibration", "sparkplug", "web",  # web: the operator's page
      "opcua"},                                                                   # opcua: the PLC's face
-    {"detector.engines"},
+    {"detector.engines", "restream"},                                            # restream: RTSP out
     {"detector.serving"},                                                        # which model serves a frame
     {"ota"},                                                                     # the device's side of updates
     {"appconfig", "fleet"},                                                      # the config file; the operator's side

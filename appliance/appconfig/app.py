@@ -18,6 +18,7 @@ from appliance.config.ids import ID_PATTERN, Id, id_problem  # noqa: F401 (ID_PA
 from appliance.mqtt.config import MqttConfig
 from appliance.opcua.config import OpcUaConfig
 from appliance.ota.config import OtaConfig
+from appliance.restream.config import RestreamConfig
 from appliance.web.config import WebConfig
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
@@ -138,6 +139,8 @@ class AppConfig(StrictModel):
     mqtt: MqttConfig
     ota: OtaConfig = Field(default_factory=OtaConfig, description="over-the-air model updates (docs/ota.md); "
                                                                    "no trusted_keys: every update is refused")
+    restream: RestreamConfig = Field(default_factory=RestreamConfig, description="RTSP out of each camera's "
+                                     "picture, plain and annotated (docs/restream.md); off unless enabled")
     opcua: Optional[OpcUaConfig] = Field(None, description="the OPC UA server a PLC reads (docs/opcua.md); "
                                                            "absent: none")
 

@@ -4,7 +4,8 @@
 scheduler, embedded Triton and the durable spool. The last line is ``e2e_vs_detector_alone=<ratio>``, with
 ``--analytics`` ``e2e_analytics_vs_detector_alone``, with ``--opcua`` ``e2e_opcua_vs_without``. The alternatives,
 every line and today's figures: docs/supervisor.md, "Benchmark: appliance bench e2e"; the OPC UA runs:
-docs/opcua.md; ``--record`` (recording off and on, ``e2e_record_vs_off``): docs/capture.md."""
+docs/opcua.md; ``--record`` (recording off and on, ``e2e_record_vs_off``): docs/capture.md; ``--restream`` (off,
+unwatched, one and four RTSP clients, ``e2e_restream_unwatched_vs_off``): docs/restream.md."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from appliance.bench._broker import start_local_broker
+from appliance.bench._e2e_restream import alternate, restream_section, watch_rtsp
 from appliance.bench._e2e_record import record_vs_off
 from appliance.bench._e2e_opcua import opcua_setup, start_client, stop_client
 from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, python_stages_engines, video_frames
@@ -56,8 +58,8 @@ OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the
 
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
-                    engines_dir: Path | None = None, page: dict[str, int] | None = None,
-                    opcua: dict[str, int] | None = None, record: bool = False) -> tuple[float, list[float]]:
+                    engines_dir: Path | None = None, page: dict[str, int] | None = None, opcua: dict | None = None,
+                    record: bool = False, restream: dict | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
@@ -84,7 +86,7 @@ device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
 cameras:{cams}
 mqtt: {{host: 127.0.0.1, port: {port}}}
-{health_section(page)}
+{health_section(page)}{restream_section(restream)}
 """ + (setup.section if setup else ""))
     received = Received()
     sub = subscriber(port, "appliance/bench/+/detections", received)
@@ -100,16 +102,16 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
         time.sleep(3)  # warm-up: first batches, capture processes settling
         start_count = received.count()
         counted_before = dict(counted)
-        viewer = watch(app, page)
+        viewer, clients = watch(app, page), watch_rtsp(app, restream)
         before = stage_totals(server) if split is not None else {}
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             app.tick()
             time.sleep(0.5)
-        elapsed = time.perf_counter() - t0
-        got = received.since(start_count)
+        elapsed, got = time.perf_counter() - t0, received.since(start_count)
         if viewer is not None and page is not None:
             page["pictures"] = viewer.stop()
+        clients.stop()
         if analytics is not None:
             analytics.update({key: counted[key] - counted_before[key] for key in counted})
         if split is not None:
@@ -149,6 +151,7 @@ class Options:
     opcua: bool = False
     viewer: bool = False
     record: bool = False
+    restream: bool = False
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -174,9 +177,12 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--record", action="store_true",
                         help="only the appliance with recording off and on, alternated; ends with "
                              "e2e_record_vs_off=<ratio>")
+    parser.add_argument("--restream", action="store_true",
+                        help="only the appliance with the restream off, on and unwatched, with one and with four "
+                             "RTSP clients; ends with e2e_restream_unwatched_vs_off=<ratio>")
     args = parser.parse_args(argv)
     return Options(8.0 if args.quick else args.seconds, args.cameras, args.fps, args.latency_fps, args.triton_home,
-                   args.analytics or args.opcua, args.opcua, args.viewer, args.record)
+                   args.analytics or args.opcua, args.opcua, args.viewer, args.record, args.restream)
 
 
 @dataclass(frozen=True)
@@ -234,7 +240,7 @@ def run(opts: Options) -> int:
     profile = load_profile(PROFILE)
     pre = Preprocessor(profile)
     tensors = [pre.frame(f, "BGR")[0] for f in video_frames(video, every=4)]
-    if opts.viewer or opts.record:
+    if opts.viewer or opts.record or opts.restream:
         return _viewer(opts, onnx, video, tensors)
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         results = _measure(opts, Path(tmp), onnx, dist, video, profile, tensors)
@@ -248,11 +254,12 @@ def _viewer(opts: Options, onnx: Path, video: Path, tensors: list[np.ndarray]) -
         try:
             fps = opts.fps or math.ceil(OFFERED_VS_DETECTOR * bench_detector(onnx, tensors, opts.seconds / 2)[0]
                                         / opts.cameras)
-            compare = record_vs_off if opts.record else side_by_side
+            compare = record_vs_off if opts.record else alternate if opts.restream else side_by_side
             lines = compare(bench_appliance, Path(tmp), video, broker.port, opts.cameras, fps, opts.seconds)
         finally:
             broker.stop()
-    print(f"e2e {'--record' if opts.record else '--viewer'} on {video.name} (640x480), {opts.cameras} cameras x {fps:g} fps offered, "
+    mode = "--record" if opts.record else "--restream" if opts.restream else "--viewer"
+    print(f"e2e {mode} on {video.name} (640x480), {opts.cameras} cameras x {fps:g} fps offered, "
           f"{os.cpu_count()} CPUs, {opts.seconds:g} s per run, load average {os.getloadavg()[0]:.1f} at the end")
     print("\n".join(lines))
     return 0

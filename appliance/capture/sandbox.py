@@ -20,12 +20,14 @@ from appliance.capture.config import (FileSource, GStreamerSource, ImagesSource,
 ARGUS_SOCKET = "/tmp/argus_socket"
 _NVMAP = ("/dev/nvmap", "/dev/nvhost-ctrl")
 # Device nodes each Jetson GStreamer element opens (JetPack 6): NVMM buffers live in nvmap; nvvidconv and the
-# camera path scale on the VIC; nvv4l2decoder drives NVDEC through its V4L2 node; nvjpegdec uses NVJPG.
+# camera path scale on the VIC; nvv4l2decoder drives NVDEC through its V4L2 node; nvjpegdec uses NVJPG;
+# nvv4l2h264enc (the restream's encoder on a Jetson) drives NVENC through its V4L2 node.
 _ELEMENT_DEVICES: dict[str, tuple[str, ...]] = {
     "nvarguscamerasrc": _NVMAP,
     "nvvidconv": (*_NVMAP, "/dev/nvhost-vic"),
     "nvv4l2decoder": (*_NVMAP, "/dev/nvhost-nvdec", "/dev/v4l2-nvdec"),
     "nvjpegdec": (*_NVMAP, "/dev/nvhost-nvjpg"),
+    "nvv4l2h264enc": (*_NVMAP, "/dev/nvhost-msenc", "/dev/v4l2-nvenc"),
 }
 _NETWORK_ELEMENTS = ("rtspsrc", "udpsrc", "tcpclientsrc", "souphttpsrc", "aravissrc", "uridecodebin", "rtmpsrc")
 _FILE_ELEMENTS = ("filesrc", "multifilesrc")
@@ -40,6 +42,10 @@ class Needs:
     sockets: tuple[str, ...] = ()
     families: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
+
+
+# What the restream's Jetson encoder path (nvvidconv into NVMM, then nvv4l2h264enc) opens.
+RESTREAM_NVENC = Needs(devices=(*_ELEMENT_DEVICES["nvvidconv"], "/dev/nvhost-msenc", "/dev/v4l2-nvenc"))
 
 
 def _elements(pipeline: str) -> list[tuple[str, str]]:

@@ -22,8 +22,9 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.events import Analytics, Event
+from appliance.analytics.draw import DrawnBox, DrawnLine, DrawnZone, clamp_box
 from appliance.mqtt.messages import ClipPlan, DetectionsMessage, EventMessage
-from appliance.supervisor.snapshots import DrawnBox, SnapshotJob, SnapshotStore, SnapshotWorker, clamp_box
+from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -173,6 +174,17 @@ class CameraAnalytics:
             with self._lock:
                 counts = self._counts_locked()
             self._send_counts(*counts)
+
+    def overlay(self) -> tuple[list[DrawnZone], list[DrawnLine]]:
+        """The zones with how many tracks are in each now, the lines with their counts: what the restream draws."""
+        with self._lock:
+            layout, counts = self.analytics.layout, self.analytics.counts
+            zones = [DrawnZone(name, [(float(x), float(y)) for x, y in polygon.tolist()],
+                               counts.zones.get(name, {}).get("current"))
+                     for name, polygon in zip(layout.zone_names, layout.polygons)]
+            lines = [DrawnLine(ln.name, (float(ln.a[0]), float(ln.a[1])), (float(ln.b[0]), float(ln.b[1])),
+                               dict(counts.lines.get(ln.name, {}))) for ln in layout.lines]
+        return zones, lines
 
     def summary(self) -> dict[str, Any]:
         """What the health summary and ``/metrics`` show of this camera."""

@@ -34,7 +34,8 @@ def open_http(config: AppConfig, running: Running, summary: Callable[[], dict[st
         site = ApplianceSite({"id": config.device.id, "name": config.device.name}, summary, inference.layouts,
                              camera_ids)
         routes += page_routes(site, auth, inference.live, inference.feed, hosts=web.hosts,
-                              files=snapshots.store.http if snapshots else None)
+                              files=snapshots.store.http if snapshots else None,
+                              video=inference.restream.page_video if inference.restream is not None else None)
     server = HealthServer(health.host, health.port, lambda: reporting.render_metrics(metrics, running.server),
                           summary, snapshots.store.http if snapshots else None, routes=routes, tls=web.tls)
     if web.enabled:

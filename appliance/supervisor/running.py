@@ -41,7 +41,10 @@ from appliance.triton.server import Server, ServerOptions
 from appliance.web.auth import Auth
 from appliance.web.clips import clip_routes
 from appliance.web.feed import EventFeed
+from appliance.web.auth import is_loopback, load_users
 from appliance.web.live import LiveFrames
+from appliance.restream.server import RestreamServer
+from appliance.restream.tap import Restream, Taps
 
 log = logging.getLogger("appliance.supervisor")
 # The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
@@ -111,6 +114,7 @@ class Inference:
     feed: EventFeed   # the newest events, for the page
     new_stage: Callable[[CameraConfig], CameraAnalytics]  # a camera's stage, as at start (a reload's cameras)
     clips: ClipKeeper | None = None  # when a camera records: its events' clips
+    restream: Restream | None = None  # the RTSP server and what feeds it, when ``restream.enabled``
 
     def clip_routes(self, auth: Auth | None, hosts: Sequence[str]) -> list[BaseRoute]:
         """``/events/<id>.mp4`` when a camera records (appliance.web.clips), behind ``auth`` like the snapshots."""
@@ -126,6 +130,18 @@ class Inference:
             self.clips.stop()
         if self.frames.calibration is not None:
             self.frames.calibration.stop()
+        if self.restream is not None:
+            self.restream.stop()
+
+
+def start_restream(config: AppConfig, analytics: Mapping[str, CameraAnalytics]) -> Restream | None:
+    """The RTSP server on the health endpoint's address, with the page's users unless that is loopback."""
+    if not config.restream.enabled:
+        return None
+    host = config.health.host
+    users = None if is_loopback(host) else {u.name: u.password_hash for u in load_users(config.web).values()}
+    server = RestreamServer(config.restream, host, [c.id for c in config.cameras], users).start()
+    return Restream(server, analytics)
 
 
 def start_triton(built: Built, triton: TritonConfig, home: Path | None, metrics: ApplianceMetrics,
@@ -176,9 +192,13 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
                                              len(config.cameras), engine.precision)
         if calibration is not None:
             undo.callback(calibration.stop)
+        restream = start_restream(config, analytics)
+        if restream is not None:
+            undo.callback(restream.stop)
         frames = FramePath(capturing.server, served.router, capturing.publisher, served.recovery, metrics,
                            request_timeout_s=config.pipeline.request_timeout_s, on_error=on_error,
-                           analytics=analytics, calibration=calibration, live=live)
+                           analytics=analytics, calibration=calibration,
+                           live=live if restream is None else Taps(live, restream))
         scheduler = Scheduler(frames.submit, frames.on_result, max_inflight=capturing.detector.max_inflight,
                               per_camera_inflight=config.pipeline.per_camera_inflight, clock=clock,
                               gate=served.recovery.drop_reason, on_drop=frames.on_drop,
@@ -188,4 +208,4 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         undo.pop_all()  # all of it runs: Appliance.stop ends it from here on
     new_stage = functools.partial(camera_stage, class_names=class_names, publisher=sink, metrics=metrics,
                                   worker=snapshots, mirror=mirror, clips=clips)
-    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, new_stage, clips)
+    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, new_stage, clips, restream)

@@ -21,24 +21,10 @@ import cv2
 import numpy as np
 
 from appliance.analytics.config import SnapshotConfig
+from appliance.analytics.draw import DrawnBox, Scene, draw_scene
 from appliance.mqtt.messages import snapshot_properties
 
 log = logging.getLogger("appliance.supervisor")
-
-BOX_BGR = (0, 255, 0)        # every detection of the frame
-EVENT_BGR = (0, 0, 255)      # the objects whose events this snapshot proves
-LINE_PX = 2
-
-
-@dataclass(frozen=True)
-class DrawnBox:
-    """One box drawn on a snapshot: frame pixels clamped to the frame and rounded as the MQTT messages do."""
-
-    box: tuple[float, float, float, float]
-    track_id: int | None
-    class_name: str
-    score: float
-
 
 @dataclass(frozen=True)
 class SnapshotJob:
@@ -53,13 +39,6 @@ class SnapshotJob:
     event_tracks: frozenset[int]  # drawn in EVENT_BGR
 
 
-def clamp_box(box: Sequence[float], width: int, height: int) -> tuple[float, float, float, float]:
-    """Like the detections payload's ``box``: clamped to the frame, rounded to 0.01 px."""
-    def c(v: float, hi: int) -> float:
-        return round(min(max(float(v), 0.0), float(hi)), 2)
-    return (c(box[0], width), c(box[1], height), c(box[2], width), c(box[3], height))
-
-
 def encode_snapshot(job: SnapshotJob, config: SnapshotConfig) -> bytes:
     """The frame scaled to at most ``max_width``, the boxes drawn, as JPEG bytes."""
     image = job.pixels if job.pixel_format == "bgr" else cv2.cvtColor(job.pixels, cv2.COLOR_RGB2BGR)
@@ -69,13 +48,7 @@ def encode_snapshot(job: SnapshotJob, config: SnapshotConfig) -> bytes:
         image = cv2.resize(image, (round(width * scale), round(height * scale)), interpolation=cv2.INTER_AREA)
     else:
         image = image.copy()
-    # The event's objects last: a neighbour's box drawn over them would hide what the snapshot proves.
-    for drawn in sorted(job.boxes, key=lambda d: d.track_id in job.event_tracks):
-        x1, y1, x2, y2 = (round(v * scale) for v in drawn.box)
-        color = EVENT_BGR if drawn.track_id in job.event_tracks else BOX_BGR
-        cv2.rectangle(image, (x1, y1), (x2, y2), color, LINE_PX)
-        label = f"#{drawn.track_id} {drawn.class_name}" if drawn.track_id is not None else drawn.class_name
-        cv2.putText(image, label, (x1 + 3, y2 - 5), cv2.FONT_HERSHEY_SIMPLEX, 0.4, color, 1, cv2.LINE_AA)
+    draw_scene(image, Scene(boxes=job.boxes), scale=scale, highlight=job.event_tracks)
     ok, data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, config.jpeg_quality])
     if not ok:
         raise RuntimeError("OpenCV could not encode the snapshot")

@@ -26,6 +26,7 @@ from appliance.web.feed import EventFeed, EventQuery
 from appliance.web.hosts import host_allowed
 from appliance.web.live import LiveFrames, encode
 from appliance.web.throttle import LoginThrottle
+from appliance.web.video import VideoSource, video_info, video_stream
 
 STATIC = Path(__file__).resolve().with_name("static")
 STREAM_PERIOD_S = 0.5
@@ -47,8 +48,10 @@ class Site(Protocol):
 
 class Page:
     def __init__(self, site: Site, auth: Auth, live: LiveFrames, feed: EventFeed,
-                 files: Callable[[str], tuple[str, bytes] | None] | None = None) -> None:
+                 files: Callable[[str], tuple[str, bytes] | None] | None = None,
+                 video: VideoSource | None = None) -> None:
         self.site, self.auth, self.live, self.feed, self._files = site, auth, live, feed, files
+        self.video = video  # the camera view's video (appliance.web.video), None: the restream is off
         self.throttle = LoginThrottle()
         self._streams: dict[str, int] = {}  # session token -> event streams open
 
@@ -143,6 +146,16 @@ class Page:
         width = VIEW_WIDTH if request.query_params.get("size") != "thumb" else THUMB_WIDTH
         jpeg, meta = await run_in_threadpool(encode, latest, width)
         return Response(jpeg, media_type="image/jpeg", headers={"X-Frame": meta, "Cache-Control": "no-store"})
+
+    async def video_info(self, request: Request) -> Response:
+        if self.who(request) is None:
+            return _denied()
+        return video_info(self.video, request.path_params["camera"])
+
+    async def video_stream(self, request: Request) -> Response:
+        if self.who(request) is None:
+            return _denied()
+        return video_stream(self.video, request.path_params["camera"], request)
 
     async def layout(self, request: Request) -> Response:
         session = self.who(request)
@@ -260,9 +273,11 @@ def _host_checked(endpoint: Endpoint, auth: Auth, hosts: Sequence[str]) -> Endpo
 
 
 def page_routes(site: Site, auth: Auth, live: LiveFrames, feed: EventFeed, *, hosts: Sequence[str] = (),
-                files: Callable[[str], tuple[str, bytes] | None] | None = None) -> list[BaseRoute]:
-    """The page's routes; ``files(path)``: the snapshots (latest.jpg, event JPEGs), served here behind the login."""
-    page = Page(site, auth, live, feed, files)
+                files: Callable[[str], tuple[str, bytes] | None] | None = None,
+                video: VideoSource | None = None) -> list[BaseRoute]:
+    """The page's routes; ``files(path)``: the snapshots (latest.jpg, event JPEGs), served here behind the login;
+    ``video``: where each camera view's video comes from."""
+    page = Page(site, auth, live, feed, files, video)
     routes = [
         ("/", page.index, "GET"), ("/camera/{camera}", page.camera_page, "GET"), ("/events", page.events_page, "GET"),
         ("/login", page.login_page, "GET"), ("/login", page.login, "POST"), ("/logout", page.logout, "POST"),
@@ -270,6 +285,8 @@ def page_routes(site: Site, auth: Auth, live: LiveFrames, feed: EventFeed, *, ho
         ("/api/stream", page.stream, "GET"), ("/api/cameras/{camera}/frame.jpg", page.frame, "GET"),
         ("/api/cameras/{camera}/layout", page.layout, "GET"), ("/api/cameras/{camera}/layout", page.apply, "POST"),
         ("/cameras/{camera}/latest.jpg", page.snapshot, "GET"), ("/events/{event}.jpg", page.snapshot, "GET"),
+        ("/api/cameras/{camera}/video", page.video_info, "GET"),
+        ("/api/cameras/{camera}/video.mp4", page.video_stream, "GET"),
     ]
     return [*(Route(path, _host_checked(endpoint, auth, hosts), methods=[method]) for path, endpoint, method in routes),
             Mount("/static", StaticFiles(directory=STATIC), name="static")]

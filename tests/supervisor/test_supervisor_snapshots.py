@@ -16,7 +16,8 @@ import pytest
 
 from appliance.analytics.config import SnapshotConfig
 from appliance.health.server import HealthServer
-from appliance.supervisor.snapshots import DrawnBox, SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
+from appliance.analytics.draw import DrawnBox
+from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
 
 W, H = 160, 120
 

@@ -13,7 +13,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from appliance.capture.config import Source
-from appliance.capture.sandbox import ARGUS_SOCKET, Needs, gaps, needs
+from appliance.capture.sandbox import RESTREAM_NVENC, ARGUS_SOCKET, Needs, gaps, needs
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = (REPO / "systemd" / "appliance.service").read_text()
@@ -84,3 +84,9 @@ def test_a_video_under_home_is_hidden_by_protect_home() -> None:
     need = needs(_source({"type": "file", "path": "/home/operator/line1.mp4"}))
     assert gaps(UNIT, need) == ["/home/operator/line1.mp4 is hidden by ProtectHome= (move it, e.g. under "
                                 "/var/lib/appliance, or add BindReadOnlyPaths=/home/operator/line1.mp4)"]
+
+
+def test_shipped_unit_lets_the_restreams_jetson_encoder_through() -> None:
+    assert gaps(UNIT, RESTREAM_NVENC) == []
+    assert gaps(_without("DeviceAllow=/dev/v4l2-nvenc rw"), RESTREAM_NVENC) == [
+        "device /dev/v4l2-nvenc is not in DeviceAllow= (add: DeviceAllow=/dev/v4l2-nvenc rw)"]

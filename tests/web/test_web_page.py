@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 from selenium.webdriver import ActionChains, Chrome
 from selenium.webdriver.common.by import By
@@ -29,6 +31,7 @@ from support.eventpage import page_with_events
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.shm import private_shm_dir
+from support.rtspclients import frames_of, probe, psnr, rate, start_grab
 from support.subscriber import Subscriber
 from support.wait import wait_until
 from support.webattack import HealthPoller, login_cookie, open_streams, slow_bodies
@@ -44,6 +47,7 @@ USERS = {"olga": ("operator", "line-setup-1"), "victor": ("viewer", "just-lookin
 # A vertical line left of the demo's own, across the walkway: people walk across it both ways.
 NEW_LINE = ((300, 200), (300, 470))
 BOWTIE = ((100, 100), (250, 250), (250, 100), (100, 250))  # its edges 0-1 and 2-3 cross
+RESTREAM_FPS = 6
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx")]
 
@@ -51,6 +55,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx")]
 @dataclass
 class Site:
     url: str
+    rtsp: str  # rtsp://<host>:<port>
     daemon: RunningDaemon  # the test that restarts the appliance puts the new one here
     events: Subscriber
     root: Path
@@ -80,18 +85,20 @@ def site(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterato
     shm_root = next(shm)
     users = "".join(f"\n    - {{name: {n}, role: {r}, password_hash: '{hash_password(p)}'}}"
                     for n, (r, p) in USERS.items())
-    host, port = _lan_address(), free_port()
+    host, port, rtsp_port = _lan_address(), free_port(), free_port()
     text = DEMO_CONFIG.read_text().replace("health:\n", "health:\n  host: 0.0.0.0\n")
     config = root / "demo.yaml"
     config.write_text(f"{text}\npaths:\n  state_dir: {root / 'state'}\n  shm_root: {shm_root}\n"
-                      f"web:\n  users:{users}\n")
+                      f"web:\n  users:{users}\n"
+                      f"restream:\n  enabled: true\n  port: {rtsp_port}\n  fps: {RESTREAM_FPS}\n")
     seed_state_dir(root / "state", engine_seed)
     with pytest.MonkeyPatch.context() as env, Mosquitto(root / "broker") as broker:
         env.setenv("APPLIANCE_MQTT_PORT", str(broker.port))
         env.setenv("APPLIANCE_HEALTH_PORT", str(port))
         env.setenv(DEMO_VIDEO_ENV, str(VTEST))
         events = Subscriber(broker, "appliance/demo/+/events")
-        site = Site(f"http://{host}:{port}", RunningDaemon(root, config, REPO), events, root, config)
+        site = Site(f"http://{host}:{port}", f"rtsp://{host}:{rtsp_port}", RunningDaemon(root, config, REPO), events,
+                    root, config)
         try:
             assert site.daemon.notify.wait_for("READY=1", 240), site.daemon.tail()
             yield site
@@ -135,6 +142,15 @@ def _picture_spread(browser: Chrome) -> float:
         return Math.sqrt(s2 / n - (s / n) ** 2);"""))
 
 
+def _green_pixels(browser: Chrome) -> int:
+    """Pixels of the canvas in the boxes' green (BOX_BGR), which the hall's picture itself does not have."""
+    return int(browser.execute_script("""
+        const c = document.getElementById('picture'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i+1] > 200 && d[i] < 80 && d[i+2] < 80) n++;
+        return n;"""))
+
+
 def _click_frame(browser: Chrome, points: tuple[tuple[int, int], ...]) -> None:
     """Mouse clicks on the picture at these frame pixels (the canvas is scaled to the page)."""
     canvas = browser.find_element(By.ID, "picture")
@@ -156,8 +172,12 @@ def _layout(browser: Chrome) -> dict:
 def test_the_operator_sees_the_picture_draws_a_line_and_it_counts(site: Site, browser: Chrome) -> None:
     _login(browser, site, "olga")
     wait_until(lambda: _picture_spread(browser) > 15, 30, 0.2, "the hall's picture on the canvas")
-    wait_until(lambda: browser.execute_script("return S.detections.some(d => d.track_id !== null)"), 30, 0.2,
-               "a tracked person drawn on the picture")
+    # The annotated stream plays (the restream is on): its boxes, drawn by the appliance, show on the canvas.
+    first = wait_until(lambda: browser.execute_script("return S.video && S.video.currentTime"), 40, 0.2,
+                       "the annotated video playing (else: " + str(browser.execute_script("return S.fallback")) + ")")
+    wait_until(lambda: browser.execute_script("return S.video.currentTime") > first + 1, 20, 0.2, "the video advancing")
+    assert "video: the annotated stream" in browser.find_element(By.ID, "frame-info").text
+    wait_until(lambda: _green_pixels(browser) > 100, 30, 0.2, "a tracked person's box drawn on the picture")
     save_screenshot(browser, site.artifacts, "ui-camera.png")
 
     browser.find_element(By.ID, "add-line").click()
@@ -220,6 +240,48 @@ def test_a_viewer_cannot_edit(site: Site, browser: Chrome) -> None:
     assert not browser.find_element(By.ID, "add-line").is_enabled()
     assert _post_layout(browser, "App.me.csrf") == 403  # with the viewer's own valid token
     assert [ln["name"] for ln in _layout(browser)["lines"]] == ["walkway", "aisle"]
+
+
+def _best_source_match(frame: np.ndarray) -> float:
+    """PSNR of ``frame`` against the vtest.avi frame it is (found on small copies, compared at full size)."""
+    video, small = cv2.VideoCapture(str(VTEST)), []
+    while (got := video.read())[0]:
+        small.append(cv2.resize(got[1], (96, 72), interpolation=cv2.INTER_AREA))
+    target = cv2.resize(frame, (96, 72), interpolation=cv2.INTER_AREA)
+    best = int(np.argmax([psnr(target, s) for s in small]))
+    video = cv2.VideoCapture(str(VTEST))
+    video.set(cv2.CAP_PROP_POS_FRAMES, best)
+    return psnr(frame, video.read()[1])
+
+
+def _colored(frames: np.ndarray, bgr: tuple[int, int, int]) -> np.ndarray:
+    """Per frame, the pixels within 60 of ``bgr`` in every channel."""
+    return np.all(np.abs(frames.astype(np.int16) - np.array(bgr, np.int16)) < 60, axis=-1)
+
+
+def test_the_restream_serves_both_pictures_to_a_viewer_and_refuses_a_wrong_password(site: Site) -> None:
+    raw_url, annotated_url = f"{site.rtsp}/hall", f"{site.rtsp}/hall/annotated"
+    with pytest.raises(RuntimeError, match="401"):
+        probe(raw_url.replace("rtsp://", "rtsp://victor:wrong@"))
+    with pytest.raises(RuntimeError, match="401"):
+        probe(raw_url)  # no login at all
+    login = f"rtsp://victor:{USERS['victor'][1]}@"
+    raw_grab = start_grab(raw_url.replace("rtsp://", login), 6)
+    annotated_grab = start_grab(annotated_url.replace("rtsp://", login), 6)
+    stream, times = probe(annotated_url.replace("rtsp://", login))  # a second client of a running stream
+    assert (stream["codec_name"], stream["width"], stream["height"]) == ("h264", 768, 576), stream
+    assert abs(rate(times) - RESTREAM_FPS) <= 0.1 * RESTREAM_FPS, times
+    raw, annotated = frames_of(raw_grab, 768, 576), frames_of(annotated_grab, 768, 576)
+    assert len(raw) == 6 and len(annotated) == 6
+    # The walkway line (x 560, y 220..420) is drawn in LINE_BGR on the annotated picture only; so are boxes.
+    line = (slice(None), slice(260, 380), slice(558, 563))
+    drawn = [_colored(frames[line], (0, 200, 255)).any(axis=-1).mean() for frames in (annotated, raw)]
+    assert drawn[0] > 0.5 and drawn[1] < 0.05, drawn  # rows where the line shows (people walk over it)
+    green = _colored(annotated, (0, 255, 0)).sum(axis=(1, 2))
+    assert green.max() > 200 and _colored(raw, (0, 255, 0)).sum() < 50, green
+    assert _best_source_match(raw[-1]) > 30  # the camera's own picture, H.264-compressed
+    site.daemon.wait(lambda: site.daemon.log_path.read_text().count("has no client left: encoder stopped") >= 2, 30,
+                     "both streams' encoders to stop once their clients left")
 
 
 def test_the_overviews_filters_hide_what_they_filter(site: Site, browser: Chrome) -> None:

@@ -51,7 +51,8 @@ function freeName(prefix) {
 
 // -- drawing --------------------------------------------------------------------------------------------
 function draw() {
-  if (S.frame) ctx.drawImage(S.frame, 0, 0, canvas.width, canvas.height);
+  if (S.video) ctx.drawImage(S.video, 0, 0, canvas.width, canvas.height);
+  else if (S.frame) ctx.drawImage(S.frame, 0, 0, canvas.width, canvas.height);
   else { ctx.fillStyle = "#000"; ctx.fillRect(0, 0, canvas.width, canvas.height); }
   S.shapes.forEach((shape, i) => drawShape(shape, i === S.selected, !!S.problems[i]));
   if (S.drawing) drawShape(S.drawing, true, false, true);
@@ -243,11 +244,39 @@ async function frames() {
       S.frame = await createImageBitmap(await response.blob());
       S.detections = meta.detections;
       document.getElementById("frame-info").textContent =
-        `frame ${meta.seq} at ${App.time(meta.capture_time)}; ${meta.detections.length} detection(s)`;
+        `frame ${meta.seq} at ${App.time(meta.capture_time)}; ${meta.detections.length} detection(s)` +
+        `; pictures, not video: ${S.fallback}`;
       draw();
     }
   } catch (e) { /* the appliance restarting: try again */ }
   setTimeout(frames, 250);
+}
+// The annotated stream as video, drawn into the same canvas (so the editor stays aligned); else the pictures.
+async function video() {
+  const info = await (await App.json(`/api/cameras/${encodeURIComponent(cameraId)}/video`)).json();
+  if (!info.video) return fallback(info.reason);
+  const el = Object.assign(document.createElement("video"), {id: "video", muted: true, autoplay: true,
+                                                              playsInline: true});
+  el.style.cssText = "position:absolute;left:0;top:0;width:4px;height:4px;opacity:0.01";  // playing, not shown
+  el.addEventListener("error", () => fallback(`the video failed (media error ${el.error ? el.error.code : "?"})`));
+  el.addEventListener("playing", () => {
+    if (S.fallback) return;
+    S.video = el; S.detections = [];
+    document.getElementById("frame-info").textContent =
+      "video: the annotated stream (H.264); boxes, zones and counts drawn by the appliance";
+    const paint = () => { if (S.video === el) { draw(); requestAnimationFrame(paint); } };
+    requestAnimationFrame(paint);
+  });
+  document.body.appendChild(el);
+  el.src = info.video;
+  setTimeout(() => { if (!S.video) fallback("the video did not start within 20 s"); }, 20000);
+}
+function fallback(reason) {
+  if (S.fallback) return;
+  S.fallback = reason; S.video = null;
+  const el = document.getElementById("video");
+  if (el) { el.removeAttribute("src"); el.load(); }
+  frames();
 }
 function counts(state) {
   const a = state.analytics || {}, rows = [];
@@ -275,7 +304,7 @@ async function start() {
   const overview = await (await App.json("/api/overview")).json();
   App.header(overview);
   await loadLayout();
-  draw(); frames();
+  draw(); video().catch((e) => fallback(`no video: ${e}`));
   const list = document.getElementById("events");
   const recent = await (await App.json(`/api/events?camera=${encodeURIComponent(cameraId)}&limit=100`)).json();
   list.replaceChildren(...recent.events.map(App.eventItem));  // what happened before the page was opened
