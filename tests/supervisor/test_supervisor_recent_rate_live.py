@@ -1,9 +1,9 @@
 """The inference rate that STATUS=, /healthz and `appliance status` report is RECENT (the last 10 s), not an
 average since start: `appliance run` as a real process with the real detector and a real broker; its one camera
 plays 15 s of real images once (``loop: false``) and then waits 60 s before it plays them again (its reconnect
-backoff). Within 15 s of the camera's end the recent rate must read 0 everywhere while the rate since start,
-computed from the same run's frame count and uptime, stays above 0. An average since start would never fall to 0
-here, so this fails if the recent rate is replaced by one."""
+backoff). Within 15 s of the last inference after the camera's end the recent rate must read 0 everywhere while
+the rate since start, computed from the same run's frame count and uptime, stays above 0. An average since start
+would never fall to 0 here, so this fails if the recent rate is replaced by one."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 from support.daemon import IMAGES_IN_ORDER, RunningDaemon, device_of, write_config
@@ -42,6 +42,19 @@ def _camera_dir(tmp_path: Path) -> Path:
         for index, (name, _) in enumerate(IMAGES_IN_ORDER):
             shutil.copy(DARKNET_IMAGES / name, folder / f"{copy:02d}-{index}-{name}")
     return folder
+
+
+def _last_inference(summary: Callable[[], dict[str, Any]], quiet_s: float = 2.0, limit_s: float = 30.0) -> float:
+    """When (time.monotonic) the count of inferred frames last grew: once it has stayed still ``quiet_s``."""
+    count, changed = summary()["inference"]["inferred"], time.monotonic()
+    deadline = changed + limit_s
+    while time.monotonic() - changed < quiet_s:
+        assert time.monotonic() < deadline, f"frames were still inferred {limit_s:g} s after the camera ended"
+        time.sleep(0.2)
+        now = summary()["inference"]["inferred"]
+        if now != count:
+            count, changed = now, time.monotonic()
+    return changed
 
 
 def _last_status(daemon: RunningDaemon) -> str:
@@ -75,7 +88,11 @@ def test_the_reported_rate_falls_to_0_within_15_s_of_the_camera_stopping_while_t
 
         daemon.wait(lambda: summary()["cameras"]["line1"]["state"] != "streaming", 60, "the camera to end")
         ended = time.monotonic()
-        daemon.wait(lambda: summary()["inference"]["per_s"] == 0, 15, "the recent rate to fall to 0 in 15 s")
+        # On a loaded host the frames already in the ring are still inferred after the camera's end: the 15 s
+        # (the 10 s window and slack) count from the last inference, which the count since start tells.
+        last = _last_inference(summary)
+        daemon.wait(lambda: summary()["inference"]["per_s"] == 0, max(0.0, last + 15 - time.monotonic()),
+                    "the recent rate to fall to 0 within 15 s of the last inference")
         fell_after_s = time.monotonic() - ended
         daemon.wait(lambda: ", 0.0 inferences/s," in _last_status(daemon), 5, "STATUS= to say 0.0 inferences/s")
 

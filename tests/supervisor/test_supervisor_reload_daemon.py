@@ -166,10 +166,16 @@ def test_reload_applies_what_changed_and_refuses_a_bad_config(tmp_path: Path, sh
 
 def _check_camera_1(messages: list[dict[str, Any]], reload_at_ms: float, reloaded_at_ms: float) -> None:
     """One message per inferred frame, numbered 1..N; across the reload no capture gap above two frame intervals
-    (10 % slack for the file's pacing, as the scheduler's own rate cap allows)."""
+    (10 % slack for the file's pacing, as the scheduler's own rate cap allows), or, on a host so loaded that the
+    camera's frames are further apart than that anyway, above the largest gap of the same run away from the
+    reload: the reload adds no pause of its own."""
     assert [m["message_seq"] for m in messages] == list(range(1, len(messages) + 1))
-    around = [m["capture_time_ms"] for m in messages
-              if reload_at_ms - 2000 <= m["capture_time_ms"] <= reloaded_at_ms + 2000]
+    times = [m["capture_time_ms"] for m in messages]
+    within = [reload_at_ms - 2000 <= t <= reloaded_at_ms + 2000 for t in times]
+    around = [t for t, inside in zip(times, within) if inside]
     assert len(around) >= 4, around
     gaps = [b - a for a, b in zip(around, around[1:])]
-    assert max(gaps) <= 2 * 1000 / FPS * 1.1, gaps
+    elsewhere = [b - a for (a, a_in), (b, b_in) in zip(zip(times, within), zip(times[1:], within[1:]))
+                 if not a_in and not b_in]
+    assert len(elsewhere) >= 4, times
+    assert max(gaps) <= max(2 * 1000 / FPS, max(elsewhere)) * 1.1, (gaps, max(elsewhere))

@@ -399,9 +399,15 @@ def test_a_huge_layout_is_refused_at_once_with_a_short_message(site: Site) -> No
     for doc, words in smaller:
         status, body, took = _post_json(site, cookie, csrf, json.dumps(doc).encode())
         assert status == 422 and words in body.decode() and len(body) < 1000 and took < 5, (status, body[:300])
-    log = site.daemon.log_path.read_text().splitlines()[before:]
-    assert [len(line) < 400 for line in log if "not applied" in line] == [True] * 3
-    assert sum("refused a request too large" in line for line in log) == 1
+    def log() -> list[str]:  # the daemon's log file is written by its own process, a moment after the answer
+        return site.daemon.log_path.read_text().splitlines()[before:]
+
+    wait_until(lambda: sum("not applied" in line for line in log()) >= 3
+               and any("refused a request too large" in line for line in log()), 10, 0.1,
+               "the refusals' log lines")
+    log_lines = log()
+    assert [len(line) < 400 for line in log_lines if "not applied" in line] == [True] * 3
+    assert sum("refused a request too large" in line for line in log_lines) == 1
     assert [ln["name"] for ln in _layout_of(site, cookie)["lines"]] == ["walkway", "aisle"]  # nothing applied
 
 
