@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 JETSON_ELEMENT = "nvv4l2h264enc"
 CPU_CODECS = ("libx264", "libopenh264")
+NVENC_NODES = ("nvhost-msenc", "v4l2-nvenc")
 GST_INSPECT = "gst-inspect-1.0"
 
 
@@ -70,12 +71,18 @@ def named_encoder(name: str) -> H264Encoder:
     return H264Encoder("pyav", name)
 
 
-def choose_h264_encoder(root: Path | str = "/") -> H264Encoder:
-    """NVENC through GStreamer on a Jetson that has the element, else the CPU encoder."""
+def choose_h264_encoder(root: Path | str = "/", element: str = JETSON_ELEMENT) -> H264Encoder:
+    """NVENC through GStreamer on a Jetson that has the element and an NVENC device node, else the CPU encoder
+    (an Orin Nano has no NVENC)."""
     l4t = l4t_release(root)
-    if l4t is not None:
-        if gst_has_element(JETSON_ELEMENT):
-            return H264Encoder("gstreamer", JETSON_ELEMENT)
-        log.warning("Jetson (%s) without the GStreamer element %s: encoding on the CPU instead; install "
-                    "nvidia-l4t-gstreamer for hardware encoding", l4t, JETSON_ELEMENT)
+    if l4t is None:
+        return cpu_encoder()
+    if not any((Path(root) / "dev" / node).exists() for node in NVENC_NODES):
+        log.warning("Jetson (%s) without NVENC (no /dev/%s): encoding recordings on the CPU", l4t,
+                    " or /dev/".join(NVENC_NODES))
+    elif not gst_has_element(element):
+        log.warning("Jetson (%s) without the GStreamer element %s: encoding recordings on the CPU; install "
+                    "nvidia-l4t-gstreamer for hardware encoding", l4t, element)
+    else:
+        return H264Encoder("gstreamer", element)
     return cpu_encoder()

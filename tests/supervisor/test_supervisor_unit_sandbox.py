@@ -13,7 +13,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from appliance.capture.config import Source
-from appliance.capture.sandbox import ARGUS_SOCKET, Needs, gaps, needs
+from appliance.capture.sandbox import ARGUS_SOCKET, Needs, gaps, needs, recording_needs
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = (REPO / "systemd" / "appliance.service").read_text()
@@ -84,3 +84,13 @@ def test_a_video_under_home_is_hidden_by_protect_home() -> None:
     need = needs(_source({"type": "file", "path": "/home/operator/line1.mp4"}))
     assert gaps(UNIT, need) == ["/home/operator/line1.mp4 is hidden by ProtectHome= (move it, e.g. under "
                                 "/var/lib/appliance, or add BindReadOnlyPaths=/home/operator/line1.mp4)"]
+
+
+def test_the_jetson_recording_encoder_is_let_through_and_each_of_its_nodes_named() -> None:
+    need = recording_needs("nvv4l2h264enc")
+    assert {"/dev/nvhost-msenc", "/dev/v4l2-nvenc", "/dev/nvhost-vic", "/dev/nvmap"} <= set(need.devices)
+    assert gaps(UNIT, need) == []
+    for device in ("/dev/nvhost-msenc", "/dev/v4l2-nvenc"):
+        found = gaps(_without(f"DeviceAllow={device} rw"), need)
+        assert found == [f"device {device} is not in DeviceAllow= (add: DeviceAllow={device} rw)"]
+    assert recording_needs("x264enc") == Needs()  # a CPU encoder opens no device

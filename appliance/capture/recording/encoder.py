@@ -99,8 +99,12 @@ class FrameEncoder:
     """Encodes a raw camera's frames into ``recorder``; ``make_backend(width, height)`` builds the encoder."""
 
     def __init__(self, recorder: SegmentRecorder, make_backend: Callable[[int, int], _Backend], camera_id: str,
-                 describe: str, wall: Callable[[], float] = time.time) -> None:
+                 describe: str, wall: Callable[[], float] = time.time,
+                 fallback: tuple[Callable[[int, int], _Backend], str] | None = None) -> None:
+        """``fallback``: (backend, description) taken for good when the first one fails before its first packet
+        (a hardware encoder that cannot run on this board)."""
         self.recorder, self._make, self.camera_id, self.describe = recorder, make_backend, camera_id, describe
+        self._fallback = fallback
         self._wall = wall
         self._queue: queue.Queue[tuple[np.ndarray, float] | None] = queue.Queue()
         self.dropped = 0
@@ -124,27 +128,33 @@ class FrameEncoder:
 
     def _run(self) -> None:
         backend: _Backend | None = None
-        retry_at, last_key = 0.0, float("-inf")
+        retry_at, last_key, packets = 0.0, float("-inf"), 0
         while (item := self._queue.get()) is not None:
             frame, wall = item
             if backend is None and self._wall() < retry_at:
                 continue
             try:
                 if backend is None:
-                    backend = self._make(frame.shape[1], frame.shape[0])
+                    backend, packets = self._make(frame.shape[1], frame.shape[0]), 0
                     log.info("camera %r: encoding for recording with %s", self.camera_id, self.describe)
                     last_key = float("-inf")
                 key = wall - last_key >= KEYFRAME_EVERY_S
                 last_key = wall if key else last_key
                 for packet, shown in backend.encode(frame, wall, key):
                     self.recorder.offer(packet, shown)
+                    packets += 1
                 self.encoded += 1
             except Exception as exc:  # noqa: BLE001 - a failing encoder must never stop the camera
+                _close_quietly(backend)
+                backend = None
+                if self._fallback is not None and packets == 0:
+                    log.warning("camera %r: %s failed before its first packet (%s); encoding with %s instead",
+                                self.camera_id, self.describe, exc, self._fallback[1])
+                    (self._make, self.describe), self._fallback = self._fallback, None
+                    continue
                 retry_at = self._wall() + RETRY_AFTER_ERROR_S
                 self.recorder.fail(f"encoder {self.describe} failed: {exc}; trying again in "
                                    f"{RETRY_AFTER_ERROR_S:g}s")
-                _close_quietly(backend)
-                backend = None
         _close_quietly(backend)
 
 
@@ -158,12 +168,15 @@ def _close_quietly(backend: _Backend | None) -> None:
 
 def make_frame_encoder(recorder: SegmentRecorder, choice: H264Encoder, pixel_format: str, fps: float | None,
                        camera_id: str) -> FrameEncoder:
-    """The encoder thread for ``choice`` (not started)."""
+    """The encoder thread for ``choice`` (not started); a GStreamer encoder falls back to the CPU's."""
+    def on_cpu(codec: str) -> Callable[[int, int], _Backend]:
+        return lambda w, h: AvH264(codec, w, h, pixel_format)
+
     if choice.kind == "gstreamer":
+        from appliance.capture.h264encoders import cpu_encoder
         from appliance.capture.recording.gstencoder import GstH264
 
-        rate = fps or 10.0
+        rate, cpu = fps or 10.0, cpu_encoder().name
         return FrameEncoder(recorder, lambda w, h: GstH264(choice.name, w, h, pixel_format, rate), camera_id,
-                            f"GStreamer {choice.name}")
-    return FrameEncoder(recorder, lambda w, h: AvH264(choice.name, w, h, pixel_format), camera_id,
-                        f"PyAV {choice.name}")
+                            f"GStreamer {choice.name}", fallback=(on_cpu(cpu), f"PyAV {cpu}"))
+    return FrameEncoder(recorder, on_cpu(choice.name), camera_id, f"PyAV {choice.name}")
