@@ -57,13 +57,15 @@ OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
                     engines_dir: Path | None = None, page: dict[str, int] | None = None,
-                    opcua: dict[str, int] | None = None, record: bool = False) -> tuple[float, list[float]]:
+                    opcua: dict[str, int] | None = None, record: bool = False,
+                    images: Path | None = None) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
     over the measuring window (proof that the analytics did work). Given ``page``, the page is served; with
     ``page["viewers"]`` 1, someone watches cam0's live view, and ``page["pictures"]`` gets how many pictures they
-    saw. ``opcua``: the OPC UA server runs with a client; it gets what that client received. ``record``: RECORD."""
+    saw. ``opcua``: the OPC UA server runs with a client; it gets what that client received. ``record``: RECORD.
+    ``images``: the cameras play this folder of frames (a raw source) instead of the video file."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
@@ -72,13 +74,13 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     shm_root = Path(tempfile.mkdtemp(prefix="appliance-bench-", dir="/dev/shm"))  # a fresh name nobody took first
     cams = "".join(f"""
   - id: cam{n}
-    source: {{type: file, path: {video}, loop: true, realtime: true}}
+    source: {{type: {'images' if images else 'file'}, path: {images or video}, loop: true, realtime: true}}
     width: 640
     height: 480
     fps: {fps}
 {RECORD if record else ""}{ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
     config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
-                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}.yaml")
+                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}{'-raw' if images else ''}.yaml")
     config_path.write_text(f"""
 device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
@@ -172,8 +174,9 @@ def parse_args(argv: list[str]) -> Options:
                         help="only the appliance with its page served: nobody watching, one viewer on cam0's live "
                              "view, nobody again; ends with e2e_viewer_vs_unwatched=<ratio>")
     parser.add_argument("--record", action="store_true",
-                        help="only the appliance with recording off and on, alternated; ends with "
-                             "e2e_record_vs_off=<ratio>")
+                        help="only the appliance with recording off and on, alternated, for the file camera and "
+                             "the same frames as a raw (images) camera; ends with e2e_record_vs_off=<ratio> and "
+                             "e2e_record_raw_vs_off=<ratio>")
     args = parser.parse_args(argv)
     return Options(8.0 if args.quick else args.seconds, args.cameras, args.fps, args.latency_fps, args.triton_home,
                    args.analytics or args.opcua, args.opcua, args.viewer, args.record)

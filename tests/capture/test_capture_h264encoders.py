@@ -60,3 +60,27 @@ def test_a_gstreamer_encoder_that_cannot_run_falls_back_to_the_cpu(tmp_path: Pat
     assert "GStreamer no_such_element failed before its first packet" in caplog.text
     assert "encoding with PyAV libx264 instead" in caplog.text
     assert len(list_segments(tmp_path)) >= 2
+
+
+def test_the_gstreamer_encoder_path_writes_playable_segments(tmp_path: Path) -> None:
+    """The Jetson's path (frames into a gst-launch child, access units back) with x264enc in NVENC's place."""
+    import av
+
+    recorder = SegmentRecorder(tmp_path, RecordConfig(enabled=True, segment_s=0.5, min_free_gb=0), "cam")
+    recorder.start()
+    encoder = make_frame_encoder(recorder, H264Encoder("gstreamer", "x264enc"), "bgr", 10.0, "cam")
+    encoder.start()
+    frames = [np.full((120, 160, 3), 8 * n, np.uint8) for n in range(25)]
+    for frame in frames:
+        encoder.offer(frame, time.time())
+        time.sleep(0.1)
+    encoder.stop()
+    recorder.stop()
+    segments = list_segments(tmp_path)
+    assert len(segments) >= 2 and encoder.describe == "GStreamer x264enc"  # no fallback taken
+    with av.open(str(segments[0].path)) as container:
+        decoded = [(f.key_frame, f.to_ndarray(format="bgr24")) for f in container.decode(video=0)]
+    assert decoded[0][0] and len(decoded) >= 4
+    # Each decoded frame is one of the frames given, in order (grey levels 8 apart; H.264 keeps them within 3).
+    levels = [round(float(image.mean()) / 8) for _, image in decoded]
+    assert levels == list(range(levels[0], levels[0] + len(levels))), levels
