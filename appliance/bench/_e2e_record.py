@@ -21,14 +21,16 @@ def _footage_bytes(workdir: Path) -> int:
 
 def _alternate(bench: Callable[..., tuple[float, list[float]]], workdir: Path, video: Path, port: int,
                cameras: int, fps: float, seconds: float, images: Path | None) -> tuple[dict, dict, int]:
-    """results/s and p50 ms of the runs off, on, on, off (after a warm-up), and the footage they wrote."""
-    bench(workdir, video, port, cameras, fps, seconds / 2, images=images)  # warm-up, not counted
+    """results/s and p50 ms of the runs off, on, on, off (after a warm-up), and the footage they wrote; with
+    ``images``, the cameras play that folder (bench_appliance takes a folder as an images camera)."""
+    shown = images or video
+    bench(workdir, shown, port, cameras, fps, seconds / 2)  # warm-up, not counted
     rates: dict[bool, list[float]] = {False: [], True: []}
     p50s: dict[bool, list[float]] = {False: [], True: []}
     kept = 0
     for record in (False, True, True, False):
         before = _footage_bytes(workdir)
-        rate, latencies = bench(workdir, video, port, cameras, fps, seconds, record=record, images=images)
+        rate, latencies = bench(workdir, shown, port, cameras, fps, seconds, record=record)
         kept += _footage_bytes(workdir) - before if record else 0
         rates[record].append(rate)
         p50s[record].append(statistics.median(latencies) if latencies else float("nan"))

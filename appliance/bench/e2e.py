@@ -57,15 +57,13 @@ OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
                     engines_dir: Path | None = None, page: dict[str, int] | None = None,
-                    opcua: dict[str, int] | None = None, record: bool = False,
-                    images: Path | None = None) -> tuple[float, list[float]]:
+                    opcua: dict[str, int] | None = None, record: bool = False) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
     over the measuring window (proof that the analytics did work). Given ``page``, the page is served; with
     ``page["viewers"]`` 1, someone watches cam0's live view, and ``page["pictures"]`` gets how many pictures they
-    saw. ``opcua``: the OPC UA server runs with a client; it gets what that client received. ``record``: RECORD.
-    ``images``: the cameras play this folder of frames (a raw source) instead of the video file."""
+    saw. ``opcua``: the OPC UA server runs with a client; it gets what that client received. ``record``: RECORD."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
@@ -74,13 +72,13 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     shm_root = Path(tempfile.mkdtemp(prefix="appliance-bench-", dir="/dev/shm"))  # a fresh name nobody took first
     cams = "".join(f"""
   - id: cam{n}
-    source: {{type: {'images' if images else 'file'}, path: {images or video}, loop: true, realtime: true}}
+    source: {{type: {'images' if video.is_dir() else 'file'}, path: {video}, loop: true, realtime: true}}
     width: 640
     height: 480
     fps: {fps}
 {RECORD if record else ""}{ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
     config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
-                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}{'-raw' if images else ''}.yaml")
+                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}{'-raw' if video.is_dir() else ''}.yaml")
     config_path.write_text(f"""
 device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
