@@ -5,6 +5,7 @@ gst-inspect), falling back to the CPU with a log line; a GStreamer encoder that 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -84,3 +85,27 @@ def test_the_gstreamer_encoder_path_writes_playable_segments(tmp_path: Path) -> 
     # Each decoded frame is one of the frames given, in order (grey levels 8 apart; H.264 keeps them within 3).
     levels = [round(float(image.mean()) / 8) for _, image in decoded]
     assert levels == list(range(levels[0], levels[0] + len(levels))), levels
+
+
+def test_an_encoder_that_is_behind_drops_frames_and_counts_them_never_blocking(tmp_path: Path) -> None:
+    from appliance.capture.recording.encoder import QUEUE_FRAMES, AvH264, FrameEncoder
+
+    gate = threading.Event()
+
+    class Stuck(AvH264):  # the real encoder behind a gate: a disk or CPU that stalls
+        def encode(self, frame, wall, key):
+            gate.wait(30)
+            return super().encode(frame, wall, key)
+
+    recorder = SegmentRecorder(tmp_path, RecordConfig(enabled=True, min_free_gb=0), "cam")
+    recorder.start()
+    encoder = FrameEncoder(recorder, lambda w, h: Stuck("libx264", w, h, "bgr"), "cam", "stuck libx264")
+    encoder.start()
+    frame = np.zeros((120, 160, 3), np.uint8)
+    for _ in range(100):
+        encoder.offer(frame, time.time())  # returns at once although the encoder waits
+    assert 100 - QUEUE_FRAMES - 1 <= encoder.dropped <= 100 - QUEUE_FRAMES, encoder.dropped
+    gate.set()
+    encoder.stop()
+    recorder.stop()
+    assert encoder.encoded + encoder.dropped == 100

@@ -107,8 +107,9 @@ class FrameEncoder:
         self._fallback = fallback
         self._wall = wall
         self._queue: queue.Queue[tuple[np.ndarray, float] | None] = queue.Queue()
-        self.dropped = 0
+        self.dropped = 0  # frames left out of the recording because the encoder was behind
         self.encoded = 0
+        self._behind = False
         self._thread = threading.Thread(target=self._run, name=f"encoder-{camera_id}", daemon=True)
 
     def start(self) -> None:
@@ -117,8 +118,13 @@ class FrameEncoder:
     def offer(self, frame: np.ndarray, wall: float) -> None:
         """Keep a copy of ``frame``, shown at ``wall``; never blocks (drops and counts when behind)."""
         if self._queue.qsize() >= QUEUE_FRAMES or not self._thread.is_alive():
+            if not self._behind:
+                log.warning("camera %r: the recording encoder (%s) is behind; frames are left out of the "
+                            "recording (the detector still gets them)", self.camera_id, self.describe)
+            self._behind = True
             self.dropped += 1
             return
+        self._behind = False
         self._queue.put((frame.copy(), wall))
 
     def stop(self, timeout_s: float = 5.0) -> None:
