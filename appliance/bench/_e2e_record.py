@@ -53,12 +53,12 @@ def record_vs_off(bench: Callable[..., tuple[float, list[float]]], workdir: Path
                   cameras: int, fps: float, seconds: float) -> list[str]:
     """The report's lines (``bench``: e2e.bench_appliance), ``e2e_record_vs_off=`` (the file camera) and
     ``e2e_record_raw_vs_off=`` (the raw camera, its frames encoded) last, each the ratio of the means."""
-    lines = [f"{'alternative':<56}{'results/s':>18}{'p50 ms':>16}"]
+    lines = [f"{'alternative':<66}{'results/s':>18}{'p50 ms':>16}"]
     ratios = []
     for name, images in (("file camera", None), ("raw camera (images, encoded)", _still_frames(video, workdir / "raw"))):
         rates, p50s, kept = _alternate(bench, workdir, video, port, cameras, fps, seconds, images)
         rows = [(f"{name}: recording off (runs 1, 4)", False), (f"{name}: every camera recording (runs 2, 3)", True)]
-        lines += [*(f"{label:<56}{' / '.join(f'{r:.2f}' for r in rates[v]):>18}"
+        lines += [*(f"{label:<66}{' / '.join(f'{r:.2f}' for r in rates[v]):>18}"
                     f"{' / '.join(f'{p:.0f}' for p in p50s[v]):>16}" for label, v in rows),
                   f"{name}: footage written: {kept / 1e6:.1f} MB in {2 * seconds:g} s of {cameras} cameras; load "
                   f"average {os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} CPUs"]
