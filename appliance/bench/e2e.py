@@ -74,13 +74,13 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     shm_root = Path(tempfile.mkdtemp(prefix="appliance-bench-", dir="/dev/shm"))  # a fresh name nobody took first
     cams = "".join(f"""
   - id: cam{n}
-    source: {{type: file, path: {video}, loop: true, realtime: true}}
+    source: {{type: {'images' if video.is_dir() else 'file'}, path: {video}, loop: true, realtime: true}}
     width: 640
     height: 480
     fps: {fps}
 {RECORD if record else ""}{ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
     config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
-                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}.yaml")
+                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}{'-raw' if video.is_dir() else ''}.yaml")
     config_path.write_text(f"""
 device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
@@ -175,8 +175,9 @@ def parse_args(argv: list[str]) -> Options:
                         help="only the appliance with its page served: nobody watching, one viewer on cam0's live "
                              "view, nobody again; ends with e2e_viewer_vs_unwatched=<ratio>")
     parser.add_argument("--record", action="store_true",
-                        help="only the appliance with recording off and on, alternated; ends with "
-                             "e2e_record_vs_off=<ratio>")
+                        help="only the appliance with recording off and on, alternated, for the file camera and "
+                             "the same frames as a raw (images) camera; ends with e2e_record_vs_off=<ratio> and "
+                             "e2e_record_raw_vs_off=<ratio>")
     parser.add_argument("--restream", action="store_true",
                         help="only the appliance with the restream off, on and unwatched, with one and with four "
                              "RTSP clients; ends with e2e_restream_unwatched_vs_off=<ratio>")

@@ -20,7 +20,8 @@ from appliance.config.ids import Id
 from appliance.capture.recordconfig import RecordConfig
 
 PixelFormat = Literal["bgr", "rgb"]
-#: Source types whose own compressed packets are kept when recording is on (capture/sources/pyav.py).
+#: Source types whose own compressed packets are kept when recording is on (capture/sources/pyav.py); the
+#: others are encoded from their frames (capture/recording/encoder.py).
 RECORDED_SOURCES = ("file", "rtsp")
 
 
@@ -157,13 +158,6 @@ class CameraConfig(StrictModel):
             if pixels:
                 raise ValueError(f"{', '.join(map(repr, pixels))} use pixel points, which need the frame size: give "
                                  "width and height, or draw them with units: normalized")
-        return self
-
-    @model_validator(mode="after")
-    def _record_needs_a_compressed_source(self) -> "CameraConfig":
-        if self.record.enabled and self.source.type not in RECORDED_SOURCES:
-            raise ValueError(f"record.enabled needs a compressed source ({' or '.join(RECORDED_SOURCES)}); a "
-                             f"{self.source.type} source is not recorded yet")
         return self
 
     @model_validator(mode="after")

@@ -37,12 +37,14 @@ class CaptureLoop:
         hung_after_s: float | None = None,
         watchdog_interval_s: float = 0.1,
         on_frame: Callable[[], None] | None = None,
+        on_published: Callable[[np.ndarray, float], None] | None = None,
     ) -> None:
         self.camera, self.writer, self._factory = camera, writer, source_factory
         self._clock, self._wall = clock, wall
         self._backoff = Backoff(camera.backoff, rng)
         self._on_hung = on_hung
         self._on_frame = on_frame  # after each published frame: wakes the scheduler (capture.doorbell)
+        self._on_published = on_published  # (frame, wall time) after each published frame: must not block
         # A read still blocked this long after the stall was declared cannot be broken from here.
         self._hung_after_s = hung_after_s if hung_after_s is not None else max(10.0, 2 * camera.stall_timeout_s)
         self._watchdog_interval_s = watchdog_interval_s
@@ -180,7 +182,10 @@ class CaptureLoop:
                 self._progress = now
             streak = 0
             if claim is not None:
-                self.writer.publish(claim, now, self._wall())
+                wall = self._wall()
+                self.writer.publish(claim, now, wall)
+                if self._on_published is not None:
+                    self._on_published(claim.array, wall)
                 if self._on_frame is not None:
                     self._on_frame()
             if not skip and interval and not source.paced:

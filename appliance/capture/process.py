@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from appliance.capture.config import CameraConfig
+from appliance.capture.config import RECORDED_SOURCES, CameraConfig
 from appliance.capture.layout import CaptureState, RingGeometry
 from appliance.capture.errors import RingBusyError
 from appliance.capture.health import CaptureHealth
@@ -37,6 +37,7 @@ from appliance.logs import configure as configure_logging
 from appliance.procs import stop_process
 
 if TYPE_CHECKING:
+    from appliance.capture.recording.encoder import FrameEncoder
     from appliance.capture.recording.recorder import SegmentRecorder
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,12 @@ def capture_main(spec: CaptureSpec) -> None:
 
         on_frame = DoorbellRinger(spec.doorbell).ring
     recorder = _recorder(camera, spec.record_dir)
-    loop = CaptureLoop(camera, writer, lambda: make_source(camera, recorder), on_hung=hung, on_frame=on_frame)
+    encoder = _frame_encoder(camera, recorder) if recorder is not None else None
+    loop = CaptureLoop(camera, writer, lambda: make_source(camera, None if encoder else recorder), on_hung=hung,
+                       on_frame=on_frame, on_published=encoder.offer if encoder is not None else None)
     final = loop.run(stop)
+    if encoder is not None:
+        encoder.stop()
     if recorder is not None:
         recorder.stop()
     writer.close(final)
@@ -126,6 +131,24 @@ def _recorder(camera: CameraConfig, record_dir: str) -> SegmentRecorder | None:
         log.error("camera %r: not recording: cannot use %s: %s", camera.id, record_dir, exc)
         return None
     return recorder
+
+
+def _frame_encoder(camera: CameraConfig, recorder: SegmentRecorder) -> FrameEncoder | None:
+    """A raw camera records by encoding its frames (capture/recording/encoder.py); None for the compressed
+    sources, whose own packets are kept."""
+    if camera.source.type in RECORDED_SOURCES:
+        return None
+    from appliance.capture.h264encoders import named_encoder
+    from appliance.capture.recording.encoder import make_frame_encoder
+
+    try:
+        choice = named_encoder(camera.record.encoder)
+    except RuntimeError as exc:
+        log.error("camera %r: not recording: %s", camera.id, exc)
+        return None
+    encoder = make_frame_encoder(recorder, choice, camera.pixel_format, camera.fps, camera.id)
+    encoder.start()
+    return encoder
 
 
 def _stop_when_orphaned(parent: int, stop: threading.Event, interval_s: float = 0.5) -> None:

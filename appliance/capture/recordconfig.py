@@ -20,8 +20,9 @@ class RetainConfig(StrictModel):
 
 
 class RecordConfig(StrictModel):
-    """Recording of one camera's own compressed stream (no re-encode), cut into short segments on the state
-    dir's disk; an event's clip is a view over them."""
+    """Recording of one camera's footage, cut into short segments on the state dir's disk; an event's clip is
+    a view over them. A file or RTSP camera keeps its own compressed stream (no re-encode); a raw camera
+    (v4l2, images, gstreamer) is encoded to H.264 from the frames it already delivers."""
 
     enabled: bool = Field(False, description="keep this camera's footage and give every event a clip")
     pre_capture_s: float = Field(5.0, ge=0, le=60, description="seconds of footage before the event (a clip "
@@ -31,4 +32,8 @@ class RecordConfig(StrictModel):
                              "many seconds; a clip is complete once the segment holding its end is closed")
     min_free_gb: float = Field(1.0, ge=0, le=10_000, description="recording stops (with a reason, detections go "
                                "on) while the state dir's disk has less free space than this")
+    encoder: str = Field("auto", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_]+$",
+                         description="H.264 encoder of a raw camera (ignored for file/rtsp): auto (nvv4l2h264enc "
+                         "on a Jetson that has it, else libx264 or libopenh264), an FFmpeg encoder name "
+                         "(libx264, libopenh264) or a GStreamer element (nvv4l2h264enc, x264enc)")
     retain: RetainConfig = Field(default_factory=RetainConfig)

@@ -27,7 +27,8 @@ _ELEMENT_DEVICES: dict[str, tuple[str, ...]] = {
     "nvvidconv": (*_NVMAP, "/dev/nvhost-vic"),
     "nvv4l2decoder": (*_NVMAP, "/dev/nvhost-nvdec", "/dev/v4l2-nvdec"),
     "nvjpegdec": (*_NVMAP, "/dev/nvhost-nvjpg"),
-    "nvv4l2h264enc": (*_NVMAP, "/dev/nvhost-msenc", "/dev/v4l2-nvenc"),
+    # NVENC, for recording a raw camera: its host1x node (a second one on boards with two) and its V4L2 node.
+    "nvv4l2h264enc": (*_NVMAP, "/dev/nvhost-msenc", "/dev/nvhost-nvenc1", "/dev/v4l2-nvenc"),
 }
 _NETWORK_ELEMENTS = ("rtspsrc", "udpsrc", "tcpclientsrc", "souphttpsrc", "aravissrc", "uridecodebin", "rtmpsrc")
 _FILE_ELEMENTS = ("filesrc", "multifilesrc")
@@ -85,6 +86,17 @@ def needs(source: Source) -> Needs:
             if match:
                 paths.append(match.group(1).strip("\"'"))
     return Needs(tuple(devices), tuple(sockets), tuple(families), tuple(paths))
+
+
+def recording_needs(element: str) -> Needs:
+    """What the recording encoder of a raw camera needs when it is the GStreamer ``element`` (a Jetson's
+    ``nvv4l2h264enc``: nvvidconv into NVMM buffers, then NVENC); PyAV's CPU encoders need nothing."""
+    from appliance.capture.recording.gstencoder import encoder_chain
+
+    devices: list[str] = []
+    for name, _ in _elements(" ".join(encoder_chain(element, 30))):
+        devices.extend(d for d in _ELEMENT_DEVICES.get(name, ()) if d not in devices)
+    return Needs(devices=tuple(devices))
 
 
 def _settings(unit_text: str) -> dict[str, list[str]]:

@@ -81,21 +81,34 @@ class ClipKeeper:
     def __init__(self, state_dir: Path, cameras: Mapping[str, RecordConfig], publish: Callable[[ClipMessage], Any],
                  wall: Callable[[], float] = time.time, metrics: ClipMetrics | None = None) -> None:
         """``metrics``: the footage and clip counts go there every few seconds (``report``)."""
-        self.state_dir, self.cameras, self._publish, self._wall = state_dir, dict(cameras), publish, wall
+        self.state_dir, self._publish, self._wall = state_dir, publish, wall
         self._metrics = metrics
         self._lock = threading.Lock()
         self._pending: dict[str, ClipEntry] = {}
         self._cache: OrderedDict[str, Path] = OrderedDict()
-        self.written: dict[str, int] = {c: 0 for c in cameras}
+        self.cameras: dict[str, RecordConfig] = {}  # the cameras recording now: their events get clips
+        self._known: dict[str, RecordConfig] = {}  # and those that did since start: their clips are still served
+        self.written: dict[str, int] = {}
         self.failed: dict[tuple[str, str], int] = {}  # (camera, reason kind) -> count
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="clips", daemon=True)
-        for camera in cameras:
-            (clips_dir(state_dir) / camera).mkdir(parents=True, exist_ok=True)
+        self.apply(cameras)
         for entry in read_index(state_dir):  # planned before a restart: checked as if it never stopped
-            if entry.status == "pending" and entry.camera_id in self.cameras:
+            if entry.status == "pending" and entry.camera_id in self._known:
                 self._pending[entry.event_id] = entry
         self._thread.start()
+
+    def apply(self, cameras: Mapping[str, RecordConfig]) -> None:
+        """The recording cameras and their settings from now on (a reload): a camera that starts recording gets
+        clips for its next events, new pre/post seconds count from the next event. Clips already planned keep
+        their bounds; those of a camera that stopped recording are still checked and served."""
+        for camera in cameras:
+            (clips_dir(self.state_dir) / camera).mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self.cameras = dict(cameras)
+            self._known.update(cameras)
+            for camera in cameras:
+                self.written.setdefault(camera, 0)
 
     def recordings(self, camera_id: str) -> Path:
         return self.state_dir / "recordings" / camera_id
@@ -134,7 +147,7 @@ class ClipKeeper:
                     self._finish(entry, "failed", reason="internal error (see the log)")
 
     def _check(self, entry: ClipEntry) -> None:
-        config, folder = self.cameras[entry.camera_id], self.recordings(entry.camera_id)
+        config, folder = self._known[entry.camera_id], self.recordings(entry.camera_id)
         if not clip_complete(folder, entry.end):
             if self._wall() > entry.end + 2 * config.segment_s + 30:
                 self._finish(entry, "failed", reason=f"no footage after {entry.end:.3f} was written (recording "
@@ -155,7 +168,7 @@ class ClipKeeper:
         with self._lock:
             self._pending.pop(entry.event_id, None)
             if status == "complete":
-                self.written[entry.camera_id] += 1
+                self.written[entry.camera_id] = self.written.get(entry.camera_id, 0) + 1
             else:
                 kind = "missing" if "footage" in reason else "error"
                 self.failed[(entry.camera_id, kind)] = self.failed.get((entry.camera_id, kind), 0) + 1
@@ -179,11 +192,11 @@ class ClipKeeper:
 
     def report(self, metrics: ClipMetrics) -> None:
         """Footage kept, recording on or paused, clips written and failed: for ``/metrics``."""
-        for camera in self.cameras:
+        for camera in list(self.cameras):
             status = read_status(self.recordings(camera))
             with self._lock:
                 failed = {kind: n for (cam, kind), n in self.failed.items() if cam == camera}
-                written = self.written[camera]
+                written = self.written.get(camera, 0)
             metrics.record_clips(camera, kept_bytes=status.kept_bytes if status else 0,
                                  recording=bool(status and status.recording), written=written, failed=failed)
 
@@ -191,7 +204,7 @@ class ClipKeeper:
         """The event's clip as an MP4 file (written now from the segments, or from the small cache); None when
         there is no such event or its footage is gone."""
         entry = find_entry(self.state_dir, event_id)
-        if entry is None or entry.status != "complete" or entry.camera_id not in self.cameras:
+        if entry is None or entry.status != "complete" or entry.camera_id not in self._known:
             return None
         with self._lock:
             cached = self._cache.get(event_id)

@@ -139,6 +139,8 @@ def apply_cameras(plan: ReloadPlan, new: AppConfig, running: Running, children: 
     the started ones, then zones and lines for the next frame."""
     configs = {c.id: c for c in new.cameras}
     running.publisher.set_publish_modes(new.mqtt.publish, new.mqtt.cameras)  # before a started camera's frames
+    if running.inference.clips is not None:  # which cameras record, their pre/post seconds: from the next event
+        running.inference.clips.apply({c.id: c.record for c in new.cameras if c.record.enabled})
     for camera_id in (*plan.stop, *plan.restart):
         _stop_camera(camera_id, running, children, drain_timeout_s)
         if camera_id in plan.stop:

@@ -113,7 +113,7 @@ class Inference:
     live: LiveFrames  # the newest frame of a camera someone watches on the page
     feed: EventFeed   # the newest events, for the page
     new_stage: Callable[[CameraConfig], CameraAnalytics]  # a camera's stage, as at start (a reload's cameras)
-    clips: ClipKeeper | None = None  # when a camera records: its events' clips
+    clips: ClipKeeper | None = None  # the events' clips of the cameras that record (a reload changes which)
     restream: Restream | None = None  # the RTSP server and what feeds it, when ``restream.enabled``
 
     def clip_routes(self, auth: Auth | None, hosts: Sequence[str]) -> list[BaseRoute]:
@@ -179,10 +179,9 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         layouts, live, feed = Layouts(config.cameras, paths["state_dir"], serving_classes), LiveFrames(), EventFeed()
         sink = FeedingPublisher(capturing.publisher, feed)
         recording = {c.id: c.record for c in config.cameras if c.record.enabled}
-        clips = ClipKeeper(paths["state_dir"], recording, capturing.publisher.publish_clip,
-                           metrics=metrics) if recording else None
-        if clips is not None:
-            undo.callback(clips.stop)
+        # Also with no camera recording yet: a reload may start one (ClipKeeper.apply).
+        clips = ClipKeeper(paths["state_dir"], recording, capturing.publisher.publish_clip, metrics=metrics)
+        undo.callback(clips.stop)
         analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names, sink, metrics,
                                                paths["state_dir"] / "snapshots", mirror, clips)
         layouts.stages = analytics

@@ -47,7 +47,7 @@ def test_defaults_are_sane():
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"id": "Cam 1"}, "is not a valid id"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"fps": 2, "stall_timeout_s": 0.4}, "longer than one frame"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"backoff": {"initial_s": 5, "max_s": 1}}, "must be >= initial_s"),
-        ({"type": "v4l2"}, {"record": {"enabled": True}}, "record.enabled needs a compressed source"),
+        ({"type": "v4l2"}, {"record": {"enabled": True, "encoder": "x264 --evil"}}, "should match pattern"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"record": {"post_capture_s": -1}}, "greater than or equal to 0"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"record": {"retain": {"max_gb": 0}}}, "greater than 0"),
         ({"type": "rtsp", "url": "rtsp://cam/1"}, {"record": {"retain": {"weeks": 1}}}, "Extra inputs"),

@@ -50,3 +50,26 @@ def test_a_clip_whose_footage_never_comes_fails_with_a_reason_and_survives_a_res
         assert restarted.clip_file(EVENT) is None
     finally:
         restarted.stop()
+
+
+def test_a_reload_applies_which_cameras_record_and_their_seconds(tmp_path: Path) -> None:
+    now = [1000.0]
+    sent: list[ClipMessage] = []
+    keeper = ClipKeeper(tmp_path, {}, sent.append, wall=lambda: now[0])  # nothing records at start
+    try:
+        assert keeper.plan("a" * 32, "yard", 990.0) is None
+        keeper.apply({"yard": RecordConfig(enabled=True, pre_capture_s=2, post_capture_s=6)})  # starts recording
+        first = keeper.plan("b" * 32, "yard", 990.0)
+        assert first is not None and (first.start, first.end) == (988.0, 996.0)
+        keeper.apply({"yard": RecordConfig(enabled=True, pre_capture_s=1, post_capture_s=3)})  # new seconds
+        second = keeper.plan("c" * 32, "yard", 991.0)
+        assert second is not None and (second.start, second.end) == (990.0, 994.0)
+        keeper.apply({})  # stops recording: no new clips, the planned ones are still checked and reported
+        assert keeper.plan("d" * 32, "yard", 992.0) is None
+        now[0] = 2000.0
+        wait_until(lambda: len(sent) == 2, 10, message="both planned clips' messages")
+        assert sorted((m.event_id[0], m.status, m.start, m.end) for m in sent) == \
+            [("b", "failed", 988.0, 996.0), ("c", "failed", 990.0, 994.0)]
+        assert all("no footage after" in m.reason for m in sent)  # not an internal error of a camera gone
+    finally:
+        keeper.stop()

@@ -13,7 +13,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from appliance.capture.config import Source
-from appliance.capture.sandbox import RESTREAM_NVENC, ARGUS_SOCKET, Needs, gaps, needs
+from appliance.capture.sandbox import ARGUS_SOCKET, RESTREAM_NVENC, Needs, gaps, needs, recording_needs
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = (REPO / "systemd" / "appliance.service").read_text()
@@ -90,3 +90,13 @@ def test_shipped_unit_lets_the_restreams_jetson_encoder_through() -> None:
     assert gaps(UNIT, RESTREAM_NVENC) == []
     assert gaps(_without("DeviceAllow=/dev/v4l2-nvenc rw"), RESTREAM_NVENC) == [
         "device /dev/v4l2-nvenc is not in DeviceAllow= (add: DeviceAllow=/dev/v4l2-nvenc rw)"]
+
+
+def test_the_jetson_recording_encoder_is_let_through_and_each_of_its_nodes_named() -> None:
+    need = recording_needs("nvv4l2h264enc")
+    assert {"/dev/nvhost-msenc", "/dev/v4l2-nvenc", "/dev/nvhost-vic", "/dev/nvmap"} <= set(need.devices)
+    assert gaps(UNIT, need) == []
+    for device in ("/dev/nvhost-msenc", "/dev/v4l2-nvenc"):
+        found = gaps(_without(f"DeviceAllow={device} rw"), need)
+        assert found == [f"device {device} is not in DeviceAllow= (add: DeviceAllow={device} rw)"]
+    assert recording_needs("x264enc") == Needs()  # a CPU encoder opens no device

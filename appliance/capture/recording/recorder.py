@@ -87,6 +87,10 @@ class SegmentRecorder:
         """The source is done with ``container``: closed here once its packets are written."""
         self._queue.put(("release", container, 0.0))
 
+    def fail(self, reason: str) -> None:
+        """What feeds the recorder failed (an encoder): the open segment is closed and the status says why."""
+        self._queue.put(("fail", reason, 0.0))
+
     def stop(self, timeout_s: float = 5.0) -> None:
         self._queue.put(("stop", None, 0.0))
         if self._thread.is_alive():
@@ -101,6 +105,10 @@ class SegmentRecorder:
                 if kind == "stop":
                     self._close_segment()
                     return
+                if kind == "fail":
+                    self._close_segment()
+                    self._set_status(False, item)
+                    continue
                 if kind == "release":
                     self._close_segment()
                     item.close()

@@ -1,0 +1,88 @@
+"""Which H.264 encoder this device has, chosen the way the detector chooses its runtime: probe the device
+(``/etc/nv_tegra_release``, as the detector's DeviceProbe reads it), then check the tool is really there; fall
+back to the CPU with a log line.
+
+On a Jetson: GStreamer's ``nvv4l2h264enc`` (NVENC). Elsewhere, or when that element is missing: PyAV's
+``libx264`` (or ``libopenh264`` where the FFmpeg build lacks x264). Used by the recorder of raw cameras; any
+other part that encodes frames (a restream) can take the same choice.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+JETSON_ELEMENT = "nvv4l2h264enc"
+CPU_CODECS = ("libx264", "libopenh264")
+NVENC_NODES = ("nvhost-msenc", "v4l2-nvenc")
+GST_INSPECT = "gst-inspect-1.0"
+
+
+@dataclass(frozen=True)
+class H264Encoder:
+    """``kind`` "gstreamer": ``name`` is a GStreamer element; "pyav": an FFmpeg encoder name."""
+
+    kind: str
+    name: str
+
+
+def gst_has_element(element: str, binary: str = GST_INSPECT) -> bool:
+    exe = shutil.which(binary)
+    if exe is None:
+        return False
+    try:
+        return subprocess.run([exe, "--exists", element], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def l4t_release(root: Path | str = "/") -> str | None:
+    """The first line of ``/etc/nv_tegra_release`` (a Jetson), or None."""
+    try:
+        text = (Path(root) / "etc/nv_tegra_release").read_text(errors="replace")
+    except OSError:
+        return None
+    return (text.splitlines() or ["?"])[0].strip("# ").strip() or "?"
+
+
+def cpu_encoder() -> H264Encoder:
+    import av
+
+    for name in CPU_CODECS:
+        if name in av.codecs_available:
+            return H264Encoder("pyav", name)
+    raise RuntimeError(f"this FFmpeg build has none of the H.264 encoders {', '.join(CPU_CODECS)}")
+
+
+def named_encoder(name: str) -> H264Encoder:
+    """``name`` as configured: "auto" (:func:`choose_h264_encoder`), an FFmpeg encoder known to PyAV, else a
+    GStreamer element if one by that name exists; anything else is tried (and fails) as an FFmpeg name."""
+    import av
+
+    if name == "auto":
+        return choose_h264_encoder()
+    if name not in av.codecs_available and gst_has_element(name):
+        return H264Encoder("gstreamer", name)
+    return H264Encoder("pyav", name)
+
+
+def choose_h264_encoder(root: Path | str = "/", element: str = JETSON_ELEMENT) -> H264Encoder:
+    """NVENC through GStreamer on a Jetson that has the element and an NVENC device node, else the CPU encoder
+    (an Orin Nano has no NVENC)."""
+    l4t = l4t_release(root)
+    if l4t is None:
+        return cpu_encoder()
+    if not any((Path(root) / "dev" / node).exists() for node in NVENC_NODES):
+        log.warning("Jetson (%s) without NVENC (no /dev/%s): encoding recordings on the CPU", l4t,
+                    " or /dev/".join(NVENC_NODES))
+    elif not gst_has_element(element):
+        log.warning("Jetson (%s) without the GStreamer element %s: encoding recordings on the CPU; install "
+                    "nvidia-l4t-gstreamer for hardware encoding", l4t, element)
+    else:
+        return H264Encoder("gstreamer", element)
+    return cpu_encoder()
