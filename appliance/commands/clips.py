@@ -10,12 +10,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from appliance.appconfig.check import resolved_paths
-from appliance.appconfig.demo import DEMO_CONFIG
 from appliance.capture.recording.clips import ClipError, write_clip
-from appliance.commands.configload import load_and_report
+from appliance.commands.configload import load_for_files
 from appliance.commands.exitcodes import ExitCode
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms
-from appliance.paths import installed_config
 from appliance.supervisor.clipkeeper import find_entry, read_index
 
 
@@ -51,8 +49,7 @@ def _export(state_dir: Path, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_and_report(Path(args.config) if args.config else installed_config() or DEMO_CONFIG, machine=False,
-                             quiet_when_ok=True)
+    config = load_for_files(args.config)
     if config is None:
         return ExitCode.BAD_INPUT
     state_dir = resolved_paths(config)["state_dir"]

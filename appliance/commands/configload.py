@@ -14,6 +14,8 @@ from pathlib import Path
 
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import CheckReport, check_config
+from appliance.appconfig.demo import DEMO_CONFIG
+from appliance.paths import installed_config
 
 
 def load_and_report(path: Path, *, machine: bool = True, log: logging.Logger | None = None,
@@ -54,3 +56,11 @@ def check_and_report(path: Path, *, machine: bool = True, log: logging.Logger | 
             print(issue, file=sys.stderr)
         print(report.summary(), file=sys.stderr)
     return report
+
+
+def load_for_files(given: str | None) -> AppConfig | None:
+    """The config of a command that reads only the appliance's files (spool, clips): ``given``, else an installed
+    device's, else the bundled demo's. Only the file is checked: those files are on disk whether or not this
+    machine could run the cameras. Problems are printed; None when the config is bad."""
+    path = Path(given) if given else installed_config() or DEMO_CONFIG
+    return load_and_report(path, machine=False, quiet_when_ok=True)

@@ -15,14 +15,12 @@ import sys
 from pathlib import Path
 
 from appliance.appconfig.check import resolved_paths
-from appliance.appconfig.demo import DEMO_CONFIG
-from appliance.commands.configload import load_and_report
+from appliance.commands.configload import load_for_files
 from appliance.commands.exitcodes import ExitCode
 from appliance.mqtt.errors import SpoolError
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms
 from appliance.mqtt.setaside import SetAsideMessage, read_shared
 from appliance.mqtt.spool import Spool
-from appliance.paths import installed_config
 
 
 def _message_dict(m: SetAsideMessage, payload: bool) -> dict[str, object]:
@@ -55,9 +53,7 @@ def _list_shared(args: argparse.Namespace, path: Path, held: SpoolError) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Only the file: the spool is on disk whether or not this machine could run the cameras in it.
-    config = load_and_report(Path(args.config) if args.config else installed_config() or DEMO_CONFIG, machine=False,
-                             quiet_when_ok=True)
+    config = load_for_files(args.config)
     if config is None:
         return ExitCode.BAD_INPUT
     path = config.mqtt.spool_path(resolved_paths(config)["state_dir"])

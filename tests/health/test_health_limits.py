@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from support.wait import wait_until
+from support.webattack import answer
 
 from appliance.health import limits
 from appliance.health.server import HealthServer
@@ -27,18 +28,6 @@ def _healthz(port: int, source: str = "127.0.0.1") -> int:
     with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         return int(sock.recv(64).split()[1])
-
-
-def _answer(sock: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection (a socket timeout if it never does); a
-    connection turned away before its request was read may end in a reset instead: ``RESET``."""
-    data = b""
-    try:
-        while chunk := sock.recv(4096):
-            data += chunk
-    except ConnectionResetError:
-        return data or b"RESET"
-    return data
 
 
 def _attacker(port: int) -> socket.socket:
@@ -72,7 +61,7 @@ def test_a_held_body_is_cut_after_the_deadline_and_health_answers_meanwhile(
         for sock in slow:
             sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nn")
         codes = [_healthz(server.port) for _ in range(10)]
-        answers = [_answer(sock) for sock in slow]  # each ends with the server closing the connection
+        answers = [answer(sock) for sock in slow]  # each ends with the server closing the connection
     elapsed = time.monotonic() - started
     assert codes == [200] * 10
     statuses = sorted(int(a.split()[1]) for a in answers)
@@ -88,9 +77,9 @@ def test_a_held_body_is_cut_after_the_deadline_and_health_answers_meanwhile(
 def test_a_large_body_is_refused_before_it_is_read(server: HealthServer) -> None:
     with _attacker(server.port) as sock:
         sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
-        answer = _answer(sock)
-    assert answer.startswith(b"HTTP/1.1 413") and len(answer) < 500
-    assert json.loads(answer.split(b"\r\n\r\n")[1]) == {"error": "request body too large: at most 262144 bytes"}
+        reply = answer(sock)
+    assert reply.startswith(b"HTTP/1.1 413") and len(reply) < 500
+    assert json.loads(reply.split(b"\r\n\r\n")[1]) == {"error": "request body too large: at most 262144 bytes"}
     request = urllib.request.Request(f"http://127.0.0.1:{server.port}/echo", data=b"x" * 1000, method="POST")
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.read() == b"1000"
@@ -103,7 +92,7 @@ def test_held_page_requests_and_connections_from_one_client_leave_health_alone(s
         sock.sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
         held.append(sock)
     try:
-        answers = [_answer(sock) for sock in held[limits.PAGE_PER_CLIENT:]]  # the ones past the caps, at once
+        answers = [answer(sock) for sock in held[limits.PAGE_PER_CLIENT:]]  # the ones past the caps, at once
         assert all(a.startswith((b"HTTP/1.1 429", b"HTTP/1.0 503", b"RESET")) for a in answers), answers
         assert sum(a.startswith(b"HTTP/1.1 429") for a in answers) >= 1, answers
         assert [_healthz(server.port) for _ in range(5)] == [200] * 5
