@@ -1,5 +1,5 @@
 """The RTSP server process: gst-rtsp-server with one shared media factory per camera and kind, fed the frames
-the supervisor sends. Runs under the system Python (python3-gi has no wheel for the venv), started by
+the supervisor sends, or (appliance/restream/passthrough.py) a compressed camera's own packets. Runs under the system Python (python3-gi has no wheel for the venv), started by
 :class:`appliance.restream.server.RestreamServer`; imports only the standard library, gi and stdlib-only parts of
 the package.
 
@@ -9,6 +9,7 @@ the package.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ gi.require_version("GstRtsp", "1.0")
 gi.require_version("GstRtspServer", "1.0")
 from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
 
+from appliance.restream.passthrough import Mount, Passthrough  # noqa: E402
 from appliance.restream.wire import read_frame, watch_line  # noqa: E402
 from appliance.passwords import verify_password  # noqa: E402
 
@@ -119,6 +121,11 @@ class Streams:
         media.connect("target-state", self._target_state, camera, kind, source)
         media.connect("unprepared", lambda _media, *key_source: self._stop(*key_source), camera, kind, source)
 
+    def tell(self, line: bytes) -> None:
+        """A line to the supervisor (the passthrough's watch lines share the socket)."""
+        with self._lock:
+            self._sock.sendall(line)
+
     def _target_state(self, _media: Any, state: int, camera: str, kind: str, source: Any) -> None:
         """The media is about to be taken down (the last client left): no push may reach its appsrc from now."""
         if state == Gst.State.NULL:
@@ -162,7 +169,15 @@ class Streams:
             due = max(due, time.monotonic() - period)  # a stall costs frames, not a burst
 
 
-def build_server(settings: dict[str, Any], streams: Streams, encoder: str) -> Any:
+def _configure(factory: Any, media: Any, camera: str, streams: Streams, passthrough: Passthrough) -> None:
+    """A passthrough camera's /<camera> got its first client: packets, or frames when it fell back to encoding."""
+    if media.get_element().get_by_name("packets") is not None:
+        passthrough.configure(media, camera)
+    else:
+        streams.configure(factory, media, camera, "raw")
+
+
+def build_server(settings: dict[str, Any], streams: Streams, encoder: str, passthrough: Passthrough) -> Any:
     gop = max(1, round(settings["fps"]))  # a keyframe every second: a new client's picture starts within it
     encode = ENCODERS[encoder][1].format(kbps=settings["bitrate_kbps"], bps=settings["bitrate_kbps"] * 1000,
                                          gop=gop)
@@ -173,10 +188,14 @@ def build_server(settings: dict[str, Any], streams: Streams, encoder: str) -> An
     server.set_service(str(settings["port"]))
     for camera in settings["cameras"]:
         for kind in settings["kinds"]:
-            factory = GstRtspServer.RTSPMediaFactory()
-            factory.set_launch(launch)
+            if kind == "raw" and camera in settings["passthrough"]:
+                factory = Mount(functools.partial(passthrough.launch, camera, launch))
+                factory.connect("media-configure", _configure, camera, streams, passthrough)
+            else:
+                factory = GstRtspServer.RTSPMediaFactory()
+                factory.set_launch(launch)
+                factory.connect("media-configure", streams.configure, camera, kind)
             factory.set_shared(True)  # every client of a stream shares one pipeline and one encoder
-            factory.connect("media-configure", streams.configure, camera, kind)
             server.get_mount_points().add_factory(f"/{camera}" if kind == "raw" else f"/{camera}/{kind}", factory)
     if settings["users"] is not None:
         server.set_auth(UserAuth(settings["users"]))
@@ -193,7 +212,10 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", flush=True)
         return 1
     streams = Streams(sock, settings["fps"])
-    server = build_server(settings, streams, encoder)
+    passthrough = Passthrough(settings["packets"], streams.tell)
+    if settings["passthrough"]:
+        passthrough.listen()
+    server = build_server(settings, streams, encoder, passthrough)
     if server.attach(None) == 0:
         print(f"error: could not bind {settings['host']}:{settings['port']}", flush=True)
         return 1

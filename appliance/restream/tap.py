@@ -16,6 +16,7 @@ from appliance.mqtt.messages import DetectionsMessage
 from appliance.restream.server import RestreamServer
 
 log = logging.getLogger("appliance.restream")
+ENCODED = frozenset({"raw", "annotated"})  # the kinds made from frames ("passthrough" comes from the camera)
 
 
 class OverlaySource(Protocol):
@@ -65,7 +66,7 @@ class Restream:
         self._thread.start()
 
     def wants(self, camera_id: str) -> bool:
-        return camera_id in self.server.watched
+        return not ENCODED.isdisjoint(self.server.watched.get(camera_id, ()))
 
     def page_video(self, camera_id: str) -> tuple[str | None, str]:
         """The page's video source (appliance.web.video.VideoSource): the annotated stream, or why not."""
@@ -76,7 +77,7 @@ class Restream:
         return self.server.local_url(camera_id), ""
 
     def offer(self, camera_id: str, pixels: np.ndarray, pixel_format: str, message: DetectionsMessage) -> None:
-        if camera_id not in self.server.watched:
+        if not self.wants(camera_id):
             return
         with self._wake:
             self._pending[camera_id] = (pixels, pixel_format, message)

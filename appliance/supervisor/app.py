@@ -230,7 +230,7 @@ class Appliance:
 
     def _set_up_capture(self, serving: Serving) -> Capturing:
         capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step,
-                                 self.paths["state_dir"] / "recordings")
+                                 self.paths["state_dir"] / "recordings", self.config.restream.enabled)
         return Capturing(serving.publisher, serving.detector, serving.server, serving.served, capture)
 
     def _start_inference(self, capturing: Capturing) -> Running:
