@@ -111,7 +111,23 @@ class ApplianceMetrics:
         self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
         self.power = Gauge("appliance_power_watts", "Power rail (Jetson INA3221)", ["rail"], registry=r)
         self._tegra: _TegraGauges | None = None  # registered on the first tegrastats reading (Jetson only)
+        self._restream_metrics(r)
         self.record_build_info()
+
+    def _restream_metrics(self, r: CollectorRegistry) -> None:
+        self.restream_watched = Gauge("appliance_restream_watched", "1 while the restream mount has a client",
+                                      ["camera", "mount"], registry=r)
+        self.restream_encoding = Gauge("appliance_restream_encoding", "1 while an encoder runs for the mount (0 "
+                                       "with a client: the camera's own packets, passthrough)", ["camera", "mount",
+                                                                                                "encoder"], registry=r)
+
+    def record_restream(self, readings: Mapping[str, Any]) -> None:
+        """Each restream mount (appliance.restream.tap.Restream.readings): watched, and encoded or passed through."""
+        for camera, mounts in readings["cameras"].items():
+            for mount, runs in mounts.items():
+                self.restream_watched.labels(camera=camera, mount=mount).set(int(runs is not None))
+                self.restream_encoding.labels(camera=camera, mount=mount, encoder=readings["encoder"]).set(
+                    int(runs not in (None, "passthrough")))
 
     def _recording_metrics(self, r: CollectorRegistry) -> None:
         """Recording and event clips (appliance.supervisor.clipkeeper): footage kept, clips written and failed."""

@@ -9,7 +9,6 @@ the package.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import json
 import os
@@ -27,7 +26,7 @@ gi.require_version("GstRtsp", "1.0")
 gi.require_version("GstRtspServer", "1.0")
 from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
 
-from appliance.restream.passthrough import Mount, Passthrough  # noqa: E402
+from appliance.restream.passthrough import Passthrough  # noqa: E402
 from appliance.restream.wire import read_frame, watch_line  # noqa: E402
 from appliance.passwords import verify_password  # noqa: E402
 
@@ -188,11 +187,11 @@ def build_server(settings: dict[str, Any], streams: Streams, encoder: str, passt
     server.set_service(str(settings["port"]))
     for camera in settings["cameras"]:
         for kind in settings["kinds"]:
+            factory = GstRtspServer.RTSPMediaFactory()
             if kind == "raw" and camera in settings["passthrough"]:
-                factory = Mount(functools.partial(passthrough.launch, camera, launch))
+                passthrough.mount(camera, factory, launch)
                 factory.connect("media-configure", _configure, camera, streams, passthrough)
             else:
-                factory = GstRtspServer.RTSPMediaFactory()
                 factory.set_launch(launch)
                 factory.connect("media-configure", streams.configure, camera, kind)
             factory.set_shared(True)  # every client of a stream shares one pipeline and one encoder

@@ -3,8 +3,9 @@
 no encoder. Runs in the RTSP server process (system Python, gi); standard library and gi only.
 
 The capture process connects once (and again after a restart), says which camera it is and, for each container
-it opens, the codec and parameter sets; then packets, only while this side says ``watch``. A camera whose codec
-is neither (MPEG-4 part 2, MJPEG) or whose packets have not arrived yet gets the encoded ``/<camera>``.
+it opens, the codec and parameter sets; then packets, only while this side says ``watch``. The mount's launch
+follows the codec: a camera whose codec is neither (MPEG-4 part 2, MJPEG), or that has not said it yet, gets the
+encoded ``/<camera>``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gi.repository import Gst, GstRtspServer  # type: ignore[import-not-found, unused-ignore]
+from gi.repository import Gst  # type: ignore[import-not-found, unused-ignore]
 
 from appliance.framing import read_message
 from appliance.restream.wire import watch_line
@@ -50,6 +51,7 @@ class Passthrough:
         self._lock = threading.Lock()
         self._feeds: dict[str, Feed] = {}
         self._sources: dict[str, Any] = {}
+        self._mounts: dict[str, tuple[Any, str]] = {}  # camera -> (its /<camera> factory, the encoded launch)
 
     def listen(self) -> None:
         if os.path.exists(self._path):
@@ -59,17 +61,22 @@ class Passthrough:
         listener.listen(16)
         threading.Thread(target=self._accept, args=(listener,), name="packets", daemon=True).start()
 
-    def launch(self, camera: str, encoded: str) -> str:
-        """The mount's pipeline for a new client: passthrough when the camera's codec allows, else ``encoded``."""
-        with self._lock:
-            feed = self._feeds.get(camera)
-        if feed is None or feed.codec not in CODECS:
-            why = "no packets from its capture process yet" if feed is None else f"its codec is {feed.codec}"
-            print(f"restream: /{camera} is encoded from frames: {why} (passthrough carries H.264/H.265 only)",
-                  file=sys.stderr, flush=True)
-            return encoded
-        return (f"( appsrc name=packets is-live=true format=time do-timestamp=true max-bytes=8000000"
-                f" ! {CODECS[feed.codec][2]} name=pay0 pt=96 config-interval=-1 )")
+    def mount(self, camera: str, factory: Any, encoded: str) -> None:
+        """``factory`` serves the camera's /<camera>: encoded (``encoded``, its launch until the capture process
+        says its codec), or passthrough once it says H.264/H.265. A running stream keeps its pipeline; the next
+        first client gets the launch of the codec announced last."""
+        factory.set_launch(encoded)
+        self._mounts[camera] = (factory, encoded)
+
+    def _follow_codec(self, camera: str, codec: str) -> None:
+        factory, encoded = self._mounts[camera]
+        if codec not in CODECS:
+            print(f"restream: /{camera} is encoded from frames: its codec is {codec} (passthrough carries "
+                  "H.264/H.265 only)", file=sys.stderr, flush=True)
+            factory.set_launch(encoded)
+            return
+        factory.set_launch(f"( appsrc name=packets is-live=true format=time do-timestamp=true max-bytes=8000000"
+                           f" ! {CODECS[codec][2]} name=pay0 pt=96 config-interval=-1 )")
 
     def configure(self, media: Any, camera: str) -> None:
         """A first client: the appsrc gets the codec's caps, the capture process starts sending."""
@@ -121,13 +128,19 @@ class Passthrough:
             header, data = message
             if "codec" in header:
                 with self._lock:
+                    changed = header["codec"] != feed.codec
                     feed.codec, feed.extradata = header["codec"], bytes.fromhex(header["extradata"])
                     self._feeds[camera] = feed
+                if changed and camera in self._mounts:
+                    self._follow_codec(camera, feed.codec)
             else:
                 self._push(camera, feed, bool(header["key"]), data)
         with self._lock:
-            if self._feeds.get(camera) is feed:
+            gone = self._feeds.get(camera) is feed
+            if gone:
                 del self._feeds[camera]
+        if gone and camera in self._mounts:  # until a capture process says its codec again
+            self._mounts[camera][0].set_launch(self._mounts[camera][1])
         conn.close()
 
     def _push(self, camera: str, feed: Feed, key: bool, data: bytearray) -> None:
@@ -138,14 +151,3 @@ class Passthrough:
             if key and feed.extradata[:1] not in (b"\x01", b""):
                 data = bytearray(feed.extradata) + data  # Annex B parameter sets before each keyframe
             source.emit("push-buffer", Gst.Buffer.new_wrapped(bytes(data)))
-
-
-class Mount(GstRtspServer.RTSPMediaFactory):
-    """A passthrough camera's ``/<camera>``: which pipeline is decided when a client comes, by its codec then."""
-
-    def __init__(self, choose: Callable[[], str]) -> None:
-        super().__init__()
-        self._choose = choose
-
-    def do_create_element(self, _url: Any) -> Any:
-        return Gst.parse_launch(self._choose())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import cv2
 import numpy as np
@@ -75,6 +75,21 @@ class Restream:
         if not self.server.config.annotated:
             return None, "the annotated stream is off (restream.annotated)"
         return self.server.local_url(camera_id), ""
+
+    def readings(self) -> dict[str, Any]:
+        """/healthz's ``restream``: the encoder, and per camera each mount's pipeline while it has a client
+        ("passthrough": the camera's own packets; an encoder's name: encoded), null while it has none."""
+        server, watched = self.server, self.server.watched
+        cameras: dict[str, dict[str, str | None]] = {}
+        for camera in server.cameras:
+            kinds = watched.get(camera, frozenset())
+            mounts: dict[str, str | None] = {f"/{camera}": "passthrough" if "passthrough" in kinds
+                                             else server.encoder if "raw" in kinds else None}
+            if server.config.annotated:
+                mounts[f"/{camera}/annotated"] = server.encoder if "annotated" in kinds else None
+            cameras[camera] = mounts
+        return {"port": server.port, "encoder": server.encoder, "encoders_started": server.encoders_started,
+                "cameras": cameras}
 
     def offer(self, camera_id: str, pixels: np.ndarray, pixel_format: str, message: DetectionsMessage) -> None:
         if not self.wants(camera_id):

@@ -1,6 +1,6 @@
 """The passthrough /<camera>: a real capture process reading an H.264 file sends its own packets to the real RTSP
 server only while a client watches, and the client gets the file's stream (its profile and size, not the
-restream encoder's constrained-baseline at the ring's size), decodable, with no encoder started. The fallback
+restream encoder's constrained-baseline at the ring's size), decodable, with no encoder started; /healthz's and /metrics' readings say passthrough. The fallback
 (a camera whose codec is not H.264/H.265, vtest.avi's MPEG-4) is exercised by tests/web/test_web_page.py."""
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from support.wait import wait_until
 from appliance.capture import CaptureProcess
 from appliance.capture.config import CameraConfig
 from appliance.restream.config import RestreamConfig
+from appliance.health.metrics import ApplianceMetrics
 from appliance.restream.server import RestreamServer
+from appliance.restream.tap import Restream
 
 SOURCE_W, SOURCE_H, RING_W, RING_H = 352, 288, 320, 240
 
@@ -37,6 +39,7 @@ def test_a_compressed_camera_is_restreamed_as_its_own_packets_only_while_watched
     packets = root / "restream.sock"
     server = RestreamServer(RestreamConfig(enabled=True, port=free_port(), fps=10), "127.0.0.1", ["cam"], None,
                             packets=packets, passthrough=["cam"]).start()
+    tap = Restream(server, {})
     cam = CameraConfig.model_validate({"id": "cam", "source": {"type": "file", "path": str(video), "loop": True},
                                        "width": RING_W, "height": RING_H, "resize": True})
     try:
@@ -51,12 +54,18 @@ def test_a_compressed_camera_is_restreamed_as_its_own_packets_only_while_watched
             assert len(set(times)) >= 15  # ~10 frames a second came through
             grab = start_grab(url, 10)
             wait_until(lambda: "passthrough" in server.watched.get("cam", ()), 30, 0.05, "the passthrough client")
+            assert tap.readings()["cameras"]["cam"] == {"/cam": "passthrough", "/cam/annotated": None}  # /healthz
+            metrics = ApplianceMetrics()
+            metrics.record_restream(tap.readings())
+            sample = metrics.registry.get_sample_value
+            assert sample("appliance_restream_watched", {"camera": "cam", "mount": "/cam"}) == 1
+            assert sample("appliance_restream_encoding", {"camera": "cam", "mount": "/cam", "encoder": "x264"}) == 0
             frames = frames_of(grab, SOURCE_W, SOURCE_H)
             assert len(frames) == 10 and frames.std() > 20  # decoded testsrc bars, not a gray failure
             assert server.encoders_started == 0  # no encoder ran for /cam
             wait_until(lambda: server.watched == {}, 30, 0.1, "the packets to stop once the clients left")
             proc.stop()
     finally:
-        server.stop()
+        tap.stop()
         for _ in shm:
             pass
