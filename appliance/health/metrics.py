@@ -111,7 +111,6 @@ class ApplianceMetrics:
         self.temperature = Gauge("appliance_temperature_celsius", "Thermal zone temperature", ["zone"], registry=r)
         self.power = Gauge("appliance_power_watts", "Power rail (Jetson INA3221)", ["rail"], registry=r)
         self._tegra: _TegraGauges | None = None  # registered on the first tegrastats reading (Jetson only)
-        self._restream_metrics(r)
         self.record_build_info()
 
     def _restream_metrics(self, r: CollectorRegistry) -> None:
@@ -130,7 +129,9 @@ class ApplianceMetrics:
                     int(runs not in (None, "passthrough")))
 
     def _recording_metrics(self, r: CollectorRegistry) -> None:
-        """Recording and event clips (appliance.supervisor.clipkeeper): footage kept, clips written and failed."""
+        """Recording and event clips (appliance.supervisor.clipkeeper): footage kept, clips written and failed;
+        the restream's mounts."""
+        self._restream_metrics(r)
         self.recording_bytes = Gauge("appliance_recording_bytes", "The camera's kept footage on disk (record:)",
                                      ["camera"], registry=r)
         self.recording = Gauge("appliance_recording", "1 while the camera's footage is recorded; 0 while recording "

@@ -41,25 +41,22 @@ ENCODERS = {
     "openh264": ("openh264enc", "videoconvert ! video/x-raw,format=I420 ! openh264enc bitrate={bps} "
                  "gop-size={gop}"),
 }
-NVENC_NODES = ("/dev/nvhost-msenc", "/dev/v4l2-nvenc")
 CREDENTIALS_S = 60.0  # a checked login is trusted this long: clients send it with every request
 
 
 def pick_encoder(name: str) -> str:
-    """The configured encoder, or for "auto" NVENC where its element and device node exist, else x264, else
-    openh264; raises RuntimeError when the one asked for is missing."""
+    """The encoder named, or for "cpu" (the supervisor's device choice: appliance.capture.h264encoders) x264,
+    else openh264; raises RuntimeError when the one asked for is missing."""
     def present(key: str) -> bool:
         return Gst.ElementFactory.find(ENCODERS[key][0]) is not None
-    if name != "auto":
+    if name != "cpu":
         if not present(name):
             raise RuntimeError(f"restream.encoder {name}: GStreamer has no {ENCODERS[name][0]} element here")
         return name
-    if present("nvv4l2") and any(os.path.exists(node) for node in NVENC_NODES):
-        return "nvv4l2"
     for key in ("x264", "openh264"):
         if present(key):
             return key
-    raise RuntimeError("restream: no H.264 encoder (x264enc, openh264enc or nvv4l2h264enc) in GStreamer")
+    raise RuntimeError("restream: no H.264 encoder for the CPU (x264enc or openh264enc) in GStreamer")
 
 
 class UserAuth(GstRtspServer.RTSPAuth):

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from appliance.capture.h264encoders import device_encoder_element
 from appliance.procs import stop_process
 from appliance.restream.config import RestreamConfig
 from appliance.restream.wire import send_frame
@@ -54,7 +55,7 @@ class RestreamServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         settings = {"host": self.host, "port": self.config.port, "cameras": self.cameras, "users": self.users,
                     "kinds": ["raw", "annotated"] if self.config.annotated else ["raw"], "fps": self.config.fps,
-                    "bitrate_kbps": self.config.bitrate_kbps, "encoder": self.config.encoder,
+                    "bitrate_kbps": self.config.bitrate_kbps, "encoder": self._encoder(),
                     "packets": str(self.packets or ""), "passthrough": self.passthrough}
         env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
         try:
@@ -78,6 +79,13 @@ class RestreamServer:
         log.info("restream: rtsp://%s:%d/<camera>[/annotated], encoder %s, %s", self.host, self.port, self.encoder,
                  "no login: loopback only" if self.users is None else "login required")
         return self
+
+    def _encoder(self) -> str:
+        """The configured encoder; for "auto", the device's choice (the recorder's too): NVENC where the device
+        has it, else "cpu" (the server takes x264enc, else openh264enc)."""
+        if self.config.encoder != "auto":
+            return self.config.encoder
+        return "nvv4l2" if device_encoder_element() is not None else "cpu"
 
     def local_url(self, camera: str, kind: str = "annotated") -> str:
         """The stream's URL for this machine's own clients (the page's video), with the page's login if needed."""
