@@ -91,7 +91,9 @@ class UserAuth(GstRtspServer.RTSPAuth):
         if self._allowed(header):
             return True
         code = GstRtsp.RTSPStatusCode.UNAUTHORIZED
-        _, response = GstRtsp.rtsp_message_init_response(code, GstRtsp.rtsp_status_as_text(code), ctx.request)
+        # new_response, not init_response: a message PyGObject allocated itself is freed by gst_rtsp_message_free
+        # with another allocator, which corrupted the heap (the server crashed a few requests later)
+        _, response = GstRtsp.rtsp_message_new_response(code, GstRtsp.rtsp_status_as_text(code), ctx.request)
         response.add_header(GstRtsp.RTSPHeaderField.WWW_AUTHENTICATE, 'Basic realm="appliance"')
         ctx.client.send_message(ctx.session, response)
         return False
