@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 from appliance.backoff import RestartPolicy
 from appliance.capture import (CameraConfig, CaptureHealth, CaptureProcess, CaptureStartError, CaptureState,
                                RingDirectory, RingError, RingReader)
+from appliance.capture.ringdir import RESTREAM_SOCKET
 from appliance.capture.doorbell import Doorbell
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import CameraState, CameraStatus
@@ -183,7 +184,7 @@ def set_up_capture(configs: Sequence[CameraConfig], shm_root: Path, children: Ch
     except BaseException:
         doorbell.close()  # what this step made, before the appliance stops what the steps before it did
         raise
-    capture = Capture(doorbell, rings, {}, record_root, rings.path / "restream.sock" if restream else None)
+    capture = Capture(doorbell, rings, {}, record_root, rings.path / RESTREAM_SOCKET if restream else None)
     for camera in configs:
         step(f"camera {camera.id}")
         capture.add(camera, children)
