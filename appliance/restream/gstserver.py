@@ -1,7 +1,7 @@
-"""The RTSP server process: gst-rtsp-server with one shared media factory per camera and kind, fed the frames
-the supervisor sends, or (appliance/restream/passthrough.py) a compressed camera's own packets. Runs under the system Python (python3-gi has no wheel for the venv), started by
-:class:`appliance.restream.server.RestreamServer`; imports only the standard library, gi and stdlib-only parts of
-the package.
+"""The RTSP server process: gst-rtsp-server with one shared media factory per camera and kind, fed the frames the
+supervisor sends, or (appliance/restream/passthrough.py) a compressed camera's own packets. Runs under the system
+Python (python3-gi has no wheel for the venv), started by :class:`appliance.restream.server.RestreamServer`;
+imports only the standard library, gi and stdlib-only parts of the package.
 
     /usr/bin/python3 -m appliance.restream.gstserver <socket fd>    # its settings as JSON on stdin
 """

@@ -1,7 +1,8 @@
-"""The passthrough /<camera>: a real capture process reading an H.264 file sends its own packets to the real RTSP
-server only while a client watches, and the client gets the file's stream (its profile and size, not the
-restream encoder's constrained-baseline at the ring's size), decodable, with no encoder started; /healthz's and /metrics' readings say passthrough. The fallback
-(a camera whose codec is not H.264/H.265, vtest.avi's MPEG-4) is exercised by tests/web/test_web_page.py."""
+"""The passthrough /<camera>: a real capture process reading an H.264 (or H.265) file sends its own packets to the
+real RTSP server only while a client watches, and the client gets the file's stream (its profile and size, not the
+restream encoder's constrained-baseline at the ring's size), decodable, with no encoder started; /healthz's and
+/metrics' readings say passthrough. The fallback (a camera whose codec is not H.264/H.265, vtest.avi's MPEG-4) is
+exercised by tests/web/test_web_page.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from support.ports import free_port
 from support.rtspclients import frames_of, probe, start_grab
 from support.shm import private_shm_dir
@@ -24,16 +26,22 @@ from appliance.restream.tap import Restream
 SOURCE_W, SOURCE_H, RING_W, RING_H = 352, 288, 320, 240
 
 
-def _high_profile_video(path: Path) -> Path:
+# codec -> (FFmpeg's encoder and options, ffprobe's codec and profile): not what the restream's x264 would make
+SOURCES = {"h264": (["libx264", "-preset", "veryfast", "-profile:v", "high", "-bf", "0", "-g", "10"], ("h264", "High")),
+           "hevc": (["libx265", "-preset", "ultrafast", "-x265-params", "bframes=0:keyint=10:log-level=error",
+                     "-tag:v", "hvc1"], ("hevc", "Main"))}
+
+
+def _source_video(path: Path, codec: str) -> Path:
     subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
-                    f"testsrc=size={SOURCE_W}x{SOURCE_H}:rate=10", "-t", "20", "-c:v", "libx264", "-preset",
-                    "veryfast", "-profile:v", "high", "-bf", "0", "-g", "10", "-pix_fmt", "yuv420p", str(path)],
-                   check=True, timeout=120)
+                    f"testsrc=size={SOURCE_W}x{SOURCE_H}:rate=10", "-t", "20", "-c:v", *SOURCES[codec][0],
+                    "-pix_fmt", "yuv420p", str(path)], check=True, timeout=120)
     return path
 
 
-def test_a_compressed_camera_is_restreamed_as_its_own_packets_only_while_watched(tmp_path: Path) -> None:
-    video = _high_profile_video(tmp_path / "high.mp4")
+@pytest.mark.parametrize("codec", list(SOURCES))
+def test_a_compressed_camera_is_restreamed_as_its_own_packets_only_while_watched(tmp_path: Path, codec: str) -> None:
+    video = _source_video(tmp_path / "source.mp4", codec)
     shm = private_shm_dir()
     root = next(shm)
     packets = root / "restream.sock"
@@ -49,7 +57,7 @@ def test_a_compressed_camera_is_restreamed_as_its_own_packets_only_while_watched
             assert server.watched == {}
             url = f"rtsp://127.0.0.1:{server.port}/cam"
             stream, times = probe(url, seconds=3)
-            assert (stream["codec_name"], stream["profile"]) == ("h264", "High"), stream
+            assert (stream["codec_name"], stream["profile"]) == SOURCES[codec][1], stream
             assert (stream["width"], stream["height"]) == (SOURCE_W, SOURCE_H)  # the file's, not the ring's
             assert len(set(times)) >= 15  # ~10 frames a second came through
             grab = start_grab(url, 10)
