@@ -3,8 +3,8 @@
 back to the CPU with a log line.
 
 On a Jetson: GStreamer's ``nvv4l2h264enc`` (NVENC). Elsewhere, or when that element is missing: PyAV's
-``libx264`` (or ``libopenh264`` where the FFmpeg build lacks x264). Used by the recorder of raw cameras; any
-other part that encodes frames (a restream) can take the same choice.
+``libx264`` (or ``libopenh264`` where the FFmpeg build lacks x264) for the recorder of raw cameras, GStreamer's
+``x264enc`` (or ``openh264enc``) for the restream: :func:`device_encoder_element` is the one device choice.
 """
 
 from __future__ import annotations
@@ -71,18 +71,26 @@ def named_encoder(name: str) -> H264Encoder:
     return H264Encoder("pyav", name)
 
 
-def choose_h264_encoder(root: Path | str = "/", element: str = JETSON_ELEMENT) -> H264Encoder:
-    """NVENC through GStreamer on a Jetson that has the element and an NVENC device node, else the CPU encoder
-    (an Orin Nano has no NVENC)."""
+def device_encoder_element(root: Path | str = "/", element: str = JETSON_ELEMENT) -> str | None:
+    """The device's hardware H.264 encoder, the GStreamer ``element`` (NVENC), on a Jetson that has it and an
+    NVENC device node; None: encode on the CPU (a Jetson without it says why: an Orin Nano has no NVENC). The one
+    choice for every part that encodes: the recorder of raw cameras and the restream (appliance/restream)."""
     l4t = l4t_release(root)
     if l4t is None:
-        return cpu_encoder()
+        return None
     if not any((Path(root) / "dev" / node).exists() for node in NVENC_NODES):
-        log.warning("Jetson (%s) without NVENC (no /dev/%s): encoding recordings on the CPU", l4t,
+        log.warning("Jetson (%s) without NVENC (no /dev/%s): encoding (recordings, restream) on the CPU", l4t,
                     " or /dev/".join(NVENC_NODES))
     elif not gst_has_element(element):
-        log.warning("Jetson (%s) without the GStreamer element %s: encoding recordings on the CPU; install "
-                    "nvidia-l4t-gstreamer for hardware encoding", l4t, element)
+        log.warning("Jetson (%s) without the GStreamer element %s: encoding (recordings, restream) on the CPU; "
+                    "install nvidia-l4t-gstreamer for hardware encoding", l4t, element)
     else:
-        return H264Encoder("gstreamer", element)
-    return cpu_encoder()
+        return element
+    return None
+
+
+def choose_h264_encoder(root: Path | str = "/", element: str = JETSON_ELEMENT) -> H264Encoder:
+    """The recorder's encoder: NVENC through GStreamer where :func:`device_encoder_element` finds it, else PyAV's
+    CPU encoder."""
+    found = device_encoder_element(root, element)
+    return H264Encoder("gstreamer", found) if found is not None else cpu_encoder()

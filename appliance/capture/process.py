@@ -37,6 +37,7 @@ from appliance.logs import configure as configure_logging
 from appliance.procs import stop_process
 
 if TYPE_CHECKING:
+    from appliance.capture.packets import PacketFanout, RestreamFeed
     from appliance.capture.recording.encoder import FrameEncoder
     from appliance.capture.recording.recorder import SegmentRecorder
 
@@ -66,6 +67,7 @@ class CaptureSpec:
     doorbell: str = ""  # rung after each published frame (appliance.capture.doorbell); "" rings nothing
     journal_socket: str = str(JOURNAL_SOCKET)  # used when JOURNAL_STREAM says stderr goes to the journal
     record_dir: str = ""  # where the camera's segments go when its record.enabled; "" records nothing
+    restream_socket: str = ""  # the RTSP server's packet socket (a passthrough /<camera>); "" sends nothing
 
 
 def ring_geometry(camera: CameraConfig) -> RingGeometry:
@@ -106,9 +108,13 @@ def capture_main(spec: CaptureSpec) -> None:
         on_frame = DoorbellRinger(spec.doorbell).ring
     recorder = _recorder(camera, spec.record_dir)
     encoder = _frame_encoder(camera, recorder) if recorder is not None else None
-    loop = CaptureLoop(camera, writer, lambda: make_source(camera, None if encoder else recorder), on_hung=hung,
+    feed = _restream_feed(camera, spec.restream_socket)
+    packets = _packets(feed, None if encoder else recorder)
+    loop = CaptureLoop(camera, writer, lambda: make_source(camera, packets), on_hung=hung,
                        on_frame=on_frame, on_published=encoder.offer if encoder is not None else None)
     final = loop.run(stop)
+    if feed is not None:
+        feed.stop()
     if encoder is not None:
         encoder.stop()
     if recorder is not None:
@@ -117,6 +123,23 @@ def capture_main(spec: CaptureSpec) -> None:
     logging.shutdown()
     redactor.close()
     sys.exit(EXIT_CONFIG if final == CaptureState.FAILED else EXIT_OK)
+
+
+def _restream_feed(camera: CameraConfig, address: str) -> RestreamFeed | None:
+    """The camera's own packets for the restream's passthrough /<camera> (compressed sources only)."""
+    if not address or camera.source.type not in RECORDED_SOURCES:
+        return None
+    from appliance.capture.packets import RestreamFeed
+
+    return RestreamFeed(address, camera.id).start()
+
+
+def _packets(feed: RestreamFeed | None, recorder: SegmentRecorder | None) -> PacketFanout | None:
+    """Where a compressed source's packets go (None: nowhere, the source may be read by OpenCV)."""
+    from appliance.capture.packets import PacketFanout, PacketSink
+
+    sinks: list[PacketSink] = [sink for sink in (feed, recorder) if sink is not None]  # copies first
+    return PacketFanout(sinks, recorder) if sinks else None
 
 
 def _recorder(camera: CameraConfig, record_dir: str) -> SegmentRecorder | None:
@@ -174,9 +197,11 @@ class CaptureProcess:
         doorbell: str = "",
         journal_socket: Path | str = JOURNAL_SOCKET,
         record_dir: Path | str = "",
+        restream_socket: Path | str = "",
     ) -> None:
         self.camera = camera
         self._record_dir = str(record_dir)
+        self._restream_socket = str(restream_socket)
         self._doorbell = doorbell
         self._journal_socket = str(journal_socket)
         self.ring_path = ring_path(shm_root, camera.id)
@@ -204,7 +229,7 @@ class CaptureProcess:
         monitor = self._monitor
         before = monitor.health().generation
         spec = CaptureSpec(self.camera.model_dump_json(), str(self.ring_path), self._log_level, self._doorbell,
-                           self._journal_socket, self._record_dir)
+                           self._journal_socket, self._record_dir, self._restream_socket)
         proc = self._ctx.Process(target=capture_main, args=(spec,), name=f"capture-{self.camera.id}", daemon=False)
         proc.start()
         self._proc = proc  # only once started: stop() joins it, and joining a never-started process raises

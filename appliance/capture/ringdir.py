@@ -71,6 +71,9 @@ class RingDirectory:
         self.close()
 
 
+RESTREAM_SOCKET = "restream.sock"  # the RTSP server's packet socket (a passthrough restream), in the run's folder
+
+
 def reclaim_stale_ring_dirs(shm_root: Path | str) -> list[Path]:
     """Remove ring directories of runs that died: ours (owner, mode 0700, not a link) and no longer locked.
 
@@ -104,6 +107,8 @@ def reclaim_stale_ring_dirs(shm_root: Path | str) -> list[Path]:
 def _empty_out(path: Path) -> bool:
     """Remove the dead run's rings in ``path`` and then ``path``; False (and a log line) if something stays."""
     reclaim_stale_rings(path)
+    if (path / RESTREAM_SOCKET).is_socket():  # the dead run's RTSP server did not remove it
+        (path / RESTREAM_SOCKET).unlink(missing_ok=True)
     try:
         os.rmdir(path)
     except OSError as exc:

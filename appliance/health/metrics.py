@@ -113,8 +113,25 @@ class ApplianceMetrics:
         self._tegra: _TegraGauges | None = None  # registered on the first tegrastats reading (Jetson only)
         self.record_build_info()
 
+    def _restream_metrics(self, r: CollectorRegistry) -> None:
+        self.restream_watched = Gauge("appliance_restream_watched", "1 while the restream mount has a client",
+                                      ["camera", "mount"], registry=r)
+        self.restream_encoding = Gauge("appliance_restream_encoding", "1 while an encoder runs for the mount (0 "
+                                       "with a client: the camera's own packets, passthrough)", ["camera", "mount",
+                                                                                                "encoder"], registry=r)
+
+    def record_restream(self, readings: Mapping[str, Any]) -> None:
+        """Each restream mount (appliance.restream.tap.Restream.readings): watched, and encoded or passed through."""
+        for camera, mounts in readings["cameras"].items():
+            for mount, runs in mounts.items():
+                self.restream_watched.labels(camera=camera, mount=mount).set(int(runs is not None))
+                self.restream_encoding.labels(camera=camera, mount=mount, encoder=readings["encoder"]).set(
+                    int(runs not in (None, "passthrough")))
+
     def _recording_metrics(self, r: CollectorRegistry) -> None:
-        """Recording and event clips (appliance.supervisor.clipkeeper): footage kept, clips written and failed."""
+        """Recording and event clips (appliance.supervisor.clipkeeper): footage kept, clips written and failed;
+        the restream's mounts."""
+        self._restream_metrics(r)
         self.recording_bytes = Gauge("appliance_recording_bytes", "The camera's kept footage on disk (record:)",
                                      ["camera"], registry=r)
         self.recording = Gauge("appliance_recording", "1 while the camera's footage is recorded; 0 while recording "

@@ -21,5 +21,5 @@ class RestreamConfig(StrictModel):
     fps: float = Field(10.0, gt=0, le=60, description="frames per second sent to a client; the newest inferred "
                        "frame is repeated where inference runs slower")
     bitrate_kbps: int = Field(2000, ge=100, le=50_000, description="the H.264 encoder's target bit rate")
-    encoder: Encoder = Field("auto", description="auto: the Jetson's nvv4l2h264enc where present, else x264enc, "
-                             "else openh264enc")
+    encoder: Encoder = Field("auto", description="auto: the device's choice, as the recorder's (the Jetson's "
+                             "nvv4l2h264enc where present, else x264enc, else openh264enc)")

@@ -1,7 +1,7 @@
-"""The RTSP server process: gst-rtsp-server with one shared media factory per camera and kind, fed the frames
-the supervisor sends. Runs under the system Python (python3-gi has no wheel for the venv), started by
-:class:`appliance.restream.server.RestreamServer`; imports only the standard library, gi and stdlib-only parts of
-the package.
+"""The RTSP server process: gst-rtsp-server with one shared media factory per camera and kind, fed the frames the
+supervisor sends, or (appliance/restream/passthrough.py) a compressed camera's own packets. Runs under the system
+Python (python3-gi has no wheel for the venv), started by :class:`appliance.restream.server.RestreamServer`;
+imports only the standard library, gi and stdlib-only parts of the package.
 
     /usr/bin/python3 -m appliance.restream.gstserver <socket fd>    # its settings as JSON on stdin
 """
@@ -26,6 +26,7 @@ gi.require_version("GstRtsp", "1.0")
 gi.require_version("GstRtspServer", "1.0")
 from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
 
+from appliance.restream.passthrough import Passthrough  # noqa: E402
 from appliance.restream.wire import read_frame, watch_line  # noqa: E402
 from appliance.passwords import verify_password  # noqa: E402
 
@@ -40,25 +41,22 @@ ENCODERS = {
     "openh264": ("openh264enc", "videoconvert ! video/x-raw,format=I420 ! openh264enc bitrate={bps} "
                  "gop-size={gop}"),
 }
-NVENC_NODES = ("/dev/nvhost-msenc", "/dev/v4l2-nvenc")
 CREDENTIALS_S = 60.0  # a checked login is trusted this long: clients send it with every request
 
 
 def pick_encoder(name: str) -> str:
-    """The configured encoder, or for "auto" NVENC where its element and device node exist, else x264, else
-    openh264; raises RuntimeError when the one asked for is missing."""
+    """The encoder named, or for "cpu" (the supervisor's device choice: appliance.capture.h264encoders) x264,
+    else openh264; raises RuntimeError when the one asked for is missing."""
     def present(key: str) -> bool:
         return Gst.ElementFactory.find(ENCODERS[key][0]) is not None
-    if name != "auto":
+    if name != "cpu":
         if not present(name):
             raise RuntimeError(f"restream.encoder {name}: GStreamer has no {ENCODERS[name][0]} element here")
         return name
-    if present("nvv4l2") and any(os.path.exists(node) for node in NVENC_NODES):
-        return "nvv4l2"
     for key in ("x264", "openh264"):
         if present(key):
             return key
-    raise RuntimeError("restream: no H.264 encoder (x264enc, openh264enc or nvv4l2h264enc) in GStreamer")
+    raise RuntimeError("restream: no H.264 encoder for the CPU (x264enc or openh264enc) in GStreamer")
 
 
 class UserAuth(GstRtspServer.RTSPAuth):
@@ -93,7 +91,9 @@ class UserAuth(GstRtspServer.RTSPAuth):
         if self._allowed(header):
             return True
         code = GstRtsp.RTSPStatusCode.UNAUTHORIZED
-        _, response = GstRtsp.rtsp_message_init_response(code, GstRtsp.rtsp_status_as_text(code), ctx.request)
+        # new_response, not init_response: a message PyGObject allocated itself is freed by gst_rtsp_message_free
+        # with another allocator, which corrupted the heap (the server crashed a few requests later)
+        _, response = GstRtsp.rtsp_message_new_response(code, GstRtsp.rtsp_status_as_text(code), ctx.request)
         response.add_header(GstRtsp.RTSPHeaderField.WWW_AUTHENTICATE, 'Basic realm="appliance"')
         ctx.client.send_message(ctx.session, response)
         return False
@@ -118,6 +118,11 @@ class Streams:
             self._sock.sendall(watch_line(True, camera, kind))
         media.connect("target-state", self._target_state, camera, kind, source)
         media.connect("unprepared", lambda _media, *key_source: self._stop(*key_source), camera, kind, source)
+
+    def tell(self, line: bytes) -> None:
+        """A line to the supervisor (the passthrough's watch lines share the socket)."""
+        with self._lock:
+            self._sock.sendall(line)
 
     def _target_state(self, _media: Any, state: int, camera: str, kind: str, source: Any) -> None:
         """The media is about to be taken down (the last client left): no push may reach its appsrc from now."""
@@ -162,7 +167,15 @@ class Streams:
             due = max(due, time.monotonic() - period)  # a stall costs frames, not a burst
 
 
-def build_server(settings: dict[str, Any], streams: Streams, encoder: str) -> Any:
+def _configure(factory: Any, media: Any, camera: str, streams: Streams, passthrough: Passthrough) -> None:
+    """A passthrough camera's /<camera> got its first client: packets, or frames when it fell back to encoding."""
+    if media.get_element().get_by_name("packets") is not None:
+        passthrough.configure(media, camera)
+    else:
+        streams.configure(factory, media, camera, "raw")
+
+
+def build_server(settings: dict[str, Any], streams: Streams, encoder: str, passthrough: Passthrough) -> Any:
     gop = max(1, round(settings["fps"]))  # a keyframe every second: a new client's picture starts within it
     encode = ENCODERS[encoder][1].format(kbps=settings["bitrate_kbps"], bps=settings["bitrate_kbps"] * 1000,
                                          gop=gop)
@@ -174,9 +187,13 @@ def build_server(settings: dict[str, Any], streams: Streams, encoder: str) -> An
     for camera in settings["cameras"]:
         for kind in settings["kinds"]:
             factory = GstRtspServer.RTSPMediaFactory()
-            factory.set_launch(launch)
+            if kind == "raw" and camera in settings["passthrough"]:
+                passthrough.mount(camera, factory, launch)
+                factory.connect("media-configure", _configure, camera, streams, passthrough)
+            else:
+                factory.set_launch(launch)
+                factory.connect("media-configure", streams.configure, camera, kind)
             factory.set_shared(True)  # every client of a stream shares one pipeline and one encoder
-            factory.connect("media-configure", streams.configure, camera, kind)
             server.get_mount_points().add_factory(f"/{camera}" if kind == "raw" else f"/{camera}/{kind}", factory)
     if settings["users"] is not None:
         server.set_auth(UserAuth(settings["users"]))
@@ -193,7 +210,10 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", flush=True)
         return 1
     streams = Streams(sock, settings["fps"])
-    server = build_server(settings, streams, encoder)
+    passthrough = Passthrough(settings["packets"], streams.tell)
+    if settings["passthrough"]:
+        passthrough.listen()
+    server = build_server(settings, streams, encoder, passthrough)
     if server.attach(None) == 0:
         print(f"error: could not bind {settings['host']}:{settings['port']}", flush=True)
         return 1

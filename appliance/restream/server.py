@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from appliance.capture.h264encoders import device_encoder_element
 from appliance.procs import stop_process
 from appliance.restream.config import RestreamConfig
 from appliance.restream.wire import send_frame
@@ -35,8 +36,10 @@ class RestreamServer:
     users, the page gets a login of its own, a random password made here and kept in memory only."""
 
     def __init__(self, config: RestreamConfig, host: str, cameras: Sequence[str],
-                 users: dict[str, str] | None, *, python: str = SYSTEM_PYTHON) -> None:
+                 users: dict[str, str] | None, *, python: str = SYSTEM_PYTHON, packets: Path | None = None,
+                 passthrough: Sequence[str] = ()) -> None:
         self.config, self.host, self.cameras, self._python = config, host, list(cameras), python
+        self.packets, self.passthrough = packets, list(passthrough)  # the capture processes' packet socket
         self._page_password = secrets.token_urlsafe(24)
         self.users = None if users is None else {**users, PAGE_USER: hash_password(self._page_password)}
         self.encoder = ""
@@ -44,14 +47,16 @@ class RestreamServer:
         self._proc: subprocess.Popen[str] | None = None
         self._sock: socket.socket | None = None
         self._send_lock = threading.Lock()
-        self.watched: dict[str, frozenset[str]] = {}  # camera -> kinds with a client; replaced, never mutated
+        # camera -> kinds with a client ("raw", "annotated", "passthrough"); replaced, never mutated
+        self.watched: dict[str, frozenset[str]] = {}
         self.encoders_started = 0  # pipelines built for a first client (every later client shares one)
 
     def start(self, timeout_s: float = 30.0) -> RestreamServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         settings = {"host": self.host, "port": self.config.port, "cameras": self.cameras, "users": self.users,
                     "kinds": ["raw", "annotated"] if self.config.annotated else ["raw"], "fps": self.config.fps,
-                    "bitrate_kbps": self.config.bitrate_kbps, "encoder": self.config.encoder}
+                    "bitrate_kbps": self.config.bitrate_kbps, "encoder": self._encoder(),
+                    "packets": str(self.packets or ""), "passthrough": self.passthrough}
         env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
         try:
             proc = subprocess.Popen([self._python, "-m", "appliance.restream.gstserver", str(theirs.fileno())],
@@ -74,6 +79,13 @@ class RestreamServer:
         log.info("restream: rtsp://%s:%d/<camera>[/annotated], encoder %s, %s", self.host, self.port, self.encoder,
                  "no login: loopback only" if self.users is None else "login required")
         return self
+
+    def _encoder(self) -> str:
+        """The configured encoder; for "auto", the device's choice (the recorder's too): NVENC where the device
+        has it, else "cpu" (the server takes x264enc, else openh264enc)."""
+        if self.config.encoder != "auto":
+            return self.config.encoder
+        return "nvv4l2" if device_encoder_element() is not None else "cpu"
 
     def local_url(self, camera: str, kind: str = "annotated") -> str:
         """The stream's URL for this machine's own clients (the page's video), with the page's login if needed."""
@@ -110,6 +122,10 @@ class RestreamServer:
             else:
                 watched.pop(camera, None)
             self.watched = watched  # one assignment: the frame path's lookup never sees half a change
+            if kind == "passthrough":
+                log.info("restream: %s %s", camera, "has a client: the camera's own packets, no encoder"
+                         if watching else "has no client left: packets stopped")
+                continue
             self.encoders_started += watching
             log.info("restream: %s/%s %s", camera, kind, "has a client: encoding" if watching
                      else "has no client left: encoder stopped")
@@ -131,6 +147,8 @@ class RestreamServer:
             stop_process(proc, timeout_s=5)
             if proc.stdout is not None:
                 proc.stdout.close()
+        if self.packets is not None and self.passthrough:
+            self.packets.unlink(missing_ok=True)  # the server made it; the ring folder must end empty
         self.watched = {}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import cv2
 import numpy as np
@@ -16,6 +16,7 @@ from appliance.mqtt.messages import DetectionsMessage
 from appliance.restream.server import RestreamServer
 
 log = logging.getLogger("appliance.restream")
+ENCODED = frozenset({"raw", "annotated"})  # the kinds made from frames ("passthrough" comes from the camera)
 
 
 class OverlaySource(Protocol):
@@ -65,7 +66,7 @@ class Restream:
         self._thread.start()
 
     def wants(self, camera_id: str) -> bool:
-        return camera_id in self.server.watched
+        return not ENCODED.isdisjoint(self.server.watched.get(camera_id, ()))
 
     def page_video(self, camera_id: str) -> tuple[str | None, str]:
         """The page's video source (appliance.web.video.VideoSource): the annotated stream, or why not."""
@@ -75,8 +76,23 @@ class Restream:
             return None, "the annotated stream is off (restream.annotated)"
         return self.server.local_url(camera_id), ""
 
+    def readings(self) -> dict[str, Any]:
+        """/healthz's ``restream``: the encoder, and per camera each mount's pipeline while it has a client
+        ("passthrough": the camera's own packets; an encoder's name: encoded), null while it has none."""
+        server, watched = self.server, self.server.watched
+        cameras: dict[str, dict[str, str | None]] = {}
+        for camera in server.cameras:
+            kinds = watched.get(camera, frozenset())
+            mounts: dict[str, str | None] = {f"/{camera}": "passthrough" if "passthrough" in kinds
+                                             else server.encoder if "raw" in kinds else None}
+            if server.config.annotated:
+                mounts[f"/{camera}/annotated"] = server.encoder if "annotated" in kinds else None
+            cameras[camera] = mounts
+        return {"port": server.port, "encoder": server.encoder, "encoders_started": server.encoders_started,
+                "cameras": cameras}
+
     def offer(self, camera_id: str, pixels: np.ndarray, pixel_format: str, message: DetectionsMessage) -> None:
-        if camera_id not in self.server.watched:
+        if not self.wants(camera_id):
             return
         with self._wake:
             self._pending[camera_id] = (pixels, pixel_format, message)

@@ -74,8 +74,7 @@ class Appliance:
         """``late``: the cameras waiting for their size (not in ``config`` until their source answers)."""
         self.config = config
         self._late = late if late is not None else LateCameras()
-        self.notifier = notifier or Notifier()
-        self.metrics = metrics or ApplianceMetrics()
+        self.notifier, self.metrics = notifier or Notifier(), metrics or ApplianceMetrics()
         self.paths = resolved_paths(config)
         self._triton_home = triton_home or config.triton.home
         self._clock = clock
@@ -93,8 +92,7 @@ class Appliance:
         self._late_ota = LateHandler("the OTA manager", wait_s=60.0)  # the `ota` command until the manager runs
         self._now: Stage = Stage()  # how far the start got (appliance.supervisor.running); Running once started
         self._engine_progress: ProgressEvent | None = None  # the build's latest event (health summary)
-        self._last_error = ""
-        self._started_at = clock()
+        self._last_error, self._started_at = "", clock()
         self._reloaded: reloader.ReloadOutcome | None = None  # the last reload's outcome (health summary)
 
     # -- start ---------------------------------------------------------------------------------------------
@@ -230,7 +228,7 @@ class Appliance:
 
     def _set_up_capture(self, serving: Serving) -> Capturing:
         capture = set_up_capture(self.config.cameras, self.config.paths.shm_root, self._children, self._step,
-                                 self.paths["state_dir"] / "recordings")
+                                 self.paths["state_dir"] / "recordings", self.config.restream.enabled)
         return Capturing(serving.publisher, serving.detector, serving.server, serving.served, capture)
 
     def _start_inference(self, capturing: Capturing) -> Running:
@@ -318,7 +316,8 @@ class Appliance:
         if self._tegrastats is not None and self._tegrastats.active:
             self.metrics.record_tegrastats(self._tegrastats.latest(), self._tegrastats.exits)
         inference = self._inference()
-        reporting.record_metrics(self.metrics, self.publisher, inference.scheduler if inference else None)
+        reporting.record_metrics(self.metrics, self.publisher, inference.scheduler if inference else None,
+                                 inference.restream if inference else None)
         for camera_id, stage in inference.analytics.items() if inference else ():
             stage.publish_counts_if_due()
             self.metrics.record_analytics(camera_id, stage.summary())
@@ -353,6 +352,7 @@ class Appliance:
             camera_id: {**stage.summary(), "layout": inference.layouts.anonymous_source(camera_id)}
             for camera_id, stage in list(inference.analytics.items())}  # a reload may change it meanwhile
         summary["reload"] = self._reloaded.as_dict() if self._reloaded else None  # the last reload's outcome
+        summary["restream"] = inference.restream.readings() if inference and inference.restream else None
         return {**summary, **reporting.service_readings(
             uptime_s=self._clock() - self._started_at, scheduler=scheduler,
             recent_per_s=inference.frames.rate.per_second() if inference else 0.0,

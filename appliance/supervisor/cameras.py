@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 from appliance.backoff import RestartPolicy
 from appliance.capture import (CameraConfig, CaptureHealth, CaptureProcess, CaptureStartError, CaptureState,
                                RingDirectory, RingError, RingReader)
+from appliance.capture.ringdir import RESTREAM_SOCKET
 from appliance.capture.doorbell import Doorbell
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import CameraState, CameraStatus
@@ -131,12 +132,13 @@ class Capture:
     rings: RingDirectory
     cameras: dict[str, SupervisedCamera]  # changed only by add and remove (a reload)
     record_root: Path | None = None  # a recording camera's segments go to record_root/<camera>
+    restream_socket: Path | None = None  # the RTSP server's packet socket, when restream.enabled
 
     def add(self, camera: CameraConfig, children: ChildSupervisor) -> SupervisedCamera:
         """The camera's capture process, registered with ``children`` under ``camera:<id>`` (not started)."""
         record_dir = self.record_root / camera.id if self.record_root is not None and camera.record.enabled else ""
         process = CaptureProcess(camera, shm_root=self.rings.path, doorbell=self.doorbell.address,
-                                 record_dir=record_dir)
+                                 record_dir=record_dir, restream_socket=self.restream_socket or "")
         self.cameras[camera.id] = cam = SupervisedCamera(camera.id, process)
         children.register(f"camera:{camera.id}", functools.partial(CaptureChild, process), RestartPolicy(
             initial_backoff_s=camera.backoff.initial_s, max_backoff_s=camera.backoff.max_s))
@@ -170,17 +172,19 @@ class Capture:
 
 
 def set_up_capture(configs: Sequence[CameraConfig], shm_root: Path, children: ChildSupervisor,
-                   step: Callable[[str], None], record_root: Path | None = None) -> Capture:
+                   step: Callable[[str], None], record_root: Path | None = None,
+                   restream: bool = False) -> Capture:
     """A capture process per camera, registered with ``children`` (not started: ``children.start_all()``), its
     ring in a fresh private folder under ``shm_root`` (docs/capture.md); ``step`` says which camera is next. A
-    camera that records keeps its segments in ``record_root/<camera>``."""
+    camera that records keeps its segments in ``record_root/<camera>``; with ``restream``, a compressed camera sends
+    its packets to the RTSP server's socket in the ring folder (a passthrough ``/<camera>``)."""
     doorbell = Doorbell()
     try:
         rings = RingDirectory.create(shm_root)
     except BaseException:
         doorbell.close()  # what this step made, before the appliance stops what the steps before it did
         raise
-    capture = Capture(doorbell, rings, {}, record_root)
+    capture = Capture(doorbell, rings, {}, record_root, rings.path / RESTREAM_SOCKET if restream else None)
     for camera in configs:
         step(f"camera {camera.id}")
         capture.add(camera, children)

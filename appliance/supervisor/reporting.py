@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # annotations only: importing them here would load paho and t
     from appliance.capture.health import CaptureHealth
     from appliance.detector.engines.manager import InstalledEngine
     from appliance.mqtt.publisher import MqttPublisher
+    from appliance.restream.tap import Restream
     from appliance.detector.serving.router import Router
     from appliance.triton.server import Server
 
@@ -238,9 +239,12 @@ def health_for_mqtt(summary: Mapping[str, Any], reading: SystemReading, tegrasta
     return {"cameras": summary["cameras"], "system": {**system, **pipeline_readings(recovery)}}
 
 
-def record_metrics(metrics: ApplianceMetrics, publisher: MqttPublisher | None, scheduler: Scheduler | None) -> None:
-    """Once a tick: the MQTT session and spool, requests in flight, and each camera's frames skipped by the
-    scheduler (a newer frame replaced them before inference took one: latest wins)."""
+def record_metrics(metrics: ApplianceMetrics, publisher: MqttPublisher | None, scheduler: Scheduler | None,
+                   restream: Restream | None = None) -> None:
+    """Once a tick: the MQTT session and spool, requests in flight, each camera's frames skipped by the
+    scheduler (a newer frame replaced them before inference took one: latest wins), the restream's mounts."""
+    if restream is not None:
+        metrics.record_restream(restream.readings())
     if publisher is not None:
         stats = publisher.stats()
         metrics.mqtt_connected.set(1 if stats.state.value == "connected" else 0)

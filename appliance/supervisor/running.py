@@ -21,7 +21,7 @@ from pathlib import Path
 from starlette.routing import BaseRoute
 
 from appliance.appconfig.app import AppConfig, TritonConfig
-from appliance.capture.config import CameraConfig
+from appliance.capture.config import RECORDED_SOURCES, CameraConfig
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.server import HealthServer
 from appliance.mqtt.publisher import MqttPublisher
@@ -134,13 +134,17 @@ class Inference:
             self.restream.stop()
 
 
-def start_restream(config: AppConfig, analytics: Mapping[str, CameraAnalytics]) -> Restream | None:
-    """The RTSP server on the health endpoint's address, with the page's users unless that is loopback."""
+def start_restream(config: AppConfig, analytics: Mapping[str, CameraAnalytics],
+                   packets: Path | None) -> Restream | None:
+    """The RTSP server on the health endpoint's address, with the page's users unless that is loopback; the
+    compressed cameras' own packets reach it on the socket ``packets`` (passthrough ``/<camera>``)."""
     if not config.restream.enabled:
         return None
     host = config.health.host
     users = None if is_loopback(host) else {u.name: u.password_hash for u in load_users(config.web).values()}
-    server = RestreamServer(config.restream, host, [c.id for c in config.cameras], users).start()
+    passthrough = [c.id for c in config.cameras if c.source.type in RECORDED_SOURCES] if packets else []
+    server = RestreamServer(config.restream, host, [c.id for c in config.cameras], users,
+                            packets=packets, passthrough=passthrough).start()
     return Restream(server, analytics)
 
 
@@ -191,7 +195,7 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
                                              len(config.cameras), engine.precision)
         if calibration is not None:
             undo.callback(calibration.stop)
-        restream = start_restream(config, analytics)
+        restream = start_restream(config, analytics, capturing.capture.restream_socket)
         if restream is not None:
             undo.callback(restream.stop)
         frames = FramePath(capturing.server, served.router, capturing.publisher, served.recovery, metrics,

@@ -24,6 +24,7 @@ from appliance.capture.config import CameraConfig
 from appliance.harness.rtsp import RtspServer
 from appliance.capture.recordconfig import RecordConfig, RetainConfig
 from appliance.capture.recording.clips import ClipError, write_clip
+from appliance.capture.packets import PacketFanout
 from appliance.capture.recording.recorder import SegmentRecorder
 from appliance.capture.recording.segments import enforce_retention, kept_bytes, list_segments, read_status
 from appliance.capture.sources.pyav import AvCapture
@@ -140,7 +141,7 @@ def test_a_full_disk_stops_recording_with_a_reason_never_the_frames(tmp_path):
     recorder = SegmentRecorder(tmp_path / "rec", RecordConfig(enabled=True, min_free_gb=min(free_gb + 100, 10_000)),
                                "cam0")
     recorder.start()
-    source = AvCapture(str(video), recorder=recorder, is_file=True, loop=True, realtime=False, width=320,
+    source = AvCapture(str(video), packets=PacketFanout([recorder], recorder), is_file=True, loop=True, realtime=False, width=320,
                        height=240, pixel_format="bgr", resize=False)
     source.open()
     out = np.empty((240, 320, 3), np.uint8)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from appliance.capture.errors import RingForeignError
 from appliance.capture.layout import RingGeometry
-from appliance.capture.ringdir import DIR_PREFIX, RingDirectory, find_rings, reclaim_stale_ring_dirs
+from appliance.capture.ringdir import DIR_PREFIX, RESTREAM_SOCKET, RingDirectory, find_rings, reclaim_stale_ring_dirs
 from appliance.capture.ringfile import create_ring, reclaim_stale_rings, ring_path
 
 GEOM = RingGeometry(width=32, height=16, slots=3)
@@ -91,6 +92,8 @@ def test_a_dead_runs_directory_is_reclaimed_a_live_ones_and_foreign_ones_kept(sh
     live = RingDirectory.create(shm_root)
     dead = RingDirectory.create(shm_root)
     create_ring(ring_path(dead.path, "cam0"), GEOM, "cam0").close(remove=False)  # its supervisor was killed
+    with socket.socket(socket.AF_UNIX) as restream:  # and its RTSP server's packet socket stayed
+        restream.bind(str(dead.path / RESTREAM_SOCKET))
     os.close(dead._fd)  # the kernel drops a dead run's lock
     theirs = shm_root / f"{DIR_PREFIX}theirs"
     theirs.mkdir(mode=0o700)

@@ -268,6 +268,9 @@ def test_the_restream_serves_both_pictures_to_a_viewer_and_refuses_a_wrong_passw
     login = f"rtsp://victor:{USERS['victor'][1]}@"
     raw_grab = start_grab(raw_url.replace("rtsp://", login), 6)
     annotated_grab = start_grab(annotated_url.replace("rtsp://", login), 6)
+    # vtest.avi is MPEG-4 part 2: /hall falls back to encoding its frames (passthrough is H.264/H.265), and says so
+    wait_until(lambda: _healthz(site)["restream"]["cameras"]["hall"]["/hall"] == "x264", 30, 0.05,
+               "/healthz to show /hall's client on the x264 encoder")
     stream, times = probe(annotated_url.replace("rtsp://", login))  # a second client of a running stream
     assert (stream["codec_name"], stream["width"], stream["height"]) == ("h264", 768, 576), stream
     assert abs(rate(times) - RESTREAM_FPS) <= 0.1 * RESTREAM_FPS, times

@@ -16,26 +16,27 @@ from appliance.capture.sources.base import (
 )
 
 if TYPE_CHECKING:
-    from appliance.capture.recording.recorder import SegmentRecorder
+    from appliance.capture.packets import PacketFanout
 
 __all__ = ["DecodeError", "EndOfStream", "FrameSource", "SourceAbsent", "SourceConfigError", "SourceError",
            "make_source"]
 
 
-def make_source(camera: CameraConfig, recorder: SegmentRecorder | None = None) -> FrameSource:
+def make_source(camera: CameraConfig, packets: PacketFanout | None = None) -> FrameSource:
     """Build (not open) the source for ``camera``; modules load here so OpenCV loads only where needed.
 
-    A camera that records (``recorder`` given) is read through PyAV, which hands its packets to the recorder."""
+    A camera whose packets are wanted (``packets`` given: recording, passthrough restream) is read through PyAV,
+    which hands its packets to them."""
     src = camera.source
     width, height = camera.frame_size
     common = FrameShape(width=width, height=height, pixel_format=camera.pixel_format, resize=camera.resize)
-    if recorder is not None and src.type in ("file", "rtsp"):
+    if packets is not None and src.type in ("file", "rtsp"):
         from appliance.capture.sources.pyav import AvCapture
 
         if src.type == "file":
-            return AvCapture(str(src.path), recorder=recorder, is_file=True, loop=src.loop, realtime=src.realtime,
+            return AvCapture(str(src.path), packets=packets, is_file=True, loop=src.loop, realtime=src.realtime,
                              **common)
-        return AvCapture(src.url, recorder=recorder, is_file=False, transport=src.transport,
+        return AvCapture(src.url, packets=packets, is_file=False, transport=src.transport,
                          open_timeout_s=src.open_timeout_s, read_timeout_s=camera.stall_timeout_s + 2.0, **common)
     if src.type == "file":
         from appliance.capture.sources.opencv import FileCapture

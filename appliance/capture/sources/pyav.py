@@ -1,8 +1,9 @@
 """Compressed sources (RTSP streams, video files) through PyAV: one connection, demuxed once; each packet is
-decoded for the ring and, when the camera records, handed on as it is to the segment recorder (no second
-connection to the camera, no re-encode).
+decoded for the ring and handed on as it is to the packet sinks (capture/packets.py: the segment recorder, the
+restream's passthrough; no second connection to the camera, no re-encode).
 
-Used for cameras with ``record.enabled``; the others keep OpenCV's FFmpeg backend (capture/sources/opencv.py).
+Used for cameras with ``record.enabled`` or a passthrough restream; the others keep OpenCV's FFmpeg backend
+(capture/sources/opencv.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from appliance.capture.recording.recorder import SegmentRecorder
+from appliance.capture.packets import PacketFanout
 from appliance.capture.sources.base import (
     DecodeError,
     EndOfStream,
@@ -37,13 +38,13 @@ MAX_WAITING = 256  # packets waiting for their frame (a decoder holds a few with
 
 
 class AvCapture(FrameSource):
-    """A file or stream demuxed and decoded by PyAV; its packets go to ``recorder`` (when given) too."""
+    """A file or stream demuxed and decoded by PyAV; its packets go to ``packets`` (when given) too."""
 
-    def __init__(self, target: str, *, recorder: SegmentRecorder | None, is_file: bool, loop: bool = False,
+    def __init__(self, target: str, *, packets: PacketFanout | None, is_file: bool, loop: bool = False,
                  realtime: bool = True, transport: str = "tcp", open_timeout_s: float = 10.0,
                  read_timeout_s: float = 10.0, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
-        self.target, self.recorder, self.is_file, self.loop = target, recorder, is_file, loop
+        self.target, self.packets, self.is_file, self.loop = target, packets, is_file, loop
         self.paced = is_file and realtime
         self.transport, self.open_timeout_s, self.read_timeout_s = transport, open_timeout_s, read_timeout_s
         self._container: Any = None
@@ -93,7 +94,7 @@ class AvCapture(FrameSource):
                     frames = packet.decode()
                 except av.FFmpegError as exc:
                     raise DecodeError(f"{self.describe()}: {exc}") from exc
-                if self.recorder is not None and packet.dts is not None:
+                if self.packets is not None and packet.dts is not None:
                     self._wait_for_frame(packet)
                 yield from frames
             if not (self.is_file and self.loop):
@@ -104,15 +105,15 @@ class AvCapture(FrameSource):
             self._shown(None, time.time())  # what the file's end left undecoded
 
     def _wait_for_frame(self, packet: Any) -> None:
-        assert self.recorder is not None
+        assert self.packets is not None
         self._waiting.append(packet)
         if len(self._waiting) > MAX_WAITING:  # a stream whose packets never become frames: record them anyway
-            self.recorder.offer(self._waiting.popleft(), time.time())
+            self.packets.offer(self._waiting.popleft(), time.time())
 
     def _shown(self, pts: int | None, wall: float) -> None:
-        """The frame ``pts`` reached the ring at ``wall``: its packet, and any before it, go to the recorder
+        """The frame ``pts`` reached the ring at ``wall``: its packet, and any before it, go to the sinks
         (None: all of them)."""
-        if self.recorder is None:
+        if self.packets is None:
             return
         while self._waiting:
             packet = self._waiting[0]
@@ -120,7 +121,7 @@ class AvCapture(FrameSource):
                 return  # a later frame's (decode order differs from display order with B-frames)
             self._waiting.popleft()
             late = float((pts - packet.pts) * packet.time_base) if pts is not None and packet.pts is not None else 0
-            self.recorder.offer(packet, wall - late)
+            self.packets.offer(packet, wall - late)
 
     def read_into(self, out: np.ndarray) -> None:
         import av
@@ -142,8 +143,8 @@ class AvCapture(FrameSource):
         container, self._container, self._frames = self._container, None, None
         if container is None:
             return
-        if self.recorder is not None:
-            self.recorder.release(container)  # closed by the recorder once its packets are written
+        if self.packets is not None:
+            self.packets.release(container)  # closed by the recorder once its packets are written
         else:
             container.close()
 
