@@ -23,7 +23,7 @@ from appliance.capture import CaptureProcess
 from appliance.capture.config import CameraConfig
 from appliance.harness.rtsp import RtspServer
 from appliance.capture.recordconfig import RecordConfig, RetainConfig
-from appliance.capture.recording.clips import ClipError, write_clip
+from appliance.capture.recording.clips import ClipError, covering, write_clip
 from appliance.capture.packets import PacketFanout
 from appliance.capture.recording.recorder import SegmentRecorder
 from appliance.capture.recording.segments import enforce_retention, kept_bytes, list_segments, read_status
@@ -152,3 +152,17 @@ def test_a_full_disk_stops_recording_with_a_reason_never_the_frames(tmp_path):
     status = wait_until(lambda: read_status(tmp_path / "rec"), 10, message="the recorder's status")
     assert not status.recording and "below record.min_free_gb" in status.reason and "detections go on" in status.reason
     assert list_segments(tmp_path / "rec") == []
+
+
+def test_a_clip_bound_between_two_segments_takes_the_neighbour_across_the_gap(tmp_path):
+    """A segment ends at its last frame and the next opens at its first keyframe, a frame later: a wanted start
+    or end inside that gap is covered by the segment across it, not "no footage" or "not written yet"."""
+    folder = tmp_path / "cam0"
+    folder.mkdir()
+    for start_ms, end_ms in ((1_000, 1_998), (2_000, 2_998), (3_000, 3_998)):
+        (folder / f"{start_ms}-{end_ms}.mp4").write_bytes(b"")
+    assert [s.start for s in covering(folder, 1.999, 2.5)] == [1.0, 2.0]
+    assert [s.start for s in covering(folder, 2.5, 2.999)] == [2.0, 3.0]
+    assert [s.start for s in covering(folder, 1.5, 3.5)] == [1.0, 2.0, 3.0]
+    with pytest.raises(ClipError, match="not written yet"):
+        covering(folder, 2.5, 4.5)  # beyond the last segment: nothing across a gap

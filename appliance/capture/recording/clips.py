@@ -30,10 +30,22 @@ class ClipFile:
     frames: int
 
 
+GAP_S = 1.0  # segments at most this far apart count as continuous (a new one opens at the next keyframe)
+
+
 def covering(folder: Path, start: float, end: float) -> list[Segment]:
     """The segments ``[start, end]`` needs, in order; ClipError when footage is missing at either side or
-    within. Segments a few frames apart (a new segment opens at the next keyframe) count as continuous."""
-    segments = [s for s in list_segments(folder) if s.end > start and s.start <= end]
+    within. Segments a few frames apart (a new segment opens at the next keyframe) count as continuous, and a
+    ``start`` or ``end`` between two of them takes the neighbour across that gap too."""
+    kept = list_segments(folder)
+    segments = [s for s in kept if s.end > start and s.start <= end]
+    if segments:
+        earlier = [s for s in kept if s.end <= start]
+        if segments[0].start > start and earlier and segments[0].start - earlier[-1].end <= GAP_S:
+            segments.insert(0, earlier[-1])
+        later = [s for s in kept if s.start > end]
+        if segments[-1].end < end and later and later[0].start - segments[-1].end <= GAP_S:
+            segments.append(later[0])
     if not segments or segments[0].start > start:
         raise ClipError(f"no footage of {folder.name} from {start:.3f} (recording off, paused, or removed by "
                         "retention)")
@@ -41,7 +53,7 @@ def covering(folder: Path, start: float, end: float) -> list[Segment]:
         raise ClipError(f"footage of {folder.name} up to {end:.3f} is not written yet (it ends at "
                         f"{segments[-1].end:.3f})")
     for before, after in zip(segments, segments[1:]):
-        if after.start - before.end > 1.0:
+        if after.start - before.end > GAP_S:
             raise ClipError(f"footage of {folder.name} has a gap from {before.end:.3f} to {after.start:.3f}")
     return segments
 
