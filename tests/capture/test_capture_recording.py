@@ -5,21 +5,17 @@ when). A recording file camera runs through the whole appliance in tests/supervi
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import threading
-import time
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 from support.rtsp import make_test_video
-from support.shm import private_shm_dir
+from support.recording import decoded_frames, ffprobe_keyframes, ring_frames_while_recording, when_shown
 from support.wait import wait_until
 
-from appliance.capture import CaptureProcess
 from appliance.capture.config import CameraConfig
 from appliance.harness.rtsp import RtspServer
 from appliance.capture.recordconfig import RecordConfig, RetainConfig
@@ -33,24 +29,6 @@ PRE = POST = 2.0
 RUN_S = 8.0
 
 
-def _decode(path: Path) -> list[np.ndarray]:
-    import av
-
-    with av.open(str(path)) as container:
-        return [f.to_ndarray(format="bgr24") for f in container.decode(container.streams.video[0])]
-
-
-def _ffprobe(path: Path) -> dict:
-    out = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=start_time,duration:frame=key_frame",
-                          "-of", "json", str(path)], capture_output=True, text=True, check=True, timeout=60).stdout
-    return json.loads(out)
-
-
-def _when(frames: list[tuple[float, np.ndarray]], image: np.ndarray) -> tuple[float, float]:
-    """(t_utc, PSNR) of the ring frame that ``image`` is: the camera's own ground truth of when it was shown."""
-    return max(((t, cv2.PSNR(image, ref)) for t, ref in frames), key=lambda tp: tp[1])
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """An RTSP camera recorded for RUN_S seconds: (segments folder, [(t_utc, frame)] as the ring had them)."""
@@ -60,23 +38,8 @@ def recorded(tmp_path_factory):
     cam = CameraConfig.model_validate({
         "id": "cam0", "source": {"type": "rtsp", "url": server.url, "open_timeout_s": 5}, "width": 320, "height": 240,
         "record": {"enabled": True, "pre_capture_s": PRE, "post_capture_s": POST, "segment_s": 1, "min_free_gb": 0}})
-    frames: list[tuple[float, np.ndarray]] = []
-    shm = private_shm_dir()
-    with CaptureProcess(cam, shm_root=next(shm), record_dir=folder) as proc:
-        proc.start()
-        with proc.reader() as reader:
-            seq, until = 0, time.monotonic() + RUN_S
-            while time.monotonic() < until:
-                lease = reader.acquire_latest(after_seq=seq)
-                if lease is None:
-                    time.sleep(0.005)
-                    continue
-                with lease:
-                    seq = lease.meta.seq
-                    frames.append((lease.meta.t_utc, np.array(lease.array)))
-        proc.stop()
+    frames = ring_frames_while_recording(cam, folder, RUN_S)
     server.stop()
-    next(shm, None)  # removes the directory, failing on a leaked ring
     return folder, frames
 
 
@@ -84,15 +47,15 @@ def test_a_clip_starts_at_a_keyframe_before_pre_capture_and_ends_after_post_capt
     folder, frames = recorded
     event_t, event_frame = frames[len(frames) // 2]
     clip = write_clip(folder, event_t - PRE, event_t + POST, tmp_path / "event.mp4")
-    probe = _ffprobe(clip.path)
+    probe = ffprobe_keyframes(clip.path)
     assert probe["frames"][0]["key_frame"] == 1
     assert clip.start <= event_t - PRE and clip.start + float(probe["format"]["duration"]) >= event_t + POST - 0.07
     with open(clip.path, "rb") as f:
         head = f.read(64)
     assert head.index(b"moov") < 64 and b"mdat" not in head  # the index at the front: plays while downloading
-    images = _decode(clip.path)
-    first_t, first_psnr = _when(frames, images[0])
-    last_t, last_psnr = _when(frames, images[-1])
+    images = decoded_frames(clip.path)
+    first_t, first_psnr = when_shown(frames, images[0])
+    last_t, last_psnr = when_shown(frames, images[-1])
     assert first_psnr > 30 and last_psnr > 30, (first_psnr, last_psnr)
     assert first_t <= event_t - PRE + 0.07 and last_t >= event_t + POST - 0.07, (first_t - event_t, last_t - event_t)
     # The clip's frame at the event's time is the event's frame.

@@ -5,16 +5,13 @@ the ground truth of what was shown when. A broken encoder stops recording with a
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from support.shm import private_shm_dir
+from support.recording import decoded_frames, ffprobe_keyframes, ring_frames_while_recording, when_shown
 from support.wait import wait_until
-from test_capture_recording import _decode, _ffprobe, _when
 
-from appliance.capture import CaptureProcess
 from appliance.capture.config import CameraConfig
 from appliance.capture.recording.clips import write_clip
 from appliance.capture.recording.segments import list_segments, read_status
@@ -31,31 +28,10 @@ def _camera(encoder: str = "auto") -> CameraConfig:
                    "encoder": encoder}})
 
 
-def _run(camera: CameraConfig, folder: Path, seconds: float) -> list[tuple[float, np.ndarray]]:
-    """The camera's capture process for ``seconds`` of ring frames: [(t_utc, frame)] as the ring had them."""
-    frames: list[tuple[float, np.ndarray]] = []
-    shm = private_shm_dir()
-    with CaptureProcess(camera, shm_root=next(shm), record_dir=folder) as proc:
-        proc.start()
-        with proc.reader() as reader:
-            seq, until = 0, time.monotonic() + seconds
-            while time.monotonic() < until:
-                lease = reader.acquire_latest(after_seq=seq)
-                if lease is None:
-                    time.sleep(0.005)
-                    continue
-                with lease:
-                    seq = lease.meta.seq
-                    frames.append((lease.meta.t_utc, np.array(lease.array)))
-        proc.stop()
-    next(shm, None)  # removes the directory, failing on a leaked ring
-    return frames
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("recordings") / "raw0"
-    return folder, _run(_camera(), folder, RUN_S)
+    return folder, ring_frames_while_recording(_camera(), folder, RUN_S)
 
 
 def test_a_raw_camera_is_encoded_into_segments_and_clips(recorded, tmp_path):
@@ -69,15 +45,15 @@ def test_a_raw_camera_is_encoded_into_segments_and_clips(recorded, tmp_path):
     event_t = min(segments[0].end + PRE + 0.2, segments[-1].end - POST)
     assert event_t - PRE >= segments[0].start, ("too little footage for a clip", segments)
     clip = write_clip(folder, event_t - PRE, event_t + POST, tmp_path / "event.mp4")
-    probe = _ffprobe(clip.path)
+    probe = ffprobe_keyframes(clip.path)
     assert probe["frames"][0]["key_frame"] == 1
     duration = float(probe["format"]["duration"])
     # Keyframes every second: the clip starts at most ~1 s before the wanted start, and reaches past the end.
     assert event_t - PRE - 1.2 <= clip.start <= event_t - PRE, (clip.start - event_t)
     assert clip.start + duration >= event_t + POST - 0.1, (clip.start + duration - event_t)
-    images = _decode(clip.path)
-    first_t, first_psnr = _when(frames, images[0])
-    last_t, last_psnr = _when(frames, images[-1])
+    images = decoded_frames(clip.path)
+    first_t, first_psnr = when_shown(frames, images[0])
+    last_t, last_psnr = when_shown(frames, images[-1])
     assert first_psnr > 30 and last_psnr > 30, (first_psnr, last_psnr)
     # The clip's first and last frames are the ring's frames shown at the clip's own start and end.
     assert abs(first_t - clip.start) < 0.15 and abs(last_t - (clip.start + duration)) < 0.3, \
@@ -86,7 +62,7 @@ def test_a_raw_camera_is_encoded_into_segments_and_clips(recorded, tmp_path):
 
 def test_a_broken_encoder_stops_recording_with_a_reason_never_the_frames(tmp_path):
     folder = tmp_path / "raw0"
-    frames = _run(_camera("no_such_encoder"), folder, 3.0)
+    frames = ring_frames_while_recording(_camera("no_such_encoder"), folder, 3.0)
     assert len(frames) >= 20, len(frames)  # 15 fps offered for 3 s: the ring keeps getting frames
     status = wait_until(lambda: read_status(folder), 5, message="the recorder's status")
     assert not status.recording and "no_such_encoder" in status.reason, status
