@@ -127,7 +127,7 @@ def new_message_id() -> str:
 def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str,
                        number: MessageNumber) -> dict[str, Any]:
     dets = []
-    for d in msg.detections.rows():
+    for d in msg.detections:
         pixels, norm = _box_dicts(d.box, msg.image_width, msg.image_height)
         dets.append({"class_id": d.class_id, "class_name": d.class_name, "score": round(d.score, 6),
                      "box": pixels, "box_norm": norm, "track_id": d.track_id})

@@ -136,7 +136,7 @@ class CameraAnalytics:
             return None
         width, height = message.image_width, message.image_height
         boxes = [DrawnBox(clamp_box(d.box, width, height), d.track_id, d.class_name, d.score)
-                 for d in message.detections.rows()]
+                 for d in message.detections]
         job = SnapshotJob(uuid.uuid4().hex, self.camera_id, int(meta.seq), float(meta.t_utc), pixels,
                           str(meta.pixel_format), boxes, [e.event_id for e in events],
                           frozenset(e.track_id for e in events))

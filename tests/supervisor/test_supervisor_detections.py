@@ -84,4 +84,4 @@ def test_track_ids_go_to_their_rows_even_where_boxes_are_identical() -> None:
         message = stage.step(meta(seq), message, None)
     track_ids = message.detections.track_ids.tolist()
     assert track_ids[0] == NO_TRACK and track_ids[3] == NO_TRACK and sorted(track_ids[1:3]) == [1, 2]
-    assert [d.track_id for d in message.detections.rows()] == [None, *track_ids[1:3], None]
+    assert [d.track_id for d in message.detections] == [None, *track_ids[1:3], None]
