@@ -1,4 +1,4 @@
-"""One frame's detections as columns, from the Triton result to the MQTT encoder.
+"""One frame's detections as columns, from the Triton result to the MQTT encoder (and a model's, unchecked).
 
 Row ``k`` of every column is one object. Rows are selected as in supervision's ``Detections``: ``d[mask]``,
 ``d[indices]``, ``d[a:b]``, ``d[k]`` give a ``Detections`` of those rows. A reader that wants Python objects
@@ -26,6 +26,17 @@ class Detection(NamedTuple):
     score: float
     box: tuple[float, float, float, float]
     track_id: int | None
+
+
+@dataclass(frozen=True)
+class RawDetections:
+    """One image's detections as a model answered them, neither converted nor checked: what the engine gate and
+    the OTA golden check compare, where a bad model's NaN or inverted box must be compared, not refused. What
+    the appliance carries on is :class:`Detections`."""
+
+    boxes: np.ndarray      # [K, 4] xyxy frame pixels
+    scores: np.ndarray     # [K]
+    class_ids: np.ndarray  # [K]
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,30 +11,18 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.tracker import ByteTracker
 from appliance.analytics.zones import Layout, anchor_points
-from appliance.detections import NO_TRACK
+from appliance.detections import NO_TRACK, Detections
 
 log = logging.getLogger(__name__)
 
 EventType = Literal["enter", "exit", "cross", "dwell"]
-
-
-class DetectionArrays(Protocol):
-    """What a frame's detections look like (appliance.detections.Detections fits, and so does
-    appliance.detector.prepost.pipeline.PostprocessResult)."""
-
-    @property
-    def boxes(self) -> np.ndarray: ...     # [K, 4] xyxy frame pixels
-    @property
-    def scores(self) -> np.ndarray: ...    # [K]
-    @property
-    def class_ids(self) -> np.ndarray: ...  # [K]
 
 
 @dataclass(frozen=True)
@@ -127,22 +115,21 @@ class Analytics:
         return int(len(self._ids))
 
     def step(self, frame_seq: int, capture_time: float,
-             detections: DetectionArrays) -> tuple[np.ndarray, list[Event], bool]:
+             detections: Detections) -> tuple[np.ndarray, list[Event], bool]:
         """One frame of this camera (in frame order): (the track id of each row of ``detections``, ``NO_TRACK``
         where it has none; events; whether counts changed). Frames missing from the sequence (dropped during a
         recovery, skipped under load) age lost tracks too: the tracker is told the gap in ``frame_seq`` (1 for
         the first frame, or if the sequence went back)."""
-        class_ids = np.asarray(detections.class_ids, dtype=np.int64)
-        known = (class_ids >= 0) & (class_ids < len(self._min_score))
+        class_ids = detections.class_ids
+        known = class_ids < len(self._min_score)
         min_scores = np.full(len(class_ids), np.inf, dtype=np.float32)
         min_scores[known] = self._min_score[class_ids[known]]
         allowed = np.nonzero(np.isfinite(min_scores))[0]
-        boxes = np.asarray(detections.boxes, dtype=np.float32)[allowed]
-        scores = np.asarray(detections.scores, dtype=np.float32)[allowed]
-        classes = class_ids[allowed].astype(np.int32)
+        kept = detections[allowed]
         previous, self._frame_seq = self._frame_seq, frame_seq
         gap = frame_seq - previous if previous is not None and frame_seq > previous else 1
-        ts = self.tracker.step(boxes, scores, classes, min_scores[allowed], frames=gap)
+        ts = self.tracker.step(kept.boxes, kept.scores, kept.class_ids.astype(np.int32), min_scores[allowed],
+                               frames=gap)
         track_ids = np.full(len(class_ids), NO_TRACK, dtype=np.int64)
         track_ids[allowed[ts.det_index]] = ts.track_ids  # the tracker's rows kept, as rows of the input
 

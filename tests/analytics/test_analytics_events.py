@@ -11,8 +11,7 @@ import pytest
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig, ZoneConfig
 from appliance.analytics.events import Analytics, Event
-from appliance.detections import NO_TRACK
-from appliance.detector.prepost.pipeline import PostprocessResult
+from appliance.detections import NO_TRACK, Detections
 from support.tracks import CLASSES, FPS, box_at, frame
 
 def analytics(**overrides: object) -> Analytics:
@@ -23,7 +22,7 @@ def analytics(**overrides: object) -> Analytics:
     return Analytics("cam", AnalyticsConfig(**config), CLASSES, 640, 480, new_id=lambda: next(ids))
 
 
-def run(a: Analytics, frames: list[PostprocessResult]) -> list[Event]:
+def run(a: Analytics, frames: list[Detections]) -> list[Event]:
     events: list[Event] = []
     for i, dets in enumerate(frames):
         events += a.step(i, i / FPS, dets)[1]

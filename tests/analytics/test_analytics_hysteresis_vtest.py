@@ -18,8 +18,8 @@ import pytest
 
 from appliance.analytics.config import AnalyticsConfig, HysteresisConfig, LineConfig, TrackerConfig, ZoneConfig
 from appliance.analytics.events import Analytics, Event
+from appliance.detections import Detections
 from appliance.detector.profile import load_profile
-from appliance.detector.prepost.pipeline import PostprocessResult
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_FRAME = 150      # the held-out detections start at this frame of vtest.avi
@@ -27,7 +27,7 @@ LINGER_FROM = 400      # BROWN's lingering starts at 405; nobody else is near th
 NO_HYSTERESIS = HysteresisConfig(margin=0, frames=1)
 
 
-def events_of(detections: list[PostprocessResult], hysteresis: HysteresisConfig) -> list[Event]:
+def events_of(detections: list[Detections], hysteresis: HysteresisConfig) -> list[Event]:
     classes = load_profile(REPO / "repository" / "profiles" / "yolov3-tiny.yaml").classes
     # The settings of test_analytics_heldout.py; the line and the zone are drawn on BROWN's standing place.
     cfg = AnalyticsConfig(classes={"person": 0.25}, tracker=TrackerConfig(lost_frames=10),
@@ -48,7 +48,7 @@ def events_of(detections: list[PostprocessResult], hysteresis: HysteresisConfig)
 
 
 @pytest.mark.slow
-def test_a_walker_lingering_on_a_line_and_a_zone_edge_counts_once(vtest_heldout_detections: list[PostprocessResult]) -> None:
+def test_a_walker_lingering_on_a_line_and_a_zone_edge_counts_once(vtest_heldout_detections: list[Detections]) -> None:
     plain = events_of(vtest_heldout_detections, NO_HYSTERESIS)
     held = events_of(vtest_heldout_detections, HysteresisConfig())
 
