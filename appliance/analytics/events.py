@@ -19,30 +19,9 @@ from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.tracker import ByteTracker
 from appliance.analytics.zones import Layout, anchor_points
 from appliance.detections import NO_TRACK, Detections
+from appliance.events import Event, EventType
 
 log = logging.getLogger(__name__)
-
-EventType = Literal["enter", "exit", "cross", "dwell"]
-
-
-@dataclass(frozen=True)
-class Event:
-    event_id: str
-    seq: int
-    type: EventType
-    camera: str
-    track_id: int
-    class_id: int
-    class_name: str
-    score: float
-    capture_time: float
-    frame_seq: int
-    zone: str | None = None
-    line: str | None = None
-    direction: Literal["in", "out"] | None = None   # cross only
-    box: tuple[float, float, float, float] | None = None  # xyxy in the triggering frame; None for a lost track
-    dwell_s: float | None = None   # dwell only: seconds inside when it fired
-    track_lost: bool = False       # exit only: the track was removed after being lost, not seen leaving
 
 
 @dataclass
@@ -59,8 +38,10 @@ class Analytics:
     """Per-camera tracker, zone and line state. Plain object: a model switch or recovery does not touch it."""
 
     def __init__(self, camera: str, config: AnalyticsConfig, class_names: Sequence[str], width: int, height: int,
-                 new_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        """``new_id`` gives each event its id (32 lowercase hex digits)."""
         self.camera, self.config, self.class_names = camera, config, list(class_names)
+        self.width, self.height = width, height
         self._warn_unknown_classes()
         self._new_id = new_id
         self._served: Sequence[str] = class_names
@@ -171,6 +152,7 @@ class Analytics:
         self._dwell_at, self._zone_run = remap(self._dwell_at, zmap, np.inf), remap(self._zone_run, zmap, -2)
         self._side, self._line_run = remap(self._side, lmap, 0), remap(self._line_run, lmap, -2)
         self.config, self.layout = config, Layout(config, width, height)
+        self.width, self.height = width, height
         self._min_score = self._class_min_scores(config)
         seen = ~np.isnan(self._last[:, 0])
         fresh = [j for j, old in enumerate(lmap) if old < 0]
@@ -346,6 +328,6 @@ class Analytics:
                box: tuple[float, float, float, float] | None, **extra: object) -> Event:
         self._seq += 1
         name = self.class_names[class_id] if 0 <= class_id < len(self.class_names) else ""
-        return Event(event_id=self._new_id(), seq=self._seq, type=kind, camera=self.camera, track_id=track_id,
+        return Event(event_id=self._new_id(), camera_id=self.camera, seq=self._seq, event=kind, track_id=track_id,
                      class_id=class_id, class_name=name, score=score, capture_time=ctx[1], frame_seq=ctx[0],
-                     box=box, **extra)  # type: ignore[arg-type]
+                     image_width=self.width, image_height=self.height, box=box, **extra)  # type: ignore[arg-type]

@@ -112,7 +112,7 @@ def test_line_crossings_on_held_out_frames_match_the_crossings_seen_by_eye(
     for i, dets in enumerate(vtest_heldout_detections):
         frame = FIRST_FRAME + i
         _, events, _ = a.step(frame, frame / 10.0, dets)
-        got += [(e.line, e.direction, frame) for e in events if e.type == "cross" and e.line and e.direction]
+        got += [(e.line, e.direction, frame) for e in events if e.event == "cross" and e.line and e.direction]
     missed, extra = unmatched(TRUTH, got)
     assert extra == [], f"crossings nobody made: {extra} (missed {missed})"
     assert set(missed) <= DETECTOR_MISSES, f"missed {missed}; only {sorted(DETECTOR_MISSES)} are explained"

@@ -17,7 +17,8 @@ import numpy as np
 from appliance.analytics.config import AnalyticsConfig, LineConfig, SnapshotConfig
 from appliance.capture.ring import FrameMeta
 from appliance.health.metrics import ApplianceMetrics
-from appliance.mqtt.messages import DetectionsMessage, EventMessage
+from appliance.events import Event
+from appliance.mqtt.messages import DetectionsMessage
 from appliance.backoff import RestartPolicy
 from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.detector.serving.router import Route, Router
@@ -58,7 +59,7 @@ class Publisher:
         self.order.append(("detections", message))
         return "spooled"
 
-    def publish_events(self, events: Sequence[EventMessage]) -> int:
+    def publish_events(self, events: Sequence[Event]) -> int:
         self.order.extend(("event", e) for e in events)
         return len(events)
 
