@@ -1,4 +1,4 @@
-"""One analytics event, from the tracker to the MQTT encoder, the OPC UA mirror, Sparkplug and the page.
+"""One analytics event, from the tracker to the MQTT encoder, the OPC UA mirror and the page's feed.
 
 ``appliance.analytics.events.Analytics`` makes it; the event stage adds the snapshot and the clip that prove it
 (``dataclasses.replace``); ``appliance.mqtt.messages.event_payload`` writes it as the ``event`` payload. It

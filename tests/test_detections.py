@@ -1,8 +1,9 @@
-"""Detections: a frame's detections as columns; converted and checked on construction, read back as rows."""
+"""Detections: a frame's detections as columns; converted and checked on construction, rows selected and read back."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -129,8 +130,8 @@ def expected(*rows: int) -> tuple[list, list, list, list]:
     (-1, (3,)),
     (np.int64(1), (1,)),
 ])
-def test_selection_gives_the_rows_in_the_order_asked(index: object, rows: tuple[int, ...]) -> None:
-    picked = four()[index]  # type: ignore[index]
+def test_selection_gives_the_rows_in_the_order_asked(index: Any, rows: tuple[int, ...]) -> None:
+    picked = four()[index]
     assert isinstance(picked, Detections) and len(picked) == len(rows)
     assert columns(picked) == expected(*rows)
     assert picked.class_names == NAMES
@@ -140,17 +141,17 @@ def test_selection_gives_the_rows_in_the_order_asked(index: object, rows: tuple[
 
 
 @pytest.mark.parametrize("index", [np.zeros(4, dtype=bool), [], np.array([], dtype=np.int64), slice(4, 9)])
-def test_a_selection_of_no_rows_is_empty(index: object) -> None:
-    picked = four()[index]  # type: ignore[index]
+def test_a_selection_of_no_rows_is_empty(index: Any) -> None:
+    picked = four()[index]
     assert len(picked) == 0 and picked.boxes.shape == (0, 4) and list(picked) == []
     assert picked == Detections.empty(NAMES)
     assert len(Detections.empty()[np.zeros(0, dtype=bool)]) == 0
 
 
 @pytest.mark.parametrize("mask", [np.array([True, False, True]), [True] * 5, np.ones((4, 1), dtype=bool)])
-def test_a_mask_of_the_wrong_length_is_refused(mask: object) -> None:
+def test_a_mask_of_the_wrong_length_is_refused(mask: Any) -> None:
     with pytest.raises(IndexError, match="a row mask needs one bool per row \\(4\\), got shape"):
-        four()[mask]  # type: ignore[index]
+        four()[mask]
 
 
 def test_a_row_beyond_the_end_or_a_nested_index_is_refused() -> None:
