@@ -1,17 +1,21 @@
-"""One frame's detections as columns, from the Triton result to the MQTT encoder.
+"""One frame's detections as columns, from the Triton result to the MQTT encoder (and a model's, unchecked).
 
-Row ``k`` of every column is one object. A reader that wants Python objects asks :meth:`Detections.rows` for
-them at the end of the path; everything before it works on the arrays.
+Row ``k`` of every column is one object. Rows are selected as in supervision's ``Detections``: ``d[mask]``,
+``d[indices]``, ``d[a:b]``, ``d[k]`` give a ``Detections`` of those rows. A reader that wants Python objects
+iterates (``for row in d``) at the end of the path; everything before it works on the arrays.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence, Union
 
 import numpy as np
 
 NO_TRACK = -1  # a row's track id when it has none (no analytics, or its track is not confirmed yet)
+
+# A row selection: an int (one row), a slice, an int index array or a bool mask with one entry per row.
+RowIndex = Union[int, slice, Sequence[int], np.ndarray]
 
 
 class Detection(NamedTuple):
@@ -22,6 +26,17 @@ class Detection(NamedTuple):
     score: float
     box: tuple[float, float, float, float]
     track_id: int | None
+
+
+@dataclass(frozen=True)
+class RawDetections:
+    """One image's detections as a model answered them, neither converted nor checked: what the engine gate and
+    the OTA golden check compare, where a bad model's NaN or inverted box must be compared, not refused. What
+    the appliance carries on is :class:`Detections`."""
+
+    boxes: np.ndarray      # [K, 4] xyxy frame pixels
+    scores: np.ndarray     # [K]
+    class_ids: np.ndarray  # [K]
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +98,36 @@ class Detections:
     def __len__(self) -> int:
         return len(self.boxes)
 
+    def __getitem__(self, index: RowIndex) -> Detections:
+        """The rows ``index`` selects, in its order, as a ``Detections`` (one row for an int); the names are
+        kept. A bool mask must have one entry per row: another length raises IndexError."""
+        if isinstance(index, (int, np.integer)):
+            index = [int(index)]
+        elif not isinstance(index, slice):
+            index = np.asarray(index)
+            if index.dtype == bool and index.shape != (len(self),):
+                raise IndexError(f"a row mask needs one bool per row ({len(self)}), got shape {index.shape}")
+            if index.ndim != 1:
+                raise IndexError(f"rows are selected by a flat index array, got shape {index.shape}")
+            if index.size == 0:
+                index = index.astype(np.intp)
+        return self._of_rows(self.boxes[index], self.scores[index], self.class_ids[index], self.track_ids[index])
+
+    def _of_rows(self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray,
+                 track_ids: np.ndarray) -> Detections:
+        """Rows of this (checked) Detections: not converted or checked again."""
+        rows = object.__new__(Detections)
+        for name, value in (("boxes", boxes), ("scores", scores), ("class_ids", class_ids),
+                            ("track_ids", track_ids), ("class_names", self.class_names)):
+            object.__setattr__(rows, name, value)
+        return rows
+
+    def __iter__(self) -> Iterator[Detection]:
+        """Each row as a :class:`Detection` of Python values, for a reader that goes through them one by one."""
+        return iter([Detection(c, self.class_name(c), s, (b[0], b[1], b[2], b[3]), None if t == NO_TRACK else t)
+                     for c, s, b, t in zip(self.class_ids.tolist(), self.scores.tolist(), self.boxes.tolist(),
+                                            self.track_ids.tolist())])
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Detections):
             return NotImplemented
@@ -99,9 +144,3 @@ class Detections:
     def class_name(self, class_id: int) -> str:
         names = self.class_names
         return names[class_id] if 0 <= class_id < len(names) else f"class_{class_id}"
-
-    def rows(self) -> list[Detection]:
-        """Each row as a :class:`Detection`, for a reader that goes through them one by one."""
-        return [Detection(c, self.class_name(c), s, (b[0], b[1], b[2], b[3]), None if t == NO_TRACK else t)
-                for c, s, b, t in zip(self.class_ids.tolist(), self.scores.tolist(), self.boxes.tolist(),
-                                       self.track_ids.tolist())]

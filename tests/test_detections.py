@@ -1,8 +1,9 @@
-"""Detections: a frame's detections as columns; converted and checked on construction, read back as rows."""
+"""Detections: a frame's detections as columns; converted and checked on construction, rows selected and read back."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ def test_columns_get_their_dtypes_without_a_copy_when_they_have_them() -> None:
 
 def test_empty_and_untracked() -> None:
     empty = Detections.empty(NAMES)
-    assert len(empty) == 0 and empty.boxes.shape == (0, 4) and empty.rows() == []
+    assert len(empty) == 0 and empty.boxes.shape == (0, 4) and list(empty) == []
     assert Detections.untracked([], [], [], NAMES) == empty
     untracked = Detections.untracked([[0, 0, 1, 1], [1, 1, 2, 2]], [0.5, 0.5], [0, 1])
     assert untracked.track_ids.tolist() == [NO_TRACK, NO_TRACK]
@@ -37,16 +38,16 @@ def test_empty_and_untracked() -> None:
 
 def test_rows_are_python_values_with_names_looked_up_and_no_track_as_none() -> None:
     d = two()
-    assert d.rows() == [Detection(2, "car", 0.5, (1.0, 2.0, 3.0, 4.0), None),
+    assert list(d) == [Detection(2, "car", 0.5, (1.0, 2.0, 3.0, 4.0), None),
                         Detection(0, "person", 0.25, (5.0, 6.0, 7.0, 8.0), 4)]
-    row = d.rows()[0]
+    row = list(d)[0]
     assert all(type(v) is float for v in row.box) and type(row.class_id) is int and type(row.score) is float
 
 
 def test_an_id_beyond_the_class_names_is_class_id() -> None:
     d = Detections.untracked([[0, 0, 1, 1]], [0.5], [7], NAMES)
-    assert d.rows()[0].class_name == "class_7" and d.class_name(1) == "bicycle"
-    assert Detections.untracked([[0, 0, 1, 1]], [0.5], [0]).rows()[0].class_name == "class_0"
+    assert list(d)[0].class_name == "class_7" and d.class_name(1) == "bicycle"
+    assert list(Detections.untracked([[0, 0, 1, 1]], [0.5], [0]))[0].class_name == "class_0"
 
 
 def test_with_track_ids_keeps_every_other_column() -> None:
@@ -97,3 +98,70 @@ def test_columns_must_agree_on_the_count() -> None:
         Detections.untracked([[0, 0, 1, 1], [0, 0, 1, 1]], [0.5], [0, 0])
     with pytest.raises(ValueError, match="class_ids must be \\[K\\]"):
         Detections([[0, 0, 1, 1]], [0.5], [[0]], [NO_TRACK])
+
+
+def four() -> Detections:
+    return Detections([[0, 0, 1, 1], [10, 10, 12, 14], [20, 0, 25, 5], [30, 30, 40, 40]], [0.9, 0.8, 0.7, 0.6],
+                      [0, 1, 2, 1], [5, NO_TRACK, 7, 8], NAMES)
+
+
+def columns(d: Detections) -> tuple[list, list, list, list]:
+    return d.boxes.tolist(), d.scores.tolist(), d.class_ids.tolist(), d.track_ids.tolist()
+
+
+# Row k of four(), written out: what each selection must give back.
+ROW = [([0.0, 0.0, 1.0, 1.0], np.float32(0.9).item(), 0, 5), ([10.0, 10.0, 12.0, 14.0], np.float32(0.8).item(), 1, -1),
+       ([20.0, 0.0, 25.0, 5.0], np.float32(0.7).item(), 2, 7), ([30.0, 30.0, 40.0, 40.0], np.float32(0.6).item(), 1, 8)]
+
+
+def expected(*rows: int) -> tuple[list, list, list, list]:
+    return ([ROW[r][0] for r in rows], [ROW[r][1] for r in rows], [ROW[r][2] for r in rows],
+            [ROW[r][3] for r in rows])
+
+
+@pytest.mark.parametrize("index, rows", [
+    (np.array([True, False, True, False]), (0, 2)),
+    ([False, True, False, True], (1, 3)),
+    (np.array([3, 0, 3]), (3, 0, 3)),
+    ([2, -4], (2, 0)),
+    (slice(1, 3), (1, 2)),
+    (slice(None, None, -2), (3, 1)),
+    (2, (2,)),
+    (-1, (3,)),
+    (np.int64(1), (1,)),
+])
+def test_selection_gives_the_rows_in_the_order_asked(index: Any, rows: tuple[int, ...]) -> None:
+    picked = four()[index]
+    assert isinstance(picked, Detections) and len(picked) == len(rows)
+    assert columns(picked) == expected(*rows)
+    assert picked.class_names == NAMES
+    assert (picked.boxes.dtype, picked.scores.dtype, picked.class_ids.dtype, picked.track_ids.dtype) == (
+        np.float32, np.float32, np.int64, np.int64)
+    assert picked == Detections(*(np.asarray(c) for c in expected(*rows)), NAMES)
+
+
+@pytest.mark.parametrize("index", [np.zeros(4, dtype=bool), [], np.array([], dtype=np.int64), slice(4, 9)])
+def test_a_selection_of_no_rows_is_empty(index: Any) -> None:
+    picked = four()[index]
+    assert len(picked) == 0 and picked.boxes.shape == (0, 4) and list(picked) == []
+    assert picked == Detections.empty(NAMES)
+    assert len(Detections.empty()[np.zeros(0, dtype=bool)]) == 0
+
+
+@pytest.mark.parametrize("mask", [np.array([True, False, True]), [True] * 5, np.ones((4, 1), dtype=bool)])
+def test_a_mask_of_the_wrong_length_is_refused(mask: Any) -> None:
+    with pytest.raises(IndexError, match="a row mask needs one bool per row \\(4\\), got shape"):
+        four()[mask]
+
+
+def test_a_row_beyond_the_end_or_a_nested_index_is_refused() -> None:
+    with pytest.raises(IndexError):
+        four()[4]
+    with pytest.raises(IndexError, match="flat index array"):
+        four()[np.array([[0, 1]])]
+
+
+def test_iteration_and_selection_agree() -> None:
+    d = four()
+    assert [row.track_id for row in d] == [5, None, 7, 8]
+    assert list(d[d.scores >= np.float32(0.75)]) == list(d)[:2]

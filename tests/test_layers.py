@@ -14,7 +14,7 @@ PACKAGE = REPO / "appliance"
 # Lowest first. Within a floor, packages do not import each other.
 FLOORS: list[set[str]] = [
     {"config", "helptext", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "detections", "__init__",
-     "detector", "passwords", "diskspace", "framing"},                                                   # the toolkit
+     "detector", "passwords", "diskspace", "framing", "events"},                                         # the toolkit
     {"backoff", "analytics", "triton", "detector.profile", "detector.buildprofile", "detector.source"},  # libraries
     {"detector.prepost", "capture", "mqtt"},                                     # frames in, messages out
     {"health", "detector.repository", "detector.calibration", "sparkplug", "web",  # web: the operator's page

@@ -11,50 +11,17 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.tracker import ByteTracker
 from appliance.analytics.zones import Layout, anchor_points
-from appliance.detections import NO_TRACK
+from appliance.detections import NO_TRACK, Detections
+from appliance.events import Event, EventType
 
 log = logging.getLogger(__name__)
-
-EventType = Literal["enter", "exit", "cross", "dwell"]
-
-
-class DetectionArrays(Protocol):
-    """What a frame's detections look like (appliance.detections.Detections fits, and so does
-    appliance.detector.prepost.pipeline.PostprocessResult)."""
-
-    @property
-    def boxes(self) -> np.ndarray: ...     # [K, 4] xyxy frame pixels
-    @property
-    def scores(self) -> np.ndarray: ...    # [K]
-    @property
-    def class_ids(self) -> np.ndarray: ...  # [K]
-
-
-@dataclass(frozen=True)
-class Event:
-    event_id: str
-    seq: int
-    type: EventType
-    camera: str
-    track_id: int
-    class_id: int
-    class_name: str
-    score: float
-    capture_time: float
-    frame_seq: int
-    zone: str | None = None
-    line: str | None = None
-    direction: Literal["in", "out"] | None = None   # cross only
-    box: tuple[float, float, float, float] | None = None  # xyxy in the triggering frame; None for a lost track
-    dwell_s: float | None = None   # dwell only: seconds inside when it fired
-    track_lost: bool = False       # exit only: the track was removed after being lost, not seen leaving
 
 
 @dataclass
@@ -71,8 +38,10 @@ class Analytics:
     """Per-camera tracker, zone and line state. Plain object: a model switch or recovery does not touch it."""
 
     def __init__(self, camera: str, config: AnalyticsConfig, class_names: Sequence[str], width: int, height: int,
-                 new_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        """``new_id`` gives each event its id (32 lowercase hex digits)."""
         self.camera, self.config, self.class_names = camera, config, list(class_names)
+        self.width, self.height = width, height
         self._warn_unknown_classes()
         self._new_id = new_id
         self._served: Sequence[str] = class_names
@@ -127,22 +96,21 @@ class Analytics:
         return int(len(self._ids))
 
     def step(self, frame_seq: int, capture_time: float,
-             detections: DetectionArrays) -> tuple[np.ndarray, list[Event], bool]:
+             detections: Detections) -> tuple[np.ndarray, list[Event], bool]:
         """One frame of this camera (in frame order): (the track id of each row of ``detections``, ``NO_TRACK``
         where it has none; events; whether counts changed). Frames missing from the sequence (dropped during a
         recovery, skipped under load) age lost tracks too: the tracker is told the gap in ``frame_seq`` (1 for
         the first frame, or if the sequence went back)."""
-        class_ids = np.asarray(detections.class_ids, dtype=np.int64)
-        known = (class_ids >= 0) & (class_ids < len(self._min_score))
+        class_ids = detections.class_ids
+        known = class_ids < len(self._min_score)
         min_scores = np.full(len(class_ids), np.inf, dtype=np.float32)
         min_scores[known] = self._min_score[class_ids[known]]
         allowed = np.nonzero(np.isfinite(min_scores))[0]
-        boxes = np.asarray(detections.boxes, dtype=np.float32)[allowed]
-        scores = np.asarray(detections.scores, dtype=np.float32)[allowed]
-        classes = class_ids[allowed].astype(np.int32)
+        kept = detections[allowed]
         previous, self._frame_seq = self._frame_seq, frame_seq
         gap = frame_seq - previous if previous is not None and frame_seq > previous else 1
-        ts = self.tracker.step(boxes, scores, classes, min_scores[allowed], frames=gap)
+        ts = self.tracker.step(kept.boxes, kept.scores, kept.class_ids.astype(np.int32), min_scores[allowed],
+                               frames=gap)
         track_ids = np.full(len(class_ids), NO_TRACK, dtype=np.int64)
         track_ids[allowed[ts.det_index]] = ts.track_ids  # the tracker's rows kept, as rows of the input
 
@@ -184,6 +152,7 @@ class Analytics:
         self._dwell_at, self._zone_run = remap(self._dwell_at, zmap, np.inf), remap(self._zone_run, zmap, -2)
         self._side, self._line_run = remap(self._side, lmap, 0), remap(self._line_run, lmap, -2)
         self.config, self.layout = config, Layout(config, width, height)
+        self.width, self.height = width, height
         self._min_score = self._class_min_scores(config)
         seen = ~np.isnan(self._last[:, 0])
         fresh = [j for j, old in enumerate(lmap) if old < 0]
@@ -359,6 +328,6 @@ class Analytics:
                box: tuple[float, float, float, float] | None, **extra: object) -> Event:
         self._seq += 1
         name = self.class_names[class_id] if 0 <= class_id < len(self.class_names) else ""
-        return Event(event_id=self._new_id(), seq=self._seq, type=kind, camera=self.camera, track_id=track_id,
+        return Event(event_id=self._new_id(), camera_id=self.camera, seq=self._seq, event=kind, track_id=track_id,
                      class_id=class_id, class_name=name, score=score, capture_time=ctx[1], frame_seq=ctx[0],
-                     box=box, **extra)  # type: ignore[arg-type]
+                     image_width=self.width, image_height=self.height, box=box, **extra)  # type: ignore[arg-type]

@@ -23,14 +23,14 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, ZoneConfig
 from appliance.analytics.events import Analytics
-from appliance.detector.prepost.pipeline import PostprocessResult
+from appliance.detections import Detections
 from appliance.helptext import plain_help
 
 WIDTH, HEIGHT = 1920, 1080
 SIZES = (1, 100, 20)  # 20 last: its line is the benchmark's last line
 
 
-def scene(objects: int, frames: int, seed: int = 0) -> list[PostprocessResult]:
+def scene(objects: int, frames: int, seed: int = 0) -> list[Detections]:
     """``frames`` frames of ``objects`` walkers, as the detector would report them."""
     rng = np.random.default_rng(seed)
     size = rng.uniform([40, 100], [80, 220], size=(objects, 2))              # w, h
@@ -47,8 +47,8 @@ def scene(objects: int, frames: int, seed: int = 0) -> list[PostprocessResult]:
         boxes = np.concatenate([pos - half, pos + half], axis=1) + jitter
         scores = np.where(rng.random(objects) < 0.1, rng.uniform(0.15, 0.45, objects), rng.uniform(0.5, 0.95, objects))
         visible = rng.random(objects) > 0.03
-        out.append(PostprocessResult(boxes[visible].astype(np.float32), scores[visible].astype(np.float32),
-                              np.zeros(int(visible.sum()), dtype=np.int32)))
+        out.append(Detections.untracked(boxes[visible].astype(np.float32), scores[visible].astype(np.float32),
+                                        np.zeros(int(visible.sum()), dtype=np.int64)))
     return out
 
 

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
 
 from appliance.detections import Detections
+from appliance.events import Event
 
 if TYPE_CHECKING:
     from appliance.mqtt.numbering import MessageNumber
@@ -127,7 +128,7 @@ def new_message_id() -> str:
 def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str,
                        number: MessageNumber) -> dict[str, Any]:
     dets = []
-    for d in msg.detections.rows():
+    for d in msg.detections:
         pixels, norm = _box_dicts(d.box, msg.image_width, msg.image_height)
         dets.append({"class_id": d.class_id, "class_name": d.class_name, "score": round(d.score, 6),
                      "box": pixels, "box_norm": norm, "track_id": d.track_id})
@@ -150,58 +151,7 @@ def detections_payload(msg: DetectionsMessage, device_id: str, message_id: str,
     return payload
 
 
-EventType = Literal["enter", "exit", "cross", "dwell"]
-
-
-@dataclass(frozen=True)
-class ClipPlan:
-    """An event's clip as planned when the event is sent: its URL path on the health port and the footage it
-    will cover (event time - pre_capture to event time + post_capture; it starts at the keyframe before)."""
-
-    url: str
-    start: float
-    end: float
-
-
-@dataclass(frozen=True)
-class EventMessage:
-    """One analytics event (appliance.analytics.events.Event, as the supervisor hands it on); ``box`` is the
-    object's xyxy box in the triggering frame (None for the exit of a lost track), ``seq`` the camera's event
-    number within the publisher's boot_id."""
-
-    event_id: str
-    camera_id: str
-    seq: int
-    event: EventType
-    track_id: int
-    class_id: int
-    class_name: str
-    score: float
-    capture_time: float
-    frame_seq: int
-    image_width: int
-    image_height: int
-    zone: Optional[str] = None
-    line: Optional[str] = None
-    direction: Optional[Literal["in", "out"]] = None
-    box: Optional[tuple[float, float, float, float]] = None
-    dwell_s: Optional[float] = None
-    track_lost: bool = False
-    snapshot_id: Optional[str] = None
-    clip: Optional[ClipPlan] = None
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[0-9a-f]{32}", self.event_id):
-            raise ValueError(f"event_id must be 32 lowercase hex digits, got {self.event_id!r}")
-        if self.event not in ("enter", "exit", "cross", "dwell"):
-            raise ValueError(f"event must be enter, exit, cross or dwell, got {self.event!r}")
-        if self.seq < 1 or self.track_id < 1 or self.frame_seq < 0:
-            raise ValueError(f"seq and track_id must be >= 1 and frame_seq >= 0, got {self.seq}, {self.track_id}, "
-                             f"{self.frame_seq}")
-        _finite("capture_time", self.capture_time)
-
-
-def event_payload(msg: EventMessage, device_id: str, boot_id: str) -> dict[str, Any]:
+def event_payload(msg: Event, device_id: str, boot_id: str) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "type": "event", "event_id": msg.event_id, "device_id": device_id,
         "camera_id": msg.camera_id, "boot_id": boot_id, "seq": msg.seq, "event": msg.event,

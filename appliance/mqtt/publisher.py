@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import appliance
+from appliance.events import Event
 from appliance.mqtt.authz import CommandAuthorizer, SignatureCheck
 from appliance.mqtt.commands import CommandHandler, CommandRunner, ReadOnly
 from appliance.mqtt.config import MqttConfig, PublishConfig
 from appliance.mqtt.errors import NotStartedError
 from appliance.mqtt.healthreport import HealthProvider, HealthReport
 from appliance.mqtt.holdback import Held, Holdback, gap_payload
-from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, ClipMessage, DetectionsMessage, EventMessage,
+from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, ClipMessage, DetectionsMessage,
                                      camera_status_payload, clip_payload, counts_payload, detections_payload,
                                      encode, event_payload, new_message_id)
 from appliance.mqtt.modes import PublishGate
@@ -280,7 +281,7 @@ class MqttPublisher:
                         refused -= 1
         return results
 
-    def publish_events(self, events: Sequence[EventMessage]) -> int:
+    def publish_events(self, events: Sequence[Event]) -> int:
         """Spool one frame's analytics events in one transaction, behind that frame's detections (the spool is
         sent in id order, so a camera's events reach the broker in seq order). Returns how many were kept."""
         self._require_running()

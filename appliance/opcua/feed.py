@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.mqtt.messages import EventMessage
+from appliance.events import Event
 
 MAX_EVENTS = 1024
 
@@ -19,7 +19,7 @@ MAX_EVENTS = 1024
 @dataclass
 class Taken:
     counts: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)  # camera -> (active, counts)
-    events: list[EventMessage] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     dropped: int = 0  # events that did not fit before the server took them
 
 
@@ -29,7 +29,7 @@ class Feed:
     def __init__(self, max_events: int = MAX_EVENTS) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, tuple[int, Mapping[str, Any]]] = {}
-        self._events: deque[EventMessage] = deque(maxlen=max_events)
+        self._events: deque[Event] = deque(maxlen=max_events)
         self._dropped = 0
         self._wake: Callable[[], None] | None = None
         self._woken = False
@@ -39,7 +39,7 @@ class Feed:
         with self._lock:
             self._wake, self._woken = wake, False
 
-    def publish_events(self, events: Sequence[EventMessage]) -> int:
+    def publish_events(self, events: Sequence[Event]) -> int:
         with self._lock:
             overflow = len(self._events) + len(events) - (self._events.maxlen or 0)
             self._dropped += max(0, overflow)

@@ -12,7 +12,7 @@ from typing import Any
 
 from asyncua import ua
 
-from appliance.mqtt.messages import EventMessage
+from appliance.events import Event
 
 # OPC 40100 VisionStateMachineType's top-level states, and their numbers in the type's state machine.
 PREOPERATIONAL, HALTED, ERROR, OPERATIONAL = "Preoperational", "Halted", "Error", "Operational"
@@ -121,7 +121,7 @@ def count_values(camera: CameraLayout, active_tracks: int,
     return out
 
 
-def last_event_values(event: EventMessage, events_total: int) -> dict[str, Value]:
+def last_event_values(event: Event, events_total: int) -> dict[str, Value]:
     def key(name: str) -> str:
         return camera_key(event.camera_id, "LastEvent", name)
 
@@ -136,8 +136,8 @@ def utc(t: float) -> datetime:
     return datetime.fromtimestamp(t, timezone.utc)
 
 
-def latest_per_camera(events: Sequence[EventMessage]) -> dict[str, EventMessage]:
-    latest: dict[str, EventMessage] = {}
+def latest_per_camera(events: Sequence[Event]) -> dict[str, Event]:
+    latest: dict[str, Event] = {}
     for event in events:
         latest[event.camera_id] = event
     return latest

@@ -9,9 +9,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from appliance.detections import RawDetections
 from appliance.ota.errors import OtaRejected
 from appliance.detector.serving.router import HealthSample, Route, Router
-from appliance.detector.serving.switcher import Detected, ModelSpec, prefix_for
+from appliance.detector.serving.switcher import ModelSpec, prefix_for
 
 
 class OfflineSwitcher:
@@ -37,7 +38,7 @@ class OfflineSwitcher:
                                              spec.engine.in_graph)
         return route
 
-    def detect(self, route: Route, frame: np.ndarray) -> Detected:
+    def detect(self, route: Route, frame: np.ndarray) -> RawDetections:
         from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
 
         if route.ensemble not in self._runners:
@@ -48,12 +49,10 @@ class OfflineSwitcher:
             canvas, lb = Preprocessor(profile).canvas(frame, "BGR")
             names = [o.name for o in session.get_outputs()]
             y = dict(zip(names, session.run(names, {session.get_inputs()[0].name: canvas[None]})))
-            det = Postprocessor(profile).final(y["BOXES"], y["SCORES"], y["CLASSES"], y["COUNT"], lb)
-        else:
-            tensor, lb = Preprocessor(profile).frame(frame, "BGR")
-            raw = session.run(None, {session.get_inputs()[0].name: tensor.reshape(1, *tensor.shape[-3:])})[0]
-            det = Postprocessor(profile)(raw[0], lb)
-        return Detected(det.boxes, det.scores, det.class_ids)
+            return Postprocessor(profile).final(y["BOXES"], y["SCORES"], y["CLASSES"], y["COUNT"], lb)
+        tensor, lb = Preprocessor(profile).frame(frame, "BGR")
+        raw = session.run(None, {session.get_inputs()[0].name: tensor.reshape(1, *tensor.shape[-3:])})[0]
+        return Postprocessor(profile)(raw[0], lb)
 
     def route(self, route: Route) -> None:
         self.router.set(route)

@@ -47,7 +47,7 @@ class Taps:
 def scene_of(message: DetectionsMessage, overlay: OverlaySource | None) -> Scene:
     width, height = message.image_width, message.image_height
     boxes = [DrawnBox(clamp_box(d.box, width, height), d.track_id, d.class_name, d.score)
-             for d in message.detections.rows()]
+             for d in message.detections]
     zones, lines = overlay.overlay() if overlay is not None else ((), ())
     return Scene(boxes, zones, lines)
 

@@ -21,7 +21,8 @@ from typing import Any, Protocol
 from appliance.capture.recordconfig import RecordConfig
 from appliance.capture.recording.clips import ClipError, clip_complete, write_clip
 from appliance.capture.recording.segments import read_status
-from appliance.mqtt.messages import ClipMessage, ClipPlan
+from appliance.events import ClipPlan
+from appliance.mqtt.messages import ClipMessage
 
 log = logging.getLogger("appliance.supervisor")
 

@@ -21,9 +21,10 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
-from appliance.analytics.events import Analytics, Event
+from appliance.analytics.events import Analytics
 from appliance.analytics.draw import DrawnBox, DrawnLine, DrawnZone, clamp_box
-from appliance.mqtt.messages import ClipPlan, DetectionsMessage, EventMessage
+from appliance.events import ClipPlan, Event
+from appliance.mqtt.messages import DetectionsMessage
 from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
 
 log = logging.getLogger("appliance.supervisor")
@@ -32,7 +33,7 @@ log = logging.getLogger("appliance.supervisor")
 class EventSink(Protocol):
     """appliance.mqtt.publisher.MqttPublisher."""
 
-    def publish_events(self, events: Sequence[EventMessage]) -> int: ...
+    def publish_events(self, events: Sequence[Event]) -> int: ...
     def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int,
                        counts: Mapping[str, Mapping[str, Mapping[str, int]]]) -> None: ...
 
@@ -62,7 +63,7 @@ class CameraAnalytics:
         self.camera_id, self.config = camera_id, config
         self.width, self.height = width, height
         self._mirror = mirror
-        self.analytics = Analytics(camera_id, config, class_names, width, height, new_id=lambda: uuid.uuid4().hex)
+        self.analytics = Analytics(camera_id, config, class_names, width, height)
         self._publisher, self._metrics, self._snapshots = publisher, metrics, snapshots
         self._clock = clock
         self._lock = threading.Lock()  # step (completion thread) against the tick's reads
@@ -73,7 +74,7 @@ class CameraAnalytics:
         self._counts_sent = float("-inf")
         self.events_by_type: Counter[str] = Counter()
         self.snapshots_dropped = 0
-        self._pending: tuple[list[EventMessage], bool] = ([], False)  # the frame's events; whether counts changed
+        self._pending: tuple[list[Event], bool] = ([], False)  # the frame's events; whether counts changed
 
     @property
     def wants_frames(self) -> bool:
@@ -90,11 +91,11 @@ class CameraAnalytics:
             message = dataclasses.replace(message, detections=message.detections.with_track_ids(track_ids))
             if events:
                 self._last_seq = events[-1].seq
-                self.events_by_type.update(e.type for e in events)
+                self.events_by_type.update(e.event for e in events)
             snapshot_id = self._snapshot(meta, message, events, pixels) if events else None
-            self._pending = ([self._message(e, meta, snapshot_id) for e in events], bool(changed))
+            self._pending = ([self._with_proofs(e, snapshot_id) for e in events], bool(changed))
         elapsed = time.perf_counter() - started
-        self._metrics.record_analytics_step(self.camera_id, elapsed, [e.type for e in events])
+        self._metrics.record_analytics_step(self.camera_id, elapsed, [e.event for e in events])
         return message
 
     def apply_layout(self, config: AnalyticsConfig) -> None:
@@ -136,7 +137,7 @@ class CameraAnalytics:
             return None
         width, height = message.image_width, message.image_height
         boxes = [DrawnBox(clamp_box(d.box, width, height), d.track_id, d.class_name, d.score)
-                 for d in message.detections.rows()]
+                 for d in message.detections]
         job = SnapshotJob(uuid.uuid4().hex, self.camera_id, int(meta.seq), float(meta.t_utc), pixels,
                           str(meta.pixel_format), boxes, [e.event_id for e in events],
                           frozenset(e.track_id for e in events))
@@ -145,13 +146,10 @@ class CameraAnalytics:
         self.snapshots_dropped += 1
         return None
 
-    def _message(self, e: Event, meta: Any, snapshot_id: str | None) -> EventMessage:
-        return EventMessage(event_id=e.event_id, camera_id=self.camera_id, seq=e.seq, event=e.type,
-                            track_id=e.track_id, class_id=e.class_id, class_name=e.class_name, score=e.score,
-                            capture_time=e.capture_time, frame_seq=e.frame_seq, image_width=int(meta.width),
-                            image_height=int(meta.height), zone=e.zone, line=e.line, direction=e.direction,
-                            box=e.box, dwell_s=e.dwell_s, track_lost=e.track_lost, snapshot_id=snapshot_id,
-                            clip=self._clips.plan(e.event_id, self.camera_id, e.capture_time) if self._clips else None)
+    def _with_proofs(self, e: Event, snapshot_id: str | None) -> Event:
+        """``e`` with the snapshot of its frame and its clip's plan (when the camera records)."""
+        clip = self._clips.plan(e.event_id, self.camera_id, e.capture_time) if self._clips else None
+        return dataclasses.replace(e, snapshot_id=snapshot_id, clip=clip) if snapshot_id or clip else e
 
     def _counts_locked(self) -> tuple[int, int, dict[str, Any]]:
         return self._last_seq, self.analytics.active_tracks, self.analytics.counts.as_dict()

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from appliance.analytics.overlay import Classes
-from appliance.mqtt.messages import EventMessage
+from appliance.events import Event
 from appliance.supervisor.eventstage import Publisher
 from appliance.supervisor.layouts import Layouts
 from appliance.web.feed import EventFeed
@@ -19,7 +19,7 @@ class FeedingPublisher:
     def __init__(self, publisher: Publisher, feed: EventFeed) -> None:
         self._publisher, self._feed = publisher, feed
 
-    def publish_events(self, events: Sequence[EventMessage]) -> int:
+    def publish_events(self, events: Sequence[Event]) -> int:
         self._feed.note(events)
         return self._publisher.publish_events(events)
 

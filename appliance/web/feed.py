@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.mqtt.messages import EventMessage
+from appliance.events import Event
 
 KEEP = 2000
 PAGE_MAX = 200
 
 
-def event_row(e: EventMessage) -> dict[str, Any]:
+def event_row(e: Event) -> dict[str, Any]:
     return {"event_id": e.event_id, "camera_id": e.camera_id, "seq": e.seq, "event": e.event,
             "track_id": e.track_id, "class_name": e.class_name, "score": round(float(e.score), 3), "zone": e.zone,
             "line": e.line, "direction": e.direction, "capture_time": e.capture_time, "snapshot_id": e.snapshot_id,
@@ -52,7 +52,7 @@ class EventFeed:
         self._next = 1
         self._lock = threading.Lock()
 
-    def note(self, events: Sequence[EventMessage]) -> None:
+    def note(self, events: Sequence[Event]) -> None:
         rows = [event_row(e) for e in events]
         with self._lock:
             for row in rows:

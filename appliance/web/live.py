@@ -58,7 +58,7 @@ class LiveFrames:
 
     def offer(self, camera_id: str, pixels: np.ndarray, pixel_format: str, message: DetectionsMessage) -> None:
         rows = [{"box": [round(v, 1) for v in d.box], "class_name": d.class_name, "score": round(d.score, 3),
-                 "track_id": d.track_id} for d in message.detections.rows()]
+                 "track_id": d.track_id} for d in message.detections]
         frame = LiveFrame(pixels, pixel_format, message.seq, message.capture_time, rows)
         with self._lock:
             if camera_id in self._watched:

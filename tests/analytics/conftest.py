@@ -15,7 +15,8 @@ import onnxruntime as ort
 import pytest
 
 from appliance.detector.profile import load_profile
-from appliance.detector.prepost.pipeline import PostprocessResult, Postprocessor, Preprocessor
+from appliance.detections import Detections
+from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"
@@ -54,17 +55,17 @@ def vtest_video() -> Path:
     return VTEST
 
 
-def cached_detections(cache: Path, video: Path, onnx: Path, frames: int, start: int = 0) -> list[PostprocessResult]:
+def cached_detections(cache: Path, video: Path, onnx: Path, frames: int, start: int = 0) -> list[Detections]:
     """detect_video's output, computed on the first call and read back from ``cache`` after it."""
     if not cache.exists():
         cache.write_text(json.dumps(detect_video(video, onnx, frames, start)))
-    return [PostprocessResult(np.asarray(f["boxes"], dtype=np.float32).reshape(-1, 4),
-                       np.asarray(f["scores"], dtype=np.float32), np.asarray(f["class_ids"], dtype=np.int32))
+    return [Detections.untracked(np.asarray(f["boxes"], dtype=np.float32).reshape(-1, 4),
+                                 np.asarray(f["scores"], dtype=np.float32), np.asarray(f["class_ids"], dtype=np.int64))
             for f in json.loads(cache.read_text())]
 
 
 @pytest.fixture(scope="session")
-def vtest_detections(vtest_video: Path, detector_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> list[PostprocessResult]:
+def vtest_detections(vtest_video: Path, detector_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Detections]:
     """The detector's output on frames 0..SEGMENT_FRAMES-1 of vtest.avi, computed once per session."""
     return cached_detections(tmp_path_factory.getbasetemp() / "vtest-detections.json", vtest_video, detector_onnx,
                              SEGMENT_FRAMES)
@@ -72,7 +73,7 @@ def vtest_detections(vtest_video: Path, detector_onnx: Path, tmp_path_factory: p
 
 @pytest.fixture(scope="session")
 def vtest_heldout_detections(vtest_video: Path, detector_onnx: Path,
-                             tmp_path_factory: pytest.TempPathFactory) -> list[PostprocessResult]:
+                             tmp_path_factory: pytest.TempPathFactory) -> list[Detections]:
     """The detector's output on the held-out frames HELDOUT_START.. (HELDOUT_FRAMES of them), once per session."""
     return cached_detections(tmp_path_factory.getbasetemp() / "vtest-heldout-detections.json", vtest_video,
                              detector_onnx, HELDOUT_FRAMES, HELDOUT_START)

@@ -10,20 +10,20 @@ import itertools
 import pytest
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig, ZoneConfig
-from appliance.analytics.events import Analytics, Event
-from appliance.detections import NO_TRACK
-from appliance.detector.prepost.pipeline import PostprocessResult
+from appliance.analytics.events import Analytics
+from appliance.detections import NO_TRACK, Detections
+from appliance.events import Event
 from support.tracks import CLASSES, FPS, box_at, frame
 
 def analytics(**overrides: object) -> Analytics:
     config = {"zones": [ZoneConfig(name="cell", points=[(200, 250), (400, 250), (400, 350), (200, 350)], dwell_s=1.45)],
               "tracker": TrackerConfig(birth_frames=3, lost_frames=5)}
     config.update(overrides)
-    ids = (f"id-{i}" for i in itertools.count())
+    ids = (f"{i:032x}" for i in itertools.count())
     return Analytics("cam", AnalyticsConfig(**config), CLASSES, 640, 480, new_id=lambda: next(ids))
 
 
-def run(a: Analytics, frames: list[PostprocessResult]) -> list[Event]:
+def run(a: Analytics, frames: list[Detections]) -> list[Event]:
     events: list[Event] = []
     for i, dets in enumerate(frames):
         events += a.step(i, i / FPS, dets)[1]
@@ -37,10 +37,10 @@ def test_enter_dwell_exit_of_a_walk_through_a_zone() -> None:
     frames = [frame(box_at(55 + 10 * i)) for i in range(45)]
     events = run(a, frames)
     # Enter at frame 17 (t=1.7); dwell when t - 1.7 >= 1.45, first at frame 32; exit at frame 37.
-    assert [(e.type, e.frame_seq, e.zone) for e in events] == [("enter", 17, "cell"), ("dwell", 32, "cell"),
+    assert [(e.event, e.frame_seq, e.zone) for e in events] == [("enter", 17, "cell"), ("dwell", 32, "cell"),
                                                                ("exit", 37, "cell")]
     assert [e.seq for e in events] == [1, 2, 3]
-    assert [e.event_id for e in events] == ["id-0", "id-1", "id-2"]
+    assert [e.event_id for e in events] == ["0" * 32, "0" * 31 + "1", "0" * 31 + "2"]
     assert {e.track_id for e in events} == {1} and {e.class_name for e in events} == {"person"}
     assert [e.capture_time for e in events] == [1.7, 3.2, 3.7]
     assert events[1].dwell_s == pytest.approx(1.5)
@@ -64,7 +64,7 @@ def test_a_short_occlusion_keeps_the_track_and_its_zone() -> None:
     for i, dets in enumerate(frames):
         track_ids, events, _ = a.step(i, i / FPS, dets)
         ids += [int(t) for t in track_ids]
-        assert all(e.type == "enter" for e in events)
+        assert all(e.event == "enter" for e in events)
     assert set(ids[2:]) == {1}
     assert a.counts.zones["cell"]["entered"] == 1
 
@@ -73,7 +73,7 @@ def test_a_track_lost_inside_exits_when_it_is_dropped() -> None:
     # Last seen at frame 19 (x=245, inside); missed from frame 20, dropped once missed > 5: frame 25.
     a = analytics()
     events = run(a, [frame(box_at(55 + 10 * i)) if i < 20 else frame() for i in range(30)])
-    assert [(e.type, e.frame_seq, e.track_lost, e.box) for e in events][1:] == [("exit", 25, True, None)]
+    assert [(e.event, e.frame_seq, e.track_lost, e.box) for e in events][1:] == [("exit", 25, True, None)]
     assert events[1].class_name == "person" and events[1].score > 0.5
     assert a.counts.zones["cell"]["current"] == 0 and a.active_tracks == 0
 
@@ -84,10 +84,10 @@ def test_line_direction_follows_in_side() -> None:
     for in_side, rightwards, leftwards in (("right", "out", "in"), ("left", "in", "out")):
         a = analytics(zones=[], lines=[LineConfig(**line, in_side=in_side)])
         events = run(a, [frame(box_at(55 + 10 * i)) for i in range(40)])   # x=305 at 25, 20 px past at 27
-        assert [(e.type, e.direction, e.frame_seq) for e in events] == [("cross", rightwards, 27)]
+        assert [(e.event, e.direction, e.frame_seq) for e in events] == [("cross", rightwards, 27)]
         b = analytics(zones=[], lines=[LineConfig(**line, in_side=in_side)])
         events = run(b, [frame(box_at(555 - 10 * i)) for i in range(40)])  # x=295 at 26, 20 px past at 28
-        assert [(e.type, e.direction, e.frame_seq) for e in events] == [("cross", leftwards, 28)]
+        assert [(e.event, e.direction, e.frame_seq) for e in events] == [("cross", leftwards, 28)]
         assert b.counts.lines["door"] == {"in": int(leftwards == "in"), "out": int(leftwards == "out")}
 
 
@@ -148,7 +148,7 @@ def test_a_line_crossed_during_the_birth_buffer_counts_once_confirmed() -> None:
     # 20 px past the door at frame 3 (x=325).
     a = analytics(zones=[], lines=[LineConfig(name="door", a=(300, 0), b=(300, 480), in_side="left")])
     events = run(a, [frame(box_at(295 + 10 * i)) for i in range(6)])
-    assert [(e.type, e.direction, e.frame_seq, e.track_id) for e in events] == [("cross", "in", 3, 1)]
+    assert [(e.event, e.direction, e.frame_seq, e.track_id) for e in events] == [("cross", "in", 3, 1)]
 
 
 def test_frames_missing_from_the_sequence_move_the_prediction_on() -> None:
@@ -169,12 +169,12 @@ def test_a_gap_in_the_sequence_longer_than_lost_frames_removes_the_track() -> No
     # new id and enters as soon as it is confirmed (50 px inside).
     a = analytics()
     events = run(a, [frame(box_at(55 + 10 * i)) for i in range(20)])
-    assert [(e.type, e.frame_seq) for e in events] == [("enter", 17)]
+    assert [(e.event, e.frame_seq) for e in events] == [("enter", 17)]
     ids, later = [], []
     for s in range(40, 45):
         track_ids, evs, _ = a.step(s, s / FPS, frame(box_at(255)))
         ids += track_ids.tolist()
         later += evs
-    assert [(e.type, e.frame_seq, e.track_id, e.track_lost) for e in later][:2] == [("exit", 40, 1, True),
+    assert [(e.event, e.frame_seq, e.track_id, e.track_lost) for e in later][:2] == [("exit", 40, 1, True),
                                                                                    ("enter", 42, 2, False)]
     assert ids == [-1, -1, 2, 2, 2]  # tentative for birth_frames=3 frames, then the next id: never 1

@@ -60,8 +60,8 @@ import pytest
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig
 from appliance.analytics.events import Analytics
+from appliance.detections import Detections
 from appliance.detector.profile import load_profile
-from appliance.detector.prepost.pipeline import PostprocessResult
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_FRAME = 150   # the held-out detections start at this frame of vtest.avi
@@ -101,7 +101,7 @@ def test_the_truth_table_adds_up_to_the_expected_counts() -> None:
 
 @pytest.mark.slow
 def test_line_crossings_on_held_out_frames_match_the_crossings_seen_by_eye(
-        vtest_heldout_detections: list[PostprocessResult]) -> None:
+        vtest_heldout_detections: list[Detections]) -> None:
     classes = load_profile(REPO / "repository" / "profiles" / "yolov3-tiny.yaml").classes
     # The settings of test_analytics_vtest.py, unchanged: this segment checks them, it does not tune them.
     cfg = AnalyticsConfig(classes={"person": 0.25}, tracker=TrackerConfig(lost_frames=10), lines=[
@@ -112,7 +112,7 @@ def test_line_crossings_on_held_out_frames_match_the_crossings_seen_by_eye(
     for i, dets in enumerate(vtest_heldout_detections):
         frame = FIRST_FRAME + i
         _, events, _ = a.step(frame, frame / 10.0, dets)
-        got += [(e.line, e.direction, frame) for e in events if e.type == "cross" and e.line and e.direction]
+        got += [(e.line, e.direction, frame) for e in events if e.event == "cross" and e.line and e.direction]
     missed, extra = unmatched(TRUTH, got)
     assert extra == [], f"crossings nobody made: {extra} (missed {missed})"
     assert set(missed) <= DETECTOR_MISSES, f"missed {missed}; only {sorted(DETECTOR_MISSES)} are explained"

@@ -11,8 +11,8 @@ import pytest
 from support.tracks import CLASSES, FPS, box_at, frame
 
 from appliance.analytics.config import AnalyticsConfig, HysteresisConfig, LineConfig, TrackerConfig, ZoneConfig
-from appliance.analytics.events import Analytics, Event
-from appliance.detector.prepost.pipeline import PostprocessResult
+from appliance.analytics.events import Analytics
+from appliance.events import Event
 
 NO_HYSTERESIS = HysteresisConfig(margin=0, frames=1)   # every move across counts at once
 DOOR = {"name": "door", "a": (300, 0), "b": (300, 480), "in_side": "left"}   # left of a->b (down) is x > 300
@@ -20,7 +20,7 @@ CELL = {"name": "cell", "points": [(300, 100), (600, 100), (600, 400), (300, 400
 
 
 def analytics(scale: float = 1.0, **sections: object) -> Analytics:
-    ids = (f"id-{i}" for i in itertools.count())
+    ids = (f"{i:032x}" for i in itertools.count())
     config = AnalyticsConfig(tracker=TrackerConfig(birth_frames=2, lost_frames=5), **sections)
     return Analytics("cam", config, CLASSES, int(640 * scale), int(480 * scale), new_id=lambda: next(ids))
 
@@ -49,11 +49,11 @@ def walk(start: float, stop: float, speed: float = 10.0) -> list[float]:
 
 
 def crossings(events: list[Event]) -> list[tuple[str | None, int]]:
-    return [(e.direction, e.frame_seq) for e in events if e.type == "cross"]
+    return [(e.direction, e.frame_seq) for e in events if e.event == "cross"]
 
 
 def zone_events(events: list[Event]) -> list[tuple[str, int]]:
-    return [(e.type, e.frame_seq) for e in events if e.zone == "cell"]
+    return [(e.event, e.frame_seq) for e in events if e.zone == "cell"]
 
 
 @pytest.mark.parametrize("step, frames", [(4, 7), (5, 10), (6, 13), (4, 13), (6, 7)])
@@ -124,7 +124,7 @@ def test_the_margin_scales_with_the_box_so_any_resolution_counts_alike() -> None
         big_door = {**DOOR, "a": (900, 0), "b": (900, 1440)}
         big_cell = {**CELL, "points": [(3 * x, 3 * y) for x, y in CELL["points"]]}
         big = run(analytics(3.0, lines=[LineConfig(**big_door)], zones=[ZoneConfig(**big_cell)]), xs, scale=3.0)
-        assert [(e.type, e.direction, e.frame_seq) for e in big] == [(e.type, e.direction, e.frame_seq) for e in small]
+        assert [(e.event, e.direction, e.frame_seq) for e in big] == [(e.event, e.direction, e.frame_seq) for e in small]
 
 
 @pytest.mark.parametrize("step, frames", [(4, 7), (5, 10), (6, 13)])
@@ -165,7 +165,7 @@ def test_no_hysteresis_counts_the_first_frame_across() -> None:
     # margin 0, frames 1: a crossing at the first frame past the line (x=305 at frame 11), an enter likewise.
     a = analytics(lines=[LineConfig(**DOOR, hysteresis=NO_HYSTERESIS)],
                   zones=[ZoneConfig(**CELL, hysteresis=NO_HYSTERESIS)])
-    assert [(e.type, e.frame_seq) for e in run(a, walk(195, 400))] == [("enter", 11), ("cross", 11)]
+    assert [(e.event, e.frame_seq) for e in run(a, walk(195, 400))] == [("enter", 11), ("cross", 11)]
 
 
 def test_hysteresis_keys_have_bounds() -> None:

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from appliance.analytics.config import AnalyticsConfig, HysteresisConfig, LineConfig, TrackerConfig, ZoneConfig
-from appliance.analytics.events import Analytics, Event
+from appliance.analytics.events import Analytics
+from appliance.detections import Detections
 from appliance.detector.profile import load_profile
-from appliance.detector.prepost.pipeline import PostprocessResult
+from appliance.events import Event
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_FRAME = 150      # the held-out detections start at this frame of vtest.avi
@@ -27,7 +28,7 @@ LINGER_FROM = 400      # BROWN's lingering starts at 405; nobody else is near th
 NO_HYSTERESIS = HysteresisConfig(margin=0, frames=1)
 
 
-def events_of(detections: list[PostprocessResult], hysteresis: HysteresisConfig) -> list[Event]:
+def events_of(detections: list[Detections], hysteresis: HysteresisConfig) -> list[Event]:
     classes = load_profile(REPO / "repository" / "profiles" / "yolov3-tiny.yaml").classes
     # The settings of test_analytics_heldout.py; the line and the zone are drawn on BROWN's standing place.
     cfg = AnalyticsConfig(classes={"person": 0.25}, tracker=TrackerConfig(lost_frames=10),
@@ -41,19 +42,19 @@ def events_of(detections: list[PostprocessResult], hysteresis: HysteresisConfig)
         frame = FIRST_FRAME + i
         events += a.step(frame, frame / 10.0, dets)[1]
     # Whatever was counted, the counters agree with the events.
-    assert a.counts.lines["phone"]["in"] + a.counts.lines["phone"]["out"] == sum(e.type == "cross" for e in events)
+    assert a.counts.lines["phone"]["in"] + a.counts.lines["phone"]["out"] == sum(e.event == "cross" for e in events)
     zone = a.counts.zones["bench"]
     assert zone["current"] == zone["entered"] - zone["exited"]
     return events
 
 
 @pytest.mark.slow
-def test_a_walker_lingering_on_a_line_and_a_zone_edge_counts_once(vtest_heldout_detections: list[PostprocessResult]) -> None:
+def test_a_walker_lingering_on_a_line_and_a_zone_edge_counts_once(vtest_heldout_detections: list[Detections]) -> None:
     plain = events_of(vtest_heldout_detections, NO_HYSTERESIS)
     held = events_of(vtest_heldout_detections, HysteresisConfig())
 
     def lingering(events: list[Event], kinds: set[str]) -> list[tuple[str | None, int]]:
-        return [(e.direction or e.type, e.frame_seq) for e in events if e.type in kinds and e.frame_seq >= LINGER_FROM]
+        return [(e.direction or e.event, e.frame_seq) for e in events if e.event in kinds and e.frame_seq >= LINGER_FROM]
 
     # The data does exercise it: without hysteresis the standing man flickers across both.
     assert len(lingering(plain, {"cross"})) == 11
@@ -62,8 +63,8 @@ def test_a_walker_lingering_on_a_line_and_a_zone_edge_counts_once(vtest_heldout_
     assert lingering(held, {"cross"}) == [("out", 447)]
     assert lingering(held, {"enter", "exit"}) == [("enter", 447)]
     # The walkers who cross the line earlier count the same, a few frames later at most.
-    before = [(e.track_id, e.direction, e.frame_seq) for e in plain if e.type == "cross" and e.frame_seq < LINGER_FROM]
-    after = [(e.track_id, e.direction, e.frame_seq) for e in held if e.type == "cross" and e.frame_seq < LINGER_FROM]
+    before = [(e.track_id, e.direction, e.frame_seq) for e in plain if e.event == "cross" and e.frame_seq < LINGER_FROM]
+    after = [(e.track_id, e.direction, e.frame_seq) for e in held if e.event == "cross" and e.frame_seq < LINGER_FROM]
     assert sorted(t[:2] for t in after) == sorted(t[:2] for t in before) and len(before) == 6
     late = {t[:2]: t[2] for t in after}
     assert all(0 <= late[t[:2]] - t[2] <= 6 for t in before), (before, after)

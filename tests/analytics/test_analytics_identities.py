@@ -23,8 +23,8 @@ from scipy.optimize import linear_sum_assignment
 
 from appliance.analytics.config import AnalyticsConfig, TrackerConfig
 from appliance.analytics.events import Analytics
+from appliance.detections import Detections
 from appliance.detector.profile import load_profile
-from appliance.detector.prepost.pipeline import PostprocessResult
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST, LAST = 40, 90
@@ -79,7 +79,7 @@ def identity_switches(tracks_per_frame: dict[int, tuple[np.ndarray, np.ndarray]]
     return history
 
 
-def test_identity_switches_on_a_hand_annotated_segment(vtest_detections: list[PostprocessResult]) -> None:
+def test_identity_switches_on_a_hand_annotated_segment(vtest_detections: list[Detections]) -> None:
     classes = load_profile(REPO / "repository" / "profiles" / "yolov3-tiny.yaml").classes
     cfg = AnalyticsConfig(classes={"person": 0.25}, tracker=TrackerConfig(lost_frames=10))  # 1 s at 10 fps
     analytics = Analytics("vtest", cfg, classes, 768, 576)

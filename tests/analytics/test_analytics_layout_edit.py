@@ -8,7 +8,8 @@ from __future__ import annotations
 import itertools
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig, ZoneConfig
-from appliance.analytics.events import Analytics, Event
+from appliance.analytics.events import Analytics
+from appliance.events import Event
 from support.tracks import CLASSES, FPS, box_at, frame
 
 CELL = ZoneConfig(name="cell", points=[(200, 250), (400, 250), (400, 350), (200, 350)])
@@ -28,18 +29,18 @@ def _walk(a: Analytics, frames: range) -> list[Event]:
 
 
 def _analytics() -> Analytics:
-    ids = (f"id-{i}" for i in itertools.count())
+    ids = (f"{i:032x}" for i in itertools.count())
     return Analytics("cam", _config(), CLASSES, 640, 480, new_id=lambda: next(ids))
 
 
 def test_a_line_added_mid_walk_counts_and_the_unchanged_zone_keeps_its_state() -> None:
     a = _analytics()
     before = _walk(a, range(0, 21))  # inside the cell since frame 17 (x = 225, 20 px in)
-    assert [(e.type, e.frame_seq) for e in before] == [("enter", 17)]
+    assert [(e.event, e.frame_seq) for e in before] == [("enter", 17)]
     a.replace_layout(_config(lines=[GATE]), 640, 480)
     after = _walk(a, range(21, 45))
     # x = 305 at frame 25 is past the line, 20 px past (x >= 320) at frame 27; out of the cell at 37 (x = 425).
-    assert [(e.type, e.frame_seq, e.line or e.zone, e.direction) for e in after] == [
+    assert [(e.event, e.frame_seq, e.line or e.zone, e.direction) for e in after] == [
         ("cross", 27, "gate", "out"), ("exit", 37, "cell", None)]
     assert {e.track_id for e in before + after} == {1}   # the same track all along
     assert [e.seq for e in before + after] == [1, 2, 3]  # the numbering goes on
@@ -54,7 +55,7 @@ def test_a_moved_zone_starts_empty_and_one_removed_is_gone() -> None:
     a.replace_layout(_config(zones=[moved]), 640, 480)
     assert a.counts.zones == {"cell": {"current": 0, "entered": 0, "exited": 0}}
     # The track stands inside the moved zone: it enters at once (20 px past the edge already).
-    assert [(e.type, e.frame_seq, e.track_id) for e in _walk(a, range(21, 23))] == [("enter", 21, 1)]
+    assert [(e.event, e.frame_seq, e.track_id) for e in _walk(a, range(21, 23))] == [("enter", 21, 1)]
     a.replace_layout(_config(zones=[]), 640, 480)
     assert a.counts.as_dict() == {"zones": {}, "lines": {}} and _walk(a, range(23, 45)) == []
 

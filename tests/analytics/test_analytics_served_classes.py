@@ -34,6 +34,6 @@ def test_a_filter_on_the_new_names_runs_from_the_switch(caplog: pytest.LogCaptur
     found = []
     for seq in range(6, 12):
         found += analytics.step(seq, seq * 0.5, _frame(0))[1]
-    assert [(e.type, e.class_name, e.zone) for e in found] == [("enter", "worker", "yard")]
+    assert [(e.event, e.class_name, e.zone) for e in found] == [("enter", "worker", "yard")]
     analytics.use_classes(())  # detections without names change nothing
     assert analytics.class_names == list(OWN)

@@ -26,8 +26,8 @@ import pytest
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig
 from appliance.analytics.events import Analytics
+from appliance.detections import Detections
 from appliance.detector.profile import load_profile
-from appliance.detector.prepost.pipeline import PostprocessResult
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ EXPECTED = {"left": {"in": 1, "out": 2}, "right": {"in": 4, "out": 1}}
 
 
 @pytest.mark.slow
-def test_line_crossings_match_the_counts_seen_by_eye(vtest_detections: list[PostprocessResult]) -> None:
+def test_line_crossings_match_the_counts_seen_by_eye(vtest_detections: list[Detections]) -> None:
     classes = load_profile(REPO / "repository" / "profiles" / "yolov3-tiny.yaml").classes
     # lost_frames=10: ByteTrack's 30-frame buffer is 1 s at 30 fps; it scales it by fps/30, and vtest runs at 10.
     cfg = AnalyticsConfig(classes={"person": 0.25}, tracker=TrackerConfig(lost_frames=10), lines=[

@@ -5,16 +5,17 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from appliance.mqtt.messages import ClipMessage, ClipPlan, EventMessage, clip_payload, event_payload
+from appliance.events import ClipPlan, Event
+from appliance.mqtt.messages import ClipMessage, clip_payload, event_payload
 from mqtt_helpers import validate
 
 EVENT_ID = "ab" * 16
 
 
-def _event(clip: ClipPlan | None) -> EventMessage:
-    return EventMessage(event_id=EVENT_ID, camera_id="hall", seq=3, event="enter", track_id=4, class_id=0,
-                        class_name="person", score=0.9, capture_time=1714564800.123, frame_seq=10, image_width=640,
-                        image_height=480, zone="floor", box=(1.0, 2.0, 30.0, 40.0), clip=clip)
+def _event(clip: ClipPlan | None) -> Event:
+    return Event(event_id=EVENT_ID, camera_id="hall", seq=3, event="enter", track_id=4, class_id=0,
+                 class_name="person", score=0.9, capture_time=1714564800.123, frame_seq=10, image_width=640,
+                 image_height=480, zone="floor", box=(1.0, 2.0, 30.0, 40.0), clip=clip)
 
 
 def test_an_event_of_a_recording_camera_carries_its_planned_clip() -> None:

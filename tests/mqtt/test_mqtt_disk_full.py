@@ -15,17 +15,17 @@ from support.smalldisk import fill, small_tmpfs
 from support.subscriber import Subscriber
 from support.wait import wait_until
 
-from appliance.mqtt.messages import EventMessage
+from appliance.events import Event
 from appliance.mqtt.publisher import MqttPublisher, PublishResult
 
 KB = 1024
 FRAMES = 900  # per camera; far more than the disk and the memory bound hold
 
 
-def _event(camera: str, seq: int) -> EventMessage:
-    return EventMessage(event_id=f"{seq:032x}", camera_id=camera, seq=seq, event="enter", track_id=7, class_id=0,
-                        class_name="person", score=0.9, capture_time=1_700_000_000.0 + seq, frame_seq=seq,
-                        image_width=640, image_height=480, zone="floor")
+def _event(camera: str, seq: int) -> Event:
+    return Event(event_id=f"{seq:032x}", camera_id=camera, seq=seq, event="enter", track_id=7, class_id=0,
+                 class_name="person", score=0.9, capture_time=1_700_000_000.0 + seq, frame_seq=seq,
+                 image_width=640, image_height=480, zone="floor")
 
 
 def _covered(received: list[dict]) -> tuple[list[int], int]:

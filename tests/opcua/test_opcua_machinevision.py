@@ -17,13 +17,13 @@ from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
 from support.opcua import Resets, client_identity, start_node_client, start_server, trust
 from support.ports import free_port
 
-from appliance.mqtt.messages import EventMessage
+from appliance.events import Event
 from appliance.opcua.passwords import hash_password
 
 MV = "http://opcfoundation.org/UA/MachineVision"
-EVENT = EventMessage(event_id="ab" * 16, camera_id="hall", seq=7, event="cross", track_id=3, class_id=0,
-                     class_name="person", score=0.9, capture_time=1_700_000_000.0, frame_seq=70, image_width=768,
-                     image_height=576, line="door", zone=None, direction="in")
+EVENT = Event(event_id="ab" * 16, camera_id="hall", seq=7, event="cross", track_id=3, class_id=0,
+              class_name="person", score=0.9, capture_time=1_700_000_000.0, frame_seq=70, image_width=768,
+              image_height=576, line="door", zone=None, direction="in")
 
 
 class Events:

@@ -16,7 +16,7 @@ import yaml
 from asyncua import ua
 from pydantic import ValidationError
 
-from appliance.mqtt.messages import EventMessage
+from appliance.events import Event
 from appliance.opcua.config import OpcUaConfig
 from appliance.opcua.feed import Feed
 from appliance.opcua.passwords import PasswordFileError, hash_password, read_users_file, verify_password
@@ -94,11 +94,11 @@ def test_the_cli_prints_a_hash_that_verifies() -> None:
     assert (user.name, user.role) == ("olga", "operator") and verify_password("a-long-password", user.password_hash)
 
 
-def _event(seq: int, kind: str = "cross", camera: str = "hall") -> EventMessage:
-    return EventMessage(event_id=f"{seq:032x}", camera_id=camera, seq=seq, event=kind, track_id=7, class_id=0,
-                        class_name="person", score=0.9, capture_time=1_700_000_000.0 + seq, frame_seq=seq,
-                        image_width=768, image_height=576, line="door" if kind == "cross" else None,
-                        zone=None if kind == "cross" else "floor", direction="in" if kind == "cross" else None)
+def _event(seq: int, kind: str = "cross", camera: str = "hall") -> Event:
+    return Event(event_id=f"{seq:032x}", camera_id=camera, seq=seq, event=kind, track_id=7, class_id=0,
+                 class_name="person", score=0.9, capture_time=1_700_000_000.0 + seq, frame_seq=seq,
+                 image_width=768, image_height=576, line="door" if kind == "cross" else None,
+                 zone=None if kind == "cross" else "floor", direction="in" if kind == "cross" else None)
 
 
 def test_the_feed_keeps_the_latest_counts_bounds_the_events_and_wakes_once_per_take() -> None:

@@ -17,7 +17,8 @@ import numpy as np
 from appliance.analytics.config import AnalyticsConfig, LineConfig, SnapshotConfig
 from appliance.capture.ring import FrameMeta
 from appliance.health.metrics import ApplianceMetrics
-from appliance.mqtt.messages import DetectionsMessage, EventMessage
+from appliance.events import Event
+from appliance.mqtt.messages import DetectionsMessage
 from appliance.backoff import RestartPolicy
 from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.detector.serving.router import Route, Router
@@ -58,7 +59,7 @@ class Publisher:
         self.order.append(("detections", message))
         return "spooled"
 
-    def publish_events(self, events: Sequence[EventMessage]) -> int:
+    def publish_events(self, events: Sequence[Event]) -> int:
         self.order.extend(("event", e) for e in events)
         return len(events)
 
@@ -134,7 +135,7 @@ def _walk(tmp_path: Path, queue_size: int = 4, switch_at: int | None = None,
 def test_track_ids_events_in_order_and_the_snapshot_is_the_submitted_frame(tmp_path: Path) -> None:
     publisher, worker, brightness = _walk(tmp_path)
     messages = [m for kind, m in publisher.order if kind == "detections"]
-    ids = [d.track_id for m in messages for d in m.detections.rows()]
+    ids = [d.track_id for m in messages for d in m.detections]
     assert ids[0] is None and ids[-1] is not None and len(set(ids[1:]) - {None}) == 1  # one walker, one id
     [(at, event)] = [(i, m) for i, (kind, m) in enumerate(publisher.order) if kind == "event"]
     assert event.event == "cross" and event.line == "door" and event.direction == "out"  # left->right: out
@@ -175,7 +176,7 @@ def test_track_ids_and_event_seq_survive_an_ota_switch_mid_walk(tmp_path: Path) 
     publisher, _, _ = _walk(tmp_path, switch_at=5)
     messages = [m for kind, m in publisher.order if kind == "detections"]
     assert {m.model.version for m in messages} == {"base", "2"}  # frames before and after the switch
-    ids = {d.track_id for m in messages for d in m.detections.rows()} - {None}
+    ids = {d.track_id for m in messages for d in m.detections} - {None}
     assert len(ids) == 1, f"one walker, one id across the switch, got {ids}"
     events = [m for kind, m in publisher.order if kind == "event"]
     assert [(e.event, e.direction, e.seq) for e in events] == [("cross", "out", 1)]
@@ -194,7 +195,7 @@ def test_track_ids_and_event_seq_survive_a_model_recovery_mid_walk(tmp_path: Pat
     assert reloads == [("detect", ["detector"])] and pipeline.state is PipelineState.SERVING
     messages = [m for kind, m in publisher.order if kind == "detections"]
     assert [m.seq for m in messages] == [0, 1, 2, 3, 8, 9, 10, 11]  # 4 failed, 5..7 dropped by the gate
-    ids = {d.track_id for m in messages for d in m.detections.rows()} - {None}
+    ids = {d.track_id for m in messages for d in m.detections} - {None}
     assert len(ids) == 1, f"one walker, one id across the recovery, got {ids}"
     events = [m for kind, m in publisher.order if kind == "event"]
     assert [(e.event, e.direction, e.seq, e.frame_seq) for e in events] == [("cross", "out", 1, 8)]

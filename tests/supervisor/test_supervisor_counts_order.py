@@ -16,7 +16,8 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig
 from appliance.health.metrics import ApplianceMetrics
-from appliance.mqtt.messages import EventMessage, ModelInfo
+from appliance.events import Event
+from appliance.mqtt.messages import ModelInfo
 from appliance.supervisor.eventstage import CameraAnalytics
 from appliance.supervisor.results import build_message
 
@@ -31,7 +32,7 @@ class Sink:
         self.counts: list[tuple[int, int]] = []  # (last_event_seq, in + out of the line)
         self.events = 0
 
-    def publish_events(self, events: Sequence[EventMessage]) -> int:
+    def publish_events(self, events: Sequence[Event]) -> int:
         self.events += len(events)
         return len(events)
 

@@ -10,7 +10,8 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig, TrackerConfig
 from appliance.detections import NO_TRACK
-from appliance.mqtt.messages import EventMessage, ModelInfo, detections_payload, encode
+from appliance.events import Event
+from appliance.mqtt.messages import ModelInfo, detections_payload, encode
 from appliance.mqtt.numbering import MessageNumber
 from appliance.supervisor.eventstage import CameraAnalytics
 from appliance.supervisor.results import build_message
@@ -60,7 +61,7 @@ def test_the_payload_of_an_ensemble_result_byte_for_byte() -> None:
 
 
 class Publisher:
-    def publish_events(self, events: Sequence[EventMessage]) -> int:
+    def publish_events(self, events: Sequence[Event]) -> int:
         return len(events)
 
     def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int, counts: Any) -> None:
@@ -84,4 +85,4 @@ def test_track_ids_go_to_their_rows_even_where_boxes_are_identical() -> None:
         message = stage.step(meta(seq), message, None)
     track_ids = message.detections.track_ids.tolist()
     assert track_ids[0] == NO_TRACK and track_ids[3] == NO_TRACK and sorted(track_ids[1:3]) == [1, 2]
-    assert [d.track_id for d in message.detections.rows()] == [None, *track_ids[1:3], None]
+    assert [d.track_id for d in message.detections] == [None, *track_ids[1:3], None]

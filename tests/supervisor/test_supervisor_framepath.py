@@ -117,7 +117,7 @@ def test_a_frame_goes_to_the_routed_ensemble_and_its_detections_to_the_publisher
     assert (message.camera_id, message.seq) == ("cam1", 7)
     assert (message.model.name, message.model.version, message.model.hash) == ("yolov3-tiny", "v2",
                                                                                    "sha256:" + "5e" * 32)
-    assert [d.class_name for d in message.detections.rows()] == ["dog"]
+    assert [d.class_name for d in message.detections] == ["dog"]
     assert message.latency_ms == {"queue": 50.0, "inference": 20.0, "total": 70.0}
     assert frames.completed == 1 and list(frames.latencies_ms) == [pytest.approx(70.0)]
     assert frames.rate.per_second() == pytest.approx(1 / 0.02)  # one inference in the 20 ms since the path began

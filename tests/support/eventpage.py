@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.health.server import HealthServer
-from appliance.mqtt.messages import EventMessage
+from appliance.events import Event
 from appliance.supervisor.layouts import Layouts
 from appliance.supervisor.page import ApplianceSite
 from appliance.web.auth import Auth
@@ -22,12 +22,12 @@ from appliance.web.routes import page_routes
 KINDS = ("enter", "exit", "cross", "dwell")
 
 
-def event(n: int, camera: str, start: float) -> EventMessage:
+def event(n: int, camera: str, start: float) -> Event:
     """The n-th event (1-based): kinds in turn; a line's for `cross`, else zone `floor`; one a second."""
     kind: Any = KINDS[(n - 1) % len(KINDS)]
-    return EventMessage(uuid.uuid4().hex, camera, n, kind, n, 0, "person", 0.9, start + n, n, 768, 576,
-                        zone=None if kind == "cross" else "floor", line="walkway" if kind == "cross" else None,
-                        direction="in" if kind == "cross" else None)
+    return Event(uuid.uuid4().hex, camera, n, kind, n, 0, "person", 0.9, start + n, n, 768, 576,
+                 zone=None if kind == "cross" else "floor", line="walkway" if kind == "cross" else None,
+                 direction="in" if kind == "cross" else None)
 
 
 @contextmanager

@@ -15,12 +15,13 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from appliance.detections import RawDetections
 from appliance.detector.calibration.frames import FrameSet
 from appliance.detector.buildprofile import GateProfile
 from appliance.detector.profile import ModelProfile
 from appliance.detector.prepost.letterbox import plan
 from appliance.detector.repository.wrap import FRAME_INPUT
-from appliance.detector.prepost.pipeline import PostprocessResult, Postprocessor, Preprocessor
+from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
 
 RunFn = Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
 
@@ -67,7 +68,7 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
 
-def match(ref: PostprocessResult, cand: PostprocessResult, iou: float) -> list[tuple[int, int]]:
+def match(ref: RawDetections, cand: RawDetections, iou: float) -> list[tuple[int, int]]:
     """Greedy one-to-one matches (reference index, candidate index): same class, IoU >= ``iou``."""
     ious = iou_matrix(ref.boxes.astype(np.float64), cand.boxes.astype(np.float64))
     used: set[int] = set()
@@ -86,7 +87,7 @@ def match(ref: PostprocessResult, cand: PostprocessResult, iou: float) -> list[t
 
 
 def detections_per_frame(run: RunFn, frames: FrameSet, model_profile: ModelProfile, input_name: str,
-                         output_name: str, in_graph: bool = False) -> list[PostprocessResult]:
+                         output_name: str, in_graph: bool = False) -> list[RawDetections]:
     """Run an engine frame by frame and post-process each output as the appliance does. ``in_graph``: the engine
     takes the letterboxed uint8 frame and answers final boxes (appliance.detector.repository.wrap), as the stages feed it."""
     post = Postprocessor(model_profile)
@@ -106,7 +107,7 @@ def detections_per_frame(run: RunFn, frames: FrameSet, model_profile: ModelProfi
     return out
 
 
-def evaluate(reference: list[PostprocessResult], candidate: list[PostprocessResult], gate: GateProfile) -> GateReport:
+def evaluate(reference: list[RawDetections], candidate: list[RawDetections], gate: GateProfile) -> GateReport:
     """The gate's numbers over all frames (pooled, so a frame with many objects weighs more)."""
     n_ref = sum(len(d.scores) for d in reference)
     n_cand = sum(len(d.scores) for d in candidate)

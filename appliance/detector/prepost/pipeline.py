@@ -6,10 +6,9 @@ loop call exactly the same code per frame.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from appliance.detections import RawDetections
 from appliance.detector.profile import ModelProfile
 from appliance.detector.prepost import decode as _decode
 from appliance.detector.prepost import letterbox as _lb
@@ -17,16 +16,6 @@ from appliance.detector.prepost.errors import InputRejected
 from appliance.detector.prepost.frames import FrameLimits, check_frame, decode_image
 from appliance.detector.prepost.nms import nms
 from appliance.detector.prepost.normalize import to_tensor
-
-
-@dataclass(frozen=True)
-class PostprocessResult:
-    """One image's detections as the postprocessor finds them, unchecked: the engine gate compares a bad
-    model's output too. What the appliance carries on is :class:`appliance.detections.Detections`."""
-
-    boxes: np.ndarray      # [K,4] float32 xyxy frame pixels
-    scores: np.ndarray     # [K] float32
-    class_ids: np.ndarray  # [K] int32
 
 
 class Preprocessor:
@@ -77,13 +66,13 @@ class Postprocessor:
         self.iou = profile.thresholds.iou
         self.max_det = profile.thresholds.max_detections
 
-    def __call__(self, raw: np.ndarray, lb: _lb.Letterbox) -> PostprocessResult:
+    def __call__(self, raw: np.ndarray, lb: _lb.Letterbox) -> RawDetections:
         boxes, scores, ids = _decode.decode(raw, self.fmt, self.thresholds, self.allowed)
         keep = nms(boxes, scores, ids, self.iou, self.max_det)
-        return PostprocessResult(_lb.boxes_to_frame(boxes[keep], lb), scores[keep], ids[keep])
+        return RawDetections(_lb.boxes_to_frame(boxes[keep], lb), scores[keep], ids[keep])
 
     def final(self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, count: np.ndarray,
-              lb: _lb.Letterbox) -> PostprocessResult:
+              lb: _lb.Letterbox) -> RawDetections:
         """A detector that decodes and runs NMS in its graph (appliance.detector.repository.wrap): its first ``count``
         rows (network pixels, best first) mapped back to the frame and clipped."""
         b, s, c, n = (np.asarray(a) for a in (boxes, scores, class_ids, count))
@@ -95,4 +84,4 @@ class Postprocessor:
             raise InputRejected("head_shape", f"in-graph detection COUNT must be one number within 0..{len(b)}, "
                                               f"got {n.reshape(-1)[:4].tolist()}")
         k = int(n.reshape(-1)[0])
-        return PostprocessResult(_lb.boxes_to_frame(b[:k], lb), s[:k].astype(np.float32), c[:k].astype(np.int32))
+        return RawDetections(_lb.boxes_to_frame(b[:k], lb), s[:k].astype(np.float32), c[:k].astype(np.int32))

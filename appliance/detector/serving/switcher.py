@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from appliance.detections import RawDetections
 from appliance.durable import sha256_file
 from appliance.detector.serving.errors import LoadFailed
 from appliance.detector.serving.router import HealthSample, Route, Router
@@ -37,19 +38,12 @@ class ModelSpec:
     engine: Any    # appliance.detector.engines.InstalledEngine
 
 
-@dataclass(frozen=True)
-class Detected:
-    boxes: np.ndarray      # [K,4] xyxy frame pixels
-    scores: np.ndarray     # [K]
-    class_ids: np.ndarray  # [K]
-
-
 class ModelSwitcher(Protocol):
     """What OTA drives: ``load`` raises ``ServingError`` (``LoadFailed``) when a version cannot be served."""
 
     def current(self) -> Route | None: ...
     def load(self, spec: ModelSpec) -> Route: ...
-    def detect(self, route: Route, frame: np.ndarray) -> Detected: ...
+    def detect(self, route: Route, frame: np.ndarray) -> RawDetections: ...
     def route(self, route: Route) -> None: ...
     def retire(self, route: Route) -> None: ...
     def health(self, route: Route, since: float, until: float | None = None) -> HealthSample: ...
@@ -130,10 +124,10 @@ class TritonSwitcher:
         default = self._inputs.get(route.ensemble, FrameShape(416, 416))
         return warm_up(self.server, route.ensemble, self.warmup, default, route.label)
 
-    def detect(self, route: Route, frame: np.ndarray) -> Detected:
+    def detect(self, route: Route, frame: np.ndarray) -> RawDetections:
         out = self.server.infer(route.ensemble, {"IMAGE": np.ascontiguousarray(frame)},
                                 ["BOXES", "SCORES", "CLASSES"]).outputs
-        return Detected(out["BOXES"], out["SCORES"], out["CLASSES"])
+        return RawDetections(out["BOXES"], out["SCORES"], out["CLASSES"])
 
     def route(self, route: Route) -> None:
         with self.model_control:
