@@ -128,11 +128,12 @@ async def build_types(server: Server, reset: Any, halt: Any) -> MachineVisionTyp
     return MachineVisionTypes(mv, system_type, machine_type, await _result_ready_type(server, mv), states, transitions)
 
 
-def result_fields(event: Any, device_id: str, boot_id: str, summary: Mapping[str, Any]) -> dict[str, Any]:
+def result_fields(event: Any, device_id: str, boot_id: str, served: Mapping[str, Any]) -> dict[str, Any]:
     """ResultReadyEventType's mandatory fields (and ResultContent) for one of the appliance's events: the result
-    is the event (its id), the job this run of the appliance (its boot id), the recipe the served model, the
-    configuration the device's; never partial; ResultState 1 (a result was produced)."""
-    served, types = summary.get("served") or {}, cast(Any, ua)  # the structures' classes: build_types made them
+    is the event (its id), the job this run of the appliance (its boot id), the recipe the served model
+    (``served``: the health summary's), the configuration the device's; never partial; ResultState 1 (a result
+    was produced)."""
+    types = cast(Any, ua)  # the structures' classes: build_types made them
     content = {"camera": event.camera_id, "event": event.event, "seq": event.seq, "track_id": event.track_id,
                "class_name": event.class_name, "zone": event.zone, "line": event.line, "direction": event.direction}
     structure = ua.VariantType.ExtensionObject

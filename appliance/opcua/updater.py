@@ -46,9 +46,12 @@ class Updater:
         self._state = PREOPERATIONAL  # as built
         self.halted_at: float | None = None  # monotonic time Halted was written; no other state after it
         self._results: list[EventGenerator] = []  # one for the VisionSystem's subscribers, one for the Server's
+        # The served model as last sampled: a summary per event would cost more than the event itself.
+        self._served: Mapping[str, Any] = {}
 
     async def init(self) -> None:
         boot_id, started_at = self._boot
+        self._served = self._readings.summary().get("served") or {}
         await self._write({device_key("BootId"): (boot_id, ua.VariantType.String),
                            device_key("CountsSince"): (utc(started_at), ua.VariantType.DateTime)})
         for notifier in (self._space.vision.nodeid, self._server.nodes.server.nodeid):
@@ -82,7 +85,7 @@ class Updater:
 
     async def _emit(self, event: Any) -> None:
         assert self._results, "init() first"
-        fields = {**result_fields(event, self._space.device_id, self._boot[0], self._readings.summary()),
+        fields = {**result_fields(event, self._space.device_id, self._boot[0], self._served),
                   "Camera": event.camera_id, "Result": event.event, "Seq": event.seq, "TrackId": event.track_id,
                   "ClassName": event.class_name, "Zone": event.zone or "", "Line": event.line or "",
                   "Direction": event.direction or "", "Severity": 100}
@@ -94,6 +97,7 @@ class Updater:
     async def sample(self) -> None:
         """Device and camera readings, and the vision state, from the health summary."""
         summary = self._readings.summary()
+        self._served = summary.get("served") or {}
         values = device_values(summary)
         cameras = summary.get("cameras") or {}
         for camera_id in self._layouts:
