@@ -73,9 +73,11 @@ def start_client(setup: OpcUaSetup) -> subprocess.Popen[str]:
     return client
 
 
-def stop_client(client: subprocess.Popen[str]) -> dict[str, int]:
-    """What the client received by its last report (-1 each when it made none); the client is ended by SIGTERM,
-    or killed if it does not end (a signal needs no cooperation from its event loop)."""
+def stop_client(client: subprocess.Popen[str], window: tuple[float, float] | None = None) -> dict[str, int]:
+    """What the client received by its last report (-1 each when it made none), and ``cpu_ms`` the CPU it spent
+    between the reports around ``window`` (two ``time.monotonic()`` readings: the clock is the machine's, so
+    the client's reports share it), else in all; the client is ended by SIGTERM, or killed if it does not end
+    (a signal needs no cooperation from its event loop)."""
     time.sleep(REPORT_S * 1.5)  # a report that covers the measuring window, which has just ended
     client.terminate()
     try:
@@ -83,10 +85,16 @@ def stop_client(client: subprocess.Popen[str]) -> dict[str, int]:
     except subprocess.TimeoutExpired:
         client.kill()
         out, _ = client.communicate()
-    for line in reversed(out.splitlines()):
-        if line.startswith("{") and line.endswith("}"):
-            return dict(json.loads(line))
-    return {"changes": -1, "events": -1, "cpu_ms": -1}
+    reports = [json.loads(line) for line in out.splitlines() if line.startswith("{") and line.endswith("}")]
+    if not reports:
+        return {"changes": -1, "events": -1, "cpu_ms": -1}
+    last = reports[-1]
+    if window is not None:
+        before = [r for r in reports if r["t"] <= window[0]]
+        within = [r for r in reports if r["t"] <= window[1] + REPORT_S]
+        if before and within:
+            last = {**within[-1], "cpu_ms": within[-1]["cpu_ms"] - before[-1]["cpu_ms"]}
+    return {key: int(value) for key, value in last.items() if key != "t"}
 
 
 class _Counter:
@@ -128,8 +136,8 @@ async def _subscribe(port: int, cert: str, key: str, counter: _Counter) -> None:
         while True:  # a report a REPORT_S: the bench ends the client by a signal and reads the last one
             await asyncio.sleep(REPORT_S)
             usage = resource.getrusage(resource.RUSAGE_SELF)
-            print(json.dumps({**counter.counts, "cpu_ms": round(1000 * (usage.ru_utime + usage.ru_stime))}),
-                  flush=True)
+            print(json.dumps({**counter.counts, "cpu_ms": round(1000 * (usage.ru_utime + usage.ru_stime)),
+                              "t": time.monotonic()}), flush=True)
 
 
 def _main(argv: list[str]) -> None:
