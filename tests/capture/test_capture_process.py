@@ -137,7 +137,7 @@ def test_leftovers_of_a_killed_supervisor_are_reclaimed(camera, video, shm_root,
 def test_a_camera_dead_for_thousands_of_attempts_keeps_retrying(camera, tmp_path, shm_root):
     """A camera dead for ~8.5 hours at the default 30 s cap reaches attempt 1024, where 2.0**1024 overflows a
     float. Here the same schedule runs in compressed time (sub-millisecond delays) in a real capture process:
-    it must still be alive and retrying after far more failures than that."""
+    it must still be alive and retrying well past that attempt."""
     junk = tmp_path / "junk.mp4"
     junk.write_bytes(b"\x00garbage" * 4000)
     cam = camera({"type": "file", "path": str(junk)}, backoff={"initial_s": 0.0001, "max_s": 0.0002, "jitter": 0.2})
@@ -145,11 +145,11 @@ def test_a_camera_dead_for_thousands_of_attempts_keeps_retrying(camera, tmp_path
     try:
         proc.start()
         with proc.reader() as reader:
-            wait_until(lambda: reader.health().reconnects >= 2500 or not proc.is_alive(), 300, 0.02,
-                       "2500 failed attempts")
+            wait_until(lambda: reader.health().reconnects >= 1200 or not proc.is_alive(), 300, 0.02,
+                       "1200 failed attempts")
             assert proc.is_alive(), f"capture process exited with {proc.exitcode}: {reader.health().last_error}"
             h = reader.health()
-            assert h.reconnects >= 2500 and h.frames == 0 and h.writer_alive
+            assert h.reconnects >= 1200 and h.frames == 0 and h.writer_alive
             assert h.state in (CaptureState.BACKOFF, CaptureState.CONNECTING)
             assert "could not open file" in h.last_error
     finally:
