@@ -21,7 +21,7 @@ from appliance.detector.engines.devicerepo import materialize_for_device
 from appliance.detector.repository.materialize import RepositoryOptions
 from appliance.sdnotify import Notifier
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 
 def _dirs(args: argparse.Namespace) -> dict[str, Path] | None:

@@ -27,7 +27,7 @@ from appliance.supervisor.cudanoise import CudaNoise
 from appliance.supervisor.latecameras import LateCameras, Waiting
 from appliance.supervisor.reloadplan import with_running_sizes
 
-log = logging.getLogger("appliance")
+log = logging.getLogger(__name__)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.manifest import version_order
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger(__name__)
 _REMEMBERED = 50
 
 

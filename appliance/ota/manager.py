@@ -35,7 +35,7 @@ from appliance.detector.serving.errors import ServingError
 from appliance.detector.serving.router import Route
 from appliance.detector.serving.switcher import ModelSpec, ModelSwitcher
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger(__name__)
 
 
 class OtaManager:

@@ -15,7 +15,7 @@ from appliance.ota.status import FINAL_STATES, OtaStatus, StatusCallback
 from appliance.ota.store import OtaStore
 from appliance.detector.serving.router import Route
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger(__name__)
 
 
 class Report(Protocol):

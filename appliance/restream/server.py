@@ -19,7 +19,7 @@ from appliance.restream.config import RestreamConfig
 from appliance.restream.wire import send_frame
 from appliance.passwords import hash_password
 
-log = logging.getLogger("appliance.restream")
+log = logging.getLogger(__name__)
 SYSTEM_PYTHON = "/usr/bin/python3"  # python3-gi exists only for it
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 

@@ -56,7 +56,7 @@ from appliance.triton.server import Server
 if TYPE_CHECKING:  # asyncua is imported only when an opcua: section asks for the server
     from appliance.opcua.server import OpcUaServer
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 
 class StartupError(RuntimeError):

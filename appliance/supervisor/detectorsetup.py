@@ -27,7 +27,7 @@ from appliance.sdnotify import Notifier
 from appliance.detector.serving.switcher import ModelSpec
 from appliance.detector.serving.warmup import FrameShape, WarmupPlan
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 WARMUP_MAX_CONCURRENCY = 32  # a larger max_inflight only queues in Triton: no new batch size or instance to warm
 ENGINE_STATUS = "engines/status"  # the retained device topic of the build's progress (docs/mqtt.md)
 

@@ -26,7 +26,7 @@ from appliance.analytics.draw import DrawnBox, DrawnLine, DrawnZone, clamp_box
 from appliance.mqtt.messages import ClipPlan, DetectionsMessage, EventMessage
 from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 
 class EventSink(Protocol):

@@ -27,7 +27,7 @@ from appliance.supervisor.eventstage import CameraAnalytics
 from appliance.supervisor.results import build_message
 from appliance.supervisor.scheduler import Lease
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 OUTPUTS = ["BOXES", "SCORES", "CLASSES"]
 

@@ -17,7 +17,7 @@ from appliance.supervisor.running import Running
 from appliance.web.auth import is_loopback, make_auth
 from appliance.web.routes import page_routes
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 
 def open_http(config: AppConfig, running: Running, summary: Callable[[], dict[str, Any]],

@@ -24,7 +24,7 @@ from appliance.supervisor.reloadstate import ReloadOutcome as ReloadOutcome  # t
 from appliance.supervisor.reloadstate import write_outcome
 from appliance.supervisor.running import Running
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 OpenHttp = Callable[[AppConfig, Running], "HealthServer | None"]  # the HTTP server for a config (httpserver)
 RELOAD_STATUS = "reload/status"  # the retained device topic of the last reload's outcome (docs/mqtt.md)
 

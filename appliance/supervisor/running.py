@@ -46,7 +46,7 @@ from appliance.web.live import LiveFrames
 from appliance.restream.server import RestreamServer
 from appliance.restream.tap import Restream, Taps
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 # The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
 # often anyway, in case a capture process could not ring (a missed ring costs at most this much latency).
 IDLE_POLL_S = 0.05

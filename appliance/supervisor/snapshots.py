@@ -24,7 +24,7 @@ from appliance.analytics.config import SnapshotConfig
 from appliance.analytics.draw import DrawnBox, Scene, draw_scene
 from appliance.mqtt.messages import snapshot_properties
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SnapshotJob:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 from appliance.durable import fsync_path, sha256_file, write_file_durably
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from appliance.durable import write_file_durably
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 
 class EngineBuildError(RuntimeError):

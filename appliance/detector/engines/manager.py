@@ -36,7 +36,7 @@ from appliance.detector.profile import ModelProfile
 from appliance.detector.engines.progress import ProgressCallback, ProgressReporter
 from appliance.sdnotify import Notifier
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 BUILD_HEADROOM_BYTES = 16 * diskspace.MB  # the manifest, the timing cache, SQLite and the log beside the build
 

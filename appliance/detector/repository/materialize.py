@@ -32,7 +32,7 @@ from appliance.detector.repository.wrap import FRAME_INPUT, Unwrappable, WrapSpe
 from appliance.detector.profile import ModelProfile
 from appliance.paths import repository_templates_dir
 
-log = logging.getLogger("appliance.modelrepo")
+log = logging.getLogger(__name__)
 TEMPLATES = repository_templates_dir()
 _TRITON_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16"}
 

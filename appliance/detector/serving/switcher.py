@@ -25,7 +25,7 @@ from appliance.detector.serving.errors import LoadFailed
 from appliance.detector.serving.router import HealthSample, Route, Router
 from appliance.detector.serving.warmup import FrameShape, WarmupPlan, WarmupResult, warm_up
 
-log = logging.getLogger("appliance.ota")  # kept from when this was OTA's: log lines read as before
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-log = logging.getLogger("appliance.serving")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
