@@ -40,7 +40,7 @@ from appliance.capture.sample import ensure_sample_video
 from appliance.harness.bundle import detector_bundle
 from appliance.harness.processes import running
 from appliance.harness.rtsp import RtspServer
-from appliance.mqtt.localbroker import LocalBroker
+from appliance.harness.localbroker import LocalBroker
 from appliance.ota.signing import generate_keypair
 from appliance.paths import models_dir
 from appliance.triton.stubs import StubScanner, region_server_pid

@@ -12,7 +12,7 @@ from pathlib import Path
 from appliance import diskspace, paths
 from appliance.appconfig.check import resolved_paths
 from appliance.commands.configload import load_and_report
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.detector.engines.builders import BuilderUnavailable
 from appliance.detector.engines.cache import CacheError
 from appliance.detector.engines.manager import EngineBuildError, ensure_engines
