@@ -16,7 +16,7 @@ FLOORS: list[set[str]] = [
     {"config", "helptext", "logs", "procs", "sdnotify", "durable", "paths", "exitcodes", "detections", "__init__",
      "detector", "passwords", "diskspace", "framing"},                                                   # the toolkit
     {"backoff", "analytics", "triton", "detector.profile", "detector.buildprofile", "detector.source"},  # libraries
-    {"detector.prepost", "capture", "mqtt"},                                     # frames in, messages out
+    {"detector.prepost", "capture", "mqtt", "webserver"},                        # frames in, messages out, http
     {"health", "detector.repository", "detector.calibration", "sparkplug", "web",  # web: the operator's page
      "opcua"},                                                                   # opcua: the PLC's face
     {"detector.engines", "restream"},                                            # restream: RTSP out

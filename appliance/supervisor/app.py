@@ -22,7 +22,7 @@ from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
 from appliance.detector.engines.progress import ProgressEvent
 from appliance.health.metrics import ApplianceMetrics
-from appliance.health.server import HealthServer
+from appliance.webserver.server import WebServer
 from appliance.health.system import SystemMonitor
 from appliance.health.tegrastats import TegrastatsMonitor
 from appliance.mqtt.publisher import MqttPublisher
@@ -237,7 +237,7 @@ class Appliance:
         return Running(capturing.publisher, capturing.detector, capturing.server, capturing.served,
                        capturing.capture, inference, health_server=None)
 
-    def _http(self, config: AppConfig, running: Running) -> HealthServer | None:  # at start, and by a reload
+    def _http(self, config: AppConfig, running: Running) -> WebServer | None:  # at start, and by a reload
         return open_http(config, running, self.health_summary, self.metrics,
                          lambda: [c.id for c in self.config.cameras])
 
