@@ -18,6 +18,7 @@ from appliance.config.redact import redact_credentials
 from appliance.config.base import StrictModel
 from appliance.config.ids import Id
 from appliance.capture.recordconfig import RecordConfig
+from appliance.errors import ApplianceError
 
 PixelFormat = Literal["bgr", "rgb"]
 #: Source types whose own compressed packets are kept when recording is on (capture/sources/pyav.py); the
@@ -25,7 +26,7 @@ PixelFormat = Literal["bgr", "rgb"]
 RECORDED_SOURCES = ("file", "rtsp")
 
 
-class SizeNotResolved(RuntimeError):
+class SizeNotResolved(ApplianceError, RuntimeError):
     """A camera's frame size was asked for before it was read from its source."""
 
 

@@ -25,9 +25,10 @@ from typing import IO, Iterable, Optional
 
 from appliance.harness.ports import free_port
 from appliance.procs import kill_process, stop_process
+from appliance.errors import ApplianceError
 
 
-class LocalBrokerError(RuntimeError):
+class LocalBrokerError(ApplianceError, RuntimeError):
     """mosquitto is not installed, exited at start, or never accepted connections (the message says which)."""
 
 

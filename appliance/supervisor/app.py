@@ -52,6 +52,7 @@ from appliance.supervisor.servedmodel import LateHandler, start_serving
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
 from appliance.triton.server import Server
+from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:  # asyncua is imported only when an opcua: section asks for the server
     from appliance.opcua.server import OpcUaServer
@@ -59,11 +60,11 @@ if TYPE_CHECKING:  # asyncua is imported only when an opcua: section asks for th
 log = logging.getLogger(__name__)
 
 
-class StartupError(RuntimeError):
+class StartupError(ApplianceError, RuntimeError):
     """The appliance could not start; the message names the step."""
 
 
-class NotRunningError(RuntimeError):
+class NotRunningError(ApplianceError, RuntimeError):
     """A call that needs the running appliance came before ``start`` returned."""
 
 

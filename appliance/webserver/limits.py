@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.webserver.routes import Kind
+from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)
 
@@ -178,11 +179,11 @@ _BUSY = {"request": "too many requests at once from this address: try again shor
          "stream": "too many streams open from this address: close a view or a download"}
 
 
-class _TooLarge(Exception):
+class _TooLarge(ApplianceError):
     pass
 
 
-class _Gone(Exception):
+class _Gone(ApplianceError):
     pass
 
 

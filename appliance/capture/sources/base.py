@@ -6,9 +6,10 @@ import abc
 from typing import TypedDict
 
 import numpy as np
+from appliance.errors import ApplianceError
 
 
-class SourceError(Exception):
+class SourceError(ApplianceError):
     """The source failed in a way that reconnecting may fix (unplugged, network down, server restarted)."""
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from appliance.durable import fsync_path, sha256_file, write_file_durably
+from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 
 
-class CacheError(RuntimeError):
+class CacheError(ApplianceError, RuntimeError):
     """The state directory cannot hold the cache (permissions, full disk); the message names the path."""
 
 

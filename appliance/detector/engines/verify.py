@@ -10,12 +10,13 @@ import numpy as np
 
 from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile, Tolerance
+from appliance.errors import ApplianceError
 
 Feeds = dict[str, np.ndarray]
 RunFn = Callable[[Feeds], Mapping[str, np.ndarray]]
 
 
-class GoldenInputError(ValueError):
+class GoldenInputError(ApplianceError, ValueError):
     """Golden inputs cannot be made for this model (a dynamic dim the profile does not fix, bad .npz)."""
 
 

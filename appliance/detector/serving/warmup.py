@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class WarmupResult:
     last_s: float | None   # the last lone request: what a frame costs once warm
 
 
-class WarmupFailed(RuntimeError):
+class WarmupFailed(ApplianceError, RuntimeError):
     """A warm-up request failed: the message names the frame shape and Triton's error."""
 
 
