@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import shutil
 import statistics
 import sys

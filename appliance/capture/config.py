@@ -58,7 +58,7 @@ class RtspSource(StrictModel):
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, value: str) -> str:
-        if not value.split("://", 1)[0].lower() in {"rtsp", "rtsps", "http", "https"} or "://" not in value:
+        if value.split("://", 1)[0].lower() not in {"rtsp", "rtsps", "http", "https"} or "://" not in value:
             raise ValueError(f"url must start with rtsp://, rtsps://, http:// or https://, got "
                              f"{redact_credentials(value)!r}")
         return value

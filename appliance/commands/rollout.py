@@ -15,7 +15,6 @@ import sys
 import time
 import uuid
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import paho.mqtt.client as mqtt

@@ -12,7 +12,6 @@ from support.tracks import CLASSES, FPS, box_at, frame
 
 from appliance.analytics.config import AnalyticsConfig, HysteresisConfig, LineConfig, TrackerConfig, ZoneConfig
 from appliance.analytics.events import Analytics, Event
-from appliance.detector.prepost.pipeline import PostprocessResult
 
 NO_HYSTERESIS = HysteresisConfig(margin=0, frames=1)   # every move across counts at once
 DOOR = {"name": "door", "a": (300, 0), "b": (300, 480), "in_side": "left"}   # left of a->b (down) is x > 300

@@ -6,8 +6,6 @@ when). A recording file camera runs through the whole appliance in tests/supervi
 from __future__ import annotations
 
 import shutil
-import threading
-from pathlib import Path
 
 import cv2
 import numpy as np

@@ -228,7 +228,7 @@ def test_a_crashed_owners_leftover_is_reclaimed_and_a_live_owner_is_respected(sh
         proc.join(60)
     assert path.exists()
     inode = path.stat().st_ino
-    with create_ring(path, GEOM, "left") as owner:  # same geometry: reused in place
+    with create_ring(path, GEOM, "left"):  # same geometry: reused in place
         assert path.stat().st_ino == inode and RingReader(path).health().state == CaptureState.IDLE
     assert not path.exists()
 

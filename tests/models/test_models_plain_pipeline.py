@@ -34,7 +34,7 @@ def test_rgb_frame_gives_the_same_tensor_as_bgr(profile, images) -> None:
 def test_detections_match_the_opencv_reference(profile, reference, images, session) -> None:
     pre, post = Preprocessor(profile), Postprocessor(profile)
     total = 0
-    for name, img in images.items():
+    for img in images.values():
         tensor, lb = pre.frame(img, "BGR")
         raw = session.run(None, {"images": tensor[None]})[0][0]
         det = post(raw, lb)

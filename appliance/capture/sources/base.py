@@ -70,7 +70,7 @@ class FrameSource(abc.ABC):
     def close(self) -> None:
         """Release the device/connection/child process. Idempotent."""
 
-    def abort(self) -> None:
+    def abort(self) -> None:  # noqa: B027 - a source that cannot break a blocked read keeps this no-op
         """Break a read blocked in another thread, where the source can (default: it cannot)."""
 
     @property

@@ -24,7 +24,7 @@ from appliance.detector.engines.failures import (
     EngineBuildError, FailureRecords, FramesMissing, GateRefused, VerificationFailed,
 )
 from appliance.detector.engines.gate import GateReport, run_gate
-from appliance.detector.engines.installed import TIMED_RUNS, InstalledEngine, batch_of, installed_from, time_engine
+from appliance.detector.engines.installed import InstalledEngine, batch_of, installed_from, time_engine
 from appliance.detector.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
 from appliance.detector.engines.ingraph import plan_wrap, prepare
 from appliance.detector.engines.onnxinfo import OnnxInfo, inspect_onnx
