@@ -175,7 +175,8 @@ class Soak:
         """Push the signed version-2 bundle with the CLI; wait for its end state."""
         done = subprocess.run([sys.executable, "-m", "appliance", "ota", "push", str(self.bundle), "--mqtt",
                                f"127.0.0.1:{self.broker.port}", "--device", self.device, "--chunk-bytes",
-                               str(1 << 20), "--sign-key", str(self.workdir / "ota.key")], capture_output=True, text=True, timeout=300, cwd=REPO)
+                               str(1 << 20), "--sign-key", str(self.workdir / "ota.key")],
+                              capture_output=True, text=True, timeout=300, cwd=REPO)
         if done.returncode != 0:
             return f"push failed ({done.returncode}): {done.stderr.strip()[-300:]}"
 

@@ -1,5 +1,5 @@
-"""The packages of ``appliance`` stand in floors, and every import points down (CONTRIBUTING.md, "Layout"): a package imports
-only packages on lower floors. A new package must be given its floor here; an import that runs back up fails.
+"""The packages of ``appliance`` stand in floors, and every import points down (CONTRIBUTING.md, "Layout"): a package
+imports only packages on lower floors. A new package must be given its floor here; an import that runs back up fails.
 Read from the source with ``ast`` (every import, including those inside functions and under TYPE_CHECKING; a relative
 import is resolved against its file's package)."""
 
@@ -93,7 +93,8 @@ def test_relative_imports_are_resolved_against_the_files_package() -> None:
     assert _resolved("detector/engines/manager.py", "from .. import prepost") == ["appliance.detector.prepost"]
     assert _resolved("paths.py", "from .config import base") == ["appliance.config"]
     assert _resolved("ota/manager.py", "from appliance.detector import serving") == ["appliance.detector.serving"]
-    assert _resolved("ota/manager.py", "import appliance.detector.serving.router") == ["appliance.detector.serving.router"]
+    router = "appliance.detector.serving.router"
+    assert _resolved("ota/manager.py", f"import {router}") == [router]
     # And an upward relative import is caught like an absolute one.
     names = _resolved("config/base.py", "from .. import supervisor")
     edges = [("config", name.split(".")[1], "x.py:1") for name in names]

@@ -79,7 +79,8 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     fps: {fps}
 {RECORD if record else ""}{ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
     config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
-                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}{'-raw' if video.is_dir() else ''}.yaml")
+                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}"
+                             f"{'-record' if record else ''}{'-raw' if video.is_dir() else ''}.yaml")
     config_path.write_text(f"""
 device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}

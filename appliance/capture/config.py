@@ -34,7 +34,8 @@ class V4l2Source(StrictModel):
     """A USB/V4L2 camera opened through OpenCV's V4L2 backend."""
 
     type: Literal["v4l2"]
-    device: str = Field("/dev/video0", description="device node, e.g. /dev/video0 (or /dev/v4l/by-id/... for a stable name)")
+    device: str = Field("/dev/video0",
+                        description="device node, e.g. /dev/video0 (or /dev/v4l/by-id/... for a stable name)")
     fourcc: Literal["MJPG", "YUYV", "UYVY", "H264", "GREY", "NV12"] | None = Field(
         None, description="pixel format the camera should send; None keeps the driver default"
     )

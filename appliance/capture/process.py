@@ -247,7 +247,8 @@ class CaptureProcess:
                 )
             if time.monotonic() > deadline:
                 self.stop()
-                raise CaptureStartError(f"capture of camera {self.camera.id!r} did not attach to its ring in {timeout:g}s")
+                raise CaptureStartError(f"capture of camera {self.camera.id!r} did not attach to its ring in "
+                                        f"{timeout:g}s")
             time.sleep(0.01)
         log.info("camera %r: capture process %d started", self.camera.id, proc.pid)
 

@@ -90,8 +90,8 @@ def set_up_detector(config: AppConfig, engine: InstalledEngine, state_dir: Path)
 
 
 def plan_detector(config: AppConfig, engine: InstalledEngine) -> tuple[DetectorLayout, int]:
-    """The detector layout (appliance.detector.repository.layout: from the config and the engine's build-time timing) and
-    the scheduler's ``max_inflight`` (the config's, else enough to keep it busy)."""
+    """The detector layout (appliance.detector.repository.layout: from the config and the engine's build-time
+    timing) and the scheduler's ``max_inflight`` (the config's, else enough to keep it busy)."""
     cameras, model = config.cameras, config.model
     offered_fps = sum(camera.fps or math.inf for camera in cameras)
     layout = detector_layout(engine.triton_kind, len(cameras), model.max_batch_size, model.detector_instances,

@@ -1,6 +1,7 @@
 """The appliance's HTTP server (appliance.webserver) as the supervisor wires it: health and metrics, snapshots and
-clips and, when ``web.enabled``, the operator's page on the same address, each route with its kind's limits. Opened as the last start step, and again by a reload that changes
-``health`` (enabled, host, port) or ``web`` (docs/supervisor.md, "Reload")."""
+clips and, when ``web.enabled``, the operator's page on the same address, each route with its kind's limits.
+Opened as the last start step, and again by a reload that changes ``health`` (enabled, host, port) or ``web``
+(docs/supervisor.md, "Reload")."""
 
 from __future__ import annotations
 

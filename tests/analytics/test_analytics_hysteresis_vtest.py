@@ -48,7 +48,8 @@ def events_of(detections: list[PostprocessResult], hysteresis: HysteresisConfig)
 
 
 @pytest.mark.slow
-def test_a_walker_lingering_on_a_line_and_a_zone_edge_counts_once(vtest_heldout_detections: list[PostprocessResult]) -> None:
+def test_a_walker_lingering_on_a_line_and_a_zone_edge_counts_once(
+        vtest_heldout_detections: list[PostprocessResult]) -> None:
     plain = events_of(vtest_heldout_detections, NO_HYSTERESIS)
     held = events_of(vtest_heldout_detections, HysteresisConfig())
 

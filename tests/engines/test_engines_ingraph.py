@@ -1,6 +1,6 @@
-"""The build's graph step (appliance.detector.engines.ingraph): which graph each builder and precision turns into an engine,
-the wrap spec in the cache key, the real detector built wrapped on ONNX Runtime, an unwrappable model built as it
-is with the reason recorded, and the TensorRT variant (EfficientNMS) handed to the TensorRT builder, which runs
+"""The build's graph step (appliance.detector.engines.ingraph): which graph each builder and precision turns into an
+engine, the wrap spec in the cache key, the real detector built wrapped on ONNX Runtime, an unwrappable model built as
+it is with the reason recorded, and the TensorRT variant (EfficientNMS) handed to the TensorRT builder, which runs
 here against the recording stand-in (tests/engines/trt_standin.py); real TensorRT builds are `gpu` tests."""
 
 from __future__ import annotations

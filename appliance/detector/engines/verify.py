@@ -119,7 +119,8 @@ class VerificationReport:
     def summary(self) -> str:
         """One line an operator can act on: which output failed and by how much."""
         tol = self.tolerance
-        head = f"{self.precision} tolerance atol={tol['atol']:g} rtol={tol['rtol']:g} max_mismatch={tol['max_mismatch']:g}"
+        head = (f"{self.precision} tolerance atol={tol['atol']:g} rtol={tol['rtol']:g} "
+                f"max_mismatch={tol['max_mismatch']:g}")
         failed = [c for c in self.checks if not c.passed]
         if not self.checks:
             return f"no outputs compared ({head})"
