@@ -85,7 +85,7 @@ class RequestLimits:
 
     def __init__(self, app: App, *, kind: Callable[[Scope], Kind], limits: Limits = Limits(),
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._app, self._kind, self._limits, self._clock = app, kind, limits, clock
+        self._app, self._kind, self._clock = app, kind, clock
         self._max_body, self._deadline_s = limits.max_body, limits.body_deadline_s
         self._requests = _InFlight(limits.requests_per_client, limits.requests_total)
         self._streams = _InFlight(limits.streams_per_client, limits.streams_total)
