@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from appliance.errors import ApplianceError
 
 MB = 1024 * 1024
 
 
-class NotEnoughSpace(OSError):
+class NotEnoughSpace(ApplianceError, OSError):
     """A step needs more space than the filesystem has free; the message names the folder and both sizes."""
 
 

@@ -1,5 +1,5 @@
-"""The exit codes of every ``appliance`` command and benchmark, in one place (commands import it as
-:mod:`appliance.commands.exitcodes`; it sits on the ground floor so that :mod:`appliance.bench` can use it too).
+"""The exit codes of every ``appliance`` command and benchmark, in one place (on the ground floor, so that
+:mod:`appliance.bench` and :mod:`appliance.commands` import the same enum).
 
 The values are a contract: ``systemd/appliance.service`` sets ``RestartPreventExitStatus=2`` (a bad config
 does not fix itself, so systemd must not restart ``appliance run`` on it), scripts and tests read the rest.

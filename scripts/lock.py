@@ -112,7 +112,8 @@ def render(pins: dict[str, str], machine: str, only: dict[str, set[str]] | None 
     for name, version in sorted(pins.items()):
         gate = marker((only or {}).get(name, set(PYTHONS)))
         lines.append(f"{name}=={version}" + (f" ; {gate}" if gate else ""))
-    return HEADER.format(machine=machine, pythons=f"{PYTHONS[0]}-{PYTHONS[-1]}") + "".join(f"{l}\n" for l in lines)
+    header = HEADER.format(machine=machine, pythons=f"{PYTHONS[0]}-{PYTHONS[-1]}")
+    return header + "".join(f"{line}\n" for line in lines)
 
 
 def lock(machine: str, reqs: list[str]) -> str:

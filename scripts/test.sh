@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Run the test suite (after making sure everything it needs is installed).
 #
-#   scripts/test.sh                 everything: the type check and one pytest process per folder of tests/ (and one
-#                                   for its top-level files), APPLIANCE_TEST_JOBS of them at a time (default 3),
-#                                   the longest first; each folder's output whole when it ends, a summary last
+#   scripts/test.sh                 everything: the type check, the lint (ruff) and one pytest process per folder
+#                                   of tests/ (and one for its top-level files), APPLIANCE_TEST_JOBS of them at a
+#                                   time (default 3), the longest first; each folder's output whole when it ends, a
+#                                   summary last
 #   scripts/test.sh -m slow ...     the same, with these pytest options for every process
-#   scripts/test.sh tests/ota/x.py  what you name (a path or a node id): the type check, then one pytest process
+#   scripts/test.sh tests/ota/x.py  what you name (a path or a node id): the type check and the lint, then one
+#                                   pytest process
 #
 # Why a process per folder: the tests start and stop many embedded Triton servers, each leaving native threads and
 # state behind in its process; a process per folder keeps that history short, and a crash in one folder (a native
@@ -27,6 +29,7 @@ done
 
 if $names_tests; then
   .venv/bin/python -m mypy || { echo "error: mypy found type errors (above)" >&2; exit 1; }
+  .venv/bin/ruff check || { echo "error: ruff found problems (above; settings: [tool.ruff] in pyproject.toml)" >&2; exit 1; }
   .venv/bin/python -m pytest "$@"
   rc=$?
   if [ "$rc" -eq 5 ]; then
@@ -60,7 +63,7 @@ for dir in tests/*/; do
   [[ " ${groups[*]} " == *" $dir "* ]] || groups+=("$dir")
 done
 groups+=("$(ls tests/test_*.py | tr '\n' ' ')")
-groups=(mypy "${groups[@]}")  # the type check is one job of the pool: a type error fails the run like a test
+groups=(mypy ruff "${groups[@]}")  # the type check and the lint are jobs of the pool: a finding fails the run
 
 # The pytest arguments of group $1: the folder less the files split off from it, or the files as they are.
 pytest_args_of() {
@@ -83,6 +86,8 @@ start_group() {  # $1: index into groups
   local group=${groups[$1]} log="$run_dir/$1.log"
   if [ "$group" = mypy ]; then
     .venv/bin/python -m mypy > "$log" 2>&1 &
+  elif [ "$group" = ruff ]; then
+    .venv/bin/ruff check > "$log" 2>&1 &
   else
     # shellcheck disable=SC2046  # a group is a list of files and options
     .venv/bin/python -m pytest "${@:2}" --basetemp "$run_dir/tmp/$1" $(pytest_args_of "$group") > "$log" 2>&1 &
@@ -102,8 +107,8 @@ finish_group() {  # $1: index into groups, $2: exit status
   [ "$(pytest_args_of "$group" | wc -l)" -gt 1 ] && group="$group (less the files split off)"
   echo "=== ${group} (${took} s)" >&2
   cat "$run_dir/$i.log"
-  if [ "$group" = mypy ]; then
-    if [ "$rc" -eq 0 ]; then record ok "$took" mypy; else record FAILED "$took" "mypy: type errors (above)"; worst=1; fi
+  if [ "$group" = mypy ] || [ "$group" = ruff ]; then
+    if [ "$rc" -eq 0 ]; then record ok "$took" "$group"; else record FAILED "$took" "$group: findings (above)"; worst=1; fi
     return
   fi
   case "$rc" in

@@ -36,8 +36,9 @@ def test_a_thousand_same_warnings_become_a_few_lines_and_a_counted_summary() -> 
     finally:
         log.removeHandler(handler)
     lines = out.getvalue().splitlines()
-    assert [line for line in lines if line.startswith("WARNING command")][:3] == ["WARNING command 0 refused (unsigned)", "WARNING command 1 refused (unsigned)",
-                         "WARNING command 2 refused (unsigned)"]
+    assert [line for line in lines if line.startswith("WARNING command")][:3] == [
+        "WARNING command 0 refused (unsigned)", "WARNING command 1 refused (unsigned)",
+        "WARNING command 2 refused (unsigned)"]
     assert sum(line.startswith("INFO progress") for line in lines) == 10
     assert "WARNING another warning" in lines
     assert [line for line in lines if line.startswith("WARNING failed login")] == [

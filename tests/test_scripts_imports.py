@@ -1,5 +1,5 @@
 """scripts/ imports nothing from tests/: a script runs from a checkout on its own, and what it shares with the tests
-lives in the package (appliance.harness, appliance.mqtt.localbroker). Read from the source with ``ast``: every
+lives in the package (appliance.harness, appliance.harness.localbroker). Read from the source with ``ast``: every
 import (inside functions too), and every change of ``sys.path`` or ``PYTHONPATH`` that names tests/, directly or
 through a variable; the shell scripts for a ``PYTHONPATH`` that does. Reading a file under tests/ as data (a test
 model copied into a repository) is neither."""

@@ -34,7 +34,8 @@ def _triton_tree(home: Path) -> Path:
     return home
 
 
-def _setup_triton(checkout: Path, system_home: Path, triton_home: str | None = None) -> subprocess.CompletedProcess[str]:
+def _setup_triton(checkout: Path, system_home: Path,
+                  triton_home: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "APPLIANCE_TRITON_HOME"}
     if triton_home is not None:
         env["APPLIANCE_TRITON_HOME"] = triton_home

@@ -109,8 +109,8 @@ class TrackerConfig(StrictModel):
                              "a confident detection")
     low_match_iou: float = Field(0.5, gt=0, le=1, description="second stage: least IoU for a low-score detection")
     birth_iou: float = Field(0.3, gt=0, le=1, description="least IoU that continues a tentative (unconfirmed) track")
-    birth_frames: int = Field(2, ge=1, le=100, description="consecutive frames a new track must be seen to be confirmed "
-                              "(and get a track_id)")
+    birth_frames: int = Field(2, ge=1, le=100, description="consecutive frames a new track must be seen to be "
+                              "confirmed (and get a track_id)")
     lost_frames: int = Field(30, ge=0, le=10_000, description="frames a confirmed track is kept after it was last "
                              "seen, to bridge occlusions; about 1 s of frames (ByteTrack: 30 at 30 fps, 10 at 10 fps)")
     buffer: float = Field(0.3, ge=0, le=2, description="boxes are grown by this fraction of their size on every side "

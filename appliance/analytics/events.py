@@ -134,7 +134,8 @@ class Analytics:
         return track_ids, events, bool(events)
 
     def replace_layout(self, config: AnalyticsConfig, width: int, height: int) -> None:
-        """``config``'s zones, lines and class filter from the next frame on; the tracker, its ids and the event numbering go on.
+        """``config``'s zones, lines and class filter from the next frame on; the tracker, its ids and the event
+        numbering go on.
         A zone or line whose name and definition did not change keeps its memberships, sides and counts; a new
         or changed one starts with no one inside, each track on the side of a line it was last seen on."""
         old_zones = {z.name: (i, z) for i, z in enumerate(self.config.zones)}

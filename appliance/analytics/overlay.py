@@ -20,6 +20,7 @@ from appliance.config.base import ConfigFieldError
 from appliance.config.shown import QUOTE_CHARS, shown
 from appliance.config.validate import describe_error
 from appliance.durable import write_json_durably
+from appliance.errors import ApplianceError
 
 LAYOUT_DIR = "layouts"
 MAX_PROBLEMS = 10  # a layout's problems named; the rest are counted
@@ -28,7 +29,7 @@ MAX_PROBLEMS = 10  # a layout's problems named; the rest are counted
 Classes = Union[dict[str, float], None, Literal["keep"]]
 
 
-class OverlayError(ValueError):
+class OverlayError(ApplianceError, ValueError):
     """A layout file that cannot be read or no longer fits its camera; the message names the file."""
 
 

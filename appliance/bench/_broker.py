@@ -1,4 +1,4 @@
-"""The local mosquitto for the benchmarks that publish (mqtt, e2e): appliance.mqtt.localbroker.LocalBroker,
+"""The local mosquitto for the benchmarks that publish (mqtt, e2e): appliance.harness.localbroker.LocalBroker,
 with a broker that cannot start turned into the benchmark's exit message. Not a benchmark itself (the
 underscore keeps it out of ``appliance bench``'s list)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance.mqtt.localbroker import LocalBroker, LocalBrokerError, mosquitto_executable
+from appliance.harness.localbroker import LocalBroker, LocalBrokerError, mosquitto_executable
 
 
 def start_local_broker(workdir: Path) -> LocalBroker:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.mqtt.localbroker import free_port
+from appliance.harness.ports import free_port
 
 USER, PASSWORD = "bench", "bench-password"
 

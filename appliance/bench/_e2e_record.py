@@ -55,7 +55,8 @@ def record_vs_off(bench: Callable[..., tuple[float, list[float]]], workdir: Path
     ``e2e_record_raw_vs_off=`` (the raw camera, its frames encoded) last, each the ratio of the means."""
     lines = [f"{'alternative':<66}{'results/s':>18}{'p50 ms':>16}"]
     ratios = []
-    for name, images in (("file camera", None), ("raw camera (images, encoded)", _still_frames(video, workdir / "raw"))):
+    raw = _still_frames(video, workdir / "raw")
+    for name, images in (("file camera", None), ("raw camera (images, encoded)", raw)):
         rates, p50s, kept = _alternate(bench, workdir, video, port, cameras, fps, seconds, images)
         rows = [(f"{name}: recording off (runs 1, 4)", False), (f"{name}: every camera recording (runs 2, 3)", True)]
         lines += [*(f"{label:<66}{' / '.join(f'{r:.2f}' for r in rates[v]):>18}"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from appliance.mqtt.localbroker import free_port
+from appliance.harness.ports import free_port
 from appliance.procs import stop_process
 
 # (label, restream enabled, clients on cam0/annotated)

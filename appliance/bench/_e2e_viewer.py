@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from appliance.mqtt.localbroker import free_port
+from appliance.harness.ports import free_port
 
 FRAME_PAUSE_S = 0.25  # camera.js waits this long between pictures
 

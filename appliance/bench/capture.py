@@ -139,7 +139,8 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(root, ignore_errors=True)
 
     mb = args.width * args.height * 3 / 1e6
-    print(f"handoff of one {args.width}x{args.height}x3 frame ({mb:.1f} MB), {count} frames each, producer and consumer in separate processes")
+    print(f"handoff of one {args.width}x{args.height}x3 frame ({mb:.1f} MB), {count} frames each, producer and "
+          "consumer in separate processes")
     print(f"{'method':<52}{'per frame':>12}{'frames/s':>10}{'vs queue':>10}")
     rows = [
         ("multiprocessing.Queue (pickle + pipe, pipelined)", queue),

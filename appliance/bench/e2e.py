@@ -13,7 +13,6 @@ import argparse
 import gc
 import math
 import os
-import re
 import shutil
 import statistics
 import sys
@@ -57,6 +56,11 @@ RECORD = """    record: {enabled: true, min_free_gb: 0, retain: {max_gb: 1}}
 OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the detector alone does
 
 
+def _config_name(*tags: str) -> str:
+    """``bench-<the tags that are not empty, joined by ->.yaml``."""
+    return f"bench-{'-'.join(tag for tag in tags if tag)}.yaml"
+
+
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
                     engines_dir: Path | None = None, page: dict[str, int] | None = None, opcua: dict | None = None,
@@ -80,8 +84,9 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     height: 480
     fps: {fps}
 {RECORD if record else ""}{ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
-    config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
-                             f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}{'-raw' if video.is_dir() else ''}.yaml")
+    config_path = workdir / _config_name(str(cameras), "analytics" * (analytics is not None),
+                                         engines_dir.name if engines_dir else "", "opcua" * bool(setup),
+                                         "record" * record, "raw" * video.is_dir())
     config_path.write_text(f"""
 device: {{id: bench}}
 paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
@@ -94,8 +99,7 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
     counted: dict[str, int] = {"events": 0, "snapshot": 0}
     counter = (topic_counter(port, ("appliance/bench/+/events", "appliance/bench/+/snapshot"), counted)
                if analytics is not None else None)
-    app = Appliance(load_config(config_path, AppConfig))
-    client = None
+    app, client = Appliance(load_config(config_path, AppConfig)), None
     window: tuple[float, float] | None = None  # the measuring window, time.monotonic() (the OPC UA client's CPU)
     try:
         app.start()

@@ -20,7 +20,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from appliance.bench._broker import start_local_broker
 from appliance.detections import Detections
 from appliance.mqtt.config import MqttConfig
-from appliance.mqtt.localbroker import LocalBroker
+from appliance.harness.localbroker import LocalBroker
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo, detections_payload, encode, new_message_id
 from appliance.mqtt.numbering import MessageCounter
 from appliance.mqtt.publisher import MqttPublisher

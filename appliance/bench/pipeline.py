@@ -169,7 +169,8 @@ def _table(results: dict[int, dict[str, Run]]) -> str:
 
 def _layouts(opts: Options, frame_ms: float) -> tuple[dict[str, RepositoryOptions], dict[int, str], dict[str, int]]:
     """The detector layouts to compare, by name: the one the appliance runs for each camera count when the
-    cameras send as fast as they can, as here (appliance.detector.repository.layout, with the detector's ``frame_ms``), and
+    cameras send as fast as they can, as here (appliance.detector.repository.layout, with the detector's
+    ``frame_ms``), and
     the lowest-latency one (one instance on every core) beside it; or the one layout the flags describe, for every
     count. Also the name of the appliance's layout per count, and by name the requests in flight in all that keep
     the layout busy (the appliance scheduler's default bound)."""

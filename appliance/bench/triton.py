@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from appliance.exitcodes import ExitCode
-from appliance.mqtt.localbroker import free_port
+from appliance.harness.ports import free_port
 from appliance.procs import stop_process
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions

@@ -15,7 +15,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from appliance.detector.engines import ensure_engines
 from appliance.detector.engines.devicerepo import PROFILES

@@ -18,6 +18,7 @@ from appliance.config.redact import redact_credentials
 from appliance.config.base import StrictModel
 from appliance.config.ids import Id
 from appliance.capture.recordconfig import RecordConfig
+from appliance.errors import ApplianceError
 
 PixelFormat = Literal["bgr", "rgb"]
 #: Source types whose own compressed packets are kept when recording is on (capture/sources/pyav.py); the
@@ -25,7 +26,7 @@ PixelFormat = Literal["bgr", "rgb"]
 RECORDED_SOURCES = ("file", "rtsp")
 
 
-class SizeNotResolved(RuntimeError):
+class SizeNotResolved(ApplianceError, RuntimeError):
     """A camera's frame size was asked for before it was read from its source."""
 
 
@@ -33,7 +34,8 @@ class V4l2Source(StrictModel):
     """A USB/V4L2 camera opened through OpenCV's V4L2 backend."""
 
     type: Literal["v4l2"]
-    device: str = Field("/dev/video0", description="device node, e.g. /dev/video0 (or /dev/v4l/by-id/... for a stable name)")
+    device: str = Field("/dev/video0",
+                        description="device node, e.g. /dev/video0 (or /dev/v4l/by-id/... for a stable name)")
     fourcc: Literal["MJPG", "YUYV", "UYVY", "H264", "GREY", "NV12"] | None = Field(
         None, description="pixel format the camera should send; None keeps the driver default"
     )
@@ -57,7 +59,7 @@ class RtspSource(StrictModel):
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, value: str) -> str:
-        if not value.split("://", 1)[0].lower() in {"rtsp", "rtsps", "http", "https"} or "://" not in value:
+        if value.split("://", 1)[0].lower() not in {"rtsp", "rtsps", "http", "https"} or "://" not in value:
             raise ValueError(f"url must start with rtsp://, rtsps://, http:// or https://, got "
                              f"{redact_credentials(value)!r}")
         return value

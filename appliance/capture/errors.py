@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from appliance.errors import ApplianceError
 
 
-class RingError(Exception):
+class RingError(ApplianceError):
     """Base of every ring error."""
 
 

@@ -100,7 +100,8 @@ class RingGeometry:
         if self.width <= 0 or self.height <= 0 or self.channels <= 0:
             raise ValueError(f"ring frame size must be positive, got {self.width}x{self.height}x{self.channels}")
         if self.slots < 3:
-            raise ValueError(f"a ring needs at least 3 slots (latest + one being written + one leased), got {self.slots}")
+            raise ValueError(f"a ring needs at least 3 slots (latest + one being written + one leased), "
+                             f"got {self.slots}")
         if self.pixel_format not in PIXEL_FORMATS:
             raise ValueError(f"pixel_format must be one of {sorted(PIXEL_FORMATS)}, got {self.pixel_format!r}")
 

@@ -11,11 +11,12 @@ import logging
 from collections.abc import Callable, Sequence
 
 from appliance.capture.config import CameraConfig
+from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)
 
 
-class SizeUnknown(RuntimeError):
+class SizeUnknown(ApplianceError, RuntimeError):
     """The source of a camera without a configured size could not tell its size; ``reason``: what the source
     said (the message adds what to do)."""
 

@@ -35,6 +35,7 @@ from appliance.capture.stderrfilter import StderrRedactor
 from appliance.logs import JOURNAL_SOCKET
 from appliance.logs import configure as configure_logging
 from appliance.procs import stop_process
+from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:
     from appliance.capture.packets import PacketFanout, RestreamFeed
@@ -49,7 +50,7 @@ EXIT_HUNG = 75  # EX_TEMPFAIL
 EXIT_CONFIG = 78  # EX_CONFIG
 
 
-class CaptureStartError(RuntimeError):
+class CaptureStartError(ApplianceError, RuntimeError):
     """The capture process died or did not attach to its ring in time; carries its exit code and last error."""
 
     def __init__(self, message: str, exitcode: int | None = None, last_error: str = "") -> None:
@@ -246,7 +247,8 @@ class CaptureProcess:
                 )
             if time.monotonic() > deadline:
                 self.stop()
-                raise CaptureStartError(f"capture of camera {self.camera.id!r} did not attach to its ring in {timeout:g}s")
+                raise CaptureStartError(f"capture of camera {self.camera.id!r} did not attach to its ring in "
+                                        f"{timeout:g}s")
             time.sleep(0.01)
         log.info("camera %r: capture process %d started", self.camera.id, proc.pid)
 

@@ -173,10 +173,12 @@ def create_ring(
             old = None
             log.warning("replacing unusable leftover %s: %s", path, exc)
         if old == geometry:
-            log.info("reclaiming leftover ring %s of a previous run (owner pid %s gone)", path, _peek_pid(fd, "owner_pid"))
+            log.info("reclaiming leftover ring %s of a previous run (owner pid %s gone)", path,
+                     _peek_pid(fd, "owner_pid"))
             break
         if old is not None:
-            log.info("replacing leftover ring %s: it had %s, camera %r needs %s", path, old.describe(), camera_id, geometry.describe())
+            log.info("replacing leftover ring %s: it had %s, camera %r needs %s", path, old.describe(), camera_id,
+                     geometry.describe())
         os.unlink(path)
         os.close(fd)
     else:  # pragma: no cover - needs three racing owners in a row
@@ -190,7 +192,8 @@ def create_ring(
             os.posix_fallocate(fd, 0, geometry.total_bytes)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise ShmSpaceError(path.parent, geometry.total_bytes, shm_free_bytes(path.parent, statvfs), what) from exc
+                free = shm_free_bytes(path.parent, statvfs)
+                raise ShmSpaceError(path.parent, geometry.total_bytes, free, what) from exc
             raise
         os.ftruncate(fd, geometry.total_bytes)
         _initialise(fd, geometry, camera_id)

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from appliance.errors import ApplianceError
 
 # A build temp file untouched this long belongs to a build that was killed.
 STALE_BUILD_S = 3600.0
@@ -28,7 +29,7 @@ DARKNET_IMAGES = Path("/usr/share/darknet/data")
 ZOOM_END = 0.92  # the last frame of an image shows the centre 92 % of it: a slow push-in
 
 
-class SampleVideoError(Exception):
+class SampleVideoError(ApplianceError):
     """The sample video cannot be built (images missing or unreadable, no MP4 writer)."""
 
 

@@ -161,7 +161,8 @@ def gaps(unit_text: str, need: Needs) -> list[str]:
     if _yes(settings, "PrivateNetwork") and need.families:
         found.append("the network is off (PrivateNetwork=yes)")
     elif families and not families[0].startswith("~"):
-        found.extend(f"address family {f} is not in RestrictAddressFamilies=" for f in need.families if f not in families)
+        found.extend(f"address family {f} is not in RestrictAddressFamilies="
+                     for f in need.families if f not in families)
     for path in need.paths:
         for key, roots in _HIDDEN_BY.items():
             hidden = any(path == r or PurePosixPath(path).is_relative_to(r) for r in roots)

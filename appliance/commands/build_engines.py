@@ -12,7 +12,7 @@ from pathlib import Path
 from appliance import diskspace, paths
 from appliance.appconfig.check import resolved_paths
 from appliance.commands.configload import load_and_report
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.detector.engines.builders import BuilderUnavailable
 from appliance.detector.engines.cache import CacheError
 from appliance.detector.engines.manager import EngineBuildError, ensure_engines
@@ -21,7 +21,7 @@ from appliance.detector.engines.devicerepo import materialize_for_device
 from appliance.detector.repository.materialize import RepositoryOptions
 from appliance.sdnotify import Notifier
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 
 def _dirs(args: argparse.Namespace) -> dict[str, Path] | None:

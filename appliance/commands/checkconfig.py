@@ -9,7 +9,7 @@ from pathlib import Path
 
 from appliance.appconfig.check import check_config, config_json_schema, report_dict
 from appliance.commands.configload import load_and_report
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.paths import installed_config
 
 

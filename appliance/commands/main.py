@@ -2,7 +2,7 @@
 
 Every command's arguments are declared here, global options (``--log-level``, ``--log-format``) on every
 command too, so they may come before or after it; its action is ``run(args)`` in ``appliance.commands.<name>``,
-returning an :class:`~appliance.commands.exitcodes.ExitCode`. That module is imported only when its command
+returning an :class:`~appliance.exitcodes.ExitCode`. That module is imported only when its command
 runs (see ``_lazy``), so ``appliance --help`` stays fast and a missing optional dependency only affects the
 command that needs it.
 """
@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import appliance
 from appliance.commands.bench import bench_names
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.commands.mqttoptions import add_mqtt_client_arguments
 from appliance.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure
 

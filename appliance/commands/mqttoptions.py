@@ -15,6 +15,7 @@ import argparse
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
+from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:
     from appliance.mqtt.config import MqttConfig
@@ -27,7 +28,7 @@ PASSWORD_IN_ARGV = (f"a password on the command line is visible to every user of
 CLI_DEVICE_ID = "cli"
 
 
-class MqttOptionsError(ValueError):
+class MqttOptionsError(ApplianceError, ValueError):
     """The broker options cannot work as given (a password in argv, a bad HOST:PORT, an invalid config file)."""
 
 

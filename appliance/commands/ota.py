@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.commands import rollout
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.commands.mqttoptions import MqttOptionsError, mqtt_config_from_args
 from appliance.appconfig.check import resolved_paths
 from appliance.commands.configload import load_and_report

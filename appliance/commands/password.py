@@ -8,7 +8,7 @@ import getpass
 import json
 import sys
 
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.passwords import hash_password
 
 ROLES = {"opcua": ("reader", "operator"), "web": ("viewer", "operator")}

@@ -15,14 +15,13 @@ import sys
 import time
 import uuid
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import paho.mqtt.client as mqtt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.durable import sha256_file
 from appliance.mqtt.topics import group_desired
 from appliance.fleet.broker import connect, publish_retained, send_command

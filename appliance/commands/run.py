@@ -19,7 +19,7 @@ from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_v
 from appliance.capture.probe import split_by_size
 from appliance.capture.stderrfilter import StderrFilter
 from appliance.commands.configload import check_and_report, load_and_report
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.diskspace import NotEnoughSpace
 from appliance.mqtt.errors import SpoolInUse
 from appliance.supervisor.app import Appliance
@@ -27,7 +27,7 @@ from appliance.supervisor.cudanoise import CudaNoise
 from appliance.supervisor.latecameras import LateCameras, Waiting
 from appliance.supervisor.reloadplan import with_running_sizes
 
-log = logging.getLogger("appliance")
+log = logging.getLogger(__name__)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from appliance.appconfig.check import resolved_paths
 from appliance.commands.configload import load_for_files
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.mqtt.errors import SpoolError
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms
 from appliance.mqtt.setaside import SetAsideMessage, read_shared

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.appconfig.app import AppConfig
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, read_yaml
 from appliance.paths import installed_config

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.triton.locate import TritonNotFound, locate
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
+from appliance.errors import ApplianceError
 
 
 class StrictModel(BaseModel):
@@ -11,7 +12,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True, str_strip_whitespace=True)
 
 
-class ConfigFieldError(ValueError):
+class ConfigFieldError(ApplianceError, ValueError):
     """Raised by cross-field checks so the error points at the key it is about, not at the section."""
 
     def __init__(self, path: tuple[str | int, ...], message: str) -> None:

@@ -36,7 +36,8 @@ def describe_error(error: Mapping) -> str:
     if kind in ("model_type", "dict_type"):  # pydantic would name a Python class here
         return f"must be a mapping of keys (key: value), not {_yaml_kind(error.get('input'))}"
     message = str(error.get("msg", "invalid value"))
-    if kind not in ("value_error", "assertion_error") and "input" in error and not isinstance(error["input"], (dict, list)):
+    scalar = "input" in error and not isinstance(error["input"], (dict, list))
+    if kind not in ("value_error", "assertion_error") and scalar:
         if not is_secret_key(tuple(error.get("loc", ()))):  # a mistyped password must not reach the journal
             message += f" (got {redact_credentials(shown(error['input']))})"
     return message.removeprefix("Value error, ")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+from appliance.errors import ApplianceError
 
 Path_ = tuple[object, ...]  # a key path: str keys and int list indices
 
@@ -46,7 +47,7 @@ class ConfigIssue:
         return f"{where}: {self.key}: {self.message}"
 
 
-class ConfigError(Exception):
+class ConfigError(ApplianceError):
     """A config file that cannot be used; ``issues`` lists every problem found, not just the first."""
 
     def __init__(self, issues: list[ConfigIssue]) -> None:
@@ -184,7 +185,7 @@ class _Builder:
         return value
 
 
-class _TooLarge(Exception):
+class _TooLarge(ApplianceError):
     def __init__(self, node: yaml.Node, path: Path_) -> None:
         super().__init__("too large")
         self.node, self.path = node, path

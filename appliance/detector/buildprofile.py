@@ -18,11 +18,12 @@ from pydantic import Field, PrivateAttr, model_validator
 from appliance.config import StrictModel
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, read_yaml
+from appliance.errors import ApplianceError
 
 Precision = Literal["fp32", "fp16", "int8"]
 
 
-class ProfileError(ValueError):
+class ProfileError(ApplianceError, ValueError):
     """A profile file is missing, unparsable or invalid; the message names the file, line and field, one line per
     problem (``issues``: the config toolkit's ConfigIssues; none for a problem with a whole folder)."""
 

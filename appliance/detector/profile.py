@@ -13,7 +13,8 @@ from appliance.config import StrictModel
 class InputSpec(StrictModel):
     width: int = Field(gt=0, le=8192, description="network input width in pixels")
     height: int = Field(gt=0, le=8192, description="network input height in pixels")
-    stride: int = Field(32, gt=0, le=256, description="the network's largest stride; width and height must be multiples")
+    stride: int = Field(32, gt=0, le=256,
+                        description="the network's largest stride; width and height must be multiples")
     layout: Literal["NCHW", "NHWC"] = Field("NCHW", description="tensor layout the detector takes")
     channel_order: Literal["RGB", "BGR"] = Field("RGB", description="channel order the detector was trained on")
     resize: Literal["letterbox", "stretch"] = Field("letterbox", description="keep aspect (pad) or stretch")

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from appliance.mqtt.localbroker import free_port
+from appliance.harness.ports import free_port
 from appliance.procs import kill_process, stop_process
 
 SYSTEM_PYTHON = "/usr/bin/python3"

@@ -22,7 +22,7 @@ from typing import Callable
 
 from appliance.backoff import capped_exponential
 
-log = logging.getLogger("appliance.health.tegrastats")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ class CommandRunner:
     - network thread: ``dispatch`` (paho's on_message); it only enqueues.
     - commands thread: ``run`` and the handlers it calls; ``_recent`` is its alone. ``close`` (the stopping thread)
       enqueues the sentinel that ends ``run``.
-    - The client is read from ``shared.client`` (set by start() and a reconnect); paho's publish() only queues the packet, the
-      network thread writes it (see connection.build_client).
+    - The client is read from ``shared.client`` (set by start() and a reconnect); paho's publish() only queues the
+      packet, the network thread writes it (see connection.build_client).
     """
 
     def __init__(self, config: MqttConfig, topics: Topics, clock: Clock, shared: Shared,

@@ -84,7 +84,8 @@ def parse_host_port(text: str) -> dict[str, Any]:
 class TlsConfig(StrictModel):
     """TLS towards the broker. The server certificate is always verified (against ``ca`` or the system store)."""
 
-    ca: Optional[Path] = Field(None, description="CA bundle (PEM) that signed the broker certificate; None: system store")
+    ca: Optional[Path] = Field(None,
+                               description="CA bundle (PEM) that signed the broker certificate; None: system store")
     cert: Optional[Path] = Field(None, description="client certificate (PEM) for mutual TLS; needs `key`")
     key: Optional[Path] = Field(None, description="private key (PEM, unencrypted) of the client certificate")
     check_hostname: bool = Field(True, description="verify that the broker certificate names the host connected "

@@ -1,9 +1,10 @@
 """Typed errors of the MQTT publisher, one base so callers can catch the family."""
 
 from __future__ import annotations
+from appliance.errors import ApplianceError
 
 
-class MqttError(Exception):
+class MqttError(ApplianceError):
     """Base of every error this package raises on purpose."""
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from appliance.mqtt.errors import SpoolError, SpoolInUse
 
-log = logging.getLogger("appliance.mqtt.spool")  # one logger for the whole spool
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 INSERT = "INSERT INTO spool (topic, payload, qos, created, size) VALUES (?, ?, ?, ?, ?)"

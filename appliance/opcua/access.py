@@ -16,7 +16,7 @@ from asyncua.crypto.truststore import TrustStore
 
 from appliance.opcua.passwords import UserEntry, verify_password
 
-log = logging.getLogger("appliance.opcua")
+log = logging.getLogger(__name__)
 ANONYMOUS = "anonymous"
 
 

@@ -20,7 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-log = logging.getLogger("appliance.opcua")
+log = logging.getLogger(__name__)
 VALID_DAYS = 3650
 
 

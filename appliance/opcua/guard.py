@@ -25,6 +25,7 @@ from asyncua.server.binary_server_asyncio import BinaryServer, OPCUAProtocol
 from asyncua.server.internal_session import SessionState
 from asyncua.server.uaprocessor import UaProcessor
 from asyncua.ua.ua_binary import struct_from_binary, uatcp_to_binary
+from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)
 NONE_URI = "http://opcfoundation.org/UA/SecurityPolicy#None"
@@ -52,7 +53,7 @@ class Guard:
         return frozenset(uri for uri, _ in self.offered)
 
 
-class _Refused(Exception):
+class _Refused(ApplianceError):
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(reason)
         self.code, self.reason = code, reason

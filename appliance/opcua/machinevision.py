@@ -66,12 +66,13 @@ async def _data_types(server: Server, mv: int) -> None:
                  new_struct_field("Hash", ua.VariantType.ByteString, optional=True),
                  new_struct_field("HashAlgorithm", ua.VariantType.String, optional=True),
                  new_struct_field("Description", ua.VariantType.LocalizedText, optional=True)]
-    for number, name in ((CONFIGURATION_ID, "ConfigurationIdDataType"), (RECIPE_ID_INTERNAL, "RecipeIdInternalDataType")):
+    for number, name in ((CONFIGURATION_ID, "ConfigurationIdDataType"),
+                         (RECIPE_ID_INTERNAL, "RecipeIdInternalDataType")):
         await new_struct(server, mv_id(number, mv), ua.QualifiedName(name, mv), binary_id)
 
 
-async def _state_machine_type(server: Server, mv: int, reset: Any, halt: Any) -> tuple[Node, dict[str, ua.NodeId],
-                                                                                          dict[tuple[str, str], ua.NodeId]]:
+async def _state_machine_type(server: Server, mv: int, reset: Any,
+                              halt: Any) -> tuple[Node, dict[str, ua.NodeId], dict[tuple[str, str], ua.NodeId]]:
     machine_type = await server.get_node(ua.ObjectIds.FiniteStateMachineType).add_object_type(
         mv_id(VISION_STATE_MACHINE_TYPE, mv), ua.QualifiedName("VisionStateMachineType", mv))
     states: dict[str, Node] = {}
@@ -122,7 +123,8 @@ async def build_types(server: Server, reset: Any, halt: Any) -> MachineVisionTyp
     machine_type, states, transitions = await _state_machine_type(server, mv, reset, halt)
     system_type = await server.get_node(ua.ObjectIds.BaseObjectType).add_object_type(
         mv_id(VISION_SYSTEM_TYPE, mv), ua.QualifiedName("VisionSystemType", mv))
-    declaration = await system_type.add_object(mv_id(VISION_STATE_MACHINE, mv), ua.QualifiedName("VisionStateMachine", mv),
+    declaration = await system_type.add_object(mv_id(VISION_STATE_MACHINE, mv),
+                                               ua.QualifiedName("VisionStateMachine", mv),
                                                objecttype=machine_type.nodeid)
     await _mandatory(declaration)
     return MachineVisionTypes(mv, system_type, machine_type, await _result_ready_type(server, mv), states, transitions)

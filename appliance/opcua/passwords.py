@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.passwords import check_hash_format, hash_password, verify_password
+from appliance.errors import ApplianceError
 
 __all__ = ["PasswordFileError", "UserEntry", "check_hash_format", "hash_password", "read_users_file",
            "verify_password"]
 
 
-class PasswordFileError(ValueError):
+class PasswordFileError(ApplianceError, ValueError):
     """A users file line that is not ``name:role:hash``; the message names the file and line."""
 
 

@@ -30,7 +30,7 @@ from appliance.opcua.space import Space, build
 from appliance.opcua.updater import Readings, Updater
 from appliance.opcua.values import CameraLayout
 
-log = logging.getLogger("appliance.opcua")
+log = logging.getLogger(__name__)
 _POLICIES = {"Basic256Sha256": ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt,
              "Aes256Sha256RsaPss": ua.SecurityPolicyType.Aes256Sha256RsaPss_SignAndEncrypt}
 _VALIDATION = (CertificateValidatorOptions.TIME_RANGE | CertificateValidatorOptions.URI

@@ -1,7 +1,8 @@
 """The address space: one VisionSystem object (appliance.opcua.machinevision's types, with the specification's
 NodeIds) for the appliance, with a variable per reading and a method per counting line, and the appliance's
-result event type, a ResultReadyEventType with the appliance's own fields. Variables have string NodeIds made of their path (``Cameras.<camera>.Lines.<line>.In``) in the
-appliance's namespace, so a PLC can address them without browsing and they survive restarts.
+result event type, a ResultReadyEventType with the appliance's own fields. Variables have string NodeIds made of
+their path (``Cameras.<camera>.Lines.<line>.In``) in the appliance's namespace, so a PLC can address them without
+browsing and they survive restarts.
 """
 
 from __future__ import annotations
@@ -151,8 +152,8 @@ async def build(server: Server, app_namespace: str, device_id: str, cameras: Seq
         await _camera(folder, idx, layout, variables, reset, counter)
     space = Space(idx, vision, await _result_type(server, idx, types.result_ready_type),
                   types.result_ready_type.nodeid, state, state_id,
-                  types.state_ids, await machine.get_child("0:LastTransition"), types.transition_ids, counter, device_id,
-                  variables)
+                  types.state_ids, await machine.get_child("0:LastTransition"), types.transition_ids, counter,
+                  device_id, variables)
     await write_state(server, space, PREOPERATIONAL)
     return space
 

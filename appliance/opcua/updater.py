@@ -23,7 +23,7 @@ from appliance.opcua.values import (HALTED, PREOPERATIONAL, CameraLayout, Value,
                                     device_key, device_values, last_event_values, latest_per_camera, state_path, utc,
                                     vision_state)
 
-log = logging.getLogger("appliance.opcua")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

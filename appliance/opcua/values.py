@@ -20,7 +20,8 @@ STATE_NUMBERS = {PREOPERATIONAL: 1, HALTED: 2, ERROR: 3, OPERATIONAL: 4}
 # The specification's automatic transitions between them (there is none from Halted to Operational: the machine
 # passes through Preoperational).
 TRANSITIONS = {(PREOPERATIONAL, OPERATIONAL): "PreoperationalToOperationalAuto",
-               (PREOPERATIONAL, ERROR): "PreoperationalToErrorAuto", (PREOPERATIONAL, HALTED): "PreoperationalToHaltedAuto",
+               (PREOPERATIONAL, ERROR): "PreoperationalToErrorAuto",
+               (PREOPERATIONAL, HALTED): "PreoperationalToHaltedAuto",
                (OPERATIONAL, PREOPERATIONAL): "OperationalToPreoperationalAuto",
                (OPERATIONAL, ERROR): "OperationalToErrorAuto", (OPERATIONAL, HALTED): "OperationalToHaltedAuto",
                (ERROR, PREOPERATIONAL): "ErrorToPreoperationalAuto", (ERROR, HALTED): "ErrorToHaltedAuto",

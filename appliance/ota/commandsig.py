@@ -28,8 +28,9 @@ def sign_command(private_key: Ed25519PrivateKey, *, topic_prefix: str, device_id
     <command>, signed by ``private_key`` (``signing.load_private_key``), issued ``now`` (epoch seconds; default
     the current time) with a fresh random nonce."""
     public_raw = private_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    issued_at_ms = int(round((time.time() if now is None else now) * 1000))
     auth: dict[str, Any] = {"v": AUTH_VERSION, "alg": "ed25519", "topic_prefix": topic_prefix, "device_id": device_id,
-                            "command": command, "issued_at_ms": int(round((time.time() if now is None else now) * 1000)),
+                            "command": command, "issued_at_ms": issued_at_ms,
                             "nonce": nonce or secrets.token_hex(16), "key_id": key_id(public_raw)}
     signature = private_key.sign(signed_bytes(request_id, args, auth))
     payload: dict[str, Any] = {"args": dict(args), "auth": {**auth, "signature": base64.b64encode(signature).decode()}}

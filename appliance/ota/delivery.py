@@ -25,7 +25,7 @@ from appliance.ota.errors import OtaError, OtaRejected, out_of_space
 
 __all__ = ["ChunkAssembler", "DeliveryError", "InboxWatcher", "OtaCommandHandler", "clear_leftovers", "is_read_only"]
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger(__name__)
 _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 

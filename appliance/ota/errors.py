@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 
 from appliance.detector.serving.errors import ServingError
+from appliance.errors import ApplianceError
 
 REJECT_CODES = (
     "corrupt",          # not a readable bundle: bad tar, missing member, unsafe path, bad JSON
@@ -31,19 +32,21 @@ REJECT_CODES = (
 )
 
 
-class OtaError(RuntimeError):
+class OtaError(ApplianceError, RuntimeError):
     """Base of the OTA package's errors."""
 
 
 class OtaRejected(OtaError):
-    """The update was refused; nothing changed in what the appliance serves. ``code`` is one of REJECT_CODES."""
+    """The update was refused; nothing changed in what the appliance serves. ``code`` is one of REJECT_CODES;
+    ``version``: the bundle's version, once known (ota/status reports it)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, version: str | None = None) -> None:
         if code not in REJECT_CODES:
             raise ValueError(f"unknown rejection code {code!r}")
         super().__init__(f"{code}: {message}")
         self.code = code
         self.reason = message
+        self.version = version
 
 
 # What the serving layer's refusals are called on ota/status; a code not listed is an ``internal`` rejection.

@@ -12,7 +12,7 @@ from appliance.ota.errors import OtaRejected
 from appliance.ota.manifest import Manifest, version_order
 from appliance.ota.store import OtaStore
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger(__name__)
 
 
 def version_floor(store: OtaStore) -> str | None:

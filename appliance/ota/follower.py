@@ -27,7 +27,7 @@ from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.manifest import version_order
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger(__name__)
 _REMEMBERED = 50
 
 
@@ -153,7 +153,7 @@ class DesiredStateFollower:
                                                    f"{state.sha256}")
         except OtaError as exc:
             rejected = exc if isinstance(exc, OtaRejected) else OtaRejected("delivery", str(exc))
-            rejected.version = state.version  # type: ignore[attr-defined]
+            rejected.version = state.version
             self.manager.report_rejected(rejected, rollout_id=state.rollout_id)
             self._remember(state, rejected.code)
             bundle.unlink(missing_ok=True)

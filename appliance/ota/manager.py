@@ -35,7 +35,7 @@ from appliance.detector.serving.errors import ServingError
 from appliance.detector.serving.router import Route
 from appliance.detector.serving.switcher import ModelSpec, ModelSwitcher
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger(__name__)
 
 
 class OtaManager:
@@ -203,12 +203,12 @@ class OtaManager:
                     self.store.remove_version(m.version)
                 raise
         except OtaRejected as exc:
-            exc.version = m.version  # type: ignore[attr-defined]
+            exc.version = m.version
             raise
         except Exception as exc:
             log.exception("OTA install of %s failed", m.label)
             rejected = _internal(exc)
-            rejected.version = m.version  # type: ignore[attr-defined]
+            rejected.version = m.version
             raise rejected from exc
 
     def _missing_classes(self, m: Manifest) -> tuple[str, ...]:

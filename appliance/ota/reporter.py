@@ -15,7 +15,7 @@ from appliance.ota.status import FINAL_STATES, OtaStatus, StatusCallback
 from appliance.ota.store import OtaStore
 from appliance.detector.serving.router import Route
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger(__name__)
 
 
 class Report(Protocol):
@@ -75,7 +75,7 @@ class StatusReporter:
     def rejected(self, exc: OtaRejected, request_id: str | None = None, rollout_id: str | None = None) -> None:
         """Report a refusal as the final ``rejected`` status."""
         self.report("rejected", exc.reason, code=exc.code, request_id=request_id, rollout_id=rollout_id,
-                    version=getattr(exc, "version", None))
+                    version=exc.version)
 
     def interrupted(self, entry: dict[str, Any], served: Route) -> bool:
         """At start, after an install that never ended (``entry`` is its journal): say how it ended on
@@ -89,8 +89,7 @@ class StatusReporter:
             return True
         rejected = OtaRejected("interrupted", f"the appliance stopped during the {step} step of the update to "
                                f"{version or 'a bundle not yet verified'}; {served.label} serves; send the bundle "
-                               "again")
-        rejected.version = version  # type: ignore[attr-defined]
+                               "again", version)
         self.rejected(rejected, rid)
         return False
 

@@ -21,7 +21,7 @@ from appliance.durable import fsync_path, sha256_file, write_json_durably
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manifest import MANIFEST_NAME, Manifest, parse_manifest, version_order
 
-log = logging.getLogger("appliance.ota")
+log = logging.getLogger(__name__)
 POINTER = "active.json"
 VERIFIED = "verified.json"
 JOURNAL = "update.json"

@@ -18,13 +18,14 @@ from appliance.procs import stop_process
 from appliance.restream.config import RestreamConfig
 from appliance.restream.wire import send_frame
 from appliance.passwords import hash_password
+from appliance.errors import ApplianceError
 
-log = logging.getLogger("appliance.restream")
+log = logging.getLogger(__name__)
 SYSTEM_PYTHON = "/usr/bin/python3"  # python3-gi exists only for it
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
-class RestreamStartError(RuntimeError):
+class RestreamStartError(ApplianceError, RuntimeError):
     """The RTSP server did not come up (no encoder, port taken, no python3-gi); the message says which."""
 
 

@@ -15,7 +15,7 @@ from appliance.analytics.draw import DrawnBox, DrawnLine, DrawnZone, Scene, clam
 from appliance.mqtt.messages import DetectionsMessage
 from appliance.restream.server import RestreamServer
 
-log = logging.getLogger("appliance.restream")
+log = logging.getLogger(__name__)
 ENCODED = frozenset({"raw", "annotated"})  # the kinds made from frames ("passthrough" comes from the camera)
 
 

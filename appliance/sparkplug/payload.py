@@ -12,11 +12,12 @@ from typing import Any, Optional, Sequence, Union
 from google.protobuf.message import DecodeError
 
 from appliance.sparkplug import sparkplug_b_pb2 as pb
+from appliance.errors import ApplianceError
 
 Scalar = Union[bool, int, float, str]
 
 
-class PayloadError(ValueError):
+class PayloadError(ApplianceError, ValueError):
     """Bytes that are not a Sparkplug B payload (truncated, a bad wire type, a value its datatype cannot hold)."""
 
 

@@ -22,7 +22,7 @@ from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
 from appliance.detector.engines.progress import ProgressEvent
 from appliance.health.metrics import ApplianceMetrics
-from appliance.health.server import HealthServer
+from appliance.webserver.server import WebServer
 from appliance.health.system import SystemMonitor
 from appliance.health.tegrastats import TegrastatsMonitor
 from appliance.mqtt.publisher import MqttPublisher
@@ -52,18 +52,19 @@ from appliance.supervisor.servedmodel import LateHandler, start_serving
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
 from appliance.triton.server import Server
+from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:  # asyncua is imported only when an opcua: section asks for the server
     from appliance.opcua.server import OpcUaServer
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 
-class StartupError(RuntimeError):
+class StartupError(ApplianceError, RuntimeError):
     """The appliance could not start; the message names the step."""
 
 
-class NotRunningError(RuntimeError):
+class NotRunningError(ApplianceError, RuntimeError):
     """A call that needs the running appliance came before ``start`` returned."""
 
 
@@ -237,7 +238,7 @@ class Appliance:
         return Running(capturing.publisher, capturing.detector, capturing.server, capturing.served,
                        capturing.capture, inference, health_server=None)
 
-    def _http(self, config: AppConfig, running: Running) -> HealthServer | None:  # at start, and by a reload
+    def _http(self, config: AppConfig, running: Running) -> WebServer | None:  # at start, and by a reload
         return open_http(config, running, self.health_summary, self.metrics,
                          lambda: [c.id for c in self.config.cameras])
 

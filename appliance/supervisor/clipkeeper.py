@@ -24,7 +24,7 @@ from appliance.capture.recording.segments import read_status
 from appliance.events import ClipPlan
 from appliance.mqtt.messages import ClipMessage
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 POLL_S = 0.5
 INDEX_KEEP = 2000      # index entries per camera; the footage itself goes by retention

@@ -27,7 +27,7 @@ from appliance.sdnotify import Notifier
 from appliance.detector.serving.switcher import ModelSpec
 from appliance.detector.serving.warmup import FrameShape, WarmupPlan
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 WARMUP_MAX_CONCURRENCY = 32  # a larger max_inflight only queues in Triton: no new batch size or instance to warm
 ENGINE_STATUS = "engines/status"  # the retained device topic of the build's progress (docs/mqtt.md)
 
@@ -90,8 +90,8 @@ def set_up_detector(config: AppConfig, engine: InstalledEngine, state_dir: Path)
 
 
 def plan_detector(config: AppConfig, engine: InstalledEngine) -> tuple[DetectorLayout, int]:
-    """The detector layout (appliance.detector.repository.layout: from the config and the engine's build-time timing) and
-    the scheduler's ``max_inflight`` (the config's, else enough to keep it busy)."""
+    """The detector layout (appliance.detector.repository.layout: from the config and the engine's build-time
+    timing) and the scheduler's ``max_inflight`` (the config's, else enough to keep it busy)."""
     cameras, model = config.cameras, config.model
     offered_fps = sum(camera.fps or math.inf for camera in cameras)
     layout = detector_layout(engine.triton_kind, len(cameras), model.max_batch_size, model.detector_instances,

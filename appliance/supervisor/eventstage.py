@@ -27,7 +27,7 @@ from appliance.events import ClipPlan, Event
 from appliance.mqtt.messages import DetectionsMessage
 from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 
 class EventSink(Protocol):

@@ -21,7 +21,7 @@ from appliance.supervisor.reloadplan import ReloadPlan
 if TYPE_CHECKING:  # asyncua is imported only when an opcua: section asks for the server
     from appliance.opcua.server import OpcUaServer
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 # What the appliance restarts a face with: the settings a reload put in force.
 RestartFaces = Callable[[ReloadPlan, AppConfig, AppConfig, Callable[[str], None]], ReloadPlan]
 

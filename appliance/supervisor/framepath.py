@@ -27,7 +27,7 @@ from appliance.supervisor.eventstage import CameraAnalytics
 from appliance.supervisor.results import build_message
 from appliance.supervisor.scheduler import Lease
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 OUTPUTS = ["BOXES", "SCORES", "CLASSES"]
 
@@ -100,6 +100,7 @@ class FramePath:
         self.calibration = calibration  # first-boot INT8 calibration frames, while it wants more
         self.live = live  # unwatched: one lookup per frame, no copy
         self._live_pixels: dict[tuple[str, int], np.ndarray] = {}
+        self._in_flight: dict[tuple[str, int], tuple[Route, float]] = {}  # (camera, seq) -> (route, submitted)
 
     @property
     def completed(self) -> int:
@@ -134,14 +135,12 @@ class FramePath:
             self._pixels.pop((camera_id, meta.seq), None)
             self._live_pixels.pop((camera_id, meta.seq), None)
             raise
-        future.submitted_mono = submitted  # type: ignore[attr-defined]
-        future.route = route  # type: ignore[attr-defined]
+        self._in_flight[(camera_id, meta.seq)] = (route, submitted)
         return future
 
     def on_result(self, camera_id: str, meta: FrameMeta, future: Future[Any]) -> None:
         done = self._clock()
-        route: Route = future.route  # type: ignore[attr-defined]
-        submitted: float = getattr(future, "submitted_mono", done)
+        route, submitted = self._in_flight.pop((camera_id, meta.seq))
         ok, found = False, 0
         pixels = self._pixels.pop((camera_id, meta.seq), None)
         live = self._live_pixels.pop((camera_id, meta.seq), None) if self._live_pixels else None

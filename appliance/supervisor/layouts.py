@@ -19,7 +19,7 @@ from appliance.analytics.overlay import with_layout, write_overlay
 from appliance.capture.config import CameraConfig
 from appliance.supervisor.eventstage import CameraAnalytics
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

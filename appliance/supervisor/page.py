@@ -58,7 +58,8 @@ class ApplianceSite:
                 "zones": [z.model_dump(mode="json") for z in config.zones],
                 "lines": [ln.model_dump(mode="json") for ln in config.lines],
                 "source": self._layouts.source(camera_id), "yaml": self._layouts.yaml(camera_id),
-                "class_filter": config.classes, "min_score": config.min_score, "classes": list(self._layouts.class_names())}
+                "class_filter": config.classes, "min_score": config.min_score,
+                "classes": list(self._layouts.class_names())}
 
     def apply_layout(self, camera_id: str, zones: list[Any], lines: list[Any], who: str,
                      classes: Classes = "keep") -> dict[str, Any]:

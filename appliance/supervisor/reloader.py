@@ -14,7 +14,7 @@ from pathlib import Path
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
 from appliance.capture.config import CameraConfig
-from appliance.health.server import HealthServer
+from appliance.webserver.server import WebServer
 from appliance.mqtt.errors import MqttConfigError
 from appliance.mqtt.messages import reload_status_payload
 from appliance.supervisor.children import ChildSupervisor
@@ -24,8 +24,8 @@ from appliance.supervisor.reloadstate import ReloadOutcome as ReloadOutcome  # t
 from appliance.supervisor.reloadstate import write_outcome
 from appliance.supervisor.running import Running
 
-log = logging.getLogger("appliance.supervisor")
-OpenHttp = Callable[[AppConfig, Running], "HealthServer | None"]  # the HTTP server for a config (httpserver)
+log = logging.getLogger(__name__)
+OpenHttp = Callable[[AppConfig, Running], "WebServer | None"]  # the HTTP server for a config (httpserver)
 RELOAD_STATUS = "reload/status"  # the retained device topic of the last reload's outcome (docs/mqtt.md)
 
 

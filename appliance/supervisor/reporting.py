@@ -84,8 +84,8 @@ def status_line(cameras: Mapping[str, SupervisedCamera], configured: int, infere
     streaming = sum(1 for c in cameras.values() if c.published_state == "streaming")
     mqtt = publisher.stats().state.value if publisher else "off"
     waiting = late + sum(1 for c in cameras.values() if c.published_state == "waiting")
-    text = (f"{streaming}/{configured + late} cameras streaming{f' ({waiting} waiting for their source)' if waiting else ''}, "
-            f"{inferences_per_s:.1f} inferences/s, mqtt {mqtt}")
+    held = f" ({waiting} waiting for their source)" if waiting else ""
+    text = f"{streaming}/{configured + late} cameras streaming{held}, {inferences_per_s:.1f} inferences/s, mqtt {mqtt}"
     if recovery is not None and recovery.state is not PipelineState.SERVING:
         text += f"; {recovery.status().line()}"
         return text  # the pipeline's state is the error that matters now

@@ -18,12 +18,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from starlette.routing import BaseRoute
-
 from appliance.appconfig.app import AppConfig, TritonConfig
 from appliance.capture.config import RECORDED_SOURCES, CameraConfig
 from appliance.health.metrics import ApplianceMetrics
-from appliance.health.server import HealthServer
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.supervisor.cameras import Capture
@@ -39,14 +36,16 @@ from appliance.supervisor.snapshots import SnapshotWorker
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
 from appliance.web.auth import Auth
-from appliance.web.clips import clip_routes
+from appliance.web.files import clip_routes
+from appliance.webserver.routes import Routes
+from appliance.webserver.server import WebServer
 from appliance.web.feed import EventFeed
 from appliance.web.auth import is_loopback, load_users
 from appliance.web.live import LiveFrames
 from appliance.restream.server import RestreamServer
 from appliance.restream.tap import Restream, Taps
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 # The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
 # often anyway, in case a capture process could not ring (a missed ring costs at most this much latency).
 IDLE_POLL_S = 0.05
@@ -97,7 +96,7 @@ class Running(Capturing):
     """Frames flow from the rings to the publisher; the health endpoint serves when ``health.enabled``."""
 
     inference: Inference
-    health_server: HealthServer | None
+    health_server: WebServer | None
 
 
 @dataclass(frozen=True)
@@ -116,9 +115,9 @@ class Inference:
     clips: ClipKeeper | None = None  # the events' clips of the cameras that record (a reload changes which)
     restream: Restream | None = None  # the RTSP server and what feeds it, when ``restream.enabled``
 
-    def clip_routes(self, auth: Auth | None, hosts: Sequence[str]) -> list[BaseRoute]:
-        """``/events/<id>.mp4`` when a camera records (appliance.web.clips), behind ``auth`` like the snapshots."""
-        return clip_routes(self.clips.clip_file, auth, hosts) if self.clips is not None else []
+    def clip_routes(self, auth: Auth | None, hosts: Sequence[str]) -> Routes:
+        """``/events/<id>.mp4`` when a camera records (appliance.web.files), behind ``auth`` like the snapshots."""
+        return clip_routes(self.clips.clip_file, auth, hosts) if self.clips is not None else Routes()
 
     def stop(self, drain_timeout_s: float) -> None:
         """No new frames; in-flight ones drain (their detections spool), then what they queued is written."""

@@ -34,7 +34,7 @@ from appliance.detector.serving.switcher import TritonSwitcher
 from appliance.supervisor.detectorsetup import DetectorSetup
 from appliance.triton.server import Server
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 
 class LateHandler:

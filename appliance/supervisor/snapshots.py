@@ -24,7 +24,7 @@ from appliance.analytics.config import SnapshotConfig
 from appliance.analytics.draw import DrawnBox, Scene, draw_scene
 from appliance.mqtt.messages import snapshot_properties
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SnapshotJob:
@@ -139,16 +139,6 @@ class SnapshotStore:
             return (self._dir(camera) / f"{snapshot_id}.jpg").read_bytes()
         except OSError:  # trimmed meanwhile
             return None
-
-    def http(self, path: str) -> tuple[str, bytes] | None:
-        """The health server's extra routes: ``/cameras/<id>/latest.jpg`` and ``/events/<event_id>.jpg``."""
-        parts = path.split("?", 1)[0].strip("/").split("/")
-        data = None
-        if len(parts) == 3 and parts[0] == "cameras" and parts[2] == "latest.jpg":
-            data = self.latest_jpeg(parts[1])
-        elif len(parts) == 2 and parts[0] == "events" and parts[1].endswith(".jpg"):
-            data = self.event_jpeg(parts[1][:-4])
-        return ("image/jpeg", data) if data is not None else None
 
 
 class SnapshotWorker:

@@ -8,6 +8,7 @@ the error object exactly once; errors owned by a response are converted with ``f
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:
     from appliance.triton._capi import CApi
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = range(8)
 
 
-class TritonError(Exception):
+class TritonError(ApplianceError):
     """Base of every error raised by ``appliance.triton`` for Triton-side failures."""
 
     code: int = UNKNOWN

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.paths import installed_layout, triton_checkout_home
+from appliance.errors import ApplianceError
 
 ENV_VAR = "APPLIANCE_TRITON_HOME"
 SYSTEM_HOME = Path("/opt/tritonserver")
@@ -29,7 +30,7 @@ FIX_HINT = (
 )
 
 
-class TritonNotFound(RuntimeError):
+class TritonNotFound(ApplianceError, RuntimeError):
     """No usable Triton distribution. ``problems`` lists, per place looked at, what was missing."""
 
     def __init__(self, problems: Sequence[str]) -> None:

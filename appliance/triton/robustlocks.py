@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from appliance.procs import stat_fields
+from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ _WORD = struct.calcsize("P")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class Unreadable(OSError):
+class Unreadable(ApplianceError, OSError):
     """A thread's robust list could not be read (permission, no such syscall, the thread exited)."""
 
 

@@ -19,12 +19,13 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from appliance.errors import ApplianceError
 
 ENV_VAR = "APPLIANCE_TRITON_STUB_SITE"
 REQUIREMENT = "numpy>=1.24,<2"
 
 
-class StubSiteMissing(RuntimeError):
+class StubSiteMissing(ApplianceError, RuntimeError):
     """NumPy 2 is in use but the numpy<2 stub site was not provisioned."""
 
 

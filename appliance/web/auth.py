@@ -21,7 +21,7 @@ from appliance.logs import AUDIT
 from appliance.passwords import hash_password, verify_password
 from appliance.web.config import Role, UserConfig, WebConfig
 
-log = logging.getLogger("appliance.web")
+log = logging.getLogger(__name__)
 COOKIE = "appliance_session"
 check_password = verify_password  # the name this module's callers know
 

@@ -27,6 +27,7 @@ from appliance.web.hosts import host_allowed
 from appliance.web.live import LiveFrames, encode
 from appliance.web.throttle import LoginThrottle
 from appliance.web.video import VideoSource, video_info, video_stream
+from appliance.webserver.routes import Routes
 
 STATIC = Path(__file__).resolve().with_name("static")
 STREAM_PERIOD_S = 0.5
@@ -48,9 +49,8 @@ class Site(Protocol):
 
 class Page:
     def __init__(self, site: Site, auth: Auth, live: LiveFrames, feed: EventFeed,
-                 files: Callable[[str], tuple[str, bytes] | None] | None = None,
                  video: VideoSource | None = None) -> None:
-        self.site, self.auth, self.live, self.feed, self._files = site, auth, live, feed, files
+        self.site, self.auth, self.live, self.feed = site, auth, live, feed
         self.video = video  # the camera view's video (appliance.web.video), None: the restream is off
         self.throttle = LoginThrottle()
         self._streams: dict[str, int] = {}  # session token -> event streams open
@@ -189,14 +189,6 @@ class Page:
                                  "page to see whether it was applied"}, status_code=503)
         return JSONResponse(result, status_code=200 if result.get("applied") else 422)
 
-    async def snapshot(self, request: Request) -> Response:
-        if self.who(request) is None:
-            return _denied()
-        found = await run_in_threadpool(self._files, request.url.path) if self._files is not None else None
-        if found is None:
-            return PlainTextResponse("not found: no such snapshot (or no longer kept)\n", status_code=404)
-        return Response(found[1], media_type=found[0])
-
     # -- the events stream ----------------------------------------------------------------------------------
     async def stream(self, request: Request) -> Response:
         if self.who(request) is None:
@@ -273,20 +265,22 @@ def _host_checked(endpoint: Endpoint, auth: Auth, hosts: Sequence[str]) -> Endpo
 
 
 def page_routes(site: Site, auth: Auth, live: LiveFrames, feed: EventFeed, *, hosts: Sequence[str] = (),
-                files: Callable[[str], tuple[str, bytes] | None] | None = None,
-                video: VideoSource | None = None) -> list[BaseRoute]:
-    """The page's routes; ``files(path)``: the snapshots (latest.jpg, event JPEGs), served here behind the login;
-    ``video``: where each camera view's video comes from."""
-    page = Page(site, auth, live, feed, files, video)
-    routes = [
+                video: VideoSource | None = None) -> Routes:
+    """The page's routes: its event stream and video as streams, the rest as requests. ``video``: where each
+    camera view's video comes from."""
+    page = Page(site, auth, live, feed, video)
+    requests = [
         ("/", page.index, "GET"), ("/camera/{camera}", page.camera_page, "GET"), ("/events", page.events_page, "GET"),
         ("/login", page.login_page, "GET"), ("/login", page.login, "POST"), ("/logout", page.logout, "POST"),
         ("/api/overview", page.overview, "GET"), ("/api/events", page.events, "GET"),
-        ("/api/stream", page.stream, "GET"), ("/api/cameras/{camera}/frame.jpg", page.frame, "GET"),
+        ("/api/cameras/{camera}/frame.jpg", page.frame, "GET"),
         ("/api/cameras/{camera}/layout", page.layout, "GET"), ("/api/cameras/{camera}/layout", page.apply, "POST"),
-        ("/cameras/{camera}/latest.jpg", page.snapshot, "GET"), ("/events/{event}.jpg", page.snapshot, "GET"),
         ("/api/cameras/{camera}/video", page.video_info, "GET"),
-        ("/api/cameras/{camera}/video.mp4", page.video_stream, "GET"),
     ]
-    return [*(Route(path, _host_checked(endpoint, auth, hosts), methods=[method]) for path, endpoint, method in routes),
-            Mount("/static", StaticFiles(directory=STATIC), name="static")]
+    streams = [("/api/stream", page.stream, "GET"), ("/api/cameras/{camera}/video.mp4", page.video_stream, "GET")]
+
+    def routed(table: Sequence[tuple[str, Endpoint, str]]) -> list[BaseRoute]:
+        return [Route(path, _host_checked(endpoint, auth, hosts), methods=[method]) for path, endpoint, method in table]
+
+    return Routes.of(requests=[*routed(requests), Mount("/static", StaticFiles(directory=STATIC), name="static")],
+                     streams=routed(streams))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from appliance.config.shown import shown
 from appliance.logs import AUDIT
 
-log = logging.getLogger("appliance.web")
+log = logging.getLogger(__name__)
 
 FREE = 5
 FIRST_DELAY_S = 1.0

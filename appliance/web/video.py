@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-log = logging.getLogger("appliance.web")
+log = logging.getLogger(__name__)
 CHUNK = 64 * 1024
 # RTP in, MP4 fragments out as they fill (at most 200 ms apart), the first with an empty moov: a live stream.
 FFMPEG = ["ffmpeg", "-v", "error", "-rtsp_transport", "tcp", "-i", "{url}", "-an", "-c", "copy", "-f", "mp4",

@@ -1,4 +1,5 @@
-"""Triton Python model: a thin shell around PreprocessStage (appliance.detector.repository.stages.preprocess), where the logic and its tests live."""
+"""Triton Python model: a thin shell around PreprocessStage (appliance.detector.repository.stages.preprocess), where the
+logic and its tests live."""
 
 import _appliance_site  # noqa: F401  (written by appliance.triton.pymodels; must be the first import)
 

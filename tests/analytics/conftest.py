@@ -43,7 +43,8 @@ def detect_video(video: Path, onnx: Path, frames: int, start: int = 0) -> list[d
             assert ok, f"{video} ended before {start + frames} frames"
             tensor, lb = pre.frame(frame, "BGR")
             det = post(session.run(None, {name: tensor[None]})[0][0], lb)
-            out.append({"boxes": det.boxes.tolist(), "scores": det.scores.tolist(), "class_ids": det.class_ids.tolist()})
+            out.append({"boxes": det.boxes.tolist(), "scores": det.scores.tolist(),
+                        "class_ids": det.class_ids.tolist()})
     finally:
         cap.release()
     return out
@@ -65,7 +66,8 @@ def cached_detections(cache: Path, video: Path, onnx: Path, frames: int, start: 
 
 
 @pytest.fixture(scope="session")
-def vtest_detections(vtest_video: Path, detector_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Detections]:
+def vtest_detections(vtest_video: Path, detector_onnx: Path,
+                     tmp_path_factory: pytest.TempPathFactory) -> list[Detections]:
     """The detector's output on frames 0..SEGMENT_FRAMES-1 of vtest.avi, computed once per session."""
     return cached_detections(tmp_path_factory.getbasetemp() / "vtest-detections.json", vtest_video, detector_onnx,
                              SEGMENT_FRAMES)

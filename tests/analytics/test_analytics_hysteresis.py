@@ -124,7 +124,8 @@ def test_the_margin_scales_with_the_box_so_any_resolution_counts_alike() -> None
         big_door = {**DOOR, "a": (900, 0), "b": (900, 1440)}
         big_cell = {**CELL, "points": [(3 * x, 3 * y) for x, y in CELL["points"]]}
         big = run(analytics(3.0, lines=[LineConfig(**big_door)], zones=[ZoneConfig(**big_cell)]), xs, scale=3.0)
-        assert [(e.event, e.direction, e.frame_seq) for e in big] == [(e.event, e.direction, e.frame_seq) for e in small]
+        assert ([(e.event, e.direction, e.frame_seq) for e in big]
+                == [(e.event, e.direction, e.frame_seq) for e in small])
 
 
 @pytest.mark.parametrize("step, frames", [(4, 7), (5, 10), (6, 13)])

@@ -49,12 +49,14 @@ def events_of(detections: list[Detections], hysteresis: HysteresisConfig) -> lis
 
 
 @pytest.mark.slow
-def test_a_walker_lingering_on_a_line_and_a_zone_edge_counts_once(vtest_heldout_detections: list[Detections]) -> None:
+def test_a_walker_lingering_on_a_line_and_a_zone_edge_counts_once(
+        vtest_heldout_detections: list[Detections]) -> None:
     plain = events_of(vtest_heldout_detections, NO_HYSTERESIS)
     held = events_of(vtest_heldout_detections, HysteresisConfig())
 
     def lingering(events: list[Event], kinds: set[str]) -> list[tuple[str | None, int]]:
-        return [(e.direction or e.event, e.frame_seq) for e in events if e.event in kinds and e.frame_seq >= LINGER_FROM]
+        return [(e.direction or e.event, e.frame_seq) for e in events
+                if e.event in kinds and e.frame_seq >= LINGER_FROM]
 
     # The data does exercise it: without hysteresis the standing man flickers across both.
     assert len(lingering(plain, {"cross"})) == 11

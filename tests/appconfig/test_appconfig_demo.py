@@ -1,4 +1,5 @@
-"""The embedded demo config (what `appliance run` runs without --config): its camera plays vtest.avi with a line and a zone."""
+"""The embedded demo config (what `appliance run` runs without --config): its camera plays vtest.avi with a line
+and a zone."""
 
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def test_cameras_list_embeds_in_a_parent_model():
     class Top(StrictModel):
         cameras: list[CameraConfig]
 
-    top = Top.model_validate({"cameras": [{"id": "a", "source": {"type": "rtsp", "url": "rtsp://x/1"}, "width": 32, "height": 32}]})
+    top = Top.model_validate({"cameras": [{"id": "a", "source": {"type": "rtsp", "url": "rtsp://x/1"}, "width": 32,
+                                           "height": 32}]})
     assert top.cameras[0].id == "a"
 
 
@@ -104,4 +105,5 @@ def test_check_cameras_duplicate_ids_and_shm_space(shm_root, video):
     cameras = [CameraConfig.model_validate({"id": f"c{i}", **big}) for i in range(count)]
     (problem,) = check_cameras(cameras, shm_root)
     needed = count * ring_bytes(cameras[0])
-    assert f"rings need {needed / 2**20:.1f} MiB in {shm_root} but only" in problem and f"c0: {ring_bytes(cameras[0]) / 2**20:.1f} MiB" in problem
+    assert f"rings need {needed / 2**20:.1f} MiB in {shm_root} but only" in problem
+    assert f"c0: {ring_bytes(cameras[0]) / 2**20:.1f} MiB" in problem

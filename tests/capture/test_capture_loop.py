@@ -180,7 +180,8 @@ def test_impossible_size_fails_once_with_a_clear_error(camera, video, shm_root):
 
 @pytest.mark.parametrize("order, pixel", [("bgr", [0, 0, 255]), ("rgb", [255, 0, 0])])
 def test_gstreamer_pipeline_through_the_loop(camera, shm_root, order, pixel):
-    cam = camera({"type": "gstreamer", "pipeline": "videotestsrc pattern=solid-color foreground-color=0xffff0000"}, pixel_format=order)
+    cam = camera({"type": "gstreamer", "pipeline": "videotestsrc pattern=solid-color foreground-color=0xffff0000"},
+                 pixel_format=order)
     with running(cam, shm_root) as (_, reader, _r):
         wait_until(lambda: reader.health().frames >= 5, 30, 0.02, "5 frames")
         with reader.acquire_latest() as lease:

@@ -50,7 +50,7 @@ def test_the_ring_is_made_for_the_probed_size_and_status_says_it(video: Path, sh
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     configured = _sizeless({"type": "file", "path": str(video)}, fps=15)
     with pytest.raises(SizeNotResolved):
-        configured.frame_size
+        _ = configured.frame_size
     with caplog.at_level(logging.INFO, logger="appliance.capture.probe"):
         (camera,) = resolve_sizes([configured])
     assert camera.frame_size == (320, 240)

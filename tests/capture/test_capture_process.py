@@ -110,7 +110,8 @@ def test_leftovers_of_a_killed_supervisor_are_reclaimed(camera, video, shm_root,
     script = tmp_path / "supervisor.py"
     script.write_text(_CRASHING_SUPERVISOR)
     sup = subprocess.Popen(
-        [sys.executable, str(script), json.dumps(cam.model_dump(mode="json")), str(shm_root)], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(script), json.dumps(cam.model_dump(mode="json")), str(shm_root)], stdout=subprocess.PIPE,
+        text=True
     )
     try:
         child = int(sup.stdout.readline())

@@ -6,8 +6,6 @@ when). A recording file camera runs through the whole appliance in tests/supervi
 from __future__ import annotations
 
 import shutil
-import threading
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -104,8 +102,8 @@ def test_a_full_disk_stops_recording_with_a_reason_never_the_frames(tmp_path):
     recorder = SegmentRecorder(tmp_path / "rec", RecordConfig(enabled=True, min_free_gb=min(free_gb + 100, 10_000)),
                                "cam0")
     recorder.start()
-    source = AvCapture(str(video), packets=PacketFanout([recorder], recorder), is_file=True, loop=True, realtime=False, width=320,
-                       height=240, pixel_format="bgr", resize=False)
+    source = AvCapture(str(video), packets=PacketFanout([recorder], recorder), is_file=True, loop=True, realtime=False,
+                       width=320, height=240, pixel_format="bgr", resize=False)
     source.open()
     out = np.empty((240, 320, 3), np.uint8)
     for _ in range(45):  # past the 2 s file's end: it loops

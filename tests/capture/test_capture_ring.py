@@ -70,7 +70,8 @@ def test_lease_is_a_zero_copy_view_on_the_slot_with_metadata(ring):
     seq = put(writer, 7)
     lease = reader.acquire_latest()
     assert lease.meta.seq == seq == 1
-    assert (lease.meta.camera_id, lease.meta.width, lease.meta.height, lease.meta.pixel_format) == ("cam0", 64, 48, "bgr")
+    meta = lease.meta
+    assert (meta.camera_id, meta.width, meta.height, meta.pixel_format) == ("cam0", 64, 48, "bgr")
     assert before <= lease.meta.t_mono <= time.monotonic()
     assert abs(lease.meta.t_utc - time.time()) < 60
     assert lease.array.shape == (48, 64, 3) and lease.array.dtype == np.uint8
@@ -228,7 +229,7 @@ def test_a_crashed_owners_leftover_is_reclaimed_and_a_live_owner_is_respected(sh
         proc.join(60)
     assert path.exists()
     inode = path.stat().st_ino
-    with create_ring(path, GEOM, "left") as owner:  # same geometry: reused in place
+    with create_ring(path, GEOM, "left"):  # same geometry: reused in place
         assert path.stat().st_ino == inode and RingReader(path).health().state == CaptureState.IDLE
     assert not path.exists()
 

@@ -112,8 +112,8 @@ def test_a_dead_runs_directory_is_reclaimed_a_live_ones_and_foreign_ones_kept(sh
     open_dir.rmdir()
 
 
-def test_a_start_whose_new_folder_another_starts_cleanup_removes_makes_another(shm_root: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_start_whose_new_folder_another_starts_cleanup_removes_makes_another(
+        shm_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Between making its folder and locking it, another instance's cleanup may find it unlocked and remove it."""
     made: list[str] = []
     real_mkdtemp = tempfile.mkdtemp

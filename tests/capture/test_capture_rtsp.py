@@ -97,7 +97,8 @@ def test_http_stream(camera, long_video, shm_root):
 
     url = f"http://127.0.0.1:{free_port()}/cam.ts"
     server = subprocess.Popen(
-        ["ffmpeg", "-nostdin", "-loglevel", "error", "-re", "-i", str(long_video), "-c", "copy", "-f", "mpegts", "-listen", "1", url],
+        ["ffmpeg", "-nostdin", "-loglevel", "error", "-re", "-i", str(long_video), "-c", "copy", "-f", "mpegts",
+         "-listen", "1", url],
         stdin=subprocess.DEVNULL,
     )
     cam = camera({"type": "rtsp", "url": url, "open_timeout_s": 5})

@@ -104,7 +104,8 @@ def test_image_folder_resized_in_name_order_and_looping(camera, images_dir):
 
 
 def test_image_folder_in_rgb(camera, images_dir):
-    source = opened(camera({"type": "images", "path": str(images_dir), "realtime": False}, resize=True, pixel_format="rgb"))
+    source = opened(camera({"type": "images", "path": str(images_dir), "realtime": False}, resize=True,
+                           pixel_format="rgb"))
     out = frame()
     source.read_into(out)
     dog = cv2.resize(cv2.imread(str(images_dir / "dog.jpg")), (320, 240), interpolation=cv2.INTER_AREA)
@@ -114,7 +115,8 @@ def test_image_folder_in_rgb(camera, images_dir):
 
 def test_image_of_another_size_without_resize_is_a_config_error(camera, images_dir):
     source = opened(camera({"type": "images", "path": str(images_dir), "realtime": False}))
-    with pytest.raises(SourceConfigError, match="image .*dog.jpg delivers 768x576 frames .* configured for 320x240; .*resize: true"):
+    with pytest.raises(SourceConfigError,
+                       match="image .*dog.jpg delivers 768x576 frames .* configured for 320x240; .*resize: true"):
         source.read_into(frame())
     source.close()
 

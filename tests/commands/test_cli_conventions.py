@@ -16,7 +16,7 @@ import pytest
 
 from appliance.appconfig.demo import DEMO_CONFIG
 from appliance.commands.bench import bench_names
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.commands.main import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]

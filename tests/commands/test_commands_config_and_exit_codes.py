@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from appliance.appconfig.demo import DEMO_CONFIG
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 
 REPO = Path(__file__).resolve().parents[2]
 BROKEN = "device: {id: dev1}\ncameras: []\nmqtt: {host: localhost}\n"

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from appliance.commands.exitcodes import ExitCode
+from appliance.exitcodes import ExitCode
 from appliance.commands.main import main
 from appliance.commands.reload import format_outcome
 from appliance.supervisor.reloadstate import appliance_pid

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from appliance.health.server import HealthServer
+from appliance.health.routes import health_routes
+from appliance.webserver.server import WebServer
 from appliance.commands.status import format_bytes, format_duration, format_status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ def test_status_prints_a_readable_summary_and_exit_code_follows_health() -> None
     summary = {"ok": True, "triton_ready": True, "status": "1/1 cameras streaming, 2.0 inferences/s, mqtt connected",
                "cameras": {"line1": {"state": "streaming", "size": "768x576", "inferred": 40, "skipped": 2,
                                      "errors": 0}}}
-    server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: summary)
+    server = WebServer("127.0.0.1", 0, health_routes(lambda: b"", lambda: summary))
     try:
         result = _status(f"http://127.0.0.1:{server.port}")
         assert result.returncode == 0, result.stderr
@@ -64,8 +65,8 @@ FULL = {
     "version": "0.1.0", "uptime_s": 7925.4,
     "inference": {"inferred": 9430, "per_s": 2.05, "per_s_since_start": 1.19,
                   "latency_ms": {"p50": 41.4, "p99": 187.6, "frames": 9430}},
-    "spool": {"mqtt": "connecting", "broker": "[fd00::7]:8883", "backlog": 1532, "bytes": 3 * 1024 * 1024 + 300 * 1024, "acked": 7890,
-              "dropped": 7},
+    "spool": {"mqtt": "connecting", "broker": "[fd00::7]:8883", "backlog": 1532, "bytes": 3 * 1024 * 1024 + 300 * 1024,
+              "acked": 7890, "dropped": 7},
     "engine": {"model": "yolov3-tiny", "state": "built", "builder": "tensorrt", "triton_kind": "tensorrt_plan",
                "precision": "fp16", "key": "0123456789abcdef", "build_s": 412.3},
     "ota": {"active": "1.4.0", "version_floor": "1.3.0", "state": "active", "version": "1.4.0",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from support.ports import free_port
 
-from appliance.health.server import HealthServer
+from appliance.health.routes import health_routes
+from appliance.webserver.server import WebServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,7 +30,7 @@ def test_status_reads_the_health_address_from_the_config(tmp_path: Path) -> None
     assert silent.returncode == 3, silent.stderr
     assert f"no answer from http://127.0.0.1:{port} (health.host and health.port of {config}" in silent.stderr
     summary = {"ok": True, "status": "asked at the config's port"}
-    server = HealthServer("127.0.0.1", port, lambda: b"", lambda: summary)
+    server = WebServer("127.0.0.1", port, health_routes(lambda: b"", lambda: summary))
     try:
         answered = status()
         assert answered.returncode == 0 and json.loads(answered.stdout) == summary, answered.stderr

@@ -159,7 +159,8 @@ def test_an_error_inside_a_merged_mapping_points_at_the_line_in_the_anchor(tmp_p
     ("cameras: []\na: !foo 1\n", "F:2: a: cannot read this value: could not determine a constructor for the tag "
                                  "'!foo'"),
     ("cameras: []\na: !!python/name:os.system x\n", "F:2: a: cannot read this value: could not determine a "
-                                                    "constructor for the tag 'tag:yaml.org,2002:python/name:os.system'"),
+                                                    "constructor for the tag "
+                                                    "'tag:yaml.org,2002:python/name:os.system'"),
     ("cameras: []\na: !!set {x: null}\n", "F:2: a: YAML tag 'tag:yaml.org,2002:set' is not supported here "
                                          "(write a plain mapping or list)"),
     ("cameras: []\na: &x [*x]\n", "F:2: a.0: an alias refers to a mapping or list that contains it (a cycle)"),

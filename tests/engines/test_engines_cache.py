@@ -102,7 +102,7 @@ def _failed_verification(engine: Path, manifest: Path) -> None:
 def test_damaged_entry_is_detected_and_rebuilt(env: EngineEnv, damage, caplog: pytest.LogCaptureFixture) -> None:
     built = env.manager().ensure(env.profile())
     damage(built.engine_path, built.manifest_path)
-    caplog.set_level("WARNING", logger="appliance.engines")
+    caplog.set_level("WARNING", logger="appliance.detector.engines")
     again = env.manager().ensure(env.profile())
     assert not again.cache_hit and again.key == built.key
     assert any("unusable" in r.getMessage() for r in caplog.records)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +118,7 @@ def test_fp16_without_its_gate_frames_builds_fp32_and_says_why(tmp_path: Path, m
                                                                caplog: pytest.LogCaptureFixture) -> None:
     """The Jetson first boot without the sample video: fp16 cannot be gated, so fp32 is served, not nothing."""
     events: list[ProgressEvent] = []
-    with caplog.at_level(logging.WARNING, "appliance.engines"):
+    with caplog.at_level(logging.WARNING, "appliance.detector.engines"):
         engine = _manager(tmp_path, models_without_sample, ReducedPrecisionStandIn(), events).ensure(
             _shipped(tmp_path))
     missing = models_without_sample / "sample" / "sample.mp4"

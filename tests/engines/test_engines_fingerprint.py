@@ -120,7 +120,7 @@ class _UpgradedOnnxRuntime(OnnxRuntimeBuilder):
 
 def test_toolchain_upgrade_rebuilds_and_logs_what_changed(env: EngineEnv, caplog: pytest.LogCaptureFixture) -> None:
     first = env.manager().ensure(env.profile())
-    caplog.set_level("INFO", logger="appliance.engines")
+    caplog.set_level("INFO", logger="appliance.detector.engines")
     upgraded_root = write_jetson_tree(env.root / "upgraded", l4t=("36", "4.0"), jetpack="6.1+b123")
     second = env.manager(builder=_UpgradedOnnxRuntime(), device_root=upgraded_root).ensure(env.profile())
     assert not second.cache_hit and second.key != first.key

@@ -1,6 +1,6 @@
-"""The build's graph step (appliance.detector.engines.ingraph): which graph each builder and precision turns into an engine,
-the wrap spec in the cache key, the real detector built wrapped on ONNX Runtime, an unwrappable model built as it
-is with the reason recorded, and the TensorRT variant (EfficientNMS) handed to the TensorRT builder, which runs
+"""The build's graph step (appliance.detector.engines.ingraph): which graph each builder and precision turns into an
+engine, the wrap spec in the cache key, the real detector built wrapped on ONNX Runtime, an unwrappable model built as
+it is with the reason recorded, and the TensorRT variant (EfficientNMS) handed to the TensorRT builder, which runs
 here against the recording stand-in (tests/engines/trt_standin.py); real TensorRT builds are `gpu` tests."""
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_a_model_that_cannot_be_wrapped_is_built_as_it_is_and_says_why(tmp_path:
     (models / "yolov3-tiny" / "model.onnx").symlink_to(REPO / ".models" / "yolov3-tiny" / "model.onnx")
     env = dataclasses.replace(env, models=models)
     wrong = processing.model_copy(update={"classes": ["a", "b", "c"]})  # the 80-class head does not fit
-    with caplog.at_level(logging.INFO, logger="appliance.engines"):
+    with caplog.at_level(logging.INFO, logger="appliance.detector.engines"):
         engine = env.manager().ensure(shipped, model_profile=wrong)
     assert not engine.in_graph and engine.verification.startswith("passed")
     assert [t["name"] for t in engine.inputs] == ["images"]

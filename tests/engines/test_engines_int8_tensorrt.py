@@ -66,7 +66,8 @@ def test_it_passes_the_checker_and_keeps_tensorrt_rules(artifact: tuple[Path, di
     convs = {n.name: producers.get(n.input[1]) for n in model.graph.node if n.op_type == "Conv"}
     float_convs = {name for name in shipped.quantization.float_nodes if name.startswith("conv")}
     assert len(convs) == 13 and {n for n, src in convs.items() if src != "DequantizeLinear"} == float_convs
-    assert [i.name for i in model.graph.input] == [FRAME_INPUT] and [o.name for o in model.graph.output] == list(OUTPUTS)
+    assert [i.name for i in model.graph.input] == [FRAME_INPUT]
+    assert [o.name for o in model.graph.output] == list(OUTPUTS)
     assert [n.op_type for n in model.graph.node].count("EfficientNMS_TRT") == 1
     assert details["quantized"]["int8_convs"] == 10  # type: ignore[index]
 

@@ -29,7 +29,7 @@ def test_report_reaches_systemd_log_and_callback(tmp_path: Path, caplog: pytest.
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(path)
         reporter = ProgressReporter(Notifier({"NOTIFY_SOCKET": path}), events.append, extend_s=120)
-        caplog.set_level("INFO", logger="appliance.engines")
+        caplog.set_level("INFO", logger="appliance.detector.engines")
         reporter.report("det", "build", 42.4, "tactic selection")
         messages = _drain(sock)
     assert messages == ["STATUS=engines: det build 42% - tactic selection\nEXTEND_TIMEOUT_USEC=120000000"]
@@ -39,7 +39,7 @@ def test_report_reaches_systemd_log_and_callback(tmp_path: Path, caplog: pytest.
 
 def test_log_is_throttled_but_phase_changes_always_log(caplog: pytest.LogCaptureFixture) -> None:
     reporter = ProgressReporter(Notifier({}), log_every_percent=10)
-    caplog.set_level("INFO", logger="appliance.engines")
+    caplog.set_level("INFO", logger="appliance.detector.engines")
     for pct in (10, 11, 12, 13, 25, 26):
         reporter.report("det", "build", pct)
     reporter.report("det", "verify", 80)
@@ -83,7 +83,7 @@ def test_heartbeat_stops_after_its_limit(caplog: pytest.LogCaptureFixture) -> No
     events: list[ProgressEvent] = []
     reporter = ProgressReporter(Notifier({}), events.append, heartbeat_s=0.01, heartbeat_limit_s=100, clock=clock)
     reporter.report("det", "build", 10)
-    caplog.set_level("ERROR", logger="appliance.engines")
+    caplog.set_level("ERROR", logger="appliance.detector.engines")
     with reporter.heartbeat():
         for _ in range(3000):
             if "no longer extending the start timeout" in caplog.text:

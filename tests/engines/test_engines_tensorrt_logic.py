@@ -156,7 +156,7 @@ def test_unusable_timing_cache_is_ignored_with_a_warning(env: EngineEnv, gpu: St
                                                          caplog: pytest.LogCaptureFixture) -> None:
     cache_file = Path(_build(env)["timing_cache"])
     cache_file.write_bytes(stale)
-    caplog.set_level(logging.WARNING, logger="appliance.engines.tensorrt")
+    caplog.set_level(logging.WARNING, logger="appliance.detector.engines.builders.trt")
     details = _build(env)
     assert details["timing_cache_reused"] is False
     assert any("unreadable or does not match this device; starting a new one" in r.getMessage() and str(cache_file) in

@@ -215,8 +215,9 @@ class Builder:
     def build_serialized_network(self, network: Network, config: BuilderConfig) -> bytes | None:
         precision_flags = config.flags & {BuilderFlag.FP16, BuilderFlag.INT8}
         if network.strongly_typed and precision_flags:
-            self._logger.log(ILogger.ERROR, "IBuilder::buildSerializedNetwork: Error Code 3: API Usage Error "  # type: ignore[attr-defined]
-                             f"(Parameter check failed, condition: !config.getFlag(BuilderFlag::k{min(precision_flags)}). )")
+            message = ("IBuilder::buildSerializedNetwork: Error Code 3: API Usage Error (Parameter check failed, "
+                       f"condition: !config.getFlag(BuilderFlag::k{min(precision_flags)}). )")
+            self._logger.log(ILogger.ERROR, message)  # type: ignore[attr-defined]
             return None
         monitor = config.progress_monitor
         if monitor is not None:  # one top-level phase of 2 steps with a nested phase, as TensorRT nests them

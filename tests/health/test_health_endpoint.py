@@ -15,7 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.wait import wait_until
 
 from appliance.health.metrics import ApplianceMetrics
-from appliance.health.server import HealthServer
+from appliance.health.routes import health_routes
+from appliance.webserver.limits import Limits
+from appliance.webserver.server import WebServer
 from appliance.health.system import SystemMonitor
 
 
@@ -78,7 +80,8 @@ def test_endpoint_serves_our_metrics_and_triton_text_and_health_status(jetson_ro
     metrics.stage_latency.labels(stage="detector").observe(0.03)
     triton_text = "# HELP nv_inference_count x\n# TYPE nv_inference_count counter\nnv_inference_count{model=\"d\"} 7\n"
     state = {"ok": True}
-    server = HealthServer("127.0.0.1", 0, lambda: metrics.render() + triton_text.encode(), lambda: dict(state))
+    server = WebServer("127.0.0.1", 0, health_routes(lambda: metrics.render() + triton_text.encode(),
+                                                     lambda: dict(state)))
     try:
         code, body = _get(f"http://127.0.0.1:{server.port}/metrics")
         assert code == 200
@@ -106,9 +109,9 @@ def test_a_failing_collector_gives_a_plain_500_the_detail_goes_to_the_log(caplog
             raise RuntimeError("triton metrics unavailable at /opt/secret/path")
         return b"ok 1\n"
 
-    server = HealthServer("127.0.0.1", 0, flaky, lambda: {"ok": True})
+    server = WebServer("127.0.0.1", 0, health_routes(flaky, lambda: {"ok": True}))
     try:
-        with caplog.at_level(logging.ERROR, logger="appliance.health.server"):
+        with caplog.at_level(logging.ERROR, logger="appliance.webserver.server"):
             assert _get(f"http://127.0.0.1:{server.port}/metrics") == (500, "internal error: see the appliance's log\n")
         assert _get(f"http://127.0.0.1:{server.port}/metrics") == (200, "ok 1\n")
     finally:
@@ -117,7 +120,8 @@ def test_a_failing_collector_gives_a_plain_500_the_detail_goes_to_the_log(caplog
 
 
 def test_connections_past_the_limit_get_503_and_silent_ones_time_out() -> None:
-    server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: {"ok": True}, max_connections=2, timeout_s=0.5)
+    server = WebServer("127.0.0.1", 0, health_routes(lambda: b"", lambda: {"ok": True}),
+                       limits=Limits(connections_total=2, head_timeout_s=0.5))
     silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(2)]
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as third:
@@ -136,8 +140,8 @@ def test_a_taken_port_is_retried_until_it_is_free(caplog: pytest.LogCaptureFixtu
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     port = blocker.getsockname()[1]
-    with caplog.at_level(logging.INFO, logger="appliance.health.server"):
-        server = HealthServer("127.0.0.1", port, lambda: b"", lambda: {"ok": True}, retry_s=0.05)
+    with caplog.at_level(logging.INFO, logger="appliance.webserver.server"):
+        server = WebServer("127.0.0.1", port, health_routes(lambda: b"", lambda: {"ok": True}), retry_s=0.05)
         try:
             assert server.port is None
             assert f"cannot listen on 127.0.0.1:{port}" in caplog.text and "trying again every 0.05 s" in caplog.text
@@ -153,7 +157,8 @@ def test_closing_while_the_port_is_taken_stops_the_retries() -> None:
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
-        server = HealthServer("127.0.0.1", blocker.getsockname()[1], lambda: b"", lambda: {"ok": True}, retry_s=0.05)
+        server = WebServer("127.0.0.1", blocker.getsockname()[1], health_routes(lambda: b"", lambda: {"ok": True}),
+                           retry_s=0.05)
         server.close()
         assert server.port is None and not any(t.name == "health-bind" for t in threading.enumerate())
 

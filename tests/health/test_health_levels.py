@@ -14,7 +14,8 @@ from support.smalldisk import fill, small_tmpfs
 
 from appliance import diskspace
 from appliance.health.levels import Readings, assess
-from appliance.health.server import HealthServer
+from appliance.health.routes import health_routes
+from appliance.webserver.server import WebServer
 
 STREAMING = {"state": "streaming"}
 
@@ -45,7 +46,7 @@ def _get(url: str) -> tuple[int, dict[str, Any]]:
 def test_livez_follows_the_frame_path_and_readyz_the_level() -> None:
     summary: dict[str, Any] = {"ok": True, "level": "degraded", "live": True,
                                "reasons": ["camera b is error: could not open rtsp://cam-b/"]}
-    server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: summary)
+    server = WebServer("127.0.0.1", 0, health_routes(lambda: b"", lambda: summary))
     base = f"http://127.0.0.1:{server.port}"
     try:
         assert _get(f"{base}/livez") == (200, {"ok": True, "level": "degraded", "reasons": summary["reasons"]})

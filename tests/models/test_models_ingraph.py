@@ -52,7 +52,7 @@ def test_wrapped_real_network_matches_the_opencv_reference(layout, profile, refe
     canvases, boxes = zip(*(pre.canvas(img, "BGR") for img in images.values()))
     out = _run(session, np.stack(canvases))  # all six frames in one batch: per-item packing is exercised
     total = 0
-    for i, (name, img) in enumerate(images.items()):
+    for i, img in enumerate(images.values()):
         det = post.final(out["BOXES"][i], out["SCORES"][i], out["CLASSES"][i], out["COUNT"][i], boxes[i])
         ref = reference.detect(img, prof.thresholds.score, prof.thresholds.iou, prof.thresholds.max_detections)
         assert_same_detections(ref, det.boxes, det.scores, det.class_ids)

@@ -34,7 +34,7 @@ def test_rgb_frame_gives_the_same_tensor_as_bgr(profile, images) -> None:
 def test_detections_match_the_opencv_reference(profile, reference, images, session) -> None:
     pre, post = Preprocessor(profile), Postprocessor(profile)
     total = 0
-    for name, img in images.items():
+    for img in images.values():
         tensor, lb = pre.frame(img, "BGR")
         raw = session.run(None, {"images": tensor[None]})[0][0]
         det = post(raw, lb)
@@ -58,7 +58,8 @@ def test_normalization_mean_std_and_nhwc(profile, images) -> None:
         "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "layout": "NHWC"})})
     tensor, lb = Preprocessor(custom).frame(images["eagle"], "BGR")
     canvas = np.full((416, 416, 3), profile.input.pad_value, np.uint8)
-    canvas[lb.pad_y:lb.pad_y + lb.new_h, lb.pad_x:lb.pad_x + lb.new_w] = cv2.resize(images["eagle"], (lb.new_w, lb.new_h))
+    resized = cv2.resize(images["eagle"], (lb.new_w, lb.new_h))
+    canvas[lb.pad_y:lb.pad_y + lb.new_h, lb.pad_x:lb.pad_x + lb.new_w] = resized
     rgb = canvas[:, :, ::-1].astype(np.float64) / 255.0
     expected = (rgb - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
     assert tensor.shape == (416, 416, 3)

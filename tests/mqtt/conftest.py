@@ -1,5 +1,5 @@
-"""MQTT test fixtures: a factory of recording subscribers (support.subscriber, closed afterwards); the real mosquitto per test,
-``broker``, is shared (tests/conftest.py). Helpers shared by the test modules are in mqtt_helpers.py."""
+"""MQTT test fixtures: a factory of recording subscribers (support.subscriber, closed afterwards); the real mosquitto
+per test, ``broker``, is shared (tests/conftest.py). Helpers shared by the test modules are in mqtt_helpers.py."""
 
 from __future__ import annotations
 

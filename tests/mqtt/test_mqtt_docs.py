@@ -49,7 +49,7 @@ def test_reply_examples_name_documented_commands() -> None:
     text = MQTT_DOC.read_text()
     replies = [json.loads(body) for name, body in EXAMPLE.findall(text) if name == "command_reply"]
     commands = documented_commands()
-    assert commands  # the running appliance's list is compared with it in tests/supervisor/test_supervisor_message_seq.py
+    assert commands  # the running appliance's list is compared with it: tests/supervisor/test_supervisor_message_seq.py
     for reply in replies:
         if reply["ok"]:
             assert reply["command"] in commands, reply

@@ -1,4 +1,4 @@
-"""appliance.mqtt.localbroker.LocalBroker as the benchmarks use it (no log file, anonymous): a real mosquitto that
+"""appliance.harness.localbroker.LocalBroker as the benchmarks use it (no log file, anonymous): a real mosquitto that
 a real client publishes through, and a start that fails is reported and leaves nothing running."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support.subscriber import Subscriber
 
-from appliance.mqtt.localbroker import LocalBroker, LocalBrokerError
+from appliance.harness.localbroker import LocalBroker, LocalBrokerError
 
 
 def test_a_local_broker_carries_a_message_and_stops(tmp_path: Path) -> None:

@@ -229,7 +229,8 @@ def test_set_aside_moves_one_message_out_of_the_queue_and_keeps_it(tmp_path: Pat
     reopened.close()
     with sqlite3.connect(str(path)) as db:
         rows = db.execute("SELECT id, payload, set_at, reason FROM set_aside").fetchall()
-    assert [(r[0], seq_of(bytes(r[1])), r[2], r[3]) for r in rows] == [(2, 1, 1000.0, "broker closed the connection 5 times")]
+    assert [(r[0], seq_of(bytes(r[1])), r[2], r[3]) for r in rows] == [
+        (2, 1, 1000.0, "broker closed the connection 5 times")]
 
 
 def test_set_aside_messages_are_listed_and_requeued_at_the_end_in_their_order(tmp_path: Path) -> None:

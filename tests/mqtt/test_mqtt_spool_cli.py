@@ -72,7 +72,8 @@ def test_list_then_requeue_and_the_next_publisher_delivers_it(tmp_path: Path, br
     assert [json.loads(m.payload)["seq"] for m in sub.on_topic("detections")] == [0, 2, 1]  # requeued: at the end
 
 
-def test_requeue_refused_list_read_while_the_appliance_holds_the_spool_and_unknown_ids(tmp_path: Path, broker: Mosquitto) -> None:
+def test_requeue_refused_list_read_while_the_appliance_holds_the_spool_and_unknown_ids(tmp_path: Path,
+                                                                                       broker: Mosquitto) -> None:
     config = _config(tmp_path, broker)
     spool_path = tmp_path / "state" / "mqtt-spool.sqlite3"
     assert "no spool at" in _cli("list", "--config", str(config)).stderr

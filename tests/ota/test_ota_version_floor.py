@@ -89,7 +89,7 @@ def test_the_floor_is_durable_survives_a_restart_and_a_damaged_one_refuses(tmp_p
                                                                           tiny_source) -> None:
     state = tmp_path / "state"
     old = sign(tiny_source("1"), "1.bundle")
-    for version, bundle in (("1", old), ("2", sign(tiny_source("2"), "2.bundle"))):
+    for bundle in (old, sign(tiny_source("2"), "2.bundle")):
         m = ota_manager(state, keys.trusted(), base_spec=offline_base, health=NO_WATCH)
         assert m.install(bundle)["state"] == "active"
     store = OtaStore(state)

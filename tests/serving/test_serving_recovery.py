@@ -74,7 +74,7 @@ def test_failed_reloads_back_off_then_a_crash_loop_is_reported_and_retried_at_th
         caplog: pytest.LogCaptureFixture) -> None:
     clock, reloads, metrics = Clock(), Reloads(failures=100), ApplianceMetrics()
     recovery = _recovery(reloads, clock, metrics)
-    caplog.set_level(logging.WARNING, "appliance.supervisor")
+    caplog.set_level(logging.WARNING, "appliance.detector.serving.recovery")
     recovery.step(BASE, [DEAD])  # failure 1 (found dead), immediate reload fails: failure 2
     assert len(reloads.calls) == 1 and recovery.state is PipelineState.RECOVERING
     assert recovery.drop_reason() == "recovering"

@@ -66,7 +66,8 @@ def test_a_reload_of_the_routed_version_goes_ahead(tmp_path: Path) -> None:
     route = _route("1")
     server = ModelControlLog()
     router = Router(route)
-    reloader = TritonReloader(server, NoFaults(), router.current, TritonSwitcher(server, tmp_path, router).model_control)
+    control = TritonSwitcher(server, tmp_path, router).model_control
+    reloader = TritonReloader(server, NoFaults(), router.current, control)
     reloader(route, ["ota-1-detector"])
     assert server.calls == [("reload", "ota-1-detector")]
 

@@ -7,22 +7,12 @@ docs/sparkplug.md, "Conformance"."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import paho.mqtt.client as paho
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.properties import Properties
-from paho.mqtt.packettypes import PacketTypes
 
-from appliance.mqtt.config import MqttConfig
-from appliance.sparkplug.node import EdgeNode
-from appliance.sparkplug.payload import DataType
-from appliance.sparkplug.reports import Readings
 from support.mosquitto import Mosquitto
-from support.sparkplugsession import CLIENT_ID, GROUP, HOST, NODE, STATE, Life, Script, Seen
-from support.subscriber import Subscriber
+from support.sparkplugsession import CLIENT_ID, GROUP, NODE, STATE, Life, Script, Seen
 from support.sparkplug_b import DATATYPES, parse
 from support.tahu import TahuCodec
 

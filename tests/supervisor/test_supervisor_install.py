@@ -49,7 +49,8 @@ def test_installed_tree_checks_its_config_finds_triton_and_builds_the_engine(tmp
     _operator_commands_find_the_installed_config_and_state(dest, bin_)
     # The installed units reference the installed venv and verify against it.
     for unit in ("appliance.service", "appliance-build-engines.service"):
-        text = (dest / "etc/systemd/system" / unit).read_text().replace("/opt/appliance/venv", str(dest / "opt/appliance/venv"))
+        text = (dest / "etc/systemd/system" / unit).read_text().replace("/opt/appliance/venv",
+                                                                         str(dest / "opt/appliance/venv"))
         staged = tmp_path / unit
         staged.write_text(text)
         verify = subprocess.run(["systemd-analyze", "verify", str(staged)], capture_output=True, text=True,
@@ -59,8 +60,8 @@ def test_installed_tree_checks_its_config_finds_triton_and_builds_the_engine(tmp
 
 def _operator_commands_find_the_installed_config_and_state(dest: Path, bin_: Path) -> None:
     """An operator's shell has none of the unit's APPLIANCE_* variables and gives no flags: `ota status`,
-    `spool list`, `check-config` (with its Triton) and `status` still find /etc/appliance/appliance.yaml and /var/lib/appliance (here
-    under DESTDIR), not the source copy's own .state or the bundled demo config."""
+    `spool list`, `check-config` (with its Triton) and `status` still find /etc/appliance/appliance.yaml and
+    /var/lib/appliance (here under DESTDIR), not the source copy's own .state or the bundled demo config."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
     state = dest / "var/lib/appliance"
     spool = Spool(state / "mqtt-spool.sqlite3", SpoolConfig())  # what the appliance leaves after a run

@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-L4T = "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, DATE: Wed Jan  8 01:49:37 UTC 2025\n"
+L4T = ("# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, "
+       "DATE: Wed Jan  8 01:49:37 UTC 2025\n")
 
 
 def _install(tmp_path: Path, triton: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import pytest
 from asyncua import Client, ua
 from support.mosquitto import Mosquitto
 from support.ports import free_port

@@ -91,8 +91,9 @@ def test_the_mqtt_session_settings_reconnect_and_its_topics_spool_and_commands_n
     new = _doc()
     new["mqtt"] = {"hosts": [{"host": "b1"}, {"host": "b2", "port": 8883}], "client_id": "line-7", "keepalive_s": 10,
                    "qos": {"detections": 0, "replies": 0}, "tls": {"check_hostname": False}, "inflight_window": 5,
-                   "backoff": {"max_s": 5}, "health_interval_s": 10, "protocol": "5", "username": "u", "password_file": "/p",
-                   "device_id": "other", "spool": {"max_bytes": 100000}, "commands": {"require_signature": False}}
+                   "backoff": {"max_s": 5}, "health_interval_s": 10, "protocol": "5", "username": "u",
+                   "password_file": "/p", "device_id": "other", "spool": {"max_bytes": 100000},
+                   "commands": {"require_signature": False}}
     plan = _plan(_doc(), new)
     assert set(plan.mqtt) == {"mqtt.hosts", "mqtt.client_id", "mqtt.keepalive_s", "mqtt.qos.detections",
                               "mqtt.qos.replies", "mqtt.tls", "mqtt.inflight_window", "mqtt.backoff.max_s",

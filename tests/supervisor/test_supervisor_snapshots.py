@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from appliance.analytics.config import SnapshotConfig
-from appliance.health.server import HealthServer
+from appliance.health.routes import health_routes
+from appliance.web.files import snapshot_routes
+from appliance.webserver.server import WebServer
 from appliance.analytics.draw import DrawnBox
 from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
 
@@ -43,10 +45,11 @@ def _save(store: SnapshotStore, jobs: list[SnapshotJob]) -> list[bytes]:
 
 
 class Http:
-    """The health server serving ``store``'s routes, as the appliance wires it."""
+    """The HTTP server serving ``store``'s snapshots, as the appliance wires it with the page off."""
 
     def __init__(self, store: SnapshotStore) -> None:
-        self.server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: {"ok": True}, store.http)
+        routes = health_routes(lambda: b"", lambda: {"ok": True}) + snapshot_routes(store)
+        self.server = WebServer("127.0.0.1", 0, routes)
 
     def get(self, path: str) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=10)

@@ -24,7 +24,8 @@ pytestmark = [
 def test_the_daemon_is_an_edge_node_and_its_camera_a_device(tmp_path: Path, shm_root: Path,
                                                            broker: Mosquitto, engine_seed: Path) -> None:
     config = write_config(tmp_path, broker, shm_root, make_camera_dir(tmp_path), engine_seed=engine_seed)
-    config.write_text(config.read_text().replace("mqtt:\n", "mqtt:\n  sparkplug: {group_id: plant1, interval_s: 0.5}\n"))
+    sparkplug = "mqtt:\n  sparkplug: {group_id: plant1, interval_s: 0.5}\n"
+    config.write_text(config.read_text().replace("mqtt:\n", sparkplug))
     node = device_of(config)
     sub = SparkplugSubscriber(broker, "spBv1.0/plant1/#")
     daemon = RunningDaemon(tmp_path, config, REPO)

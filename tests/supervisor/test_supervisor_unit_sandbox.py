@@ -77,7 +77,8 @@ def test_network_sources_need_inet_families() -> None:
                         "RestrictAddressFamilies=AF_UNIX AF_NETLINK")
     assert unit != UNIT
     for name in ("rtsp", "gige", "rtsp-hw-decode"):
-        assert "address family AF_INET is not in RestrictAddressFamilies=" in gaps(unit, needs(_source(DOCUMENTED[name])))
+        found = gaps(unit, needs(_source(DOCUMENTED[name])))
+        assert "address family AF_INET is not in RestrictAddressFamilies=" in found
 
 
 def test_a_video_under_home_is_hidden_by_protect_home() -> None:

@@ -20,7 +20,8 @@ SCREENSHOTS_ENV = "APPLIANCE_UI_SCREENSHOTS"  # e.g. docs/images: screenshots ar
 def chromium(width: int = 1400, height: int = 900) -> webdriver.Chrome:
     """A fresh headless Chromium; fails with what to run when the packages are missing."""
     for path in (CHROMIUM, CHROMEDRIVER):
-        assert path.is_file(), f"{path} is missing: run scripts/setup-test-tools.sh (scripts/setup-test.d/50-browser.sh)"
+        assert path.is_file(), \
+            f"{path} is missing: run scripts/setup-test-tools.sh (scripts/setup-test.d/50-browser.sh)"
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",

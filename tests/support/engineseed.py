@@ -29,7 +29,8 @@ def seed_root(session_tmp: Path) -> Path:
 def build_seed(root: Path) -> Path:
     """A state directory under ``root`` holding a built and verified engine for the detector (built at most once
     per ``root``)."""
-    from appliance.detector.engines.manager import ensure_engines  # imported here: conftest loads this module everywhere
+    # imported here: conftest loads this module everywhere
+    from appliance.detector.engines.manager import ensure_engines
 
     ensure_engines(engines_dir(), state_dir=root, models_root=models_dir(), models=[MODEL])
     return root

@@ -1,4 +1,4 @@
-"""The operator's page served by the real HealthServer with the real page routes, site and event feed, filled
+"""The operator's page served by the real WebServer with the real page routes, site and event feed, filled
 with as many events as a test wants: the running appliance's feed is in its own process, and waiting for 500
 real events would take an hour of vtest.avi. Only the health summary is a stand-in (a camera list)."""
 
@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from appliance.health.server import HealthServer
+from appliance.health.routes import health_routes
+from appliance.webserver.server import WebServer
 from appliance.events import Event
 from appliance.supervisor.layouts import Layouts
 from appliance.supervisor.page import ApplianceSite
@@ -40,7 +41,7 @@ def page_with_events(state_dir: Path, counts: dict[str, int], start: float) -> I
     site = ApplianceSite({"id": "demo", "name": "demo"}, lambda: {"ok": True, "cameras": cameras},
                          Layouts([], state_dir, lambda: ["person"]), sorted(counts))
     routes = page_routes(site, Auth({}, open_access=True, session_s=60), LiveFrames(), feed)
-    server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: {"ok": True}, routes=routes)
+    server = WebServer("127.0.0.1", 0, health_routes(lambda: b"", lambda: {"ok": True}) + routes)
     try:
         assert server.port is not None
         yield server.port

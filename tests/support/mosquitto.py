@@ -1,4 +1,4 @@
-"""A real mosquitto broker for tests: appliance.mqtt.localbroker.LocalBroker (free loopback port, generated
+"""A real mosquitto broker for tests: appliance.harness.localbroker.LocalBroker (free loopback port, generated
 config, start / stop / kill / restart on the same port, wait until it accepts connections) plus what only tests
 need: a log file, TLS material (CA, server and client certificates), password files and persistence.
 
@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Mapping, Optional
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from appliance.mqtt.localbroker import LocalBroker
+from appliance.harness.localbroker import LocalBroker
 from support.ports import free_port
 from support.wait import wait_until
 
@@ -120,7 +120,7 @@ def make_tls_material(directory: Path) -> TlsMaterial:
 
 
 class Mosquitto(LocalBroker):
-    """appliance.mqtt.localbroker.LocalBroker with what tests need on top: a log file in ``workdir`` (every
+    """appliance.harness.localbroker.LocalBroker with what tests need on top: a log file in ``workdir`` (every
     log type, connection messages), no cap on queued messages, and optional TLS, passwords and persistence."""
 
     def __init__(self, workdir: Path, *, port: Optional[int] = None, tls: Optional[TlsMaterial] = None,

@@ -16,7 +16,8 @@ def box_at(x_bottom: float, y_bottom: float = 300.0, w: float = 40.0, h: float =
     return [x_bottom - w / 2, y_bottom - h, x_bottom + w / 2, y_bottom]
 
 
-def frame(*boxes: list[float], scores: list[float] | None = None, classes: list[int] | None = None) -> Detections:
+def frame(*boxes: list[float], scores: list[float] | None = None,
+          classes: list[int] | None = None) -> Detections:
     """One frame's detections: these boxes, score 0.9 and class 0 unless given."""
     n = len(boxes)
     return Detections.untracked(np.asarray(boxes, dtype=np.float32).reshape(n, 4),

@@ -54,7 +54,8 @@ def copy_models(dest: Path, model_dirs: Sequence[Path]) -> Path:
     """Copy model directories into a fresh repository ``dest`` and return it."""
     dest.mkdir(parents=True, exist_ok=True)
     for model in model_dirs:
-        shutil.copytree(model, dest / Path(model).name, ignore=shutil.ignore_patterns("__pycache__", "_appliance_site.py"))
+        shutil.copytree(model, dest / Path(model).name,
+                        ignore=shutil.ignore_patterns("__pycache__", "_appliance_site.py"))
     return dest
 
 

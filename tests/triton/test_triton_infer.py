@@ -411,7 +411,7 @@ def test_dropped_result_is_freed_without_waiting_for_gc(server: Server) -> None:
     while isinstance(owner.base, np.ndarray):
         owner = owner.base
     ref = weakref.ref(owner)
-    wait_until(lambda: fut._pending is None, WAIT, message="Triton to release the request")
+    wait_until(lambda f=fut: f._pending is None, WAIT, message="Triton to release the request")
     gc.disable()
     try:
         del y, owner, fut

@@ -54,7 +54,8 @@ def test_hook_puts_site_dirs_in_front_and_honours_pth_files(tmp_path: Path) -> N
     model = python_model(tmp_path / "repo", "pre")
     _, hook = pymodels.write_path_hook(model, [str(site_dir)])
     # Run the hook in an isolated interpreter like the stub's: -I ignores PYTHONPATH and user site.
-    code = "import sys; sys.path.append(sys.argv[1]); import _appliance_site, marker_mod; print(sys.path[0], marker_mod.VALUE)"
+    code = ("import sys; sys.path.append(sys.argv[1]); import _appliance_site, marker_mod; "
+            "print(sys.path[0], marker_mod.VALUE)")
     out = subprocess.run(["/usr/bin/python3", "-I", "-c", code, str(hook.parent)], capture_output=True, text=True,
                          check=True).stdout.split()  # fmt: skip
     assert out == [str(site_dir), "42"]

@@ -37,7 +37,7 @@ from support.wait import wait_until
 from support.webattack import HealthPoller, login_cookie, open_streams, slow_bodies
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV
-from appliance.health import limits
+from appliance.webserver import limits
 from appliance.web.auth import hash_password
 from appliance.web.routes import STREAMS_PER_SESSION
 
@@ -363,7 +363,7 @@ def test_slow_bodies_and_many_streams_leave_healthz_alone(site: Site) -> None:
     assert poller.failures == [] and poller.answered >= 10, (poller.failures[:5], poller.answered)
     assert stream_statuses.count("200") == STREAMS_PER_SESSION, stream_statuses
     assert set(stream_statuses) <= {"200", "429", "503", "RESET"}, stream_statuses
-    assert statuses.count("408") >= limits.PAGE_PER_CLIENT and set(statuses) <= {"408", "429", "503", "RESET"}, \
+    assert statuses.count("408") >= limits.REQUESTS_PER_CLIENT and set(statuses) <= {"408", "429", "503", "RESET"}, \
         statuses  # each held body cut at the deadline; the ones past the caps refused at once
     log = site.daemon.log_path.read_text()
     assert log.count("refused a slow request body from 127.0.0.2") == 1, "one line per burst"

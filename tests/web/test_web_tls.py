@@ -1,4 +1,4 @@
-"""The page over https (``web.tls_cert``/``web.tls_key``): the real HealthServer with the real page routes and a
+"""The page over https (``web.tls_cert``/``web.tls_key``): the real WebServer with the real page routes and a
 self-signed certificate for 127.0.0.1; a login's cookie is then ``Secure``, and plain http gets no answer."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from appliance.health.server import HealthServer
+from appliance.health.routes import health_routes
+from appliance.webserver.server import WebServer
 from appliance.supervisor.layouts import Layouts
 from appliance.supervisor.page import ApplianceSite
 from appliance.web.auth import Auth, hash_password
@@ -50,8 +51,8 @@ def test_over_https_the_login_cookie_is_secure_and_plain_http_is_not_answered(tm
                        tls_cert=cert, tls_key=key)
     site = ApplianceSite({"id": "d", "name": "d"}, lambda: {"ok": True}, Layouts([], tmp_path, lambda: []), ["hall"])
     auth = Auth({u.name: u for u in config.users}, open_access=False, session_s=config.session_s)
-    server = HealthServer("127.0.0.1", 0, lambda: b"", lambda: {"ok": True},
-                          routes=page_routes(site, auth, LiveFrames(), EventFeed()), tls=config.tls)
+    routes = health_routes(lambda: b"", lambda: {"ok": True}) + page_routes(site, auth, LiveFrames(), EventFeed())
+    server = WebServer("127.0.0.1", 0, routes, tls=config.tls)
     try:
         context = ssl.create_default_context(cafile=str(cert))
         conn = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=30, context=context)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from appliance.capture.recording.segments import Segment, list_segments, read_status
+from appliance.errors import ApplianceError
 
 
-class ClipError(Exception):
+class ClipError(ApplianceError):
     """The footage a clip needs is not there (never recorded, removed by retention, or not yet written)."""
 
 

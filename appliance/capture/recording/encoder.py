@@ -19,7 +19,6 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from fractions import Fraction
 from typing import Any, Callable, Protocol
 

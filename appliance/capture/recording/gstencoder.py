@@ -42,7 +42,7 @@ def build_argv(element: str, width: int, height: int, pixel_format: str, fps: fl
     rate = Fraction(fps).limit_denominator(1001)
     keyframe_every = max(1, round(fps * KEYFRAME_EVERY_S))
     return [GST_LAUNCH, "-q", "fdsrc", "fd=0", "!",
-            f"rawvideoparse", f"width={width}", f"height={height}", f"format={pixel_format}",
+            "rawvideoparse", f"width={width}", f"height={height}", f"format={pixel_format}",
             f"framerate={rate.numerator}/{rate.denominator}", "!",
             *encoder_chain(element, keyframe_every), "!", "h264parse", "config-interval=-1", "!",
             "video/x-h264,stream-format=byte-stream,alignment=au", "!", "fdsink", "fd=1", "sync=false"]

@@ -6,9 +6,10 @@ import abc
 from typing import TypedDict
 
 import numpy as np
+from appliance.errors import ApplianceError
 
 
-class SourceError(Exception):
+class SourceError(ApplianceError):
     """The source failed in a way that reconnecting may fix (unplugged, network down, server restarted)."""
 
 
@@ -69,7 +70,7 @@ class FrameSource(abc.ABC):
     def close(self) -> None:
         """Release the device/connection/child process. Idempotent."""
 
-    def abort(self) -> None:
+    def abort(self) -> None:  # noqa: B027 - a source that cannot break a blocked read keeps this no-op
         """Break a read blocked in another thread, where the source can (default: it cannot)."""
 
     @property

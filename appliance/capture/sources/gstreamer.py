@@ -34,11 +34,13 @@ _STDERR_LINES = 20  # of gst-launch's last words, logged when it ends: its error
 _CONFIG_FAILURES = ("not-negotiated", "could not link", "no element", "erroneous pipeline", "no property")
 
 
-def build_argv(pipeline: str, width: int, height: int, pixel_format: str, resize: bool, binary: str = GST_LAUNCH) -> list[str]:
+def build_argv(pipeline: str, width: int, height: int, pixel_format: str, resize: bool,
+               binary: str = GST_LAUNCH) -> list[str]:
     tail = ["!", "videoconvert"]
     if resize:
         tail += ["!", "videoscale"]
-    tail += ["!", f"video/x-raw,format={pixel_format.upper()},width={width},height={height}", "!", "fdsink", "fd=1", "sync=false"]
+    tail += ["!", f"video/x-raw,format={pixel_format.upper()},width={width},height={height}",
+             "!", "fdsink", "fd=1", "sync=false"]
     return [binary, "-q", *shlex.split(pipeline), *tail]
 
 

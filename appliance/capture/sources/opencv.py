@@ -83,7 +83,8 @@ class RtspCapture(_OpenCvSource):
         cap = cv2.VideoCapture(self.url, cv2.CAP_FFMPEG, params)
         if not cap.isOpened():
             cap.release()
-            raise SourceError(f"could not open {self.describe()} over {self.transport}: unreachable, refused or not a video stream")
+            raise SourceError(f"could not open {self.describe()} over {self.transport}: unreachable, refused or not "
+                              "a video stream")
         self._cap = cap
 
     def read_into(self, out: np.ndarray) -> None:
@@ -143,7 +144,8 @@ class FileCapture(_OpenCvSource):
             return
         if self._declared and self._pos and self._pos < self._declared - 1:
             self._cut_short = True
-            raise DecodeError(f"{self.describe()}: read failed at frame {self._pos} of {self._declared}: truncated or corrupt")
+            raise DecodeError(f"{self.describe()}: read failed at frame {self._pos} of {self._declared}: truncated "
+                              "or corrupt")
         self._rewind()
         if not self._read(out):
             raise SourceError(f"{self.describe()}: no frame after seeking back to the start")
@@ -167,7 +169,8 @@ class V4l2Capture(_OpenCvSource):
         cap = cv2.VideoCapture(self.device, cv2.CAP_V4L2)
         if not cap.isOpened():
             cap.release()
-            raise SourceError(f"could not open {self.describe()}: busy, no permission (video group?) or not a capture device")
+            raise SourceError(f"could not open {self.describe()}: busy, no permission (video group?) or not a "
+                              "capture device")
         if self.fourcc:
             cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter.fourcc(*self.fourcc))
         if self.width and self.height:  # 0x0: take the mode the driver negotiates (a size probe)

@@ -25,7 +25,7 @@ import numpy as np
 from appliance.detector.calibration.device import CalibrationCollector
 from appliance.detector.buildprofile import load_profiles
 
-log = logging.getLogger("appliance.supervisor")
+log = logging.getLogger(__name__)
 
 _Item = tuple[str, np.ndarray, str, float]  # camera, pixels (a copy), pixel format, capture time (monotonic)
 

@@ -26,12 +26,13 @@ from appliance.detector.buildprofile import EngineProfile, FrameSource
 from appliance.detector.profile import ModelProfile, load_profile as load_model_profile
 from appliance.detector.prepost.errors import InputRejected
 from appliance.detector.prepost.pipeline import Preprocessor
+from appliance.errors import ApplianceError
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp"})
 VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".avi", ".mov"})
 
 
-class CalibrationError(ValueError):
+class CalibrationError(ApplianceError, ValueError):
     """Frames cannot be read (missing file, undecodable, empty set, a repeated frame); the message names them."""
 
 

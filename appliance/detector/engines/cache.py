@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from appliance.durable import fsync_path, sha256_file, write_file_durably
+from appliance.errors import ApplianceError
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 
 
-class CacheError(RuntimeError):
+class CacheError(ApplianceError, RuntimeError):
     """The state directory cannot hold the cache (permissions, full disk); the message names the path."""
 
 

@@ -13,11 +13,12 @@ from appliance import paths
 from appliance.detector.engines.manager import InstalledEngine
 from appliance.detector.profile import ModelProfile, load_profile
 from appliance.detector.repository.materialize import DetectorSource, Repository, RepositoryOptions, materialize
+from appliance.errors import ApplianceError
 
 PROFILES = paths.profiles_dir()
 
 
-class RepositoryWiringError(ValueError):
+class RepositoryWiringError(ApplianceError, ValueError):
     """The installed engine cannot serve as the ensemble's detector (it must have one input and one output)."""
 
 

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from appliance.durable import write_file_durably
+from appliance.errors import ApplianceError
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 
-class EngineBuildError(RuntimeError):
+class EngineBuildError(ApplianceError, RuntimeError):
     """Building ``model`` failed in ``phase``; nothing was installed for it."""
 
     def __init__(self, model: str, phase: str, message: str) -> None:

@@ -89,7 +89,8 @@ def match(ref: RawDetections, cand: RawDetections, iou: float) -> list[tuple[int
 def detections_per_frame(run: RunFn, frames: FrameSet, model_profile: ModelProfile, input_name: str,
                          output_name: str, in_graph: bool = False) -> list[RawDetections]:
     """Run an engine frame by frame and post-process each output as the appliance does. ``in_graph``: the engine
-    takes the letterboxed uint8 frame and answers final boxes (appliance.detector.repository.wrap), as the stages feed it."""
+    takes the letterboxed uint8 frame and answers final boxes (appliance.detector.repository.wrap), as the stages
+    feed it."""
     post = Postprocessor(model_profile)
     pre = Preprocessor(model_profile)
     spec = model_profile.input

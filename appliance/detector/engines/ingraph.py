@@ -20,7 +20,7 @@ from appliance.detector.buildprofile import EngineProfile
 from appliance.detector.profile import ModelProfile
 from appliance.detector.repository.wrap import NmsKind, Unwrappable, WrapSpec, wrap_model
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 When = Literal["before", "after", "none"]
 

@@ -24,7 +24,7 @@ from appliance.detector.engines.failures import (
     EngineBuildError, FailureRecords, FramesMissing, GateRefused, VerificationFailed,
 )
 from appliance.detector.engines.gate import GateReport, run_gate
-from appliance.detector.engines.installed import TIMED_RUNS, InstalledEngine, batch_of, installed_from, time_engine
+from appliance.detector.engines.installed import InstalledEngine, batch_of, installed_from, time_engine
 from appliance.detector.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
 from appliance.detector.engines.ingraph import plan_wrap, prepare
 from appliance.detector.engines.onnxinfo import OnnxInfo, inspect_onnx
@@ -36,7 +36,7 @@ from appliance.detector.profile import ModelProfile
 from appliance.detector.engines.progress import ProgressCallback, ProgressReporter
 from appliance.sdnotify import Notifier
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 BUILD_HEADROOM_BYTES = 16 * diskspace.MB  # the manifest, the timing cache, SQLite and the log beside the build
 
@@ -205,7 +205,8 @@ class EngineManager:
             verified = run_phase(BuildPhase.VERIFY, model, self.reporter, lambda: self._verify(job, parsed, built))
             entry = run_phase(BuildPhase.INSTALL, model, self.reporter, lambda: self._install(job, built, verified))
         except GateRefused as exc:
-            report(model, "failed", 100, f"refused, not installed: {exc.report['summary']}", gate=exc.report.get("gate"))
+            report(model, "failed", 100, f"refused, not installed: {exc.report['summary']}",
+                   gate=exc.report.get("gate"))
             raise
         except VerificationFailed:
             report(model, "failed", 100, "verification failed; engine not installed")
@@ -214,7 +215,8 @@ class EngineManager:
             if job.build_dir.exists():
                 shutil.rmtree(job.build_dir, ignore_errors=True)
         checked = verified.checked
-        report(model, "done", 100, f"engine {fp.key} installed in {self._monotonic() - started:.1f}s; {checked['summary']}",
+        report(model, "done", 100,
+               f"engine {fp.key} installed in {self._monotonic() - started:.1f}s; {checked['summary']}",
                gate=checked.get("gate"))
         return installed_from(entry, onnx_path, cache_hit=False)
 

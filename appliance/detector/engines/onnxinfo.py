@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from appliance.errors import ApplianceError
 
 MIN_OPSET = 7  # older graphs use pre-opset-7 broadcasting semantics that no current builder accepts
 
 
-class OnnxModelError(ValueError):
+class OnnxModelError(ApplianceError, ValueError):
     """The ONNX file is missing, truncated/corrupt, uses an unsupported opset, or has an invalid graph."""
 
 

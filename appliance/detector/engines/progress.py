@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from appliance.sdnotify import Notifier
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 # A build's steps in order; done, cached and failed end it. (The engines/status MQTT schema lists the same.)
 PHASES = ("fingerprint", "waiting", "parse", "build", "verify", "install", "done", "cached", "failed")

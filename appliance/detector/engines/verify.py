@@ -10,12 +10,13 @@ import numpy as np
 
 from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile, Tolerance
+from appliance.errors import ApplianceError
 
 Feeds = dict[str, np.ndarray]
 RunFn = Callable[[Feeds], Mapping[str, np.ndarray]]
 
 
-class GoldenInputError(ValueError):
+class GoldenInputError(ApplianceError, ValueError):
     """Golden inputs cannot be made for this model (a dynamic dim the profile does not fix, bad .npz)."""
 
 
@@ -118,7 +119,8 @@ class VerificationReport:
     def summary(self) -> str:
         """One line an operator can act on: which output failed and by how much."""
         tol = self.tolerance
-        head = f"{self.precision} tolerance atol={tol['atol']:g} rtol={tol['rtol']:g} max_mismatch={tol['max_mismatch']:g}"
+        head = (f"{self.precision} tolerance atol={tol['atol']:g} rtol={tol['rtol']:g} "
+                f"max_mismatch={tol['max_mismatch']:g}")
         failed = [c for c in self.checks if not c.passed]
         if not self.checks:
             return f"no outputs compared ({head})"

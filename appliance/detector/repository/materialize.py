@@ -31,13 +31,14 @@ from appliance.detector.repository.stages.common import PROFILE_FILE
 from appliance.detector.repository.wrap import FRAME_INPUT, Unwrappable, WrapSpec, wrap_model
 from appliance.detector.profile import ModelProfile
 from appliance.paths import repository_templates_dir
+from appliance.errors import ApplianceError
 
-log = logging.getLogger("appliance.modelrepo")
+log = logging.getLogger(__name__)
 TEMPLATES = repository_templates_dir()
 _TRITON_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16"}
 
 
-class MaterializeError(RuntimeError):
+class MaterializeError(ApplianceError, RuntimeError):
     """The repository could not be written: a missing file, an unfilled template placeholder, a bad name."""
 
 

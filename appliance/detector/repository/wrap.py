@@ -17,6 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from appliance.detector.profile import ModelProfile
+from appliance.errors import ApplianceError
 
 WRAP_VERSION = 2  # part of the spec digest: a change to the graph this module writes means new engines
 FRAME_INPUT = "FRAME"
@@ -32,7 +33,7 @@ TRT_SCORE_FLOOR = 1e-6
 TRT_DOMAIN = "trt.plugins"
 
 
-class Unwrappable(ValueError):
+class Unwrappable(ApplianceError, ValueError):
     """This model's graph cannot be wrapped; the message says why (the build log repeats it)."""
 
 

@@ -2,6 +2,7 @@
 own rejection code) and a human ``message`` naming what failed."""
 
 from __future__ import annotations
+from appliance.errors import ApplianceError
 
 SERVING_CODES = (
     "load_failed",    # Triton could not load a model version (or it was not ready after loading)
@@ -9,7 +10,7 @@ SERVING_CODES = (
 )
 
 
-class ServingError(RuntimeError):
+class ServingError(ApplianceError, RuntimeError):
     """A model could not be served as asked. ``code`` is one of SERVING_CODES."""
 
     def __init__(self, code: str, message: str) -> None:

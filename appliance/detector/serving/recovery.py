@@ -27,7 +27,7 @@ from appliance.detector.serving.errors import RouteChanged
 from appliance.detector.serving.probe import Fault
 from appliance.detector.serving.router import Route
 
-log = logging.getLogger("appliance.supervisor")  # kept from when this was the supervisor's: log lines read as before
+log = logging.getLogger(__name__)
 
 # reload(route, models): load ``models`` of ``route`` again and check them; raises when they are still broken.
 Reload = Callable[[Route, Sequence[str]], None]

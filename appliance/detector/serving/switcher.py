@@ -4,7 +4,8 @@
 materialized under its own prefix into the live repository, loaded while the old one serves, routed to
 atomically, and the old one is unloaded once its in-flight requests drained. Each loaded version is warmed up
 (``warmup``: real inferences of the configured frame sizes) before ``load`` returns it, so no frame is routed to
-a cold model. A version that cannot be loaded, or whose warm-up fails, raises ``LoadFailed``. Model recovery (``appliance.detector.serving.reload``) shares its ``model_control`` lock.
+a cold model. A version that cannot be loaded, or whose warm-up fails, raises ``LoadFailed``. Model recovery
+(``appliance.detector.serving.reload``) shares its ``model_control`` lock.
 (``appliance.ota.offline.OfflineSwitcher`` is the other implementation, for OTA while the daemon is stopped.)
 """
 
@@ -26,12 +27,13 @@ from appliance.detector.serving.errors import LoadFailed
 from appliance.detector.serving.router import HealthSample, Route, Router
 from appliance.detector.serving.warmup import FrameShape, WarmupPlan, WarmupResult, warm_up
 
-log = logging.getLogger("appliance.ota")  # kept from when this was OTA's: log lines read as before
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A complete model version: its pre/post profile and its built engine (appliance.detector.engines.InstalledEngine)."""
+    """A complete model version: its pre/post profile and its built engine
+    (appliance.detector.engines.InstalledEngine)."""
 
     version: str | None
     profile: Any   # appliance.detector.profile.ModelProfile
@@ -79,7 +81,7 @@ class TritonSwitcher:
         self.server = server
         self.repository_dir = Path(repository_dir)
         self.router = router
-        self.options = options  # appliance.detector.repository.materialize.RepositoryOptions (prefix is set per version)
+        self.options = options  # repository.materialize.RepositoryOptions (prefix is set per version)
         self.drain_timeout_s = drain_timeout_s
         self.unload_timeout_s = unload_timeout_s
         self.warmup = warmup if warmup is not None else WarmupPlan()

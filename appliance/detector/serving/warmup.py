@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from appliance.errors import ApplianceError
 
-log = logging.getLogger("appliance.serving")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class WarmupResult:
     last_s: float | None   # the last lone request: what a frame costs once warm
 
 
-class WarmupFailed(RuntimeError):
+class WarmupFailed(ApplianceError, RuntimeError):
     """A warm-up request failed: the message names the frame shape and Triton's error."""
 
 

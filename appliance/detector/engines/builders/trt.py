@@ -22,7 +22,7 @@ from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile, TensorRTProfile
 from appliance.detector.engines.verify import GoldenInputError, input_shape
 
-log = logging.getLogger("appliance.engines.tensorrt")
+log = logging.getLogger(__name__)
 
 
 def _trt() -> Any:

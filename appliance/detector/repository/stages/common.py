@@ -147,7 +147,7 @@ def execute_each(pb_utils: ModuleType, stage: str, metrics: StageMetrics, one: C
             metrics.reject(exc.reason)
             responses.append(error_response(pb_utils, f"{stage}: {exc}"))
         except Exception as exc:  # a bug must fail this request, not the stage
-            logging.getLogger(f"appliance.modelrepo.stages.{stage}").exception("%s failed", stage)
+            logging.getLogger(f"{__package__}.{stage}").exception("%s failed", stage)
             responses.append(error_response(pb_utils, f"{stage}: internal error: {exc}", invalid_arg=False))
         metrics.observe(started)
     return responses

@@ -1,8 +1,13 @@
-"""What one client may hold of the HTTP endpoint, as ASGI middleware in front of every route: each request's
-body must arrive whole within ``body_deadline_s`` and be at most ``max_body`` bytes (else 408 or 413, and the
-connection is closed), and the page's requests (every path but the reserved ones: health, liveness, metrics)
-are capped per client address and in total (else 429). The reserved paths never wait for a page request, so no
-page client can starve ``/healthz`` or ``/livez``. docs/security.md, "Limits of the HTTP endpoint"."""
+"""What one client may hold of the HTTP server, per kind of route (appliance.webserver.routes).
+
+``Limits`` holds every figure; ``RequestLimits`` is the ASGI middleware in front of every route that applies
+them to requests: a body must be at most ``max_body`` bytes (else 413, and the connection is closed), and a
+request's body (health or request routes) must arrive whole within ``body_deadline_s`` (else 408). Requests are
+capped per client address and in all (else 429), and so are streams, each kind against its own cap: an open video
+or event stream never takes a page request's place, and a held request never blocks a stream. Health routes are
+never capped, so no client can starve ``/healthz`` or ``/livez``. The connection caps and the time to send a
+request's head are applied below HTTP (appliance.webserver.gate). docs/security.md, "Limits of the HTTP
+endpoint"."""
 
 from __future__ import annotations
 
@@ -11,9 +16,13 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("appliance.health.server")
+from appliance.webserver.routes import Kind
+from appliance.errors import ApplianceError
+
+log = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -21,29 +30,66 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-RESERVED = frozenset({"/livez", "/readyz", "/healthz", "/health", "/metrics"})
 MAX_BODY = 256 * 1024          # the largest legal layout is well under this (docs/ui.md, "Limits")
 BODY_DEADLINE_S = 5.0          # from the request's head to its last body byte
-PAGE_PER_CLIENT = 16           # page requests in flight from one address (an event stream counts while open)
-PAGE_TOTAL = 64                # page requests in flight from all clients
+REQUESTS_PER_CLIENT = 16       # requests in flight from one address
+REQUESTS_TOTAL = 64            # requests in flight from all clients
+STREAMS_PER_CLIENT = 8         # streams open from one address (event streams, videos, clip downloads)
+STREAMS_TOTAL = 32             # streams open from all clients (a video stream runs one ffmpeg)
+CONNECTIONS_PER_CLIENT = 32    # from one address: a browser holds about six, a scraper one
+CONNECTIONS_TOTAL = 256        # a guard on sockets and memory
+HEAD_TIMEOUT_S = 10.0          # a client that sends no request head, or idles between requests, is hung up on
 LOG_EVERY_S = 60.0             # one log line per client and kind of refusal per minute; the rest are counted
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Every limit of the server, one field each (the defaults above)."""
+
+    max_body: int = MAX_BODY
+    body_deadline_s: float = BODY_DEADLINE_S
+    requests_per_client: int = REQUESTS_PER_CLIENT
+    requests_total: int = REQUESTS_TOTAL
+    streams_per_client: int = STREAMS_PER_CLIENT
+    streams_total: int = STREAMS_TOTAL
+    connections_per_client: int = CONNECTIONS_PER_CLIENT
+    connections_total: int = CONNECTIONS_TOTAL
+    head_timeout_s: float = HEAD_TIMEOUT_S
+
+
+class _InFlight:
+    """What is in flight of one kind, per client address, against a cap per address and one in all."""
+
+    def __init__(self, per_client: int, total: int) -> None:
+        self._per_client, self._total = per_client, total
+        self._by_client: dict[str, int] = {}
+
+    def of(self, client: str) -> int:
+        return self._by_client.get(client, 0)
+
+    def take(self, client: str) -> bool:
+        if self.of(client) >= self._per_client or sum(self._by_client.values()) >= self._total:
+            return False
+        self._by_client[client] = self.of(client) + 1
+        return True
+
+    def give_back(self, client: str) -> None:
+        self._by_client[client] -= 1
+        if not self._by_client[client]:
+            del self._by_client[client]
+
+
 class RequestLimits:
-    """The middleware; ``clock`` only decides when a refusal is logged again."""
+    """The middleware; ``kind(scope)`` names the kind of route a request goes to; ``clock`` only decides when a
+    refusal is logged again."""
 
-    def __init__(self, app: App, *, reserved: frozenset[str] = RESERVED, max_body: int = MAX_BODY,
-                 body_deadline_s: float = BODY_DEADLINE_S, page_per_client: int = PAGE_PER_CLIENT,
-                 page_total: int = PAGE_TOTAL, clock: Callable[[], float] = time.monotonic) -> None:
-        self._app, self._reserved, self._max_body = app, reserved, max_body
-        self._deadline_s, self._per_client, self._total = body_deadline_s, page_per_client, page_total
-        self._clock = clock
-        self._in_flight: dict[str, int] = {}
+    def __init__(self, app: App, *, kind: Callable[[Scope], Kind], limits: Limits = Limits(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._app, self._kind, self._clock = app, kind, clock
+        self._max_body, self._deadline_s = limits.max_body, limits.body_deadline_s
+        self._requests = _InFlight(limits.requests_per_client, limits.requests_total)
+        self._streams = _InFlight(limits.streams_per_client, limits.streams_total)
         self._logged: dict[tuple[str, str], tuple[float, int]] = {}  # (client, kind) -> (when logged, refused since)
-
-    @property
-    def in_flight(self) -> int:
-        return sum(self._in_flight.values())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -55,21 +101,22 @@ class RequestLimits:
             self._note(client, "body", f"a {length}-byte body to {_short(scope['path'])}")
             await _refuse(send, 413, f"request body too large: at most {self._max_body} bytes")
             return
-        if scope["path"] in self._reserved:
+        kind = self._kind(scope)
+        if kind == "health":
             await self._serve(scope, receive, send, client, length)
             return
-        if self._in_flight.get(client, 0) >= self._per_client or self.in_flight >= self._total:
-            self._note(client, "busy", f"{self._in_flight.get(client, 0)} requests in flight")
-            await _refuse(send, 429, "too many requests at once from this address: try again shortly",
-                          {"retry-after": "2"})
+        held = self._streams if kind == "stream" else self._requests
+        if not held.take(client):
+            self._note(client, kind, f"{held.of(client)} {kind}s in flight")
+            await _refuse(send, 429, _BUSY[kind], {"retry-after": "2"})
             return
-        self._in_flight[client] = self._in_flight.get(client, 0) + 1
         try:
-            await self._serve(scope, receive, send, client, length)
+            if kind == "stream":  # a stream's response lasts: its body (if any) is the route's to read
+                await self._app(scope, receive, send)
+            else:
+                await self._serve(scope, receive, send, client, length)
         finally:
-            self._in_flight[client] -= 1
-            if not self._in_flight[client]:
-                del self._in_flight[client]
+            held.give_back(client)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, client: str, length: int | None) -> None:
         if length is None and not _chunked(scope):
@@ -126,14 +173,17 @@ class RequestLimits:
         log.warning("http endpoint: refused %s from %s: %s%s", _REASONS[kind], client, what, more)
 
 
-_REASONS = {"body": "a request too large", "busy": "a page request over the limit", "slow": "a slow request body"}
+_REASONS = {"body": "a request too large", "request": "a request over the limit", "stream": "a stream over the limit",
+            "slow": "a slow request body"}
+_BUSY = {"request": "too many requests at once from this address: try again shortly",
+         "stream": "too many streams open from this address: close a view or a download"}
 
 
-class _TooLarge(Exception):
+class _TooLarge(ApplianceError):
     pass
 
 
-class _Gone(Exception):
+class _Gone(ApplianceError):
     pass
 
 

@@ -23,10 +23,12 @@ import time
 from pathlib import Path
 from typing import IO, Iterable, Optional
 
+from appliance.harness.ports import free_port
 from appliance.procs import kill_process, stop_process
+from appliance.errors import ApplianceError
 
 
-class LocalBrokerError(RuntimeError):
+class LocalBrokerError(ApplianceError, RuntimeError):
     """mosquitto is not installed, exited at start, or never accepted connections (the message says which)."""
 
 
@@ -34,13 +36,6 @@ def mosquitto_executable() -> Optional[str]:
     """The mosquitto binary on PATH, or Debian's /usr/sbin/mosquitto (sbin is not on every user's PATH)."""
     exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
     return exe if os.path.exists(exe) else None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LocalBroker:
