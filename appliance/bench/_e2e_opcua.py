@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import resource
 import select
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +74,32 @@ def start_client(setup: OpcUaSetup) -> subprocess.Popen[str]:
     return client
 
 
-def stop_client(client: subprocess.Popen[str], window: tuple[float, float] | None = None) -> dict[str, int]:
+@dataclass
+class Window:
+    """The measuring window on the machine's monotonic clock (the client's reports use it too), and the server
+    thread's CPU time when it opened."""
+
+    server_cpu_s: float
+    start: float = field(default_factory=time.monotonic)
+    end: float = math.inf
+
+
+def open_window(app: Any) -> Window:
+    """``app``: the running Appliance."""
+    return Window(app.opcua.cpu_s if app.opcua is not None else 0.0)
+
+
+def close_window(window: Window, app: Any, opcua: dict | None) -> None:
+    """The window ends now; ``opcua`` gets ``server_cpu_ms``, the server thread's CPU over it."""
+    window.end = time.monotonic()
+    if opcua is not None and app.opcua is not None:
+        opcua["server_cpu_ms"] = round((app.opcua.cpu_s - window.server_cpu_s) * 1000)
+
+
+def stop_client(client: subprocess.Popen[str], window: Window | None = None) -> dict[str, int]:
     """What the client received by its last report (-1 each when it made none), and ``cpu_ms`` the CPU it spent
-    between the reports around ``window`` (two ``time.monotonic()`` readings: the clock is the machine's, so
-    the client's reports share it), else in all; the client is ended by SIGTERM, or killed if it does not end
-    (a signal needs no cooperation from its event loop)."""
+    between the reports around ``window``, else in all; the client is ended by SIGTERM, or killed if it does not
+    end (a signal needs no cooperation from its event loop)."""
     time.sleep(REPORT_S * 1.5)  # a report that covers the measuring window, which has just ended
     client.terminate()
     try:
@@ -90,8 +112,8 @@ def stop_client(client: subprocess.Popen[str], window: tuple[float, float] | Non
         return {"changes": -1, "events": -1, "cpu_ms": -1}
     last = reports[-1]
     if window is not None:
-        before = [r for r in reports if r["t"] <= window[0]]
-        within = [r for r in reports if r["t"] <= window[1] + REPORT_S]
+        before = [r for r in reports if r["t"] <= window.start]
+        within = [r for r in reports if r["t"] <= window.end + REPORT_S]
         if before and within:
             last = {**within[-1], "cpu_ms": within[-1]["cpu_ms"] - before[-1]["cpu_ms"]}
     return {key: int(value) for key, value in last.items() if key != "t"}

@@ -27,7 +27,7 @@ import numpy as np
 from appliance.bench._broker import start_local_broker
 from appliance.bench._e2e_restream import alternate, restream_section, watch_rtsp
 from appliance.bench._e2e_record import record_vs_off
-from appliance.bench._e2e_opcua import opcua_setup, start_client, stop_client
+from appliance.bench._e2e_opcua import Window, close_window, open_window, opcua_setup, start_client, stop_client
 from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, python_stages_engines, video_frames
 from appliance.bench._e2e_stages import STAGES, pct, split_line, stage_means, stage_totals
 from appliance.bench._e2e_subscriber import Received, subscriber, topic_counter
@@ -59,6 +59,13 @@ OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the
 def _config_name(*tags: str) -> str:
     """``bench-<the tags that are not empty, joined by ->.yaml``."""
     return f"bench-{'-'.join(tag for tag in tags if tag)}.yaml"
+
+
+def warm_up(seconds: float) -> None:
+    """A full collection first: what an earlier alternative left (an OPC UA server's address space) is not this
+    one's to collect. Then a third of the measuring time, 1 to 3 s: first batches, capture processes settling."""
+    gc.collect()
+    time.sleep(min(3.0, max(1.0, seconds / 3)))
 
 
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
@@ -100,27 +107,22 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
     counter = (topic_counter(port, ("appliance/bench/+/events", "appliance/bench/+/snapshot"), counted)
                if analytics is not None else None)
     app, client = Appliance(load_config(config_path, AppConfig)), None
-    window: tuple[float, float] | None = None  # the measuring window, time.monotonic() (the OPC UA client's CPU)
+    window: Window | None = None
     try:
         app.start()
         client = start_client(setup) if setup is not None else None
         server = app.running.server
-        gc.collect()  # what an earlier alternative left (an OPC UA address space) is not this one's to collect
-        time.sleep(min(3.0, max(1.0, seconds / 3)))  # warm-up: first batches, capture processes settling
-        start_count = received.count()
-        counted_before = dict(counted)
+        warm_up(seconds)
+        start_count, counted_before = received.count(), dict(counted)
         viewer, clients = watch(app, page), watch_rtsp(app, restream)
         before = stage_totals(server) if split is not None else {}
-        server_cpu_s = app.opcua.cpu_s if app.opcua is not None else 0.0
-        window_start = time.monotonic()
+        window = open_window(app)
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             app.tick()
             time.sleep(0.5)
         elapsed, got = time.perf_counter() - t0, received.since(start_count)
-        window = (window_start, time.monotonic())
-        if opcua is not None and app.opcua is not None:  # over the measuring window: start-up is not its cost
-            opcua["server_cpu_ms"] = round((app.opcua.cpu_s - server_cpu_s) * 1000)
+        close_window(window, app, opcua)  # the OPC UA server's CPU over the window: start-up is not its cost
         if viewer is not None and page is not None:
             page["pictures"] = viewer.stop()
         clients.stop()
