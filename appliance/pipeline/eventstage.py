@@ -24,7 +24,7 @@ from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.events import Analytics, Event
 from appliance.analytics.draw import DrawnBox, DrawnLine, DrawnZone, clamp_box
 from appliance.mqtt.messages import ClipPlan, DetectionsMessage, EventMessage
-from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
+from appliance.pipeline.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -38,7 +38,7 @@ class EventSink(Protocol):
 
 
 class ClipPlanner(Protocol):
-    """appliance.supervisor.clipkeeper.ClipKeeper."""
+    """appliance.pipeline.clipkeeper.ClipKeeper."""
 
     def plan(self, event_id: str, camera_id: str, event_time: float) -> ClipPlan | None: ...
 

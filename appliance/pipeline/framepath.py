@@ -23,9 +23,9 @@ from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.detector.serving.probe import Fault, fault_from_error
 from appliance.detector.serving.router import Route
 from appliance.detector.calibration.collector import CalibrationFeed
-from appliance.supervisor.eventstage import CameraAnalytics
-from appliance.supervisor.results import build_message
-from appliance.supervisor.scheduler import Lease
+from appliance.pipeline.eventstage import CameraAnalytics
+from appliance.pipeline.results import build_message
+from appliance.pipeline.scheduler import Lease
 
 log = logging.getLogger("appliance.supervisor")
 

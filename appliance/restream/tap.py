@@ -20,7 +20,7 @@ ENCODED = frozenset({"raw", "annotated"})  # the kinds made from frames ("passth
 
 
 class OverlaySource(Protocol):
-    """appliance.supervisor.eventstage.CameraAnalytics: the camera's zones and lines with their counts now."""
+    """appliance.pipeline.eventstage.CameraAnalytics: the camera's zones and lines with their counts now."""
 
     def overlay(self) -> tuple[Sequence[DrawnZone], Sequence[DrawnLine]]: ...
 

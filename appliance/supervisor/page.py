@@ -8,8 +8,8 @@ from typing import Any
 
 from appliance.analytics.overlay import Classes
 from appliance.mqtt.messages import EventMessage
-from appliance.supervisor.eventstage import Publisher
-from appliance.supervisor.layouts import Layouts
+from appliance.pipeline.eventstage import Publisher
+from appliance.pipeline.layouts import Layouts
 from appliance.web.feed import EventFeed
 
 

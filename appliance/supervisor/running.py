@@ -27,15 +27,15 @@ from appliance.health.server import HealthServer
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.supervisor.cameras import Capture
-from appliance.supervisor.clipkeeper import ClipKeeper
+from appliance.pipeline.clipkeeper import ClipKeeper
 from appliance.supervisor.detectorsetup import DetectorSetup
-from appliance.supervisor.eventstage import CameraAnalytics, EventSink, camera_stage, start_analytics
-from appliance.supervisor.framepath import FramePath
-from appliance.supervisor.layouts import Layouts
+from appliance.pipeline.eventstage import CameraAnalytics, EventSink, camera_stage, start_analytics
+from appliance.pipeline.framepath import FramePath
+from appliance.pipeline.layouts import Layouts
 from appliance.supervisor.page import FeedingPublisher
-from appliance.supervisor.scheduler import Scheduler
+from appliance.pipeline.scheduler import Scheduler
 from appliance.supervisor.servedmodel import Served
-from appliance.supervisor.snapshots import SnapshotWorker
+from appliance.pipeline.snapshots import SnapshotWorker
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
 from appliance.web.auth import Auth

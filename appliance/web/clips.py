@@ -2,7 +2,7 @@
 
 Served under the same rules as the event's snapshot (``/events/<event_id>.jpg``): with the page on, behind its
 login and its host check; without the page, on the health port as the snapshots are. The file is written from
-the camera's kept segments on request (appliance.supervisor.clipkeeper); 404 when the event has no clip, it is
+the camera's kept segments on request (appliance.pipeline.clipkeeper); 404 when the event has no clip, it is
 not complete yet, or its footage was removed by retention."""
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from appliance.mqtt.messages import DetectionsMessage, EventMessage
 from appliance.backoff import RestartPolicy
 from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.detector.serving.router import Route, Router
-from appliance.supervisor.eventstage import CameraAnalytics
-from appliance.supervisor.framepath import FramePath
-from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
+from appliance.pipeline.eventstage import CameraAnalytics
+from appliance.pipeline.framepath import FramePath
+from appliance.pipeline.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
 from appliance.triton.errors import UnavailableError
 from appliance.triton.infer import InferResult
 

@@ -17,8 +17,8 @@ import numpy as np
 from appliance.analytics.config import AnalyticsConfig, LineConfig
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import EventMessage, ModelInfo
-from appliance.supervisor.eventstage import CameraAnalytics
-from appliance.supervisor.results import build_message
+from appliance.pipeline.eventstage import CameraAnalytics
+from appliance.pipeline.results import build_message
 
 W, H = 320, 240
 MODEL = ModelInfo("yolov3-tiny", "base", "sha256:" + "5e" * 32)

@@ -12,8 +12,8 @@ from appliance.analytics.config import AnalyticsConfig, TrackerConfig
 from appliance.detections import NO_TRACK
 from appliance.mqtt.messages import EventMessage, ModelInfo, detections_payload, encode
 from appliance.mqtt.numbering import MessageNumber
-from appliance.supervisor.eventstage import CameraAnalytics
-from appliance.supervisor.results import build_message
+from appliance.pipeline.eventstage import CameraAnalytics
+from appliance.pipeline.results import build_message
 
 NAMES = ("person", "bicycle", "car", *(f"n{i}" for i in range(3, 16)), "dog", *(f"n{i}" for i in range(17, 80)))
 MODEL = ModelInfo("yolov3-tiny", "1", "sha256:" + "ab" * 32)

@@ -1,4 +1,4 @@
-"""The frame path on its own (appliance.supervisor.framepath): a leased frame into the routed ensemble, its result
+"""The frame path on its own (appliance.pipeline.framepath): a leased frame into the routed ensemble, its result
 out to the publisher, a broken model noted to recovery at once, the route always released. Real router, recovery
 and metrics; the server and publisher are small stand-ins satisfying the protocols (the end-to-end tests cover the
 same path with Triton and a broker)."""
@@ -17,7 +17,7 @@ from appliance.capture.ring import FrameMeta
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import DetectionsMessage
 from appliance.detector.serving.router import Route, Router
-from appliance.supervisor.framepath import FramePath
+from appliance.pipeline.framepath import FramePath
 from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.triton.errors import InternalError
 from appliance.triton.infer import InferResult

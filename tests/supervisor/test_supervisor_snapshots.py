@@ -17,7 +17,7 @@ import pytest
 from appliance.analytics.config import SnapshotConfig
 from appliance.health.server import HealthServer
 from appliance.analytics.draw import DrawnBox
-from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
+from appliance.pipeline.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
 
 W, H = 160, 120
 

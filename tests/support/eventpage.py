@@ -12,7 +12,7 @@ from typing import Any
 
 from appliance.health.server import HealthServer
 from appliance.mqtt.messages import EventMessage
-from appliance.supervisor.layouts import Layouts
+from appliance.pipeline.layouts import Layouts
 from appliance.supervisor.page import ApplianceSite
 from appliance.web.auth import Auth
 from appliance.web.feed import EventFeed

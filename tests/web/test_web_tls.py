@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from appliance.health.server import HealthServer
-from appliance.supervisor.layouts import Layouts
+from appliance.pipeline.layouts import Layouts
 from appliance.supervisor.page import ApplianceSite
 from appliance.web.auth import Auth, hash_password
 from appliance.web.config import UserConfig, WebConfig

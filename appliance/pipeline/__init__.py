@@ -1,0 +1,1 @@
+"""The frame path: per camera, capture -> inference -> results -> tracking/analytics -> sinks."""
