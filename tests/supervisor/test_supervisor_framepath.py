@@ -17,7 +17,9 @@ from appliance.capture.ring import FrameMeta
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import DetectionsMessage
 from appliance.detector.serving.router import Route, Router
-from appliance.pipeline.framepath import FramePath
+from appliance.pipeline.framepath import FramePath, Model, Reports
+from appliance.pipeline.sink import Sinks
+from appliance.pipeline.sinks import MqttSink
 from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.triton.errors import InternalError
 from appliance.triton.infer import InferResult
@@ -84,8 +86,8 @@ def parts() -> dict[str, Any]:
     recovery = PipelineRecovery(lambda route, models: None, RestartPolicy(), clock=clock)
     errors: list[str] = []
     server, publisher, metrics = Server(), Publisher(), ApplianceMetrics()
-    frames = FramePath(server, router, publisher, recovery, metrics, request_timeout_s=5.0, on_error=errors.append,
-                       clock=clock)
+    frames = FramePath(Model(server, router, recovery, request_timeout_s=5.0), Sinks([MqttSink(publisher)]),
+                       Reports(metrics, errors.append, clock))
     return {"clock": clock, "router": router, "recovery": recovery, "errors": errors, "server": server,
             "publisher": publisher, "metrics": metrics, "frames": frames}
 
