@@ -130,7 +130,7 @@ class CameraAnalytics:
         self._pending = ([], False)
         with self._send_lock:
             if events:
-                self._sinks.events(events)
+                self._sinks.hand_events(events)
             if changed:
                 with self._lock:
                     counts = self._counts_locked()
@@ -175,7 +175,7 @@ class CameraAnalytics:
     def _send_counts(self, last_seq: int, active: int, counts: Mapping[str, Any], *, changed: bool = False) -> None:
         """To the sinks (``changed`` False: the tick's repeat); the caller holds ``_send_lock``."""
         self._counts_sent = self._clock()
-        self._sinks.counts(Counts(self.camera_id, last_seq, active, counts, changed))
+        self._sinks.hand_counts(Counts(self.camera_id, last_seq, active, counts, changed))
 
     def publish_counts_if_due(self) -> None:
         """The tick: the retained counts again once ``counts_interval_s`` passed since the last time."""

@@ -161,8 +161,8 @@ class FramePath:
                 message = self._track(stage, meta, message, pixels)
             ok, found = True, len(message.detections)
             if wanting and pixels is not None:
-                self._sinks.frame(camera_id, Frame(pixels, meta.pixel_format, message), wanting)
-            self._sinks.detections(message)
+                self._sinks.hand_frame(camera_id, Frame(pixels, meta.pixel_format, message), wanting)
+            self._sinks.hand_detections(message)
             if stage is not None:
                 stage.publish_pending()
             with self._lock:

@@ -9,7 +9,7 @@ gets the result.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,29 +83,41 @@ class Sinks:
         """The sinks that want this frame of the camera; every sink is asked (each keeps its own rate)."""
         return tuple(sink for sink in self.sinks if sink.wants_frame(camera_id))
 
-    def frame(self, camera_id: str, frame: Frame, to: Sequence[Sink]) -> None:
+    def hand_frame(self, camera_id: str, frame: Frame, to: Sequence[Sink]) -> None:
         for sink in to:
-            self._call(sink, "frame", lambda s: s.on_frame(camera_id, frame))
+            try:
+                sink.on_frame(camera_id, frame)
+            except Exception:  # one sink's failure must not cost the others the result
+                _failed(sink, "a frame")
 
-    def detections(self, message: DetectionsMessage) -> None:
+    def hand_detections(self, message: DetectionsMessage) -> None:
         for sink in self.sinks:
-            self._call(sink, "detections", lambda s: s.on_detections(message))
+            try:
+                sink.on_detections(message)
+            except Exception:
+                _failed(sink, "detections")
 
-    def events(self, events: Sequence[EventMessage]) -> None:
+    def hand_events(self, events: Sequence[EventMessage]) -> None:
         for sink in self.sinks:
-            self._call(sink, "events", lambda s: s.on_events(events))
+            try:
+                sink.on_events(events)
+            except Exception:
+                _failed(sink, "events")
 
-    def counts(self, counts: Counts) -> None:
+    def hand_counts(self, counts: Counts) -> None:
         for sink in self.sinks:
-            self._call(sink, "counts", lambda s: s.on_counts(counts))
+            try:
+                sink.on_counts(counts)
+            except Exception:
+                _failed(sink, "counts")
 
     def stop(self) -> None:
         for sink in self.sinks:
-            self._call(sink, "stop", lambda s: s.stop())
+            try:
+                sink.stop()
+            except Exception:
+                _failed(sink, "its stop")
 
-    @staticmethod
-    def _call(sink: Sink, what: str, call: Callable[[Sink], None]) -> None:
-        try:
-            call(sink)
-        except Exception:  # one sink's failure must not cost the others the result
-            log.exception("sink %s: handing on %s failed", type(sink).__name__, what)
+
+def _failed(sink: Sink, what: str) -> None:
+    log.exception("sink %s: handing on %s failed", type(sink).__name__, what)

@@ -10,24 +10,16 @@ from typing import Protocol
 import numpy as np
 
 from appliance.mqtt.messages import DetectionsMessage, EventMessage
+from appliance.mqtt.publisher import MqttPublisher
 from appliance.pipeline.sink import Counts, Frame, Sink
 
 log = logging.getLogger(__name__)
 
 
-class Publisher(Protocol):
-    """appliance.mqtt.publisher.MqttPublisher: durable once these return (spooled), counts retained."""
-
-    def publish_detections(self, message: DetectionsMessage) -> object: ...
-    def publish_events(self, events: Sequence[EventMessage]) -> int: ...
-    def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int,
-                       counts: Mapping[str, Mapping[str, Mapping[str, int]]]) -> None: ...
-
-
 class MqttSink(Sink):
     """The wire: detections, then the frame's events behind them in the spool; the counts retained."""
 
-    def __init__(self, publisher: Publisher) -> None:
+    def __init__(self, publisher: MqttPublisher) -> None:
         self._publisher = publisher
 
     def on_detections(self, message: DetectionsMessage) -> None:
