@@ -102,7 +102,8 @@ class CameraAnalytics:
 
     def step(self, meta: Any, message: DetectionsMessage, pixels: np.ndarray | None) -> DetectionsMessage:
         """``message`` with every detection's ``track_id`` set; the snapshot handed to the worker; the events and
-        counts' change noted for :meth:`publish_pending`, which the frame path calls once the message is spooled."""
+        counts' change noted for :meth:`publish_pending`, which the frame path calls once the sinks have the
+        message."""
         started = time.perf_counter()
         with self._lock:
             self.analytics.use_classes(message.detections.class_names)  # the served model's, from a switch on
@@ -206,8 +207,8 @@ class CameraAnalytics:
                 "last_event_seq": last_seq, "snapshots_dropped": self.snapshots_dropped, **counts}
 
 
-def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], parts: StageParts,
-                    snapshot_dir: Path, publish_snapshot: PublishSnapshot) -> tuple[dict[str, CameraAnalytics], StageParts]:
+def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], parts: StageParts, snapshot_dir: Path,
+                    publish_snapshot: PublishSnapshot) -> tuple[dict[str, CameraAnalytics], StageParts]:
     """One CameraAnalytics per camera with an ``analytics:`` section, and the parts they share, with the snapshot
     worker when a camera takes snapshots (``publish_snapshot`` sends each one's JPEG)."""
     with_analytics = [c for c in cameras if c.analytics is not None]

@@ -63,7 +63,8 @@ def test_counts_read_before_a_reset_are_never_handed_over_after_it() -> None:
                              lines=[LineConfig(name="door", a=(160, 0), b=(160, 240), in_side="right")])
     mqtt, opcua = Sink(), Sink()
     camera = SimpleNamespace(id="cam", frame_size=(W, H), analytics=config)
-    stage = CameraAnalytics(camera, ["person"], StageParts(Sinks([MqttSink(mqtt), OpcUaSink(opcua)]), ApplianceMetrics()))
+    sinks = Sinks([MqttSink(mqtt), OpcUaSink(opcua)])  # the wire, then the OPC UA server, as the appliance lists them
+    stage = CameraAnalytics(camera, ["person"], StageParts(sinks, ApplianceMetrics()))
     path = [float(x) for x in (*range(100, 230, 20), *range(220, 90, -20))]  # back and forth across x = 160
     done, resets = threading.Event(), [0]
 
