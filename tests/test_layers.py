@@ -24,6 +24,7 @@ FLOORS: list[set[str]] = [
     {"detector.serving"},                                                        # which model serves a frame
     {"ota"},                                                                     # the device's side of updates
     {"appconfig", "fleet"},                                                      # the config file; the operator's side
+    {"pipeline"},                                                                # the frame path: stages and sinks
     {"supervisor"},
     {"harness"},                                                                 # stand-ins around a device
     {"bench"},                                                                   # its broker is harness's
@@ -98,7 +99,7 @@ def test_relative_imports_are_resolved_against_the_files_package() -> None:
     # And an upward relative import is caught like an absolute one.
     names = _resolved("config/base.py", "from .. import supervisor")
     edges = [("config", name.split(".")[1], "x.py:1") for name in names]
-    assert upward(edges) == ["x.py:1: config (floor 1) imports supervisor (floor 9)"]
+    assert upward(edges) == ["x.py:1: config (floor 1) imports supervisor (floor 10)"]
 
 
 def test_every_package_has_a_floor() -> None:
@@ -122,7 +123,7 @@ def test_every_import_points_down() -> None:
 
 def test_an_import_back_up_or_sideways_is_caught() -> None:
     assert upward([("supervisor", "config", "a.py:1"), ("commands", "supervisor", "b.py:2")]) == []
-    assert upward([("config", "supervisor", "c.py:3")]) == ["c.py:3: config (floor 1) imports supervisor (floor 9)"]
+    assert upward([("config", "supervisor", "c.py:3")]) == ["c.py:3: config (floor 1) imports supervisor (floor 10)"]
     assert upward([("capture", "mqtt", "d.py:4")]) == ["d.py:4: capture (floor 3) imports mqtt (floor 3)"]
     assert upward([("ota", "newpackage", "e.py:5")]) != []
     assert upward([("detector.prepost", "detector.engines", "f.py:6")]) != []

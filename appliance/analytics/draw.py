@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
+from appliance.detections import Detections
+
 BOX_BGR = (0, 255, 0)        # every detection of the frame
 EVENT_BGR = (0, 0, 255)      # the objects whose events a snapshot proves
 ZONE_BGR = (255, 160, 0)
@@ -55,6 +57,11 @@ def clamp_box(box: Sequence[float], width: int, height: int) -> tuple[float, flo
     def c(v: float, hi: int) -> float:
         return round(min(max(float(v), 0.0), float(hi)), 2)
     return (c(box[0], width), c(box[1], height), c(box[2], width), c(box[3], height))
+
+
+def boxes_of(detections: Detections, width: int, height: int) -> list[DrawnBox]:
+    """A frame's detections as drawn: each box clamped to the ``width`` x ``height`` frame."""
+    return [DrawnBox(clamp_box(d.box, width, height), d.track_id, d.class_name, d.score) for d in detections]
 
 
 def _label(image: np.ndarray, text: str, at: tuple[int, int], color: tuple[int, int, int]) -> None:

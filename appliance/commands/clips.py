@@ -14,7 +14,7 @@ from appliance.capture.recording.clips import ClipError, write_clip
 from appliance.commands.configload import load_for_files
 from appliance.exitcodes import ExitCode
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms
-from appliance.supervisor.clipkeeper import find_entry, read_index
+from appliance.pipeline.clipkeeper import find_entry, read_index
 
 
 def _when(t: float) -> str:

@@ -129,7 +129,7 @@ class ApplianceMetrics:
                     int(runs not in (None, "passthrough")))
 
     def _recording_metrics(self, r: CollectorRegistry) -> None:
-        """Recording and event clips (appliance.supervisor.clipkeeper): footage kept, clips written and failed;
+        """Recording and event clips (appliance.pipeline.clipkeeper): footage kept, clips written and failed;
         the restream's mounts."""
         self._restream_metrics(r)
         self.recording_bytes = Gauge("appliance_recording_bytes", "The camera's kept footage on disk (record:)",
@@ -205,7 +205,7 @@ class ApplianceMetrics:
 
     def record_clips(self, camera_id: str, *, kept_bytes: int, recording: bool, written: int,
                      failed: Mapping[str, int]) -> None:
-        """A recording camera's footage and clips (appliance.supervisor.clipkeeper); counts since start."""
+        """A recording camera's footage and clips (appliance.pipeline.clipkeeper); counts since start."""
         self.recording_bytes.labels(camera=camera_id).set(kept_bytes)
         self.recording.labels(camera=camera_id).set(int(recording))
         self.clips_written.count(written, camera=camera_id)

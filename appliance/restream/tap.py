@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import cv2
 import numpy as np
 
-from appliance.analytics.draw import DrawnBox, DrawnLine, DrawnZone, Scene, clamp_box, draw_scene
+from appliance.analytics.draw import DrawnLine, DrawnZone, Scene, boxes_of, draw_scene
 from appliance.mqtt.messages import DetectionsMessage
 from appliance.restream.server import RestreamServer
 
@@ -20,36 +20,14 @@ ENCODED = frozenset({"raw", "annotated"})  # the kinds made from frames ("passth
 
 
 class OverlaySource(Protocol):
-    """appliance.supervisor.eventstage.CameraAnalytics: the camera's zones and lines with their counts now."""
+    """appliance.pipeline.eventstage.CameraAnalytics: the camera's zones and lines with their counts now."""
 
     def overlay(self) -> tuple[Sequence[DrawnZone], Sequence[DrawnLine]]: ...
 
 
-class Tap(Protocol):
-    def wants(self, camera_id: str) -> bool: ...
-    def offer(self, camera_id: str, pixels: np.ndarray, pixel_format: str, message: DetectionsMessage) -> None: ...
-
-
-class Taps:
-    """Several taps as one for the frame path: a frame is copied if any of them wants it, offered to all."""
-
-    def __init__(self, *taps: Tap) -> None:
-        self._taps = taps
-
-    def wants(self, camera_id: str) -> bool:
-        return any([tap.wants(camera_id) for tap in self._taps])  # every tap asked: each keeps its own rate
-
-    def offer(self, camera_id: str, pixels: np.ndarray, pixel_format: str, message: DetectionsMessage) -> None:
-        for tap in self._taps:
-            tap.offer(camera_id, pixels, pixel_format, message)
-
-
 def scene_of(message: DetectionsMessage, overlay: OverlaySource | None) -> Scene:
-    width, height = message.image_width, message.image_height
-    boxes = [DrawnBox(clamp_box(d.box, width, height), d.track_id, d.class_name, d.score)
-             for d in message.detections]
     zones, lines = overlay.overlay() if overlay is not None else ((), ())
-    return Scene(boxes, zones, lines)
+    return Scene(boxes_of(message.detections, message.image_width, message.image_height), zones, lines)
 
 
 class Restream:

@@ -37,6 +37,7 @@ from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.detector.serving.router import Router
 from appliance.opcua.errors import OpcUaStartError
 from appliance.opcua.feed import Feed
+from appliance.pipeline.sink import Sink
 from appliance.sparkplug.node import EdgeNode
 from appliance.mqtt.config import MqttConfig
 from appliance.supervisor import faces, reloader, reporting
@@ -71,9 +72,9 @@ class NotRunningError(ApplianceError, RuntimeError):
 class Appliance:
     def __init__(self, config: AppConfig, *, notifier: Notifier | None = None, triton_home: Path | None = None,
                  metrics: ApplianceMetrics | None = None, clock: Callable[[], float] = time.monotonic,
-                 late: LateCameras | None = None) -> None:
-        """``late``: the cameras waiting for their size (not in ``config`` until their source answers)."""
-        self.config = config
+                 late: LateCameras | None = None, sinks: Sequence[Sink] = ()) -> None:
+        """``late``: the cameras waiting for their size; ``sinks``: more consumers of results (result_sinks)."""
+        self.config, self._sinks = config, tuple(sinks)
         self._late = late if late is not None else LateCameras()
         self.notifier, self.metrics = notifier or Notifier(), metrics or ApplianceMetrics()
         self.paths = resolved_paths(config)
@@ -234,7 +235,7 @@ class Appliance:
 
     def _start_inference(self, capturing: Capturing) -> Running:
         inference = start_inference(capturing, self.config, self.paths, self.metrics, clock=self._clock,
-                                    on_error=self._note_error, mirror=self._opcua_feed)
+                                    on_error=self._note_error, mirror=self._opcua_feed, sinks=self._sinks)
         return Running(capturing.publisher, capturing.detector, capturing.server, capturing.served,
                        capturing.capture, inference, health_server=None)
 

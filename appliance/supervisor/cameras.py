@@ -22,7 +22,7 @@ from appliance.supervisor.children import ChildSupervisor
 
 if TYPE_CHECKING:  # annotations only: the publisher module loads paho
     from appliance.mqtt.publisher import MqttPublisher
-    from appliance.supervisor.scheduler import Scheduler
+    from appliance.pipeline.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,4 @@
-"""What the operator's page reads and changes of the running appliance (appliance.web.routes.Site), and the
-publisher that also notes each analytics event for the page's event list."""
+"""What the operator's page reads and changes of the running appliance (appliance.web.routes.Site)."""
 
 from __future__ import annotations
 
@@ -7,27 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from appliance.analytics.overlay import Classes
-from appliance.events import Event
-from appliance.supervisor.eventstage import Publisher
-from appliance.supervisor.layouts import Layouts
-from appliance.web.feed import EventFeed
-
-
-class FeedingPublisher:
-    """The publisher, with every event it is handed also noted in the page's feed."""
-
-    def __init__(self, publisher: Publisher, feed: EventFeed) -> None:
-        self._publisher, self._feed = publisher, feed
-
-    def publish_events(self, events: Sequence[Event]) -> int:
-        self._feed.note(events)
-        return self._publisher.publish_events(events)
-
-    def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int, counts: Any) -> None:
-        self._publisher.publish_counts(camera_id, last_event_seq, active_tracks, counts)
-
-    def publish_snapshot(self, camera_id: str, jpeg: bytes, user_properties: Sequence[tuple[str, str]] = ()) -> None:
-        self._publisher.publish_snapshot(camera_id, jpeg, user_properties)
+from appliance.pipeline.layouts import Layouts
 
 
 class ApplianceSite:

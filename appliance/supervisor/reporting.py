@@ -31,7 +31,7 @@ from appliance.mqtt.messages import epoch_ms, iso_utc_ms, ota_status_payload
 from appliance.ota.status import STATES, OtaStatus
 from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.supervisor.cameras import SupervisedCamera
-from appliance.supervisor.scheduler import Scheduler
+from appliance.pipeline.scheduler import Scheduler
 from appliance.triton.errors import ServerStateError, TritonError
 
 if TYPE_CHECKING:  # annotations only: importing them here would load paho and the Triton wrapper for nothing

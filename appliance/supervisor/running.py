@@ -24,15 +24,16 @@ from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.supervisor.cameras import Capture
-from appliance.supervisor.clipkeeper import ClipKeeper
+from appliance.pipeline.clipkeeper import ClipKeeper
 from appliance.supervisor.detectorsetup import DetectorSetup
-from appliance.supervisor.eventstage import CameraAnalytics, EventSink, camera_stage, start_analytics
-from appliance.supervisor.framepath import FramePath
-from appliance.supervisor.layouts import Layouts
-from appliance.supervisor.page import FeedingPublisher
-from appliance.supervisor.scheduler import Scheduler
+from appliance.pipeline.eventstage import CameraAnalytics, StageParts, camera_stage, start_analytics
+from appliance.pipeline.framepath import FramePath, Model, Reports
+from appliance.pipeline.layouts import Layouts
+from appliance.pipeline.scheduler import Scheduler
+from appliance.pipeline.sink import Sink, Sinks
+from appliance.pipeline.sinks import EventMirror, MqttSink, OpcUaSink, PageSink, RestreamSink
 from appliance.supervisor.servedmodel import Served
-from appliance.supervisor.snapshots import SnapshotWorker
+from appliance.pipeline.snapshots import SnapshotWorker
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
 from appliance.web.auth import Auth
@@ -43,7 +44,7 @@ from appliance.web.feed import EventFeed
 from appliance.web.auth import is_loopback, load_users
 from appliance.web.live import LiveFrames
 from appliance.restream.server import RestreamServer
-from appliance.restream.tap import Restream, Taps
+from appliance.restream.tap import Restream
 
 log = logging.getLogger(__name__)
 # The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this
@@ -112,6 +113,7 @@ class Inference:
     live: LiveFrames  # the newest frame of a camera someone watches on the page
     feed: EventFeed   # the newest events, for the page
     new_stage: Callable[[CameraConfig], CameraAnalytics]  # a camera's stage, as at start (a reload's cameras)
+    sinks: Sinks  # every consumer of results, in order (result_sinks)
     clips: ClipKeeper | None = None  # the events' clips of the cameras that record (a reload changes which)
     restream: Restream | None = None  # the RTSP server and what feeds it, when ``restream.enabled``
 
@@ -120,17 +122,15 @@ class Inference:
         return clip_routes(self.clips.clip_file, auth, hosts) if self.clips is not None else Routes()
 
     def stop(self, drain_timeout_s: float) -> None:
-        """No new frames; in-flight ones drain (their detections spool), then what they queued is written."""
+        """No new frames; in-flight ones drain (their results reach the sinks), then what the snapshot worker
+        and the sinks queued is written, sink by sink in their order."""
         if not self.scheduler.stop(drain_timeout_s):
             log.warning("stop: gave up waiting for in-flight frames after %.1f s", drain_timeout_s)
         if self.snapshots is not None:  # what the drained frames queued, before the publisher closes
             self.snapshots.stop()
-        if self.clips is not None:
-            self.clips.stop()
+        self.sinks.stop()
         if self.frames.calibration is not None:
             self.frames.calibration.stop()
-        if self.restream is not None:
-            self.restream.stop()
 
 
 def start_restream(config: AppConfig, analytics: Mapping[str, CameraAnalytics],
@@ -164,12 +164,25 @@ def start_triton(built: Built, triton: TritonConfig, home: Path | None, metrics:
     return TritonUp(built.publisher, built.detector, server)
 
 
+def result_sinks(capturing: Capturing, page: PageSink, restream: Restream | None, mirror: EventMirror | None,
+                 clips: ClipKeeper, extra: Sequence[Sink]) -> Sinks:
+    """Every consumer of results, in the order each result reaches them and they stop: a new one is a line here."""
+    return Sinks([
+        MqttSink(capturing.publisher),                   # detections, events, counts: the wire (spooled)
+        page,                                            # the page's event list and live picture
+        *([OpcUaSink(mirror)] if mirror is not None else []),  # the OPC UA server's events and counts
+        *([RestreamSink(restream)] if restream is not None else []),  # RTSP out: watched cameras' frames
+        clips,                                           # event clips (planned as each event is made)
+        *extra,                                          # Appliance(sinks=...)
+    ])
+
+
 def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str, Path], metrics: ApplianceMetrics,
                     *, clock: Callable[[], float], on_error: Callable[[str], None],
-                    mirror: EventSink | None = None) -> Inference:
-    """Analytics for the served model's classes, the frame path through the router, and the scheduler reading
-    every camera's ring, started; ``on_error`` takes the appliance's last error (status line, health summary);
-    ``mirror`` gets the analytics' events and counts after the publisher (the OPC UA server's feed)."""
+                    mirror: EventMirror | None = None, sinks: Sequence[Sink] = ()) -> Inference:
+    """Analytics for the served model's classes, the frame path through the router to the sinks, and the scheduler
+    reading every camera's ring, started; ``on_error`` takes the appliance's last error (status line, health
+    summary); ``mirror``: the OPC UA server's feed; ``sinks``: more sinks, after the appliance's own."""
     served, engine = capturing.served, capturing.detector.engine
     with ExitStack() as undo:  # what this step started, stopped if a later part of it fails
         route = served.router.current()
@@ -180,27 +193,28 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
             return now.class_names if now is not None else class_names
 
         layouts, live, feed = Layouts(config.cameras, paths["state_dir"], serving_classes), LiveFrames(), EventFeed()
-        sink = FeedingPublisher(capturing.publisher, feed)
         recording = {c.id: c.record for c in config.cameras if c.record.enabled}
         # Also with no camera recording yet: a reload may start one (ClipKeeper.apply).
         clips = ClipKeeper(paths["state_dir"], recording, capturing.publisher.publish_clip, metrics=metrics)
         undo.callback(clips.stop)
-        analytics, snapshots = start_analytics(layouts.cameras(config.cameras), class_names, sink, metrics,
-                                               paths["state_dir"] / "snapshots", mirror, clips)
+        analytics: dict[str, CameraAnalytics] = {}  # filled below; the restream draws their zones and lines
+        restream = start_restream(config, analytics, capturing.capture.restream_socket)
+        if restream is not None:
+            undo.callback(restream.stop)
+        results = result_sinks(capturing, PageSink(feed, live), restream, mirror, clips, sinks)
+        stages, parts = start_analytics(layouts.cameras(config.cameras), class_names,
+                                        StageParts(results, metrics, clips=clips), paths["state_dir"] / "snapshots",
+                                        capturing.publisher.publish_snapshot)
+        analytics.update(stages)
         layouts.stages = analytics
-        if snapshots is not None:
-            undo.callback(snapshots.stop)
+        if parts.snapshots is not None:
+            undo.callback(parts.snapshots.stop)
         calibration = start_calibration_feed(paths["engines_dir"], engine.model, paths["state_dir"],
                                              len(config.cameras), engine.precision)
         if calibration is not None:
             undo.callback(calibration.stop)
-        restream = start_restream(config, analytics, capturing.capture.restream_socket)
-        if restream is not None:
-            undo.callback(restream.stop)
-        frames = FramePath(capturing.server, served.router, capturing.publisher, served.recovery, metrics,
-                           request_timeout_s=config.pipeline.request_timeout_s, on_error=on_error,
-                           analytics=analytics, calibration=calibration,
-                           live=live if restream is None else Taps(live, restream))
+        frames = FramePath(Model(capturing.server, served.router, served.recovery, config.pipeline.request_timeout_s),
+                           results, Reports(metrics, on_error, clock), analytics=analytics, calibration=calibration)
         scheduler = Scheduler(frames.submit, frames.on_result, max_inflight=capturing.detector.max_inflight,
                               per_camera_inflight=config.pipeline.per_camera_inflight, clock=clock,
                               gate=served.recovery.drop_reason, on_drop=frames.on_drop,
@@ -208,6 +222,6 @@ def start_inference(capturing: Capturing, config: AppConfig, paths: Mapping[str,
         capturing.capture.open_readers(config.cameras, scheduler, on_error)
         scheduler.start()
         undo.pop_all()  # all of it runs: Appliance.stop ends it from here on
-    new_stage = functools.partial(camera_stage, class_names=class_names, publisher=sink, metrics=metrics,
-                                  worker=snapshots, mirror=mirror, clips=clips)
-    return Inference(frames, scheduler, analytics, snapshots, layouts, live, feed, new_stage, clips, restream)
+    new_stage = functools.partial(camera_stage, class_names=class_names, parts=parts)
+    return Inference(frames, scheduler, analytics, parts.snapshots, layouts, live, feed, new_stage, results, clips,
+                     restream)

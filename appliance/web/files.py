@@ -3,7 +3,7 @@
 requests: a browser's <video> seeks with them).
 
 With the page on they are behind its login and its host check; without the page, open on the health port. A clip
-is written from the camera's kept segments on request (appliance.supervisor.clipkeeper); 404 when the event has
+is written from the camera's kept segments on request (appliance.pipeline.clipkeeper); 404 when the event has
 no clip, it is not complete yet, or its footage was removed by retention."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _EVENT_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class Snapshots(Protocol):
-    """The kept snapshots (appliance.supervisor.snapshots.SnapshotStore)."""
+    """The kept snapshots (appliance.pipeline.snapshots.SnapshotStore)."""
 
     def latest_jpeg(self, camera: str) -> bytes | None: ...
     def event_jpeg(self, event_id: str) -> bytes | None: ...

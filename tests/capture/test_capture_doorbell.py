@@ -11,7 +11,7 @@ from support.wait import wait_until
 
 from appliance.capture import CaptureProcess
 from appliance.capture.doorbell import Doorbell, DoorbellRinger
-from appliance.supervisor.scheduler import Scheduler
+from appliance.pipeline.scheduler import Scheduler
 
 
 def test_wait_times_out_when_nobody_rings_and_one_wait_consumes_every_pending_ring():

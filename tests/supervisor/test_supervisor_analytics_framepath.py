@@ -9,6 +9,7 @@ import json
 import threading
 from concurrent.futures import Future
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
 import cv2
@@ -22,9 +23,11 @@ from appliance.mqtt.messages import DetectionsMessage
 from appliance.backoff import RestartPolicy
 from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.detector.serving.router import Route, Router
-from appliance.supervisor.eventstage import CameraAnalytics
-from appliance.supervisor.framepath import FramePath
-from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
+from appliance.pipeline.eventstage import CameraAnalytics, StageParts
+from appliance.pipeline.framepath import FramePath, Model, Reports
+from appliance.pipeline.sink import Sinks
+from appliance.pipeline.sinks import MqttSink
+from appliance.pipeline.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
 from appliance.triton.errors import UnavailableError
 from appliance.triton.infer import InferResult
 
@@ -98,11 +101,13 @@ def _walk(tmp_path: Path, queue_size: int = 4, switch_at: int | None = None,
     publisher, metrics = Publisher(), ApplianceMetrics()
     store = SnapshotStore(tmp_path / "snapshots", {"cam": 10})
     worker = SnapshotWorker(store, {"cam": config.snapshots}, publisher.publish_snapshot, queue_size=queue_size)
-    stage = CameraAnalytics("cam", config, ["person", "dog"], W, H, publisher, metrics, worker)
+    sinks = Sinks([MqttSink(publisher)])
+    camera = SimpleNamespace(id="cam", frame_size=(W, H), analytics=config)
+    stage = CameraAnalytics(camera, ["person", "dog"], StageParts(sinks, metrics, snapshots=worker))
     router = Router(ROUTE)
     server = Server()
-    path = FramePath(server, router, publisher, recovery[2] if recovery else None, metrics,
-                     request_timeout_s=None, on_error=lambda _t: None, analytics={"cam": stage})
+    path = FramePath(Model(server, router, recovery[2] if recovery else None), sinks,
+                     Reports(metrics, lambda _t: None), analytics={"cam": stage})
     ring = np.zeros((H, W, 3), np.uint8)  # one slot, reused by every frame: what a busy ring does
     brightness = []
     for seq, x in enumerate(range(100, 220, 10)):

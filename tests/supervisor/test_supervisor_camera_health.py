@@ -20,7 +20,7 @@ from appliance.mqtt.schema import load_schema
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import set_up_capture
 from appliance.supervisor.children import ChildSupervisor
-from appliance.supervisor.scheduler import Scheduler
+from appliance.pipeline.scheduler import Scheduler
 
 IMAGE = Path("/usr/share/darknet/data/dog.jpg")
 

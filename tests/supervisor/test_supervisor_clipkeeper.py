@@ -10,7 +10,7 @@ from support.wait import wait_until
 
 from appliance.capture.recordconfig import RecordConfig
 from appliance.mqtt.messages import ClipMessage
-from appliance.supervisor.clipkeeper import ClipKeeper, find_entry
+from appliance.pipeline.clipkeeper import ClipKeeper, find_entry
 
 EVENT = "c1" * 16
 

@@ -18,8 +18,10 @@ from appliance.analytics.config import AnalyticsConfig, LineConfig
 from appliance.health.metrics import ApplianceMetrics
 from appliance.events import Event
 from appliance.mqtt.messages import ModelInfo
-from appliance.supervisor.eventstage import CameraAnalytics
-from appliance.supervisor.results import build_message
+from appliance.pipeline.eventstage import CameraAnalytics, StageParts
+from appliance.pipeline.results import build_message
+from appliance.pipeline.sink import Sinks
+from appliance.pipeline.sinks import MqttSink, OpcUaSink
 
 W, H = 320, 240
 MODEL = ModelInfo("yolov3-tiny", "base", "sha256:" + "5e" * 32)
@@ -61,7 +63,9 @@ def test_counts_read_before_a_reset_are_never_handed_over_after_it() -> None:
     config = AnalyticsConfig(classes={"person": 0.3}, tracker={"birth_frames": 2},
                              lines=[LineConfig(name="door", a=(160, 0), b=(160, 240), in_side="right")])
     mqtt, opcua = Sink(), Sink()
-    stage = CameraAnalytics("cam", config, ["person"], W, H, mqtt, ApplianceMetrics(), mirror=opcua)
+    camera = SimpleNamespace(id="cam", frame_size=(W, H), analytics=config)
+    sinks = Sinks([MqttSink(mqtt), OpcUaSink(opcua)])  # the wire, then the OPC UA server, as the appliance lists them
+    stage = CameraAnalytics(camera, ["person"], StageParts(sinks, ApplianceMetrics()))
     path = [float(x) for x in (*range(100, 230, 20), *range(220, 90, -20))]  # back and forth across x = 160
     done, resets = threading.Event(), [0]
 

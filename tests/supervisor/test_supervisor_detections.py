@@ -13,8 +13,10 @@ from appliance.detections import NO_TRACK
 from appliance.events import Event
 from appliance.mqtt.messages import ModelInfo, detections_payload, encode
 from appliance.mqtt.numbering import MessageNumber
-from appliance.supervisor.eventstage import CameraAnalytics
-from appliance.supervisor.results import build_message
+from appliance.pipeline.eventstage import CameraAnalytics, StageParts
+from appliance.pipeline.results import build_message
+from appliance.pipeline.sink import Sinks
+from appliance.pipeline.sinks import MqttSink
 
 NAMES = ("person", "bicycle", "car", *(f"n{i}" for i in range(3, 16)), "dog", *(f"n{i}" for i in range(17, 80)))
 MODEL = ModelInfo("yolov3-tiny", "1", "sha256:" + "ab" * 32)
@@ -77,7 +79,8 @@ def test_track_ids_go_to_their_rows_even_where_boxes_are_identical() -> None:
     # Row 0 is below the tracker's low_score, rows 1 and 2 the same box confidently, row 3 a class the
     # analytics leave out: a join on class and box would have given row 0 a track id.
     config = AnalyticsConfig(classes={"person": 0.3}, tracker=TrackerConfig(birth_frames=2))
-    stage = CameraAnalytics("cam0", config, NAMES, 640, 480, Publisher(), Metrics())
+    camera = SimpleNamespace(id="cam0", frame_size=(640, 480), analytics=config)
+    stage = CameraAnalytics(camera, NAMES, StageParts(Sinks([MqttSink(Publisher())]), Metrics()))
     box = [100.0, 100.0, 140.0, 200.0]
     for seq in range(3):
         message = build_message(meta(seq), outputs([box, box, box, box], [0.05, 0.9, 0.9, 0.9], [0, 0, 0, 2]), MODEL,

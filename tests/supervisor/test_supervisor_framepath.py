@@ -1,10 +1,12 @@
-"""The frame path on its own (appliance.supervisor.framepath): a leased frame into the routed ensemble, its result
-out to the publisher, a broken model noted to recovery at once, the route always released. Real router, recovery
+"""The frame path on its own (appliance.pipeline.framepath): a leased frame into the routed ensemble, its result
+out to the sinks, a broken model noted to recovery at once, the route always released, frames copied only for a
+sink that asks. Real router, recovery
 and metrics; the server and publisher are small stand-ins satisfying the protocols (the end-to-end tests cover the
 same path with Triton and a broker)."""
 
 from __future__ import annotations
 
+import tracemalloc
 from concurrent.futures import Future
 from typing import Any, Callable, Mapping, Sequence
 
@@ -17,7 +19,9 @@ from appliance.capture.ring import FrameMeta
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import DetectionsMessage
 from appliance.detector.serving.router import Route, Router
-from appliance.supervisor.framepath import FramePath
+from appliance.pipeline.framepath import FramePath, Model, Reports
+from appliance.pipeline.sink import Frame, Sink, Sinks
+from appliance.pipeline.sinks import MqttSink
 from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.triton.errors import InternalError
 from appliance.triton.infer import InferResult
@@ -84,8 +88,8 @@ def parts() -> dict[str, Any]:
     recovery = PipelineRecovery(lambda route, models: None, RestartPolicy(), clock=clock)
     errors: list[str] = []
     server, publisher, metrics = Server(), Publisher(), ApplianceMetrics()
-    frames = FramePath(server, router, publisher, recovery, metrics, request_timeout_s=5.0, on_error=errors.append,
-                       clock=clock)
+    frames = FramePath(Model(server, router, recovery, request_timeout_s=5.0), Sinks([MqttSink(publisher)]),
+                       Reports(metrics, errors.append, clock))
     return {"clock": clock, "router": router, "recovery": recovery, "errors": errors, "server": server,
             "publisher": publisher, "metrics": metrics, "frames": frames}
 
@@ -172,3 +176,57 @@ def test_a_dropped_frame_is_counted_by_reason(parts: dict[str, Any]) -> None:
     parts["frames"].on_drop("cam1", "recovering")
     assert _samples(parts["metrics"])[("appliance_frames_dropped_total",
                                        (("camera", "cam1"), ("reason", "recovering")))] == 2
+
+
+class EveryOther(Sink):
+    """Asks for every second frame of cam1 and keeps what it gets; a broken sink after it in the list."""
+
+    def __init__(self) -> None:
+        self.asked, self.frames = 0, []
+
+    def wants_frame(self, camera_id: str) -> bool:
+        self.asked += 1
+        return camera_id == "cam1" and self.asked % 2 == 0
+
+    def on_frame(self, camera_id: str, frame: Frame) -> None:
+        self.frames.append((camera_id, frame))
+
+
+class Broken(Sink):
+    def on_detections(self, message: DetectionsMessage) -> None:
+        raise RuntimeError("this sink is broken")
+
+
+def _infer(frames: FramePath, server: Server, seq: int, grey: int) -> int:
+    """A 640x480 frame of ``grey`` pixels submitted, the ring slot overwritten once Triton read it, its result
+    back; the peak of what was allocated meanwhile (tracemalloc sees numpy's buffers)."""
+    lease = Lease(FrameMeta("cam1", seq, 99.95, 1_700_000_000.25, 640, 480, "bgr"))
+    lease.array[:] = grey
+    tracemalloc.start()
+    try:
+        future = frames.submit("cam1", lease)
+        server.requests[-1]["on_inputs_released"]()
+        lease.array[:] = 255  # the capture process writes the next frame into the slot
+        future.set_result(InferResult(ROUTE.ensemble, 1, f"cam1:{seq}", {
+            "BOXES": np.zeros((0, 4), np.float32), "SCORES": np.zeros(0, np.float32),
+            "CLASSES": np.zeros(0, np.int32)}))
+        frames.on_result("cam1", lease.meta, future)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_frame_tap_copies_only_the_frames_a_sink_asks_for(parts: dict[str, Any]) -> None:
+    tap, publisher, server = EveryOther(), parts["publisher"], Server()
+    frames = FramePath(Model(server, parts["router"]), Sinks([tap, MqttSink(publisher), Broken()]),
+                       Reports(parts["metrics"], parts["errors"].append, parts["clock"]))
+    peaks = [_infer(frames, server, seq, 10 * seq) for seq in range(1, 6)]
+    size = 640 * 480 * 3
+    assert [seq for seq, peak in enumerate(peaks, 1) if peak >= size] == [2, 4]  # copied: only those asked for
+    assert max(peaks[0], peaks[2], peaks[4]) < size / 4
+    assert [f.message.seq for _, f in tap.frames] == [2, 4]  # at the sink's own rate
+    for _, frame in tap.frames:  # the pixels as they were at submit, in a copy the ring no longer owns
+        assert frame.pixels.shape == (480, 640, 3) and (frame.pixels == 10 * frame.message.seq).all()
+        assert frame.pixel_format == "bgr"
+    # A sink that raises is logged; the MQTT sink before it and the frame count go on.
+    assert [m.seq for m in publisher.messages] == [1, 2, 3, 4, 5] and frames.completed == 5

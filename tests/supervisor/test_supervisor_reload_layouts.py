@@ -8,7 +8,7 @@ from typing import Any
 
 from appliance.analytics.overlay import write_overlay
 from appliance.capture.config import CameraConfig
-from appliance.supervisor.layouts import Layouts
+from appliance.pipeline.layouts import Layouts
 
 CLASSES = ["person", "car"]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from support.wait import wait_until
 
-from appliance.supervisor.scheduler import Scheduler
+from appliance.pipeline.scheduler import Scheduler
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.health.metrics import ApplianceMetrics
 from appliance.supervisor import reporting
-from appliance.supervisor.scheduler import Scheduler
+from appliance.pipeline.scheduler import Scheduler
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from appliance.health.routes import health_routes
 from appliance.web.files import snapshot_routes
 from appliance.webserver.server import WebServer
 from appliance.analytics.draw import DrawnBox
-from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
+from appliance.pipeline.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
 
 W, H = 160, 120
 

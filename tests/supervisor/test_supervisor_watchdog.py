@@ -12,7 +12,7 @@ from appliance.detector.serving.probe import Fault
 from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.detector.serving.router import Route
 from appliance.supervisor import reporting
-from appliance.supervisor.scheduler import Scheduler
+from appliance.pipeline.scheduler import Scheduler
 
 ROUTE = Route("detect", ("detector", "detect"), "yolov3-tiny", None, ())
 

@@ -13,7 +13,7 @@ from typing import Any
 from appliance.health.routes import health_routes
 from appliance.webserver.server import WebServer
 from appliance.events import Event
-from appliance.supervisor.layouts import Layouts
+from appliance.pipeline.layouts import Layouts
 from appliance.supervisor.page import ApplianceSite
 from appliance.web.auth import Auth
 from appliance.web.feed import EventFeed

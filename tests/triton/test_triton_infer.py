@@ -19,7 +19,7 @@ from support.wait import wait_until
 from appliance.capture.layout import RingGeometry
 from appliance.capture.ring import FrameLease, RingReader, RingWriter
 from appliance.capture.ringfile import create_ring, ring_path
-from appliance.supervisor.scheduler import Scheduler
+from appliance.pipeline.scheduler import Scheduler
 from appliance.triton import errors
 from appliance.triton.infer import InputBuffer, prepare_input
 from appliance.triton.requests import InferFuture

@@ -30,7 +30,7 @@ def _workload(repo: Path) -> int:
 
     import numpy as np
 
-    from appliance.supervisor.scheduler import Scheduler
+    from appliance.pipeline.scheduler import Scheduler
     from appliance.triton import Server, ServerOptions
 
     frames = [np.full((480, 640, 3), value, np.uint8) for value in (10, 20, 30, 40)]

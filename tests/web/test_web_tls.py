@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID
 
 from appliance.health.routes import health_routes
 from appliance.webserver.server import WebServer
-from appliance.supervisor.layouts import Layouts
+from appliance.pipeline.layouts import Layouts
 from appliance.supervisor.page import ApplianceSite
 from appliance.web.auth import Auth, hash_password
 from appliance.web.config import UserConfig, WebConfig

@@ -14,38 +14,26 @@ GStreamer element (``nvv4l2h264enc`` on a Jetson) in a ``gst-launch-1.0`` child 
 
 from __future__ import annotations
 
-import io
 import logging
 import queue
 import threading
 import time
-from fractions import Fraction
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from appliance.capture.h264encoders import H264Encoder
+from appliance.capture.recording.h264stream import KEYFRAME_EVERY_S, TIME_BASE, stream_template
 from appliance.capture.recording.recorder import RETRY_AFTER_ERROR_S, SegmentRecorder
 
 log = logging.getLogger(__name__)
 
 QUEUE_FRAMES = 30  # frames waiting for the encoder; beyond this they are dropped and counted
-KEYFRAME_EVERY_S = 1.0
-TIME_BASE = Fraction(1, 1000)
 
 
 class _Backend(Protocol):
     def encode(self, frame: np.ndarray, wall: float, key: bool) -> list[tuple[Any, float]]: ...
     def close(self) -> None: ...
-
-
-def _template(first_keyframe: bytes) -> tuple[Any, Any]:
-    """A demuxed H.264 stream (container, stream) whose parameters are those of ``first_keyframe``: the
-    template the segment recorder copies its MP4 stream from. Keyframes carry SPS/PPS in-band."""
-    import av
-
-    container = av.open(io.BytesIO(first_keyframe), format="h264")
-    return container, container.streams.video[0]
 
 
 class AvH264:
@@ -84,7 +72,7 @@ class AvH264:
 
     def _stamped(self, packet: Any) -> tuple[Any, float]:
         if self._tpl is None:
-            self._tpl = _template(bytes(packet))
+            self._tpl = stream_template(bytes(packet))
         packet.stream = self._tpl[1]
         packet.time_base = TIME_BASE
         return packet, self._walls.pop(packet.pts, time.time())

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.capture.recording.encoder import KEYFRAME_EVERY_S, TIME_BASE, _template
+from appliance.capture.recording.h264stream import KEYFRAME_EVERY_S, TIME_BASE, stream_template
 from appliance.procs import stop_process
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class GstH264:
         if self._tpl is None:
             if not has_idr(data):
                 return  # a segment starts at a keyframe anyway
-            self._tpl = _template(data)
+            self._tpl = stream_template(data)
         if self._t0 is None:
             self._t0 = wall
         pts = max(round((wall - self._t0) / TIME_BASE), self._last + 1)

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
@@ -22,26 +23,23 @@ import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.events import Analytics
-from appliance.analytics.draw import DrawnBox, DrawnLine, DrawnZone, clamp_box
+from appliance.analytics.draw import DrawnLine, DrawnZone, boxes_of
 from appliance.events import ClipPlan, Event
 from appliance.mqtt.messages import DetectionsMessage
-from appliance.supervisor.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
+from appliance.pipeline.sink import Counts, Sinks
+from appliance.pipeline.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker
 
 log = logging.getLogger(__name__)
 
 
-class EventSink(Protocol):
-    """appliance.mqtt.publisher.MqttPublisher."""
-
-    def publish_events(self, events: Sequence[Event]) -> int: ...
-    def publish_counts(self, camera_id: str, last_event_seq: int, active_tracks: int,
-                       counts: Mapping[str, Mapping[str, Mapping[str, int]]]) -> None: ...
-
-
 class ClipPlanner(Protocol):
-    """appliance.supervisor.clipkeeper.ClipKeeper."""
+    """appliance.pipeline.clipkeeper.ClipKeeper."""
 
     def plan(self, event_id: str, camera_id: str, event_time: float) -> ClipPlan | None: ...
+
+
+# publish_snapshot(camera_id, jpeg, user_properties): appliance.mqtt.publisher.MqttPublisher.publish_snapshot
+PublishSnapshot = Callable[[str, bytes, Sequence[tuple[str, str]]], None]
 
 
 class AnalyticsMetrics(Protocol):
@@ -50,22 +48,43 @@ class AnalyticsMetrics(Protocol):
     def record_analytics_step(self, camera_id: str, seconds: float, event_types: Sequence[str]) -> None: ...
 
 
-class CameraAnalytics:
-    """One camera's analytics and what it publishes. ``step`` is called in the camera's frame order."""
+class CameraSpec(Protocol):
+    """appliance.capture.config.CameraConfig: what the analytics need of a camera."""
 
-    def __init__(self, camera_id: str, config: AnalyticsConfig, class_names: Sequence[str], width: int,
-                 height: int, publisher: EventSink, metrics: AnalyticsMetrics,
-                 snapshots: SnapshotWorker | None = None, clock: Callable[[], float] = time.monotonic,
-                 mirror: EventSink | None = None, clips: ClipPlanner | None = None) -> None:
-        """``mirror``: a second sink (the OPC UA server's feed) that gets the same events and counts, right
-        after the publisher; ``clips`` plans each event's clip when the camera records."""
-        self._clips = clips
-        self.camera_id, self.config = camera_id, config
-        self.width, self.height = width, height
-        self._mirror = mirror
-        self.analytics = Analytics(camera_id, config, class_names, width, height)
-        self._publisher, self._metrics, self._snapshots = publisher, metrics, snapshots
-        self._clock = clock
+    @property
+    def id(self) -> str: ...
+    @property
+    def frame_size(self) -> tuple[int, int]: ...
+    @property
+    def analytics(self) -> AnalyticsConfig | None: ...
+
+
+@dataclass(frozen=True)
+class StageParts:
+    """What every camera's analytics stage works with: where its results go, what it counts, the snapshot
+    worker (None: no snapshots), who plans its events' clips (None: no camera records)."""
+
+    sinks: Sinks
+    metrics: AnalyticsMetrics
+    snapshots: SnapshotWorker | None = None
+    clips: ClipPlanner | None = None
+    clock: Callable[[], float] = time.monotonic
+
+
+class CameraAnalytics:
+    """One camera's analytics and what it hands to the sinks. ``step`` is called in the camera's frame order."""
+
+    def __init__(self, camera: CameraSpec, class_names: Sequence[str], parts: StageParts) -> None:
+        """``camera`` must have an ``analytics:`` section."""
+        if camera.analytics is None:
+            raise ValueError(f"camera {camera.id} has no analytics section")
+        config = camera.analytics
+        self._clips = parts.clips
+        self.camera_id, self.config = camera.id, config
+        self.width, self.height = camera.frame_size
+        self.analytics = Analytics(camera.id, config, class_names, self.width, self.height)
+        self._sinks, self._metrics, self._snapshots = parts.sinks, parts.metrics, parts.snapshots
+        self._clock = parts.clock
         self._lock = threading.Lock()  # step (completion thread) against the tick's reads
         # Held from reading the counts to handing them over (then _lock inside it), so the sinks get counts in the
         # order they were read: a reset is never followed by counts read before it.
@@ -83,7 +102,8 @@ class CameraAnalytics:
 
     def step(self, meta: Any, message: DetectionsMessage, pixels: np.ndarray | None) -> DetectionsMessage:
         """``message`` with every detection's ``track_id`` set; the snapshot handed to the worker; the events and
-        counts' change noted for :meth:`publish_pending`, which the frame path calls once the message is spooled."""
+        counts' change noted for :meth:`publish_pending`, which the frame path calls once the sinks have the
+        message."""
         started = time.perf_counter()
         with self._lock:
             self.analytics.use_classes(message.detections.class_names)  # the served model's, from a switch on
@@ -111,13 +131,11 @@ class CameraAnalytics:
         self._pending = ([], False)
         with self._send_lock:
             if events:
-                self._publisher.publish_events(events)
-                if self._mirror is not None:
-                    self._mirror.publish_events(events)
+                self._sinks.hand_events(events)
             if changed:
                 with self._lock:
                     counts = self._counts_locked()
-                self._send_counts(*counts, mirror=True)
+                self._send_counts(*counts, changed=True)
 
     def reset_line(self, line: str) -> bool:
         """A line's in/out counts back to 0 (an OPC UA operator's ResetCounts), sent at once; False when the
@@ -128,16 +146,14 @@ class CameraAnalytics:
                     return False
                 self.analytics.counts.lines[line] = {direction: 0 for direction in self.analytics.counts.lines[line]}
                 counts = self._counts_locked()
-            self._send_counts(*counts, mirror=True)
+            self._send_counts(*counts, changed=True)
         return True
 
     def _snapshot(self, meta: Any, message: DetectionsMessage, events: list[Event],
                   pixels: np.ndarray | None) -> str | None:
         if pixels is None or self._snapshots is None:
             return None
-        width, height = message.image_width, message.image_height
-        boxes = [DrawnBox(clamp_box(d.box, width, height), d.track_id, d.class_name, d.score)
-                 for d in message.detections]
+        boxes = boxes_of(message.detections, message.image_width, message.image_height)
         job = SnapshotJob(uuid.uuid4().hex, self.camera_id, int(meta.seq), float(meta.t_utc), pixels,
                           str(meta.pixel_format), boxes, [e.event_id for e in events],
                           frozenset(e.track_id for e in events))
@@ -154,15 +170,10 @@ class CameraAnalytics:
     def _counts_locked(self) -> tuple[int, int, dict[str, Any]]:
         return self._last_seq, self.analytics.active_tracks, self.analytics.counts.as_dict()
 
-    def _send_counts(self, last_seq: int, active: int, counts: Mapping[str, Any], *, mirror: bool = False) -> None:
-        """To the publisher, and to the mirror with ``mirror``; the caller holds ``_send_lock``."""
+    def _send_counts(self, last_seq: int, active: int, counts: Mapping[str, Any], *, changed: bool = False) -> None:
+        """To the sinks (``changed`` False: the tick's repeat); the caller holds ``_send_lock``."""
         self._counts_sent = self._clock()
-        try:
-            self._publisher.publish_counts(self.camera_id, last_seq, active, counts)
-        except Exception as exc:  # stopping: the retained counts are republished on the next change
-            log.debug("camera %s: counts not published: %s", self.camera_id, exc)
-        if mirror and self._mirror is not None:
-            self._mirror.publish_counts(self.camera_id, last_seq, active, counts)
+        self._sinks.hand_counts(Counts(self.camera_id, last_seq, active, counts, changed))
 
     def publish_counts_if_due(self) -> None:
         """The tick: the retained counts again once ``counts_interval_s`` passed since the last time."""
@@ -193,59 +204,31 @@ class CameraAnalytics:
                 "last_event_seq": last_seq, "snapshots_dropped": self.snapshots_dropped, **counts}
 
 
-class CameraSpec(Protocol):
-    """appliance.capture.config.CameraConfig: what the analytics need of a camera."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def frame_size(self) -> tuple[int, int]: ...
-    @property
-    def analytics(self) -> AnalyticsConfig | None: ...
-
-
-class SnapshotSink(Protocol):
-    def publish_snapshot(self, camera_id: str, jpeg: bytes,
-                         user_properties: Sequence[tuple[str, str]] = ()) -> None: ...
-
-
-class Publisher(EventSink, SnapshotSink, Protocol):
-    pass
-
-
-def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], publisher: Publisher,
-                    metrics: AnalyticsMetrics, snapshot_dir: Path, mirror: EventSink | None = None,
-                    clips: ClipPlanner | None = None) -> tuple[dict[str, CameraAnalytics], SnapshotWorker | None]:
-    """One CameraAnalytics per camera with an ``analytics:`` section, and the snapshot worker they share (None
-    when no camera takes snapshots); ``mirror`` gets their events and counts too; ``clips`` plans the clips of
-    the cameras that record."""
+def start_analytics(cameras: Sequence[CameraSpec], class_names: Sequence[str], parts: StageParts, snapshot_dir: Path,
+                    publish_snapshot: PublishSnapshot) -> tuple[dict[str, CameraAnalytics], StageParts]:
+    """One CameraAnalytics per camera with an ``analytics:`` section, and the parts they share, with the snapshot
+    worker when a camera takes snapshots (``publish_snapshot`` sends each one's JPEG)."""
     with_analytics = [c for c in cameras if c.analytics is not None]
     snapping = {c.id: c.analytics.snapshots for c in with_analytics
                 if c.analytics is not None and c.analytics.snapshots.enabled}
-    worker = None
     if snapping:
         store = SnapshotStore(snapshot_dir, {cam: cfg.keep for cam, cfg in snapping.items()})
-        worker = SnapshotWorker(store, snapping, publisher.publish_snapshot)
-    stages = {c.id: camera_stage(c, class_names, publisher, metrics, worker, mirror, clips)
-              for c in with_analytics}
-    return stages, worker
+        parts = dataclasses.replace(parts, snapshots=SnapshotWorker(store, snapping, publish_snapshot))
+    return {c.id: camera_stage(c, class_names, parts) for c in with_analytics}, parts
 
 
-def camera_stage(camera: CameraSpec, class_names: Sequence[str], publisher: Publisher, metrics: AnalyticsMetrics,
-                 worker: SnapshotWorker | None, mirror: EventSink | None = None,
-                 clips: ClipPlanner | None = None) -> CameraAnalytics:
-    """The analytics stage of one camera with an ``analytics:`` section; its snapshots go to ``worker`` (a camera
-    it does not know yet is added to it: one a reload started) when they are on, and ``worker`` is not None;
-    ``clips`` plans its events' clips (a camera that does not record gets none)."""
+def camera_stage(camera: CameraSpec, class_names: Sequence[str], parts: StageParts) -> CameraAnalytics:
+    """The analytics stage of one camera with an ``analytics:`` section; its snapshots go to ``parts.snapshots``
+    (a camera it does not know yet is added to it: one a reload started) when they are on and a worker runs."""
     assert camera.analytics is not None
+    worker = parts.snapshots
     snapping = camera.analytics.snapshots.enabled and worker is not None
     if snapping and worker is not None:
         worker.add_camera(camera.id, camera.analytics.snapshots)
     elif camera.analytics.snapshots.enabled:
         log.warning("camera %s: snapshots stay off until the appliance restarts (none of the cameras it started "
                     "with takes snapshots, so no snapshot worker runs)", camera.id)
-    stage = CameraAnalytics(camera.id, camera.analytics, class_names, *camera.frame_size, publisher, metrics,
-                            worker if snapping else None, mirror=mirror, clips=clips)
+    stage = CameraAnalytics(camera, class_names, parts if snapping else dataclasses.replace(parts, snapshots=None))
     log.info("camera %s: analytics on (%d zone(s), %d line(s), snapshots %s)", camera.id,
              len(camera.analytics.zones), len(camera.analytics.lines), "on" if snapping else "off")
     return stage

@@ -17,7 +17,7 @@ from appliance.analytics.config import AnalyticsConfig
 from appliance.analytics.overlay import Classes, LayoutProblem, OverlayError, layout_yaml, overlaid, read_overlay
 from appliance.analytics.overlay import with_layout, write_overlay
 from appliance.capture.config import CameraConfig
-from appliance.supervisor.eventstage import CameraAnalytics
+from appliance.pipeline.eventstage import CameraAnalytics
 
 log = logging.getLogger(__name__)
 

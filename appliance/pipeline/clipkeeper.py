@@ -23,6 +23,7 @@ from appliance.capture.recording.clips import ClipError, clip_complete, write_cl
 from appliance.capture.recording.segments import read_status
 from appliance.events import ClipPlan
 from appliance.mqtt.messages import ClipMessage
+from appliance.pipeline.sink import Sink
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,9 @@ class ClipMetrics(Protocol):
                      failed: Mapping[str, int]) -> None: ...
 
 
-class ClipKeeper:
-    """Plans, checks and announces clips; one thread. ``publish(ClipMessage)`` spools the clip message."""
+class ClipKeeper(Sink):
+    """Plans, checks and announces clips; one thread. ``publish(ClipMessage)`` spools the clip message. A sink
+    for its stop: the analytics stage asks it for each event's clip plan as the event is made."""
 
     def __init__(self, state_dir: Path, cameras: Mapping[str, RecordConfig], publish: Callable[[ClipMessage], Any],
                  wall: Callable[[], float] = time.time, metrics: ClipMetrics | None = None) -> None:

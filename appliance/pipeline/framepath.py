@@ -1,4 +1,4 @@
-"""The frame path: one leased frame into the ensemble the router names, its result out to the publisher.
+"""The frame path: one leased frame into the ensemble the router names, its result out to the sinks.
 
 The scheduler calls ``submit`` from its thread and ``on_result`` from Triton's completion thread, in each camera's
 frame order. The route is held from submit to result, so an OTA switch moves traffic per request; everything
@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,9 +24,10 @@ from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.detector.serving.probe import Fault, fault_from_error
 from appliance.detector.serving.router import Route
 from appliance.detector.calibration.collector import CalibrationFeed
-from appliance.supervisor.eventstage import CameraAnalytics
-from appliance.supervisor.results import build_message
-from appliance.supervisor.scheduler import Lease
+from appliance.pipeline.eventstage import CameraAnalytics
+from appliance.pipeline.results import build_message
+from appliance.pipeline.scheduler import Lease
+from appliance.pipeline.sink import Frame, Sink, Sinks
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +49,6 @@ class RouteHolder(Protocol):
     def release(self, route: Route, ok: bool, latency_s: float, detections: int = 0) -> None: ...
 
 
-class DetectionSink(Protocol):
-    """appliance.mqtt.publisher.MqttPublisher: durable once this returns (spooled)."""
-
-    def publish_detections(self, message: DetectionsMessage) -> object: ...
-
-
 class FaultSink(Protocol):
     """appliance.detector.serving.recovery.PipelineRecovery: a failed request that means the model broke."""
 
@@ -67,44 +63,51 @@ class FrameMetrics(Protocol):
     def record_frame_dropped(self, camera_id: str, reason: str) -> None: ...
 
 
-class LiveTap(Protocol):
-    """appliance.web.live.LiveFrames: the newest frame of a camera someone watches on the page."""
+@dataclass(frozen=True)
+class Model:
+    """Where frames are inferred: the server, the route each frame takes, and who hears that the model broke."""
 
-    def wants(self, camera_id: str) -> bool: ...
-    def offer(self, camera_id: str, pixels: np.ndarray, pixel_format: str, message: DetectionsMessage) -> None: ...
+    server: InferenceServer
+    router: RouteHolder
+    recovery: FaultSink | None = None
+    request_timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Reports:
+    """Where the frame path reports: metrics, the appliance's "last error" (status line, health summary), and the
+    clock of the capture's ``t_mono`` (time.monotonic)."""
+
+    metrics: FrameMetrics
+    on_error: Callable[[str], None]
+    clock: Callable[[], float] = time.monotonic
 
 
 class FramePath:
     """Submits frames and hands their results on; ``latencies_ms`` keeps the newest capture-to-result times,
     ``rate`` the inferences completed per second over the last 10 s."""
 
-    def __init__(self, server: InferenceServer, router: RouteHolder, publisher: DetectionSink,
-                 recovery: FaultSink | None, metrics: FrameMetrics, *, request_timeout_s: float | None,
-                 on_error: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
+    def __init__(self, model: Model, sinks: Sinks, reports: Reports, *,
                  analytics: Mapping[str, CameraAnalytics] | None = None,
-                 calibration: CalibrationFeed | None = None, live: LiveTap | None = None) -> None:
-        self._server = server
-        self._router = router
-        self._publisher = publisher
-        self._recovery = recovery
-        self._metrics = metrics
-        self._request_timeout_s = request_timeout_s
-        self._on_error = on_error  # the appliance's "last error" (status line, health summary)
-        self._clock = clock  # the same clock as the capture's t_mono (time.monotonic)
+                 calibration: CalibrationFeed | None = None) -> None:
+        self._server, self._router, self._recovery = model.server, model.router, model.recovery
+        self._request_timeout_s = model.request_timeout_s
+        self._sinks = sinks
+        self._metrics, self._on_error, self._clock = reports.metrics, reports.on_error, reports.clock
         self.latencies_ms: deque[float] = deque(maxlen=10_000)  # capture-to-result, newest last
         self._completed = 0
-        self.rate = RecentRate(10.0, clock=clock)
+        self.rate = RecentRate(10.0, clock=reports.clock)
         self._lock = threading.Lock()
         self.analytics: dict[str, CameraAnalytics] = dict(analytics or {})
-        self._pixels: dict[tuple[str, int], np.ndarray] = {}  # frames copied for a snapshot, until their result
         self.calibration = calibration  # first-boot INT8 calibration frames, while it wants more
-        self.live = live  # unwatched: one lookup per frame, no copy
-        self._live_pixels: dict[tuple[str, int], np.ndarray] = {}
         self._in_flight: dict[tuple[str, int], tuple[Route, float]] = {}  # (camera, seq) -> (route, submitted)
+        # The frame tap: pixels copied at submit (the ring slot goes back once Triton read it) for the analytics'
+        # snapshots and the sinks that asked, until the frame's result. Nobody asking: one lookup, no copy.
+        self._taken: dict[tuple[str, int], tuple[np.ndarray, tuple[Sink, ...]]] = {}
 
     @property
     def completed(self) -> int:
-        """Frames whose detections were handed to the publisher."""
+        """Frames whose detections were handed to the sinks."""
         with self._lock:
             return self._completed
 
@@ -114,11 +117,9 @@ class FramePath:
     def submit(self, camera_id: str, lease: Lease) -> Future[Any]:
         meta = lease.meta
         stage = self.analytics.get(camera_id)
-        if stage is not None and stage.wants_frames:
-            self._pixels[(camera_id, meta.seq)] = np.array(lease.array, copy=True)
-        if self.live is not None and self.live.wants(camera_id):
-            copied = self._pixels.get((camera_id, meta.seq))
-            self._live_pixels[(camera_id, meta.seq)] = copied if copied is not None else np.array(lease.array)
+        wanting = self._sinks.wanting_frame(camera_id)
+        if wanting or (stage is not None and stage.wants_frames):
+            self._taken[(camera_id, meta.seq)] = (np.array(lease.array, copy=True), wanting)
         if self.calibration is not None and not self.calibration.done:
             self.calibration.offer(camera_id, lease.array, meta.pixel_format, meta.t_mono)
         route = self._router.acquire()  # released in on_result, or here if the request never starts
@@ -132,8 +133,7 @@ class FramePath:
             )
         except BaseException:
             self._router.release(route, False, 0.0)
-            self._pixels.pop((camera_id, meta.seq), None)
-            self._live_pixels.pop((camera_id, meta.seq), None)
+            self._taken.pop((camera_id, meta.seq), None)
             raise
         self._in_flight[(camera_id, meta.seq)] = (route, submitted)
         return future
@@ -142,8 +142,7 @@ class FramePath:
         done = self._clock()
         route, submitted = self._in_flight.pop((camera_id, meta.seq))
         ok, found = False, 0
-        pixels = self._pixels.pop((camera_id, meta.seq), None)
-        live = self._live_pixels.pop((camera_id, meta.seq), None) if self._live_pixels else None
+        pixels, wanting = self._taken.pop((camera_id, meta.seq), (None, ()))
         try:
             error = future.exception() if not future.cancelled() else None
             if future.cancelled() or error is not None:
@@ -160,9 +159,9 @@ class FramePath:
             if stage is not None:
                 message = self._track(stage, meta, message, pixels)
             ok, found = True, len(message.detections)
-            if live is not None and self.live is not None:
-                self.live.offer(camera_id, live, meta.pixel_format, message)
-            self._publisher.publish_detections(message)
+            if wanting and pixels is not None:
+                self._sinks.hand_frame(camera_id, Frame(pixels, meta.pixel_format, message), wanting)
+            self._sinks.hand_detections(message)
             if stage is not None:
                 stage.publish_pending()
             with self._lock:
