@@ -21,9 +21,8 @@ from appliance.mqtt.config import MqttConfig, PublishConfig
 from appliance.mqtt.errors import NotStartedError
 from appliance.mqtt.healthreport import HealthProvider, HealthReport
 from appliance.mqtt.holdback import Held, Holdback, gap_payload
-from appliance.mqtt.messages import (SCHEMA_VERSION, CameraStatus, ClipMessage, DetectionsMessage,
-                                     camera_status_payload, clip_payload, counts_payload, detections_payload,
-                                     encode, event_payload, new_message_id)
+from appliance.mqtt import messages as wire
+from appliance.mqtt.messages import CameraStatus, ClipMessage, DetectionsMessage
 from appliance.mqtt.modes import PublishGate
 from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.numbering import MessageCounter
@@ -53,7 +52,7 @@ class MqttPublisher:
         self.config = config
         self.topics = Topics(config.topic_prefix, config.device_id)
         self._clock = clock or SystemClock()
-        self._versions = {"appliance": appliance.__version__, "schema": str(SCHEMA_VERSION), **(versions or {})}
+        self._versions = {"appliance": appliance.__version__, "schema": str(wire.SCHEMA_VERSION), **(versions or {})}
         self._spool = Spool(spool_path, config.spool, clock=self._clock.time)
         self._shared = Shared()
         self._window = InflightWindow(config.inflight_window, self._shared, self._spool, self.topics.base)
@@ -226,7 +225,7 @@ class MqttPublisher:
     def _gap_record(self, camera_id: str, first: int, last: int, reason: str) -> SpoolRecord:
         payload = gap_payload(self.config.device_id, camera_id, self._numbers.boot_id, first, last, reason,
                               self._clock.time())
-        return SpoolRecord(self.topics.detections(camera_id), encode(payload), self.config.qos.detections)
+        return SpoolRecord(self.topics.detections(camera_id), wire.encode(payload), self.config.qos.detections)
 
     def _require_running(self) -> None:
         if not self._started:
@@ -261,8 +260,8 @@ class MqttPublisher:
                 results.append(PublishResult.SUPPRESSED)
                 continue
             number = self._numbers.next(msg.camera_id, msg.seq)
-            payload = encode(detections_payload(msg, self.config.device_id, msg.message_id or new_message_id(),
-                                                number))
+            message_id = msg.message_id or wire.new_message_id()
+            payload = wire.encode(wire.detections_payload(msg, self.config.device_id, message_id, number))
             records.append(Held(SpoolRecord(topic, payload, qos), msg.camera_id, "detections", number.message_seq))
             results.append(PublishResult.SPOOLED)
         suppressed = sum(r is PublishResult.SUPPRESSED for r in results)
@@ -289,7 +288,7 @@ class MqttPublisher:
             return 0
         qos, device, boot = self.config.qos.events, self.config.device_id, self._numbers.boot_id
         records = [Held(SpoolRecord(self.topics.camera_topic(e.camera_id, "events"),
-                                    encode(event_payload(e, device, boot)), qos), e.camera_id, "events")
+                                    wire.encode(wire.event_payload(e, device, boot)), qos), e.camera_id, "events")
                    for e in events]
         kept = self._holdback.append(records)
         self._shared.nudge()
@@ -299,7 +298,7 @@ class MqttPublisher:
         """``<camera>/clips``: an event's clip is written (or failed), spooled like the events (QoS qos.events)."""
         self._require_running()
         record = SpoolRecord(self.topics.camera_topic(clip.camera_id, "clips"),
-                             encode(clip_payload(clip, self.config.device_id, self._numbers.boot_id)),
+                             wire.encode(wire.clip_payload(clip, self.config.device_id, self._numbers.boot_id)),
                              self.config.qos.events)
         kept = self._holdback.append([Held(record, clip.camera_id, "events")])  # a clip notice counts as an event
         self._shared.nudge()
@@ -310,7 +309,7 @@ class MqttPublisher:
         """Retained ``<camera>/counts``; remembered and republished after every reconnect (not spooled: the
         latest counts supersede the earlier ones)."""
         self._require_running()
-        payload = encode(counts_payload(self.config.device_id, camera_id, self._numbers.boot_id,
+        payload = wire.encode(wire.counts_payload(self.config.device_id, camera_id, self._numbers.boot_id,
                                         self._clock.time(), last_event_seq, active_tracks, counts))
         self._publish_retained(self.topics.camera_topic(camera_id, "counts"), payload)
 
@@ -329,7 +328,7 @@ class MqttPublisher:
         """Retained camera status; remembered and republished after every reconnect."""
         self._require_running()
         topic = self.topics.camera_status(status.camera_id)
-        payload = encode(camera_status_payload(status, self.config.device_id, self._clock.time()))
+        payload = wire.encode(wire.camera_status_payload(status, self.config.device_id, self._clock.time()))
         self._session.remember_retained(topic, payload)
         self._session.publish_if_connected(topic, payload, qos=self.config.qos.status, retain=True)
 
@@ -358,7 +357,7 @@ class MqttPublisher:
         per topic); an unretained one published while disconnected is lost."""
         self._require_running()
         topic = self.topics.device_topic(suffix)
-        data = encode(payload)
+        data = wire.encode(payload)
         qos = self.config.qos.status if qos is None else qos
         if retain:
             self._session.remember_retained(topic, data)

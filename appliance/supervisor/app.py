@@ -40,7 +40,7 @@ from appliance.opcua.feed import Feed
 from appliance.pipeline.sink import Sink
 from appliance.sparkplug.node import EdgeNode
 from appliance.mqtt.config import MqttConfig
-from appliance.supervisor import faces, reloader, reporting
+from appliance.supervisor import faces, reloader, reporting, running
 from appliance.supervisor.reloadplan import ReloadPlan
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
 from appliance.supervisor.children import ChildState, ChildSupervisor
@@ -48,7 +48,6 @@ from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engi
 from appliance.supervisor.httpserver import open_http
 from appliance.supervisor.latecameras import LateCameras, Waiting
 from appliance.supervisor.running import Built, Capturing, Connected, Inference, Running, Serving, Stage, TritonUp
-from appliance.supervisor.running import start_inference, start_triton
 from appliance.supervisor.servedmodel import LateHandler, start_serving
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
@@ -213,7 +212,7 @@ class Appliance:
 
     def _start_triton(self, built: Built, timeout_s: float) -> TritonUp:
         self._step("embedded Triton")
-        return start_triton(built, self.config.triton, self._triton_home, self.metrics, timeout_s)
+        return running.start_triton(built, self.config.triton, self._triton_home, self.metrics, timeout_s)
 
     def _serve(self, up: TritonUp) -> Serving:
         """The OTA manager loads and routes what to serve (the active version, falling back to the base model),
@@ -234,7 +233,7 @@ class Appliance:
         return Capturing(serving.publisher, serving.detector, serving.server, serving.served, capture)
 
     def _start_inference(self, capturing: Capturing) -> Running:
-        inference = start_inference(capturing, self.config, self.paths, self.metrics, clock=self._clock,
+        inference = running.start_inference(capturing, self.config, self.paths, self.metrics, clock=self._clock,
                                     on_error=self._note_error, mirror=self._opcua_feed, sinks=self._sinks)
         return Running(capturing.publisher, capturing.detector, capturing.server, capturing.served,
                        capturing.capture, inference, health_server=None)

@@ -18,7 +18,8 @@ from support.wait import wait_until
 
 from appliance.appconfig.app import AppConfig
 from appliance.config.validate import load_config
-from appliance.mqtt.messages import DetectionsMessage, EventMessage
+from appliance.events import Event
+from appliance.mqtt.messages import DetectionsMessage
 from appliance.pipeline.sink import Counts, Frame, Sink
 from appliance.supervisor.app import Appliance
 
@@ -38,7 +39,7 @@ class Recorder(Sink):
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.detections: list[DetectionsMessage] = []
-        self.events: list[EventMessage] = []
+        self.events: list[Event] = []
         self.counts: list[Counts] = []
         self.frames: list[tuple[int, tuple[int, ...], bool, bool]] = []  # seq, shape, owned, before its detections
         self.asked = 0
@@ -48,7 +49,7 @@ class Recorder(Sink):
         with self.lock:
             self.detections.append(message)
 
-    def on_events(self, events: Sequence[EventMessage]) -> None:
+    def on_events(self, events: Sequence[Event]) -> None:
         with self.lock:
             self.events.extend(events)
 
