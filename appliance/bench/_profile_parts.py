@@ -51,16 +51,19 @@ PART_KEYS = tuple(part.key for part in PARTS)
 
 UNSAMPLED = ""  # the part of a sample without Python frames: the one its process names for native threads
 # (part, regex on the frame's file path, regex on its function or None): the first rule a frame matches names
-# its part; part None passes the frame over (the doorbell serves both the capture and the scheduler). File paths
+# its part; part None passes the frame over (the doorbell serves both the capture and the scheduler, procs.py
+# whoever reads /proc). File paths
 # are matched wherever the package sits (site-packages, a checkout) and whichever subpackage holds the module.
 RULES: tuple[tuple[str | None, str, str | None], ...] = (
-    (None, r"appliance/capture/doorbell\.py$", None),
+    (None, r"appliance/capture/doorbell\.py$|appliance/procs\.py$", None),
     ("bench", r"appliance/bench/", None),
     ("ring_copy", r"appliance/capture/sources/base\.py$", r"^fit_frame$"),
     ("decode", r"appliance/capture/sources/|(^|/)av/", None),
     ("ring_copy", r"appliance/capture/(ring|ringfile|layout)\.py$", None),
     ("capture_other", r"appliance/capture/", None),
     ("scheduling", r"appliance/\w+/scheduler\.py$", None),
+    ("health", r"appliance/health/|(^|/)prometheus_client/|appliance/\w+/reporting\.py$"
+               r"|appliance/detector/serving/(probe|recovery)\.py$|appliance/triton/stubs\.py$", None),
     ("triton_call", r"appliance/triton/|(^|/)ctypes/", None),
     ("json", r"(^|/)json/|appliance/mqtt/messages\.py$", None),
     ("spool", r"appliance/mqtt/(spool|spooldb)\.py$|(^|/)sqlite3/|appliance/durable\.py$", None),
@@ -68,8 +71,6 @@ RULES: tuple[tuple[str | None, str, str | None], ...] = (
     ("analytics", r"appliance/analytics/|appliance/\w+/(eventstage|snapshots|faces|clipkeeper)\.py$|(^|/)scipy/",
      None),
     ("sinks", r"appliance/(opcua|sparkplug|web|restream)/|(^|/)(asyncua|starlette|uvicorn|anyio)/", None),
-    ("health", r"appliance/health/|(^|/)prometheus_client/|appliance/\w+/reporting\.py$"
-               r"|appliance/detector/serving/(probe|recovery)\.py$", None),
     ("results", r"appliance/\w+/(framepath|results|servedmodel)\.py$|appliance/detections\.py$"
                 r"|appliance/detector/", None),
     ("logging", r"(^|/)logging/", None),
