@@ -85,7 +85,8 @@ class Profile:
                        **{pid: "stub" for pid in stub_pids(os.getpid())}}
         if self.broker_pid is not None:
             self._kinds[self.broker_pid] = "broker"
-        for pid, kind in self._kinds.items():
+        # the supervisor's last: its samples of the bench starting the others would fall outside the window's CPU
+        for pid, kind in sorted(self._kinds.items(), key=lambda item: item[1] == "supervisor"):
             if kind in ("supervisor", "capture"):
                 self._spies[pid] = self._spy(executable, pid, RATE_HZ if kind == "supervisor" else CAPTURE_RATE_HZ)
         self._before = {pid: thread_cpu_ms(pid) for pid in [*self._kinds, *(p.pid for p, _ in self._spies.values())]}
