@@ -1,5 +1,5 @@
-"""The cameras of ``appliance bench e2e``'s appliance runs, as the config file's ``cameras:`` entries: the runs
-and the detector-plus-decode baseline decode the same sources with the same settings."""
+"""The config of ``appliance bench e2e``'s appliance runs, and their cameras as the config file's ``cameras:``
+entries: the runs and the detector-plus-decode baseline decode the same sources with the same settings."""
 
 from __future__ import annotations
 
@@ -42,3 +42,16 @@ def cameras_yaml(video: Path, cameras: int, fps: float, record: bool = False, an
 def camera_configs(video: Path, cameras: int, fps: float) -> list[CameraConfig]:
     """The cameras of a plain run (no recording, no analytics), validated as the appliance validates them."""
     return [CameraConfig.model_validate(entry) for entry in yaml.safe_load(cameras_yaml(video, cameras, fps))]
+
+
+def appliance_config(workdir: Path, shm_root: Path, port: int, cameras: str, engines_dir: Path | None,
+                     sections: str) -> str:
+    """One run's config file: the device, its paths under ``workdir``, ``cameras`` (``cameras_yaml``), the broker
+    on ``port``, then ``sections`` as they are."""
+    engines = f", engines_dir: {engines_dir}" if engines_dir else ""
+    return f"""
+device: {{id: bench}}
+paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{engines}}}
+cameras:{cameras}
+mqtt: {{host: 127.0.0.1, port: {port}}}
+{sections}"""

@@ -30,7 +30,7 @@ from appliance.bench._broker import start_local_broker
 from appliance.bench._e2e_restream import alternate, restream_section, watch_rtsp
 from appliance.bench._e2e_record import record_vs_off
 from appliance.bench._e2e_opcua import opcua_setup, start_client, stop_client
-from appliance.bench._e2e_cameras import camera_configs, cameras_yaml
+from appliance.bench._e2e_cameras import appliance_config, camera_configs, cameras_yaml
 from appliance.bench._e2e_decode import bench_detector_plus_decode
 from appliance.bench._e2e_profile import Profile
 from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, python_stages_engines, video_frames
@@ -65,13 +65,8 @@ def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: fl
     cams = cameras_yaml(video, cameras, fps, record=record, analytics=analytics is not None)
     config_path = workdir / (f"bench-{cameras}{'-analytics' if analytics is not None else ''}"
                              f"{'-' + engines_dir.name if engines_dir else ''}{'-opcua' if setup else ''}{'-record' if record else ''}{'-raw' if video.is_dir() else ''}.yaml")
-    config_path.write_text(f"""
-device: {{id: bench}}
-paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
-cameras:{cams}
-mqtt: {{host: 127.0.0.1, port: {port}}}
-{health_section(page)}{restream_section(restream)}
-""" + (setup.section if setup else ""))
+    config_path.write_text(appliance_config(workdir, shm_root, port, cams, engines_dir, f"{health_section(page)}"
+                                            f"{restream_section(restream)}\n" + (setup.section if setup else "")))
     received = Received()
     sub = subscriber(port, "appliance/bench/+/detections", received)
     counted: dict[str, int] = {"events": 0, "snapshot": 0}
