@@ -5,7 +5,8 @@ scheduler, embedded Triton and the durable spool. The last line is ``e2e_vs_dete
 ``--analytics`` ``e2e_analytics_vs_detector_alone``, with ``--opcua`` ``e2e_opcua_vs_without``. The alternatives,
 every line and today's figures: docs/supervisor.md, "Benchmark: appliance bench e2e"; the OPC UA runs:
 docs/opcua.md; ``--record`` (recording off and on, ``e2e_record_vs_off``): docs/capture.md; ``--restream`` (off,
-unwatched, one and four RTSP clients, ``e2e_restream_unwatched_vs_off``): docs/restream.md."""
+unwatched, one and four RTSP clients, ``e2e_restream_unwatched_vs_off``): docs/restream.md; the detector-plus-decode
+baseline and ``--profile`` (CPU by part): docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ import numpy as np
 from appliance.bench._broker import start_local_broker
 from appliance.bench._e2e_restream import alternate, restream_section, watch_rtsp
 from appliance.bench._e2e_record import record_vs_off
+from appliance.bench._e2e_cameras import appliance_config, camera_configs, cameras_yaml
+from appliance.bench._e2e_decode import bench_detector_plus_decode
 from appliance.bench._e2e_opcua import Window, close_window, open_window, opcua_setup, start_client, stop_client
+from appliance.bench._e2e_profile import Profile
 from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, python_stages_engines, video_frames
 from appliance.bench._e2e_stages import STAGES, pct, split_line, stage_means, stage_totals
 from appliance.bench._e2e_subscriber import Received, subscriber, topic_counter
@@ -35,23 +39,6 @@ from appliance.bench._e2e_viewer import health_section, side_by_side, watch
 from appliance.exitcodes import ExitCode
 from appliance.paths import models_dir
 from appliance.helptext import plain_help
-
-# Each camera's analytics in the --analytics run (normalized, so independent of the frame size): every class,
-# a zone over most of the frame (the sample video's objects, whose bottom centres sit at 0.6..0.9 of its height,
-# enter it at every change of image, sit in it past the dwell time, and exit when their tracks are lost), a line
-# at 0.8 of the height (some bottom edges jitter across it while the picture zooms), and a snapshot per frame
-# that raised events.
-ANALYTICS = """
-    analytics:
-      zones:
-        - {name: floor, units: normalized, points: [[0.1, 0.1], [0.9, 0.1], [0.9, 0.95], [0.1, 0.95]], dwell_s: 1.0}
-      lines:
-        - {name: sill, units: normalized, a: [0.0, 0.8], b: [1.0, 0.8], in_side: right}
-      snapshots: {enabled: true}
-"""
-# Each camera's recording in the --record runs: the footage stays well under a gigabyte, whatever the disk's space.
-RECORD = """    record: {enabled: true, min_free_gb: 0, retain: {max_gb: 1}}
-"""
 
 OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the detector alone does
 
@@ -71,36 +58,27 @@ def warm_up(seconds: float) -> None:
 def bench_appliance(workdir: Path, video: Path, port: int, cameras: int, fps: float, seconds: float,
                     split: dict[str, float] | None = None, analytics: dict[str, int] | None = None,
                     engines_dir: Path | None = None, page: dict[str, int] | None = None, opcua: dict | None = None,
-                    record: bool = False, restream: dict | None = None) -> tuple[float, list[float]]:
+                    record: bool = False, restream: dict | None = None, profile: Profile | None = None
+                    ) -> tuple[float, list[float]]:
     """The appliance's results/s (as a subscriber receives them) and capture→subscriber latencies; ``split``
     gets the mean ms per stage over the same window (see ``stage_totals``) and ``capture_to_submit``. Given
     ``analytics``, every camera runs ANALYTICS, and it gets the ``events`` and ``snapshot`` messages received
     over the measuring window (proof that the analytics did work). Given ``page``, the page is served; with
     ``page["viewers"]`` 1, someone watches cam0's live view, and ``page["pictures"]`` gets how many pictures they
-    saw. ``opcua``: the OPC UA server runs with a client; it gets what that client received. ``record``: RECORD."""
+    saw. ``opcua``: the OPC UA server runs with a client; it gets what that client received. ``record``: RECORD.
+    ``profile``: started and stopped around the measuring window."""
     from appliance.appconfig.app import AppConfig
     from appliance.config.validate import load_config
     from appliance.supervisor.app import Appliance
 
     setup = opcua_setup(workdir) if opcua is not None else None
     shm_root = Path(tempfile.mkdtemp(prefix="appliance-bench-", dir="/dev/shm"))  # a fresh name nobody took first
-    cams = "".join(f"""
-  - id: cam{n}
-    source: {{type: {'images' if video.is_dir() else 'file'}, path: {video}, loop: true, realtime: true}}
-    width: 640
-    height: 480
-    fps: {fps}
-{RECORD if record else ""}{ANALYTICS if analytics is not None else ""}""" for n in range(cameras))
+    cams = cameras_yaml(video, cameras, fps, record=record, analytics=analytics is not None)
     config_path = workdir / _config_name(str(cameras), "analytics" * (analytics is not None),
                                          engines_dir.name if engines_dir else "", "opcua" * bool(setup),
                                          "record" * record, "raw" * video.is_dir())
-    config_path.write_text(f"""
-device: {{id: bench}}
-paths: {{state_dir: {workdir / 'state'}, shm_root: {shm_root}{f", engines_dir: {engines_dir}" if engines_dir else ""}}}
-cameras:{cams}
-mqtt: {{host: 127.0.0.1, port: {port}}}
-{health_section(page)}{restream_section(restream)}
-""" + (setup.section if setup else ""))
+    config_path.write_text(appliance_config(workdir, shm_root, port, cams, engines_dir, f"{health_section(page)}"
+                                            f"{restream_section(restream)}\n" + (setup.section if setup else "")))
     received = Received()
     sub = subscriber(port, "appliance/bench/+/detections", received)
     counted: dict[str, int] = {"events": 0, "snapshot": 0}
@@ -117,12 +95,16 @@ mqtt: {{host: 127.0.0.1, port: {port}}}
         viewer, clients = watch(app, page), watch_rtsp(app, restream)
         before = stage_totals(server) if split is not None else {}
         window = open_window(app)
+        if profile is not None:
+            profile.start(app)
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             app.tick()
             time.sleep(0.5)
         elapsed, got = time.perf_counter() - t0, received.since(start_count)
         close_window(window, app, opcua)  # the OPC UA server's CPU over the window: start-up is not its cost
+        if profile is not None:
+            profile.stop(len(got))
         if viewer is not None and page is not None:
             page["pictures"] = viewer.stop()
         clients.stop()
@@ -164,6 +146,7 @@ class Options:
     viewer: bool = False
     record: bool = False
     restream: bool = False
+    profile: bool = False
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -193,9 +176,13 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--restream", action="store_true",
                         help="only the appliance with the restream off, on and unwatched, with one and with four "
                              "RTSP clients; ends with e2e_restream_unwatched_vs_off=<ratio>")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile the appliance's run at capacity (py-spy and /proc; it adds the sampler's "
+                             "load to that run): a table of CPU by part, then profile_<part>_ms_per_frame=<ms>")
     args = parser.parse_args(argv)
     return Options(8.0 if args.quick else args.seconds, args.cameras, args.fps, args.latency_fps, args.triton_home,
-                   args.analytics or args.opcua, args.opcua, args.viewer, args.record, args.restream)
+                   args.analytics or args.opcua, args.opcua, args.viewer, args.record, args.restream,
+                   args.profile)
 
 
 @dataclass(frozen=True)
@@ -211,6 +198,7 @@ class _Results:
     detector_fps: tuple[float, float]  # the detector alone, measured before and after the others
     detector_p50: float
     detector_paced_p50: float  # paced at the latency run's rate
+    detector_plus_decode: tuple[float, float]  # the detector alone while the cameras decode: frames/s, p50 ms
     offered_fps: float  # per camera
     naive: _Rate
     appliance: _Rate  # the cameras at capacity, in-graph pre/post
@@ -224,6 +212,7 @@ class _Results:
     in_graph_split: dict[str, float]
     python_split: dict[str, float]
     latency_split: dict[str, float]
+    profile: list[str]  # the --profile table and its key=value lines; empty without it
 
 
 def main(argv: list[str]) -> int:
@@ -294,9 +283,13 @@ def _measure(opts: Options, workdir: Path, onnx: Path, dist: Any, video: Path, p
         # Offered below capacity, the appliance's rate is the offered rate and its ratios say nothing.
         offered_fps = (opts.fps if opts.fps is not None
                        else math.ceil(OFFERED_VS_DETECTOR * det_fps_a / opts.cameras))
+        plus_decode = bench_detector_plus_decode(camera_configs(video, opts.cameras, offered_fps), onnx, tensors,
+                                                 seconds / 2)
         naive = _Rate(*bench_naive(repo, dist, video, port, seconds, workdir))
         in_graph_split: dict[str, float] = {}
-        app = _Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds, in_graph_split))
+        profile = Profile(workdir, broker.pid) if opts.profile else None
+        app = _Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds, in_graph_split,
+                                     profile=profile))
         python_split: dict[str, float] = {}
         python = _Rate(*bench_appliance(workdir, video, port, opts.cameras, offered_fps, seconds, python_split,
                                         engines_dir=python_engines))
@@ -319,8 +312,9 @@ def _measure(opts: Options, workdir: Path, onnx: Path, dist: Any, video: Path, p
         _, det_paced_p50 = bench_detector(onnx, tensors, seconds, pace_fps=opts.latency_fps)
     finally:
         broker.stop()
-    return _Results((det_fps_a, det_fps_b), det_p50, det_paced_p50, offered_fps, naive, app, python, analytics,
-                    counts, opcua, without_again, opcua_counts, latency, in_graph_split, python_split, split)
+    return _Results((det_fps_a, det_fps_b), det_p50, det_paced_p50, plus_decode, offered_fps, naive, app, python,
+                    analytics, counts, opcua, without_again, opcua_counts, latency, in_graph_split, python_split,
+                    split, profile.lines if profile is not None else [])
 
 
 def _rows(opts: Options, r: _Results) -> list[tuple[str, float | None, float, float | None]]:
@@ -332,6 +326,8 @@ def _rows(opts: Options, r: _Results) -> list[tuple[str, float | None, float, fl
         (f"detector alone (ONNX Runtime, preprocessed, batch 1; {det_fps_a:.1f} then {det_fps_b:.1f})",
          det_fps, r.detector_p50, None),
         (f"detector alone, paced at {opts.latency_fps:g} fps (compute time only)", None, r.detector_paced_p50, None),
+        (f"detector + decode ({opts.cameras} cameras x {r.offered_fps:g} fps decoding, frames unread)",
+         r.detector_plus_decode[0], r.detector_plus_decode[1], None),
         ("naive (OpenCV client + tritonclient HTTP to tritonserver, QoS 1)", r.naive.fps, pct(naive, 0.5),
          pct(naive, 0.99)),
         (f"appliance ({opts.cameras} cameras x {r.offered_fps:g} fps offered, capture to subscriber)", r.appliance.fps,
@@ -342,12 +338,12 @@ def _rows(opts: Options, r: _Results) -> list[tuple[str, float | None, float, fl
     ]
     if r.analytics is not None:
         an = r.analytics.latencies
-        rows.insert(4, (f"appliance + analytics ({opts.cameras} cameras, {r.analytics_counts['events']} events, "
+        rows.insert(5, (f"appliance + analytics ({opts.cameras} cameras, {r.analytics_counts['events']} events, "
                         f"{r.analytics_counts['snapshot']} snapshots)",
                         r.analytics.fps, pct(an, 0.5), pct(an, 0.99)))
     if r.opcua is not None:
         op = r.opcua.latencies
-        rows.insert(5, (f"appliance + analytics + OPC UA client (twice; last: {r.opcua_counts.get('changes')} "
+        rows.insert(6, (f"appliance + analytics + OPC UA client (twice; last: {r.opcua_counts.get('changes')} "
                         f"changes, {r.opcua_counts.get('events')} events)", r.opcua.fps, pct(op, 0.5), pct(op, 0.99)))
     return rows
 
@@ -367,6 +363,8 @@ def _print_report(opts: Options, video: Path, r: _Results) -> None:
     if app_fps >= 0.95 * offered:
         print(f"note: the appliance kept up with all {offered:g} frames/s it was offered, so it was not measured at "
               f"capacity and the ratios below are floors; offer more with --fps")
+    for line in r.profile:
+        print(line)
     print(split_line(split, statistics.fmean(app_lat) if app_lat else float("nan")))
     if "detector:inside" in split:  # the detector's compute measured inside the appliance, in the same run
         print(f"latency_beyond_detector_compute_same_run_p50_ms={pct(app_lat, 0.5) - split['detector:inside']:.1f}")
@@ -380,6 +378,7 @@ def _print_report(opts: Options, video: Path, r: _Results) -> None:
     # naive loop's time (a CPU host), no pipeline can go far past it.
     print(f"detector_alone_vs_naive={det_fps / naive_fps:.2f}")
     print(f"e2e_vs_naive={app_fps / naive_fps:.2f}")
+    print(f"e2e_vs_detector_plus_decode={app_fps / r.detector_plus_decode[0]:.2f}")
     print(f"e2e_vs_detector_alone={app_fps / det_fps:.2f}")
     if r.analytics is not None:
         print(f"e2e_analytics_vs_e2e={r.analytics.fps / app_fps:.2f}")

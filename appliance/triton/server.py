@@ -55,6 +55,7 @@ class Server:
         self._distribution = distribution
         self._clock = clock
         self._stubs = stub_scanner or stubs.StubScanner()
+        self._known_stubs = stubs.KnownStubs(self._stubs, keep=options.model_control != "poll")  # see stub_pids
         self._state = ServerState.CREATED
         self._lock = threading.RLock()
         self._users = 0  # calls now using the server pointer (see _running)
@@ -107,7 +108,8 @@ class Server:
         opts_ptr = non_null(opts.value, "ServerOptionsNew")
         try:
             apply_options(api, opts_ptr, self.options, dist)
-            self._ptr = self._create(api, opts_ptr, timeout)
+            with self._known_stubs.changing():  # the startup models' stubs
+                self._ptr = self._create(api, opts_ptr, timeout)
         finally:
             check(api, api.TRITONSERVER_ServerOptionsDelete(opts_ptr))
         self._deadlines = infer.Deadlines(self._clock)
@@ -118,9 +120,10 @@ class Server:
     def stub_pids(self) -> list[int]:
         """Pids of this server's Python-backend stub processes (one per model instance).
 
-        Stubs are told apart by repository, so two servers on one repository in a process share the answer.
+        Stubs are told apart by repository, so two servers on one repository in a process share the answer. The
+        supervisor asks every tick: the last answer stands while its stubs run and no model loaded (``KnownStubs``).
         """
-        return self._stubs.children(self._stub_roots())
+        return self._known_stubs.pids(self._stub_roots())
 
     def stub_counts(self) -> dict[str, int]:
         """Live Python-backend stub processes per model name (a model has one per instance)."""
@@ -277,7 +280,7 @@ class Server:
 
     def load_model(self, name: str) -> None:
         """Load (or reload, picking up changed files) a model; blocks until it is ready or failed."""
-        with self._running() as (api, ptr):
+        with self._running() as (api, ptr), self._known_stubs.changing():
             assert self._distribution is not None  # set by start()
             stub = self._distribution.python_stub if self.options.prepare_python_models else None
             modelcontrol.load_model(api, ptr, name, self.options.repositories, stub)
@@ -300,7 +303,7 @@ class Server:
 
     def unload_model(self, name: str, wait: bool = True, timeout: float = 30.0) -> None:
         """Unload a model; with ``wait``, until no version is READY or UNLOADING (its stub has exited)."""
-        with self._running() as (api, ptr):
+        with self._running() as (api, ptr), self._known_stubs.changing():
             modelcontrol.unload_model(api, ptr, name)
         if not wait:
             return

@@ -6,11 +6,12 @@ for a server's own stubs, the supervisor's clean-up after a dead appliance, and 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +140,19 @@ class StubScanner:
         return [s.pid for s in self.scan()
                 if s.ppid == parent and not s.zombie and (not roots or s.serves_under(roots))]  # fmt: skip
 
+    def still_children(self, pids: Sequence[int], roots: Sequence[str] = (), parent: int | None = None) -> bool:
+        """Whether each of ``pids`` is still what ``children`` found: a live stub of ``parent`` (default: this
+        process) serving under ``roots``. Two small reads per pid, where ``children`` reads every process's."""
+        parent = os.getpid() if parent is None else parent
+        for pid in pids:
+            argv = self._argv(str(pid))
+            if argv is None:
+                return False
+            stub = StubProcess(pid, argv, *self._stat(self.proc / str(pid)))
+            if stub.ppid != parent or stub.zombie or (roots and not stub.serves_under(roots)):
+                return False
+        return True
+
     def under(self, root: str | os.PathLike[str]) -> list[StubProcess]:
         """Stubs serving a model under repository ``root``, whatever their parent (zombies included)."""
         return [s for s in self.scan() if s.serves_under([root])]
@@ -212,3 +226,33 @@ def wait_gone(
             pass
         scanner.remove_region(region)
     return left
+
+
+class KnownStubs:
+    """A server's stubs as a scan last found them (``StubScanner.children``), kept while each still runs and no
+    model was loaded or unloaded since: stubs start and stop only then, and a scan reads every process's command
+    line where checking the known ones reads two small files each. Not ``keep``: every call scans (a server whose
+    model control is ``poll`` loads models on its own)."""
+
+    def __init__(self, scanner: StubScanner, keep: bool = True) -> None:
+        self._scanner = scanner
+        self._keep = keep
+        self._changes = 0  # model loads and unloads ended so far
+        self._known: tuple[int, list[int]] | None = None  # (changes when scanned, pids)
+
+    def pids(self, roots: Sequence[str]) -> list[int]:
+        """This process's live stubs serving under ``roots``."""
+        changes, known = self._changes, self._known
+        if self._keep and known is not None and known[0] == changes and self._scanner.still_children(known[1], roots):
+            return list(known[1])
+        found = self._scanner.children(roots)
+        self._known = (changes, found)
+        return list(found)
+
+    @contextlib.contextmanager
+    def changing(self) -> Iterator[None]:
+        """Around a model load or unload: the next ``pids`` scans again, whether it succeeded or not."""
+        try:
+            yield
+        finally:
+            self._changes += 1

@@ -1,7 +1,8 @@
 """`appliance bench e2e` runs all its alternatives for real (a short run) and ends with its headline ratio; with
 ``--opcua`` it adds the appliance with analytics on, then with the OPC UA server and a subscribed client too, and
-ends with that ratio. Run as the command a user runs, in its own process: it starts several embedded Triton
-servers in turn, and the test process has had many already."""
+ends with that ratio; with ``--profile`` it profiles the appliance's run at capacity (the attribution itself is
+tested on hand-written samples in test_supervisor_bench_profile.py). Run as the command a user runs, in its own
+process: it starts several embedded Triton servers in turn, and the test process has had many already."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.bench._profile_parts import PART_KEYS
 from appliance.exitcodes import ExitCode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +27,9 @@ pytestmark = [
 # The key=value lines of a plain run, in their order; --analytics appends its two after them.
 KEYS = ["latency_beyond_detector_compute_same_run_p50_ms", "latency_overhead_p50_ms",
         "e2e_python_stages_vs_detector_alone", "in_graph_vs_python_stages_e2e", "detector_alone_vs_naive",
-        "e2e_vs_naive", "e2e_vs_detector_alone"]
+        "e2e_vs_naive", "e2e_vs_detector_plus_decode", "e2e_vs_detector_alone"]
+# --profile puts its own before them, with its table: CPU ms per result of every part, then of the appliance.
+PROFILE_KEYS = [f"profile_{key}_ms_per_frame" for key in (*PART_KEYS, "appliance")]
 ANALYTICS_KEYS = ["e2e_analytics_vs_e2e", "e2e_analytics_vs_detector_alone"]
 # --opcua (which implies --analytics) appends what its client received, the CPU times and its ratio.
 OPCUA_KEYS = ["opcua_changes", "opcua_events", "opcua_cpu_ms", "opcua_server_cpu_ms", "e2e_opcua_vs_without"]
@@ -39,19 +43,21 @@ def test_short_run_measures_every_alternative_smoke() -> None:
     """Smoke test: every alternative runs and publishes, the table and latency split are complete and the key=value
     last lines parse, come in their order and agree with each other. No speed floor: on this 2-core CPU host the
     detector's compute dominates every alternative, so e2e_vs_naive sits near 1 and moves with the machine's load."""
-    argv = ["--seconds", "3", "--cameras", "2", "--fps", "6", "--latency-fps", "3", "--opcua"]
+    argv = ["--seconds", "3", "--cameras", "2", "--fps", "6", "--latency-fps", "3", "--opcua", "--profile"]
     result = subprocess.run([sys.executable, "-m", "appliance", "bench", "e2e", *argv],
                             capture_output=True, text=True, timeout=600, cwd=REPO,
                             env={**os.environ, "APPLIANCE_BENCH_OPCUA_CLIENT_NICE": "0"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     table = "\n".join(lines)
-    for row in ("detector alone", "naive (OpenCV client + tritonclient HTTP", "appliance (2 cameras",
+    for row in ("detector alone", "detector + decode (2 cameras x 6 fps", "naive (OpenCV client + tritonclient HTTP",
+                "appliance (2 cameras",
                 "appliance, Python pre/post stages (2 cameras", "appliance (1 camera"):
         assert row in table
     pairs = [(m.group(1), float(m.group(2))) for m in (re.match(r"(\w+)=(-?[\d.]+)$", line) for line in lines) if m]
-    assert [key for key, _ in pairs] == KEYS + ANALYTICS_KEYS + OPCUA_KEYS
+    assert [key for key, _ in pairs] == PROFILE_KEYS + KEYS + ANALYTICS_KEYS + OPCUA_KEYS
     rates = dict(pairs)
+    _check_profile(lines, rates)
     # the latency split names every stage with its work inside the stub, from the same run
     split = next(line for line in lines if line.startswith("1-camera latency split"))
     for stage in ("capture->submit", "preprocess", "detector", "postprocess", "rest to the subscriber"):
@@ -59,6 +65,7 @@ def test_short_run_measures_every_alternative_smoke() -> None:
     assert split.count("(inside ") == 3, split
     # Every alternative produced results: a ratio of 0 (or nan) would mean one of them published nothing.
     assert rates["e2e_vs_naive"] > 0 and rates["e2e_vs_detector_alone"] > 0
+    assert rates["e2e_vs_detector_plus_decode"] > 0
     assert rates["e2e_python_stages_vs_detector_alone"] > 0
     # in-graph vs Python stages is the quotient of the two appliance runs' ratios (same detector-alone rate)
     assert rates["in_graph_vs_python_stages_e2e"] == pytest.approx(
@@ -90,3 +97,20 @@ def test_a_models_dir_without_the_detector_is_bad_input(tmp_path: Path) -> None:
                             text=True, timeout=120, cwd=REPO, env={**os.environ, "APPLIANCE_MODELS_DIR": str(tmp_path)})
     assert result.returncode == ExitCode.BAD_INPUT, result.stderr[-2000:]
     assert f"{tmp_path / 'yolov3-tiny' / 'model.onnx'} is missing" in result.stderr
+
+
+def _check_profile(lines: list[str], rates: dict[str, float]) -> None:
+    """The --profile table: its shares add up to 100 %, the capture processes decoded and wrote frames, and on a
+    CPU host the detector's stub outweighs decoding (ONNX Runtime takes ~50 ms or more a frame, decoding one
+    640x480 frame a few ms); its key lines add up to the appliance's total."""
+    start = lines.index(next(line for line in lines if line.startswith("part (CPU of one e2e run)")))
+    end = lines.index(next(line for line in lines if line.startswith("the appliance, all parts above")))
+    shares = [float(line[62:].split()[0]) for line in lines[start + 1:end]]
+    assert sum(shares) == pytest.approx(100, abs=1.0), lines[start:end]
+    for cam in ("cam0", "cam1"):
+        row = next(line for line in lines if line.startswith(f"camera {cam}: capture process"))
+        assert float(re.search(r"([\d.]+) frames/s written", row).group(1)) > 0, row
+    profile = {key[len("profile_"):-len("_ms_per_frame")]: v for key, v in rates.items() if key.startswith("profile_")}
+    assert profile["decode"] > 0 and profile["triton_stub"] > profile["decode"], profile
+    inside = sum(v for key, v in profile.items() if key not in ("bench", "broker", "profiler", "appliance"))
+    assert profile["appliance"] == pytest.approx(inside, abs=0.01 * len(profile))

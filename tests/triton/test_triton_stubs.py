@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from appliance.triton import stubs
-from appliance.triton.stubs import StubScanner, region_prefix, region_server_pid
+from appliance.triton.stubs import KnownStubs, StubScanner, region_prefix, region_server_pid
 
 STUB = "/opt/tritonserver/backends/python/triton_python_backend_stub"
 
@@ -72,6 +72,32 @@ def test_orphans_are_stubs_whose_server_pid_is_gone(tmp_path: Path) -> None:
     fake_proc(tmp_path, 42, 1, "S", [STUB, "/r/m/1/model.py", "appliance_5_b"])  # no server pid argument
     fake_proc(tmp_path, 43, 1, "S", ["/usr/bin/python3", "/r/m/1/model.py", "x", "1", "1", "5", "/b"])  # not a stub
     assert [s.pid for s in StubScanner(proc=tmp_path).orphans()] == [41]
+
+
+def test_known_stubs_are_checked_one_by_one_until_one_goes_or_a_model_loads(tmp_path: Path) -> None:
+    """What the supervisor's tick asks every second: after a scan, only the stubs it found are read again."""
+    me, repo = os.getpid(), "/repo/a/echo/1/model.py"
+    fake_proc(tmp_path, 40, me, "S", [STUB, repo, "appliance_1_a"])
+    known = KnownStubs(StubScanner(proc=tmp_path))
+    assert known.pids(["/repo/a"]) == [40]
+    fake_proc(tmp_path, 41, me, "S", [STUB, repo, "appliance_1_b"])  # a stub no load started: not looked for
+    assert known.pids(["/repo/a"]) == [40]
+    with known.changing():  # a model load or unload ends: scan again
+        pass
+    assert sorted(known.pids(["/repo/a"])) == [40, 41]
+    (tmp_path / "40" / "stat").write_text(f"40 (stub) Z {me} 1 1 0 -1\n")  # one exited (a zombie): scan again
+    fake_proc(tmp_path, 42, me, "S", [STUB, repo, "appliance_1_c"])
+    assert sorted(known.pids(["/repo/a"])) == [41, 42]
+    (tmp_path / "41" / "cmdline").write_bytes(b"/usr/bin/python3\0")  # its pid reused by another child: scan again
+    assert known.pids(["/repo/a"]) == [42]
+    with pytest.raises(RuntimeError), known.changing():  # a failed load counts too
+        raise RuntimeError("load failed")
+    fake_proc(tmp_path, 43, me, "S", [STUB, repo, "appliance_1_d"])
+    assert sorted(known.pids(["/repo/a"])) == [42, 43]
+    polled = KnownStubs(StubScanner(proc=tmp_path), keep=False)  # model control "poll": Triton loads on its own
+    assert sorted(polled.pids(["/repo/a"])) == [42, 43]
+    fake_proc(tmp_path, 44, me, "S", [STUB, repo, "appliance_1_e"])
+    assert sorted(polled.pids(["/repo/a"])) == [42, 43, 44]
 
 
 def test_region_names_are_built_and_parsed_in_one_place(tmp_path: Path) -> None:
