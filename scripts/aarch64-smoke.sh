@@ -17,7 +17,7 @@ elapsed() { echo "aarch64: $1 took $(($(date +%s) - $2)) s"; }
 
 phase "setup: scripts/setup.sh"
 t=$(date +%s)
-# The browser and the npm interop clients serve only the x86_64 suite's page and protocol tests, which do not run
+# The browser and the interop clients serve only the x86_64 suite's page and protocol tests, which do not run
 # here; installing Chromium under emulation would cost minutes for nothing.
 APPLIANCE_SETUP_TEST_TOOLS=0 scripts/setup.sh
 elapsed "setup" "$t"

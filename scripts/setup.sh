@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the appliance and its demo need on a Debian 12 / Ubuntu host, idempotently: system packages
 # (apt), a virtualenv at .venv with the project and its test extras, the CPU-host Triton distribution at .triton,
-# the detector model and the videos. What only the tests need (a browser, npm interop clients) is
+# the detector model and the videos. What only the tests need (a browser, interop clients) is
 # scripts/setup-test-tools.sh, which scripts/test.sh runs. Safe to run again; each step is skipped when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -18,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
-scripts/setup-test-tools.sh || exit 1  # the browser and the npm interop clients: only the tests need them
+scripts/setup-test-tools.sh || exit 1  # the browser and the interop clients: only the tests need them
 
 names_tests=false
 for arg in "$@"; do

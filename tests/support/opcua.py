@@ -1,9 +1,11 @@
 """OPC UA clients for the tests: node-opcua (another stack, tests/opcua/nodeclient, installed by
-scripts/setup-test.d/60-interop-clients.sh) run as a process, and client certificates. A missing node client fails
-the test, naming the fix."""
+scripts/setup-test.d/60-interop-clients.sh) and open62541 (o6, tests/opcua/o6client, in its own virtualenv made by
+scripts/setup-test.d/62-o6-client.sh), each run as a process, and client certificates. A missing client fails the
+test, naming the fix."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -20,6 +22,7 @@ SUMMARY = {"ok": True, "served": {"model": "yolov3-tiny", "version": "3"}, "came
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_CLIENT = REPO / "tests" / "opcua" / "nodeclient"
+O6_CLIENT = REPO / "tests" / "opcua" / "o6client"
 
 
 def require_node_client() -> Path:
@@ -87,6 +90,48 @@ def start_node_client(work: Path, **options: Any) -> subprocess.Popen[str]:
     path = _node_options(work, **options)
     return subprocess.Popen(["node", str(script), str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, cwd=script.parent)
+
+
+def require_o6_client() -> Path:
+    """The o6 virtualenv's Python, installed from tests/opcua/o6client/requirements.txt as it is now; otherwise
+    fail the calling test."""
+    digest = hashlib.sha256((O6_CLIENT / "requirements.txt").read_bytes()).hexdigest()[:16]
+    python = O6_CLIENT / ".venv" / "bin" / "python"
+    if not python.is_file() or not (O6_CLIENT / ".venv" / f".installed-{digest}").is_file():
+        pytest.fail(f"the o6 (open62541) client's virtualenv {O6_CLIENT / '.venv'} is missing or out of date: run "
+                    "scripts/setup-test-tools.sh (scripts/setup-test.d/62-o6-client.sh)", pytrace=False)
+    return python
+
+
+def _o6_command(work: Path, *, endpoint: str, server_certificate: Path, identity: ClientIdentity, namespace: str,
+                sessions: list[dict[str, Any]]) -> list[str]:
+    python = require_o6_client()
+    work.mkdir(parents=True, exist_ok=True)
+    options = {"endpoint": endpoint, "serverCertificate": str(server_certificate), "applicationUri": identity.uri,
+               "certificate": str(identity.certificate), "privateKey": str(identity.private_key),
+               "namespace": namespace, "sessions": sessions}
+    path = work / "o6-options.json"
+    path.write_text(json.dumps(options))
+    return [str(python), str(O6_CLIENT / "client.py"), str(path)]
+
+
+def o6_steps(output: str) -> list[dict[str, Any]]:
+    """The JSON lines of the o6 client's output (o6's own banner lines are not JSON)."""
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def run_o6_client(work: Path, *, timeout_s: float = 60, **options: Any) -> tuple[int, list[dict[str, Any]], str]:
+    """tests/opcua/o6client/client.py with these options (``endpoint``, ``server_certificate``, ``identity``,
+    ``namespace``, ``sessions``: see the script), to its end: exit code, its steps, its whole output."""
+    result = subprocess.run(_o6_command(work, **options), capture_output=True, text=True, timeout=timeout_s,
+                            cwd=work)
+    return result.returncode, o6_steps(result.stdout), result.stdout + result.stderr
+
+
+def start_o6_client(work: Path, **options: Any) -> subprocess.Popen[str]:
+    """The same client as :func:`run_o6_client`, running: its output one line at a time on ``stdout``."""
+    return subprocess.Popen(_o6_command(work, **options), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=work)
 
 
 class Resets:
