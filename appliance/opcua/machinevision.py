@@ -15,7 +15,8 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from asyncua import Node, Server, ua
-from asyncua.common.structures104 import new_struct, new_struct_field
+from asyncua.common.manage_nodes import create_data_type, create_encoding
+from asyncua.common.structures104 import new_struct_field
 
 from appliance.opcua.values import ERROR, HALTED, OPERATIONAL, PREOPERATIONAL, STATE_NUMBERS, TRANSITIONS
 
@@ -30,6 +31,9 @@ TRANSITION_IDS = {"PreoperationalToOperationalAuto": 5254, "PreoperationalToErro
 RESET_METHOD, HALT_METHOD = 7093, 7094
 TRIMMED_STRING, RESULT_STATE, BINARY_ID_BASE = 3017, 3009, 3019
 RESULT_ID, JOB_ID, CONFIGURATION_ID, RECIPE_ID_INTERNAL = 3021, 3016, 3008, 3013
+# Each id structure's "Default Binary" encoding, as the NodeSet numbers it: the type id of the value on the wire,
+# by which a client that knows 40100 (open62541's o6) decodes it.
+BINARY_ENCODINGS = {RESULT_ID: 5274, JOB_ID: 5008, CONFIGURATION_ID: 5090, RECIPE_ID_INTERNAL: 5268}
 # ResultReadyEventType's mandatory fields: (name, property NodeId, data type NodeId in the MV namespace or None
 # for namespace 0's).
 RESULT_FIELDS: tuple[tuple[str, int, int, int], ...] = (  # name, property, data type, its namespace (0 or MV)
@@ -61,14 +65,28 @@ async def _data_types(server: Server, mv: int) -> None:
                                                             ua.QualifiedName("ResultStateDataType", mv))
     trimmed = ua.VariantType.String  # TrimmedString on the wire; asyncua's structure codec knows only built-in types
     for number, name in ((RESULT_ID, "ResultIdDataType"), (JOB_ID, "JobIdDataType")):
-        await new_struct(server, mv_id(number, mv), ua.QualifiedName(name, mv), [new_struct_field("Id", trimmed)])
+        await _structure(server, mv, number, name, [new_struct_field("Id", trimmed)])
     binary_id = [new_struct_field("Id", trimmed), new_struct_field("Version", trimmed, optional=True),
                  new_struct_field("Hash", ua.VariantType.ByteString, optional=True),
                  new_struct_field("HashAlgorithm", ua.VariantType.String, optional=True),
                  new_struct_field("Description", ua.VariantType.LocalizedText, optional=True)]
     for number, name in ((CONFIGURATION_ID, "ConfigurationIdDataType"),
                          (RECIPE_ID_INTERNAL, "RecipeIdInternalDataType")):
-        await new_struct(server, mv_id(number, mv), ua.QualifiedName(name, mv), binary_id)
+        await _structure(server, mv, number, name, binary_id)
+
+
+async def _structure(server: Server, mv: int, number: int, name: str, fields: list[ua.StructureField]) -> None:
+    """A structure with the NodeSet's NodeIds for the type and its binary encoding (asyncua's ``new_struct``
+    would choose the encoding's)."""
+    dtype = await create_data_type(server.nodes.base_structure_type, mv_id(number, mv), ua.QualifiedName(name, mv))
+    encoding = await create_encoding(dtype, mv_id(BINARY_ENCODINGS[number], mv), ua.QualifiedName("Default Binary", 0))
+    definition = ua.StructureDefinition()
+    definition.BaseDataType = server.nodes.base_structure_type.nodeid
+    definition.StructureType = (ua.StructureType.StructureWithOptionalFields if any(f.IsOptional for f in fields)
+                                else ua.StructureType.Structure)
+    definition.Fields = fields
+    definition.DefaultEncodingId = encoding.nodeid
+    await dtype.write_data_type_definition(definition)
 
 
 async def _state_machine_type(server: Server, mv: int, reset: Any,

@@ -152,6 +152,9 @@ def test_o6_gets_result_ready_events_on_the_server_object_and_sees_halted_on_sto
     [event] = [step for step in seen if step["step"] == "event"]
     assert (event["EventType"], event["SourceName"]) == ({"ns": MV, "id": 1024}, "VisionSystem")
     assert (event["IsPartial"], event["ResultState"]) == (False, 1)
+    # Each structure is typed by the NodeSet's "Default Binary" encoding NodeId, the type id o6 looks up.
+    assert [event[name]["typeId"] for name in ("ResultId", "JobId", "InternalRecipeId", "InternalConfigurationId")
+            ] == [{"ns": MV, "id": 5274}, {"ns": MV, "id": 5008}, {"ns": MV, "id": 5268}, {"ns": MV, "id": 5090}]
     assert event["ResultId"]["body"] == _ua_string(EVENT.event_id)  # ResultIdDataType.Id: the event id
     assert event["JobId"]["body"] == _ua_string("0" * 32)  # the boot id
     assert _ua_string("yolov3-tiny") in event["InternalRecipeId"]["body"]  # the served model
