@@ -70,3 +70,10 @@ def test_the_check_names_a_long_method_and_a_long_nested_function(tmp_path: Path
         f"{source}:{2 * MAX_FUNCTION_LINES + 5} outer ({MAX_FUNCTION_LINES + 3} lines)",
         f"{source}:{2 * MAX_FUNCTION_LINES + 6} outer.inner ({MAX_FUNCTION_LINES + 1} lines)",
     ]
+
+
+def test_the_check_names_a_test_module_one_line_over(tmp_path: Path) -> None:
+    fits, spills = tmp_path / "test_fits.py", tmp_path / "test_spills.py"
+    fits.write_text("x = 0\n" * MAX_TEST_MODULE_LINES)
+    spills.write_text("x = 0\n" * (MAX_TEST_MODULE_LINES + 1))
+    assert long_modules([fits, spills], MAX_TEST_MODULE_LINES) == [f"{spills} ({MAX_TEST_MODULE_LINES + 1} lines)"]
