@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from support.sparkplugsession import CLIENT_ID, GROUP, NODE, Life, Seen
 from support.sparkplug_b import DATATYPES, parse
+from support.sparkplugsession import CLIENT_ID, GROUP, NODE, Life, Seen
 
 DATA = ("NDATA", "DDATA")
 

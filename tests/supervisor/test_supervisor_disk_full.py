@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from support.cli import run_appliance
 from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.mqttdocs import subscriber_check
-from support.httpclient import get
 from support.ports import free_port
 from support.smalldisk import fill, small_tmpfs
 from support.subscriber import Subscriber

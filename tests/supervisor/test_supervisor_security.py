@@ -19,8 +19,8 @@ import pytest
 from support.cli import run_appliance
 from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon, make_camera_dir
-from support.mosquitto import Mosquitto, TlsMaterial, make_tls_material, publish_as, shipped_acl
 from support.httpclient import get
+from support.mosquitto import Mosquitto, TlsMaterial, make_tls_material, publish_as, shipped_acl
 from support.ports import free_port
 from support.schemas import validate_message
 from support.subscriber import Subscriber

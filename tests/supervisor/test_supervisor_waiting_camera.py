@@ -15,8 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.cli import run_appliance
 from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
-from support.mosquitto import Mosquitto
 from support.httpclient import get
+from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.subscriber import Subscriber
 
