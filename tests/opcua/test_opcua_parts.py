@@ -22,8 +22,6 @@ from appliance.opcua.passwords import PasswordFileError, hash_password, read_use
 from appliance.web.config import UserConfig
 from appliance.opcua.values import CameraLayout, count_values, last_event_values, state_path, vision_state
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def test_the_defaults_refuse_anonymous_and_unencrypted_sessions() -> None:
     config = OpcUaConfig()

@@ -15,7 +15,6 @@ from support.cli import run_appliance
 from appliance.bench._profile_parts import PART_KEYS
 from appliance.exitcodes import ExitCode
 
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
