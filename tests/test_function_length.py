@@ -1,6 +1,6 @@
-"""No function in ``appliance`` is over 80 lines and no module over 400: a long function becomes named steps (phases,
-helpers), a long module several modules with one job each. Read from the source with ``ast``; a function's length
-counts from its ``def`` line to its last line."""
+"""No function in ``appliance`` or ``tests`` is over 80 lines, no module in ``appliance`` over 400 and none in
+``tests`` over 500: a long function becomes named steps (phases, helpers), a long module several modules with one
+job each. Read from the source with ``ast``; a function's length counts from its ``def`` line to its last line."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
+TESTS = Path(__file__).resolve().parent
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 400
+MAX_TEST_MODULE_LINES = 500
 
 
 def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
@@ -31,15 +33,30 @@ def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     return found
 
 
+def long_modules(paths: list[Path], limit: int) -> list[str]:
+    """``file (N lines)`` for every one of ``paths`` longer than ``limit`` lines."""
+    return [f"{path} ({n} lines)" for path in paths if (n := len(path.read_text().splitlines())) > limit]
+
+
 def test_no_function_is_over_80_lines() -> None:
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in long_functions(path)]
     assert not found, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps):\n" + "\n".join(found)
 
 
 def test_no_module_is_over_400_lines() -> None:
-    found = [f"{path} ({n} lines)" for path in sorted(PACKAGE.rglob("*.py"))
-             if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    found = long_modules(sorted(PACKAGE.rglob("*.py")), MAX_MODULE_LINES)
     assert not found, f"modules over {MAX_MODULE_LINES} lines (split them by job):\n" + "\n".join(found)
+
+
+def test_no_test_function_is_over_80_lines() -> None:
+    found = [hit for path in sorted(TESTS.rglob("*.py")) for hit in long_functions(path)]
+    assert not found, (f"test functions over {MAX_FUNCTION_LINES} lines (split them into helpers, or into tests "
+                       "that share a fixture):\n" + "\n".join(found))
+
+
+def test_no_test_module_is_over_500_lines() -> None:
+    found = long_modules(sorted(TESTS.rglob("*.py")), MAX_TEST_MODULE_LINES)
+    assert not found, f"test modules over {MAX_TEST_MODULE_LINES} lines (split them by topic):\n" + "\n".join(found)
 
 
 def test_the_check_names_a_long_method_and_a_long_nested_function(tmp_path: Path) -> None:
@@ -53,3 +70,10 @@ def test_the_check_names_a_long_method_and_a_long_nested_function(tmp_path: Path
         f"{source}:{2 * MAX_FUNCTION_LINES + 5} outer ({MAX_FUNCTION_LINES + 3} lines)",
         f"{source}:{2 * MAX_FUNCTION_LINES + 6} outer.inner ({MAX_FUNCTION_LINES + 1} lines)",
     ]
+
+
+def test_the_check_names_a_test_module_one_line_over(tmp_path: Path) -> None:
+    fits, spills = tmp_path / "test_fits.py", tmp_path / "test_spills.py"
+    fits.write_text("x = 0\n" * MAX_TEST_MODULE_LINES)
+    spills.write_text("x = 0\n" * (MAX_TEST_MODULE_LINES + 1))
+    assert long_modules([fits, spills], MAX_TEST_MODULE_LINES) == [f"{spills} ({MAX_TEST_MODULE_LINES + 1} lines)"]

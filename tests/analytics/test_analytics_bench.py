@@ -5,8 +5,8 @@ loaded machine too."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
+
+from support.cli import run_appliance
 
 # Sanity ceilings, not speed claims: a camera at 10 fps leaves 100 ms per frame for everything, and analytics is
 # one stage of it. 20 objects over 50 ms CPU per frame (the documented figure is ~0.4 ms on a 2-core host) would
@@ -15,8 +15,7 @@ CEILING_MS = {1: 50.0, 20: 50.0, 100: 250.0}
 
 
 def test_bench_analytics_prints_its_keys_with_20_objects_last_within_a_frame_budget() -> None:
-    done = subprocess.run([sys.executable, "-m", "appliance", "bench", "analytics", "--frames", "20", "--rounds", "1"],
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = run_appliance("bench", "analytics", "--frames", "20", "--rounds", "1")
     out = done.stdout.strip().splitlines()
     keys = [re.fullmatch(r"analytics_ms_per_frame_(\d+)_objects=(\d+\.\d+)", line) for line in out]
     assert all(keys), out

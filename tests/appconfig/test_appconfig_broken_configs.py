@@ -6,13 +6,11 @@ Each file's first line is ``# expect: <text>``: what must follow the file name i
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.cli import run_appliance
 
 from appliance.appconfig.check import check_config
 from appliance.commands.main import main
@@ -46,10 +44,9 @@ def _assert_reported(path: Path, returncode: int | None, output: str, state_dir:
 
 @pytest.mark.parametrize("path", [p for p in CORPUS if p.stem in IN_A_PROCESS], ids=lambda p: p.stem)
 def test_run_reports_the_problem_at_its_line_and_exits_2_without_a_traceback(path: Path, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "APPLIANCE_TEST_SURELY_UNSET"}
-    env["APPLIANCE_STATE_DIR"] = str(tmp_path / "state")  # never touch a real state directory
-    result = subprocess.run([sys.executable, "-m", "appliance", "run", "--config", str(path), "--once"],
-                            capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    result = run_appliance("run", "--config", str(path), "--once", unset={"APPLIANCE_TEST_SURELY_UNSET"},
+                           env={"APPLIANCE_STATE_DIR": str(tmp_path / "state")},  # never a real state directory
+                           expect=None)
     _assert_reported(path, result.returncode, result.stdout + result.stderr, tmp_path / "state")
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_appliance
 
 from appliance.capture.check import check_camera
 from appliance.appconfig.check import check_config
@@ -58,9 +57,7 @@ def test_run_without_config_finds_the_video_in_the_models_dir(tmp_path: Path,
 def test_run_without_config_says_why_when_the_video_cannot_be_built(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    env = {k: v for k, v in os.environ.items() if k != DEMO_VIDEO_ENV}
-    env["APPLIANCE_MODELS_DIR"] = str(blocker / "models")
-    done = subprocess.run([sys.executable, "-m", "appliance", "run", "--once"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = run_appliance("run", "--once", unset={DEMO_VIDEO_ENV}, env={"APPLIANCE_MODELS_DIR": str(blocker / "models")},
+                         expect=None)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "cannot find the demo camera's video" in done.stderr and "scripts/setup.sh" in done.stderr

@@ -5,11 +5,9 @@ failover, a password file and Sparkplug). The starting config is the one install
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+from support.cli import run_appliance
 
 from appliance.appconfig.check import check_config
 
@@ -19,9 +17,7 @@ ENV = {"CAMERA_PASSWORD": "example-only"}  # what the RTSP example reads from th
 
 
 def _checked(name: str) -> dict:
-    result = subprocess.run([sys.executable, "-m", "appliance", "check-config", "--no-machine", "--json",
-                             str(EXAMPLES / name)], capture_output=True, text=True, timeout=120, cwd=REPO,
-                            env={**os.environ, **ENV})
+    result = run_appliance("check-config", "--no-machine", "--json", str(EXAMPLES / name), env=ENV, expect=None)
     report = json.loads(result.stdout)
     assert result.returncode == 0 and report["ok"] and not report["warnings"], result.stdout + result.stderr
     return report

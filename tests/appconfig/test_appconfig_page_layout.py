@@ -4,10 +4,10 @@ the state directory) instead of the file's, and refuses a layout file that no lo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from support.cli import run_appliance
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV
 
@@ -16,8 +16,7 @@ VTEST = REPO / ".models" / "vtest" / "vtest.avi"
 
 
 def _check(config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", "check-config", str(config)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, DEMO_VIDEO_ENV: str(VTEST)}, cwd=REPO)
+    return run_appliance("check-config", str(config), env={DEMO_VIDEO_ENV: str(VTEST)}, expect=None)
 
 
 def test_check_config_names_the_pages_layout_and_refuses_one_that_does_not_fit(tmp_path: Path) -> None:

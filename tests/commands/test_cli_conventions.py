@@ -8,25 +8,18 @@ import contextlib
 import io
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_appliance
 
 from appliance.appconfig.demo import DEMO_CONFIG
 from appliance.commands.bench import bench_names
 from appliance.exitcodes import ExitCode
 from appliance.commands.main import build_parser, main
 
-REPO = Path(__file__).resolve().parents[2]
 MARKUP = re.compile(r"``|:(class|mod|func|meth|data|attr|exc):`")
 BROKEN = "device: {id: dev1}\ncameras: []\nmqtt: {host: localhost}\n"
-
-
-def _appliance(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, timeout=120,
-                          cwd=REPO)
 
 
 def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -66,8 +59,7 @@ def test_global_options_are_taken_after_the_command_too() -> None:
 def test_json_log_lines_after_the_command(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(BROKEN)
-    result = _appliance("run", "--config", str(bad), "--once", "--log-format", "json")
-    assert result.returncode == ExitCode.BAD_INPUT, result.stderr
+    result = run_appliance("run", "--config", str(bad), "--once", "--log-format", "json", expect=ExitCode.BAD_INPUT)
     records = [json.loads(line) for line in result.stderr.splitlines()]  # every line is one JSON object
     problem = next(r for r in records if f"{bad}:2: cameras" in r["message"])
     assert problem["level"] == "ERROR" and problem["logger"] and problem["time"].endswith("+00:00"), problem
@@ -76,28 +68,28 @@ def test_json_log_lines_after_the_command(tmp_path: Path) -> None:
 def test_check_config_takes_config_and_reports_json(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(BROKEN)
-    text = _appliance("check-config", "--no-machine", "--config", str(bad))
-    as_json = _appliance("check-config", "--no-machine", "--config", str(bad), "--json")
+    text = run_appliance("check-config", "--no-machine", "--config", str(bad), expect=None)
+    as_json = run_appliance("check-config", "--no-machine", "--config", str(bad), "--json", expect=None)
     assert text.returncode == as_json.returncode == ExitCode.FAILED
     report = json.loads(as_json.stdout)
     assert report["ok"] is False and len(report["problems"]) == 1
     (problem,) = report["problems"]
     assert f"{bad}:{problem['line']}: {problem['key']}: {problem['message']}" == text.stderr.splitlines()[0]
 
-    good = json.loads(_appliance("check-config", "--no-machine", str(DEMO_CONFIG), "--json").stdout)
+    good = json.loads(run_appliance("check-config", "--no-machine", str(DEMO_CONFIG), "--json", expect=None).stdout)
     assert good["ok"] is True and good["problems"] == [] and good["device"] == "demo"
     assert [c["id"] for c in good["cameras"]] == ["hall"]
 
 
 def test_check_config_refuses_two_different_files(tmp_path: Path) -> None:
-    result = _appliance("check-config", "--no-machine", str(DEMO_CONFIG), "--config", str(tmp_path / "other.yaml"))
+    result = run_appliance("check-config", "--no-machine", str(DEMO_CONFIG), "--config", str(tmp_path / "other.yaml"),
+                           expect=None)
     assert result.returncode == ExitCode.BAD_INPUT and "give the config once" in result.stderr
 
 
 def test_triton_info_json_says_what_the_text_says() -> None:
-    text = _appliance("triton-info")
-    found = json.loads(_appliance("triton-info", "--json").stdout)
-    assert text.returncode == 0, text.stderr
+    text = run_appliance("triton-info")
+    found = json.loads(run_appliance("triton-info", "--json", expect=None).stdout)
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in text.stdout.splitlines())
     assert rows["home"] == found["home"] and rows["library"] == found["library"]
     assert Path(found["library"]).is_file() and Path(found["python_stub"]).is_file()
@@ -105,7 +97,7 @@ def test_triton_info_json_says_what_the_text_says() -> None:
 
 def test_ota_status_as_text_and_as_json(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
-    text = _appliance("ota", "status", "--state-dir", state)
-    status = json.loads(_appliance("ota", "status", "--state-dir", state, "--json").stdout)
+    text = run_appliance("ota", "status", "--state-dir", state, expect=None)
+    status = json.loads(run_appliance("ota", "status", "--state-dir", state, "--json", expect=None).stdout)
     assert status["state_dir"] == state and status["installed"] == []
     assert f"state_dir: {state}" in text.stdout.splitlines() and "installed: []" in text.stdout.splitlines()

@@ -4,28 +4,20 @@ results as one object."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
+
+from support.cli import run_appliance
 
 from appliance.passwords import verify_password
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def test_password_json() -> None:
-    result = subprocess.run([sys.executable, "-m", "appliance", "password", "--user", "plc", "--role",
-                             "operator", "--json"], input="a-long-password\n", capture_output=True, text=True,
-                            timeout=60, cwd=REPO)
-    assert result.returncode == 0, result.stderr
+    result = run_appliance("password", "--user", "plc", "--role", "operator", "--json", input="a-long-password\n")
     doc = json.loads(result.stdout)
     assert (doc["user"], doc["role"]) == ("plc", "operator") and verify_password("a-long-password", doc["hash"])
 
 
 def test_bench_json_is_its_key_value_results() -> None:
-    result = subprocess.run([sys.executable, "-m", "appliance", "bench", "analytics", "--frames", "20", "--rounds",
-                             "1", "--json"], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert result.returncode == 0, result.stderr
+    result = run_appliance("bench", "analytics", "--frames", "20", "--rounds", "1", "--json")
     doc = json.loads(result.stdout)
     assert doc["benchmark"] == "analytics" and doc["exit"] == 0
     assert sorted(doc["results"]) == sorted(f"analytics_ms_per_frame_{n}_objects" for n in (1, 20, 100))

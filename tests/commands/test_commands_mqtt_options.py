@@ -6,20 +6,18 @@ mqtt section from an appliance config, and each way it can go wrong failing with
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from support.cli import run_appliance
 from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca, make_tls_material
 from support.ports import free_port
 from support.subscriber import Subscriber
 
 
-REPO = Path(__file__).resolve().parents[2]
 PASSWORD = f"pw-{uuid.uuid4().hex}"
 
 
@@ -42,11 +40,10 @@ def received(broker: Mosquitto, pki: TlsMaterial) -> Iterator[Subscriber]:
         yield sub
 
 
-def _push(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k != "APPLIANCE_MQTT_PASSWORD"}
-    return subprocess.run([sys.executable, "-m", "appliance", "ota", "push", "--action", "status",
-                           "--reply-timeout", "0", *args],
-                          capture_output=True, text=True, timeout=120, cwd=REPO, env={**environ, **(env or {})})
+def _push(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`appliance ota push --action status` without waiting for a reply; the password only from ``env``."""
+    return run_appliance("ota", "push", "--action", "status", "--reply-timeout", "0", *args, env=env,
+                         unset={"APPLIANCE_MQTT_PASSWORD"}, expect=None)
 
 
 def _appliance_config(tmp_path: Path, mqtt_section: str) -> Path:

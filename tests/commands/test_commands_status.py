@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+from support.cli import run_appliance
 
 from appliance.health.routes import health_routes
 from appliance.webserver.server import WebServer
 from appliance.commands.status import format_bytes, format_duration, format_status
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-def _status(url: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "appliance", "status", "--url", url], capture_output=True,
-                          text=True, timeout=60, cwd=REPO)
+def _status(url: str) -> subprocess.CompletedProcess[str]:
+    return run_appliance("status", "--url", url, expect=None)
 
 
 def test_status_prints_a_readable_summary_and_exit_code_follows_health() -> None:
@@ -42,9 +40,7 @@ def test_status_prints_a_readable_summary_and_exit_code_follows_health() -> None
         summary.update(ok=False, level="failed", reasons=["the frame path is not progressing"])
         result = _status(f"http://127.0.0.1:{server.port}")
         assert result.returncode == 2 and result.stdout.startswith("CRITICAL: "), result.stdout  # CRITICAL
-        result = subprocess.run([sys.executable, "-m", "appliance", "status", "--url",
-                                 f"http://127.0.0.1:{server.port}", "--json"], capture_output=True, text=True,
-                                timeout=60, cwd=REPO)
+        result = run_appliance("status", "--url", f"http://127.0.0.1:{server.port}", "--json", expect=None)
         assert json.loads(result.stdout) == summary  # --json: the raw summary, untouched
     finally:
         server.close()
@@ -119,8 +115,7 @@ def test_status_when_nothing_listens_says_what_to_check(tmp_path: Path) -> None:
     assert result.returncode == 3
     assert "is the appliance running" in result.stderr
     (tmp_path / "broken.yaml").write_text("device: [\n")  # a config it cannot read: UNKNOWN too, never CRITICAL
-    unread = subprocess.run([sys.executable, "-m", "appliance", "status", "--config", str(tmp_path / "broken.yaml")],
-                            capture_output=True, text=True, timeout=60, cwd=REPO)
+    unread = run_appliance("status", "--config", str(tmp_path / "broken.yaml"), expect=None)
     assert unread.returncode == 3 and unread.stderr.startswith("error: "), unread.stderr
 
 

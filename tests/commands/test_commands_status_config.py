@@ -4,16 +4,13 @@ says which address it tried and where it came from when nothing answers."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from support.cli import run_appliance
 from support.ports import free_port
 
 from appliance.health.routes import health_routes
 from appliance.webserver.server import WebServer
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_status_reads_the_health_address_from_the_config(tmp_path: Path) -> None:
@@ -21,18 +18,12 @@ def test_status_reads_the_health_address_from_the_config(tmp_path: Path) -> None
     config = tmp_path / "appliance.yaml"
     config.write_text(f"device: {{id: a}}\nmqtt: {{host: localhost}}\nhealth: {{host: 0.0.0.0, port: {port}}}\n"
                       "cameras: [{id: door, source: {type: file, path: /tmp/door.mp4}}]\n")
-
-    def status() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "appliance", "status", "--config", str(config), "--json"],
-                              capture_output=True, text=True, timeout=60, cwd=REPO)
-
-    silent = status()
-    assert silent.returncode == 3, silent.stderr
+    silent = run_appliance("status", "--config", str(config), "--json", expect=3)
     assert f"no answer from http://127.0.0.1:{port} (health.host and health.port of {config}" in silent.stderr
     summary = {"ok": True, "status": "asked at the config's port"}
     server = WebServer("127.0.0.1", port, health_routes(lambda: b"", lambda: summary))
     try:
-        answered = status()
+        answered = run_appliance("status", "--config", str(config), "--json", expect=None)
         assert answered.returncode == 0 and json.loads(answered.stdout) == summary, answered.stderr
     finally:
         server.close()

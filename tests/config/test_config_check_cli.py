@@ -4,9 +4,9 @@ key, and a value the YAML loader cannot take (FILE:LINE: message, never a traceb
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+from support.cli import run_appliance
 from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,8 +31,7 @@ cameras:
 
 
 def _check(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", "check-config", "--no-machine", str(path)],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    return run_appliance("check-config", "--no-machine", str(path), expect=None)
 
 
 def test_a_multi_camera_config_with_merge_keys_is_valid(tmp_path: Path) -> None:
@@ -95,9 +94,7 @@ cameras:
     width: 640
     height: 480
 """)
-    result = subprocess.run([sys.executable, "-m", "appliance", "check-config", str(path)],
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert result.returncode == 0, result.stderr
+    result = run_appliance("check-config", str(path))
     assert "OK, 3 warning(s)" in result.stdout, result.stdout
     assert f"warning: {path}:2: mqtt.host: broker at 127.0.0.1:{port} does not answer now" in result.stderr, \
         result.stderr

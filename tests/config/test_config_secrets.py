@@ -5,17 +5,15 @@ value, and shows a camera URL with its password replaced by ***."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from support.cli import run_appliance
 
 
-def _check(tmp_path: Path, text: str) -> subprocess.CompletedProcess:
+def _check(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "appliance.yaml"
     path.write_text(text)
-    return subprocess.run([sys.executable, "-m", "appliance", "check-config", "--no-machine", str(path)],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    return run_appliance("check-config", "--no-machine", str(path), expect=None)
 
 
 def test_a_mistyped_password_is_named_not_shown(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ sd_notify socket; the first-boot unit passes `systemd-analyze verify`."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket
@@ -13,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_appliance
 from support.smalldisk import small_tmpfs
 
 from engines_helpers import REPO, EngineEnv, make_onnx, write_profile
@@ -21,11 +21,8 @@ UNIT = REPO / "systemd" / "appliance-build-engines.service"
 
 
 def _cli(env: EngineEnv, *args: str, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "appliance", "build-engines", "--engines-dir", str(env.engines),
-           "--models-dir", str(env.models), "--state-dir", str(env.state), "--builder", "onnxruntime", *args]
-    full_env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
-    full_env.update(environ or {})
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, env=full_env)
+    return run_appliance("build-engines", "--engines-dir", str(env.engines), "--models-dir", str(env.models),
+                         "--state-dir", str(env.state), "--builder", "onnxruntime", *args, env=environ, expect=None)
 
 
 def test_build_then_cache_hit(env: EngineEnv) -> None:
@@ -112,11 +109,9 @@ def test_repository_flag_with_an_unusable_detector_exits_1_and_keeps_the_engine(
 @pytest.mark.slow
 @pytest.mark.usefixtures("detector_onnx")  # fails, not skips, without the detector (tests/conftest.py)
 def test_the_real_detector_builds_verifies_and_hits(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "appliance", "build-engines", "--engines-dir", str(REPO / "engines"),
-           "--models-dir", str(REPO / ".models"), "--state-dir", str(tmp_path / "state"),
-           "--builder", "onnxruntime", "--model", "yolov3-tiny", "--json"]
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr
+    args = ["build-engines", "--engines-dir", str(REPO / "engines"), "--models-dir", str(REPO / ".models"),
+            "--state-dir", str(tmp_path / "state"), "--builder", "onnxruntime", "--model", "yolov3-tiny", "--json"]
+    first = run_appliance(*args, timeout=300)
     engine = json.loads(first.stdout)["engines"][0]
     assert engine["cache_hit"] is False and engine["verification"].startswith("passed")
     # pre/post built into the engine: the letterboxed uint8 frame in, final detections out
@@ -125,7 +120,7 @@ def test_the_real_detector_builds_verifies_and_hits(tmp_path: Path) -> None:
     assert [(o["name"], o["dtype"], o["dims"]) for o in engine["outputs"]] == [
         ("BOXES", "float32", [None, 100, 4]), ("SCORES", "float32", [None, 100]),
         ("CLASSES", "int32", [None, 100]), ("COUNT", "int32", [None, 1])]
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    second = run_appliance(*args, timeout=300, expect=None)
     assert second.returncode == 0 and json.loads(second.stdout)["engines"][0]["cache_hit"] is True
 
 

@@ -6,12 +6,11 @@ import json
 import logging
 import socket
 import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.httpclient import get
 from support.wait import wait_until
 
 from appliance.health.metrics import ApplianceMetrics
@@ -66,11 +65,8 @@ def test_system_monitor_on_a_bare_root_reads_nothing_and_does_not_fail(tmp_path:
 
 
 def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    reply = get(url)
+    return reply.status, reply.text
 
 
 def test_endpoint_serves_our_metrics_and_triton_text_and_health_status(jetson_root: Path) -> None:

@@ -3,13 +3,11 @@ space checks (appliance.diskspace) on a real small filesystem."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.httpclient import get
 from support.smalldisk import fill, small_tmpfs
 
 from appliance import diskspace
@@ -36,11 +34,8 @@ def test_the_level_is_the_worst_reading_with_every_reason() -> None:
 
 
 def _get(url: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    reply = get(url)
+    return reply.status, reply.json()
 
 
 def test_livez_follows_the_frame_path_and_readyz_the_level() -> None:

@@ -12,13 +12,13 @@ import logging
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+from support.httpclient import request
 from support.wait import wait_until
 from support.webattack import answer
 
@@ -100,9 +100,8 @@ def test_a_large_body_is_refused_before_it_is_read(server: WebServer) -> None:
         reply = answer(sock)
     assert reply.startswith(b"HTTP/1.1 413") and len(reply) < 500
     assert json.loads(reply.split(b"\r\n\r\n")[1]) == {"error": "request body too large: at most 262144 bytes"}
-    request = urllib.request.Request(f"http://127.0.0.1:{server.port}/echo", data=b"x" * 1000, method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.read() == b"1000"
+    echoed = request(f"http://127.0.0.1:{server.port}/echo", method="POST", body=b"x" * 1000, expect=200)
+    assert echoed.body == b"1000"
 
 
 def test_held_page_requests_and_connections_from_one_client_leave_health_alone(server: WebServer) -> None:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ import numpy as np
 import pytest
 import yaml
 from models_reference import assert_same_detections, write_v8_adapter
+from support.cli import run_appliance
 from support.daemon import RunningDaemon
 from support.engineseed import seed_state_dir
 from support.mosquitto import Mosquitto
@@ -90,9 +89,7 @@ ota:
 
 
 def _push(bundle: Path, inbox: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "appliance", "ota", "push", str(bundle), "--inbox", str(inbox)],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert done.returncode == 0, done.stderr
+    run_appliance("ota", "push", str(bundle), "--inbox", str(inbox))
 
 
 def _served(sub: Subscriber, model: str, version: str, since: float) -> list[dict[str, Any]]:
@@ -107,8 +104,7 @@ def _cuda_lines(log: Path) -> list[str]:
 
 
 def _check_config(config: Path, *flags: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "appliance", "check-config", str(config), "--json", *flags],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    done = run_appliance("check-config", str(config), "--json", *flags, expect=None)
     return json.loads(done.stdout)
 
 

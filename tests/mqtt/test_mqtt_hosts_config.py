@@ -3,19 +3,17 @@ by `appliance check-config` as FILE:LINE: key: message."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import run_appliance
 
 from appliance.appconfig.app import AppConfig
 from appliance.config.validate import load_config
 from appliance.config.yamlsource import ConfigError
 from appliance.mqtt.config import Broker, MqttConfig
 
-REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """\
 device: {id: line1-box}
@@ -94,14 +92,10 @@ def test_websockets_on_the_plain_mqtt_port_is_caught_for_any_entry(tmp_path: Pat
 def test_check_config_prints_file_line_for_a_bad_hosts_entry(tmp_path: Path) -> None:
     path = tmp_path / "appliance.yaml"
     path.write_text(CONFIG % "  device_id: line1-box\n  hosts:\n    - mqtt-a:1883\n    - mqtt-b:88833")
-    result = subprocess.run([sys.executable, "-m", "appliance", "check-config", "--no-machine", str(path)],
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert result.returncode == 1, result.stderr
+    result = run_appliance("check-config", "--no-machine", str(path), expect=1)
     assert (f"{path}:11: mqtt.hosts.1: 'mqtt-b:88833': the port must be a number from 1 to 65535, not '88833'"
             in result.stderr), result.stderr
     assert "Traceback" not in result.stderr
     path.write_text(CONFIG % "  device_id: line1-box\n  hosts: [mqtt-a, 'mqtt-b:1884']")
-    result = subprocess.run([sys.executable, "-m", "appliance", "check-config", "--no-machine", str(path)],
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert result.returncode == 0, result.stderr
+    result = run_appliance("check-config", "--no-machine", str(path))
     assert "brokers mqtt-a:1883, mqtt-b:1884" in result.stdout, result.stdout

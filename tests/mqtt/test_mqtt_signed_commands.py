@@ -8,8 +8,6 @@ import base64
 import hashlib
 import json
 import logging
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ from appliance.ota.delivery import is_read_only
 from appliance.fleet.push import PushError, PushRefused, push_mqtt
 from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
 from mqtt_helpers import make_config, validate
+from support.cli import run_appliance
 from support.mosquitto import Mosquitto
 from support.subscriber import Subscriber
 from support.wait import wait_until
@@ -253,10 +252,9 @@ def test_push_says_so_when_no_device_answers(broker: Mosquitto, keys: Any) -> No
     assert not isinstance(info.value, PushRefused) and "no reply from nobody within 1 s" in str(info.value)
 
 
-def test_the_cli_refuses_an_unreadable_sign_key_as_bad_input(repo_root: Path, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "appliance", "ota", "push", "--mqtt", "127.0.0.1:1", "--device",
-                           "dev1", "--action", "rollback", "--sign-key", str(tmp_path / "missing.key")],
-                          capture_output=True, text=True, timeout=60, cwd=repo_root)
+def test_the_cli_refuses_an_unreadable_sign_key_as_bad_input(tmp_path: Path) -> None:
+    done = run_appliance("ota", "push", "--mqtt", "127.0.0.1:1", "--device", "dev1", "--action", "rollback",
+                         "--sign-key", str(tmp_path / "missing.key"), expect=None)
     assert done.returncode == 2 and "missing.key: cannot read private key" in done.stderr, done.stderr
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from mqtt_helpers import make_config
+from support.cli import run_appliance
 from support.mosquitto import Mosquitto
 
 from appliance.mqtt.config import SpoolConfig
@@ -34,9 +34,8 @@ mqtt: {{host: {broker.host}, port: {broker.port}, topic_prefix: plant}}
     return path
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "appliance", "spool", *args], capture_output=True, text=True,
-                          timeout=120)
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_appliance("spool", *args, expect=None)
 
 
 def _spool_with_one_set_aside(path: Path) -> None:

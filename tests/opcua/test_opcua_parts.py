@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from asyncua import ua
 from pydantic import ValidationError
+from support.cli import run_appliance
 
 from appliance.events import Event
 from appliance.opcua.config import OpcUaConfig
@@ -22,8 +21,6 @@ from appliance.opcua.feed import Feed
 from appliance.opcua.passwords import PasswordFileError, hash_password, read_users_file, verify_password
 from appliance.web.config import UserConfig
 from appliance.opcua.values import CameraLayout, count_values, last_event_values, state_path, vision_state
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_defaults_refuse_anonymous_and_unencrypted_sessions() -> None:
@@ -80,15 +77,11 @@ def test_the_users_file_names_the_bad_line(tmp_path: Path) -> None:
 
 
 def test_the_cli_prints_a_hash_that_verifies() -> None:
-    result = subprocess.run([sys.executable, "-m", "appliance", "password", "--user", "plc"],
-                            input="a-long-password\n", capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert result.returncode == 0, result.stderr
+    result = run_appliance("password", "--user", "plc", input="a-long-password\n")
     name, role, stored = result.stdout.strip().split(":")
     assert (name, role) == ("plc", "reader") and verify_password("a-long-password", stored)
-    result = subprocess.run([sys.executable, "-m", "appliance", "password", "--for", "web", "--user", "olga",
-                             "--role", "operator"], input="a-long-password\n", capture_output=True, text=True,
-                            timeout=60, cwd=REPO)
-    assert result.returncode == 0, result.stderr
+    result = run_appliance("password", "--for", "web", "--user", "olga", "--role", "operator",
+                           input="a-long-password\n")
     [item] = yaml.safe_load(result.stdout)
     user = UserConfig.model_validate(item)  # what web.users_file holds
     assert (user.name, user.role) == ("olga", "operator") and verify_password("a-long-password", user.password_hash)

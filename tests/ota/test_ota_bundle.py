@@ -8,12 +8,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import run_appliance
 from support.otamanager import ota_manager
 from support.provisioned import require_detector
 from support.schemas import validate_ota_status
@@ -381,7 +381,7 @@ def test_disk_full_while_staging_on_a_real_small_filesystem(tmp_path, keys, sign
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", "ota", *args], capture_output=True, text=True)
+    return run_appliance("ota", *args, expect=None)
 
 
 def test_cli_keygen_sign_install_status_rollback(tmp_path, tiny_source) -> None:

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.cli import appliance_argv
 from support.schemas import validate_ota_status
 
 from appliance.ota.config import HealthPolicy, OtaConfig
@@ -31,8 +32,8 @@ TRIALS = 24
 
 
 def install_cmd(bundle: Path, pub: Path, state: Path) -> list[str]:
-    return [sys.executable, "-m", "appliance", "ota", "install", str(bundle), "--trusted-key", str(pub),
-            "--state-dir", str(state), "--no-golden", "--builder", "onnxruntime"]
+    return appliance_argv("ota", "install", str(bundle), "--trusted-key", str(pub), "--state-dir", str(state),
+                          "--no-golden", "--builder", "onnxruntime")
 
 
 def run_and_kill(cmd: list[str], after_event: int, delay_s: float, at_state: str | None = None

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import cv2
 import numpy as np
 import pytest
+from support.cli import appliance_argv, run_appliance
 from support.schemas import validate_message
 from support.subscriber import Subscriber
 from support.wait import wait_until
@@ -108,13 +109,13 @@ def served_bundle(bundle_server, sign, tiny_source):  # type: ignore[no-untyped-
 
 def rollout(broker: Any, keys: Any, bundle: Path, url: str, *groups: str, extra: tuple[str, ...] = ()
             ) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "appliance", "ota", "rollout", "--bundle", str(bundle), "--url", url,
-           "--sign-key", str(keys.private), "--mqtt", f"{broker.host}:{broker.port}", "--prefix", PREFIX,
-           "--soak", "2", "--timeout", "120", "--discover-s", "1.5", *extra]
+    args = ["ota", "rollout", "--bundle", str(bundle), "--url", url, "--sign-key", str(keys.private), "--mqtt",
+            f"{broker.host}:{broker.port}", "--prefix", PREFIX, "--soak", "2", "--timeout", "120", "--discover-s",
+            "1.5", *extra]
     for group in groups:
-        cmd += ["--group", group]
+        args += ["--group", group]
     began = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = run_appliance(*args, timeout=300, expect=None)
     print(f"rollout took {time.monotonic() - began:.1f} s, rc={done.returncode}\n{done.stdout}{done.stderr}")
     return done
 
@@ -199,10 +200,10 @@ def test_a_canary_that_goes_offline_during_the_soak_stops_the_rollout_and_is_rol
     fleet.start("line-1", "line")
     fleet.wait_online(["can-1", "line-1"])
     bundle, url = served_bundle
-    cmd = [sys.executable, "-m", "appliance", "ota", "rollout", "--bundle", str(bundle), "--url", url, "--sign-key",
-           str(keys.private), "--mqtt", f"{broker.host}:{broker.port}", "--prefix", PREFIX, "--soak", "60",
-           "--discover-s", "1.5", "--rollback-wait", "60", "--rollout-id", "r-2d", "--group", "canary",
-           "--group", "line"]
+    cmd = appliance_argv("ota", "rollout", "--bundle", str(bundle), "--url", url, "--sign-key", str(keys.private),
+                         "--mqtt", f"{broker.host}:{broker.port}", "--prefix", PREFIX, "--soak", "60",
+                         "--discover-s", "1.5", "--rollback-wait", "60", "--rollout-id", "r-2d", "--group", "canary",
+                         "--group", "line")
     cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []  # the CLI's progress, read as it comes (the test acts on it)
     errors: list[str] = []

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -28,6 +27,7 @@ import numpy as np
 import pytest
 from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.schemas import validate_message
@@ -76,24 +76,26 @@ health:
     return path
 
 
-def _status(port: int, path: str, host: str) -> int:
-    """The status of GET ``path`` on 127.0.0.1 with this ``Host`` header."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Host": host})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+def _rebinding_status(port: int, host: str) -> int:
+    """The status of GET /api/overview on 127.0.0.1 with this ``Host`` header."""
+    return get(f"http://127.0.0.1:{port}/api/overview", headers={"Host": host}, timeout=30).status
 
 
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read()
+@dataclass
+class Observed:
+    """What one run of the appliance across a broker outage gave: the messages, and what its HTTP port served."""
+
+    subscriber: Subscriber
+    outage_start_ms: float
+    outage_end_ms: float
+    snapshots: dict[str, bytes]  # event_id -> the JPEG served for it
+    latest: bytes
+    metrics: str
 
 
-def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_outage(
-        tmp_path: Path, shm_root: Path, engine_seed: Path) -> None:
-    assert VTEST.is_file(), f"{VTEST} missing: scripts/setup.d/40-vtest.sh fetches it"
+def _run_across_an_outage(tmp_path: Path, shm_root: Path, engine_seed: Path) -> Observed:
+    """Run the appliance until there are events from before, during and after a broker outage and a dwell event;
+    read the snapshots, the latest picture and the metrics while it runs; stop it with SIGTERM."""
     broker = Mosquitto(tmp_path / "broker", persistence=True).start()
     device = f"an{uuid.uuid4().hex[:6]}"
     port = free_port()
@@ -117,24 +119,28 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
         wait(lambda: any(m["event"] == "dwell" for m in subscriber.of_type("event")), 120, "a dwell event")
         for event in subscriber.of_type("event"):  # while it runs: the health server serves the ring on disk
             if event["snapshot_id"] is not None:
-                snapshots[event["event_id"]] = _get(f"http://127.0.0.1:{port}/events/{event['event_id']}.jpg")
-        latest = _get(f"http://127.0.0.1:{port}/cameras/hall/latest.jpg")
-        metrics = _get(f"http://127.0.0.1:{port}/metrics").decode()
-        assert _status(port, "/api/overview", "rebind.attacker.example") == 403  # the page on loopback: DNS rebinding
-        assert _status(port, "/api/overview", f"rebind.attacker.example:{port}") == 403
-        assert _status(port, "/api/overview", f"localhost:{port}") == 200
+                snapshots[event["event_id"]] = get(f"http://127.0.0.1:{port}/events/{event['event_id']}.jpg",
+                                                   expect=200).body
+        latest = get(f"http://127.0.0.1:{port}/cameras/hall/latest.jpg", expect=200).body
+        metrics = get(f"http://127.0.0.1:{port}/metrics", expect=200).text
+        assert _rebinding_status(port, "rebind.attacker.example") == 403  # the page on loopback: DNS rebinding
+        assert _rebinding_status(port, f"rebind.attacker.example:{port}") == 403
+        assert _rebinding_status(port, f"localhost:{port}") == 200
         assert daemon.terminate() == 0, daemon.tail()
     finally:
         daemon.close()
         subscriber.close()
         broker.stop()
+    return Observed(subscriber, outage_start_ms, outage_end_ms, snapshots, latest, metrics)
 
-    events = list({e["event_id"]: e for e in subscriber.of_type("event")}.values())  # QoS 1 may redeliver
+
+def _check_events_and_dwells(events: list[dict], seen: Observed) -> None:
+    """Every event valid, none lost across the outage, and each dwell one per stay of a track inside the floor."""
     for event in events:
         validate_message("event", event)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))  # none lost, in order
     assert len({e["boot_id"] for e in events}) == 1
-    assert any(outage_start_ms + 1000 < e["capture_time_ms"] < outage_end_ms - 1000 for e in events), \
+    assert any(seen.outage_start_ms + 1000 < e["capture_time_ms"] < seen.outage_end_ms - 1000 for e in events), \
         "no event raised during the outage was delivered"
     types = Counter(e["event"] for e in events)
     assert types["enter"] > 0 and types["exit"] > 0 and types["dwell"] > 0, types
@@ -153,18 +159,13 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
             stayed_s = (event["capture_time_ms"] - entered["capture_time_ms"]) / 1000
             assert abs(stayed_s - event["dwell_s"]) < 0.01, (stayed_s, event["dwell_s"])
 
-    detections = {m["seq"]: m for m in subscriber.of_type("detections")}
-    for message in detections.values():
-        validate_message("detections", message)
-    tracked = [d["track_id"] for m in detections.values() for d in m["detections"] if d["track_id"] is not None]
-    assert tracked, "no detection carried a track_id"
 
-    # Snapshots: the event's own frame, its boxes from that frame's detections message.
-    assert snapshots, "no snapshot was served"
-    snap_dir = tmp_path / "state" / "snapshots" / "hall"
+def _check_snapshots(events: list[dict], detections: dict[int, dict], seen: Observed, snap_dir: Path) -> None:
+    """The event's own frame, its boxes from that frame's detections message, the event's box drawn in red."""
+    assert seen.snapshots, "no snapshot was served"
     checked = 0
     for event in events:
-        if event["event_id"] not in snapshots or event["box"] is None or event["frame_seq"] not in detections:
+        if event["event_id"] not in seen.snapshots or event["box"] is None or event["frame_seq"] not in detections:
             continue
         sidecar = json.loads((snap_dir / f"{event['snapshot_id']}.json").read_text())
         assert sidecar["frame_seq"] == event["frame_seq"] and event["event_id"] in sidecar["event_ids"]
@@ -175,7 +176,7 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
         assert drawn == expected, f"snapshot {event['snapshot_id']} boxes are not frame {event['frame_seq']}'s"
         box = tuple(event["box"][k] for k in ("x1", "y1", "x2", "y2"))
         assert (box, event["track_id"]) in drawn
-        image = cv2.imdecode(np.frombuffer(snapshots[event["event_id"]], np.uint8), cv2.IMREAD_COLOR)
+        image = cv2.imdecode(np.frombuffer(seen.snapshots[event["event_id"]], np.uint8), cv2.IMREAD_COLOR)
         assert image.shape[:2] == (576, 768)
         x1, y1, x2, y2 = (int(round(v)) for v in box)
         edge = np.concatenate([image[y1, x1:x2 + 1], image[y2, x1:x2 + 1],
@@ -184,12 +185,14 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
         assert red.mean() > 0.6, f"event {event['seq']}: the box is not drawn on its snapshot ({red.mean():.2f})"
         checked += 1
     assert checked >= 3, checked
-    assert cv2.imdecode(np.frombuffer(latest, np.uint8), cv2.IMREAD_COLOR) is not None
-    retained = [m.payload for m in subscriber.binary("/hall/snapshot")]
+    assert cv2.imdecode(np.frombuffer(seen.latest, np.uint8), cv2.IMREAD_COLOR) is not None
+    retained = [m.payload for m in seen.subscriber.binary("/hall/snapshot")]
     assert retained and retained[-1][:2] == b"\xff\xd8"  # JPEG bytes
 
-    # The counts: schema, and the latest agrees with the events it says it includes.
-    counts = subscriber.of_type("counts")
+
+def _check_counts(events: list[dict], seen: Observed) -> None:
+    """The counts: schema, and the latest agrees with the events it says it includes."""
+    counts = seen.subscriber.of_type("counts")
     for message in counts:
         validate_message("counts", message)
     last = max(counts, key=lambda m: (m["last_event_seq"], m["time_ms"]))
@@ -199,5 +202,21 @@ def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_
     assert floor["exited"] == sum(e["event"] == "exit" for e in upto)
     assert last["lines"]["right"] == {d: sum(e["event"] == "cross" and e["direction"] == d for e in upto)
                                       for d in ("in", "out")}
-    assert 'appliance_analytics_events_total{camera="hall",type="enter"}' in metrics
-    assert 'appliance_zone_entered_total{camera="hall",zone="floor"}' in metrics
+    assert 'appliance_analytics_events_total{camera="hall",type="enter"}' in seen.metrics
+    assert 'appliance_zone_entered_total{camera="hall",zone="floor"}' in seen.metrics
+
+
+def test_events_snapshots_and_counts_through_the_real_appliance_across_a_broker_outage(
+        tmp_path: Path, shm_root: Path, engine_seed: Path) -> None:
+    assert VTEST.is_file(), f"{VTEST} missing: scripts/setup.d/40-vtest.sh fetches it"
+    seen = _run_across_an_outage(tmp_path, shm_root, engine_seed)
+    events = list({e["event_id"]: e for e in seen.subscriber.of_type("event")}.values())  # QoS 1 may redeliver
+    _check_events_and_dwells(events, seen)
+
+    detections = {m["seq"]: m for m in seen.subscriber.of_type("detections")}
+    for message in detections.values():
+        validate_message("detections", message)
+    tracked = [d["track_id"] for m in detections.values() for d in m["detections"] if d["track_id"] is not None]
+    assert tracked, "no detection carried a track_id"
+    _check_snapshots(events, detections, seen, tmp_path / "state" / "snapshots" / "hall")
+    _check_counts(events, seen)

@@ -6,18 +6,15 @@ process: it starts several embedded Triton servers in turn, and the test process
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_appliance
 
 from appliance.bench._profile_parts import PART_KEYS
 from appliance.exitcodes import ExitCode
 
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
@@ -44,10 +41,7 @@ def test_short_run_measures_every_alternative_smoke() -> None:
     last lines parse, come in their order and agree with each other. No speed floor: on this 2-core CPU host the
     detector's compute dominates every alternative, so e2e_vs_naive sits near 1 and moves with the machine's load."""
     argv = ["--seconds", "3", "--cameras", "2", "--fps", "6", "--latency-fps", "3", "--opcua", "--profile"]
-    result = subprocess.run([sys.executable, "-m", "appliance", "bench", "e2e", *argv],
-                            capture_output=True, text=True, timeout=600, cwd=REPO,
-                            env={**os.environ, "APPLIANCE_BENCH_OPCUA_CLIENT_NICE": "0"})
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = run_appliance("bench", "e2e", *argv, timeout=600, env={"APPLIANCE_BENCH_OPCUA_CLIENT_NICE": "0"})
     lines = result.stdout.strip().splitlines()
     table = "\n".join(lines)
     for row in ("detector alone", "detector + decode (2 cameras x 6 fps", "naive (OpenCV client + tritonclient HTTP",
@@ -93,9 +87,8 @@ def test_short_run_measures_every_alternative_smoke() -> None:
 
 
 def test_a_models_dir_without_the_detector_is_bad_input(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "appliance", "bench", "e2e", "--quick"], capture_output=True,
-                            text=True, timeout=120, cwd=REPO, env={**os.environ, "APPLIANCE_MODELS_DIR": str(tmp_path)})
-    assert result.returncode == ExitCode.BAD_INPUT, result.stderr[-2000:]
+    result = run_appliance("bench", "e2e", "--quick", env={"APPLIANCE_MODELS_DIR": str(tmp_path)},
+                           expect=ExitCode.BAD_INPUT)
     assert f"{tmp_path / 'yolov3-tiny' / 'model.onnx'} is missing" in result.stderr
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -25,8 +23,10 @@ import numpy as np
 import pytest
 from selenium.webdriver.common.by import By
 from support.browser import chromium
+from support.cli import run_appliance
 from support.daemon import RunningDaemon
 from support.engineseed import seed_state_dir
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.schemas import validate_message
@@ -70,13 +70,6 @@ mqtt: {{host: 127.0.0.1, port: {broker.port}}}
 health: {{port: {port}}}
 """)
     return path
-
-
-def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    """(status, headers with lower-case names, body)."""
-    request = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
 
 
 def _frames(path: Path) -> tuple[list[np.ndarray], bool]:
@@ -143,17 +136,19 @@ def test_events_get_clips_that_cover_pre_and_post_capture_and_show_the_event_fra
         assert event["clip"]["url"] == clip["url"] == f"/events/{event['event_id']}.mp4"
         assert event["clip"]["start_ms"] == event["capture_time_ms"] - PRE * 1000
     event, clip = pairs[0]
-    status, headers, part = _get(f"http://127.0.0.1:{port}{clip['url']}", {"Range": "bytes=0-99"})
-    assert status == 206 and len(part) == 100 and headers["content-range"].startswith("bytes 0-99/")
-    status, headers, body = _get(f"http://127.0.0.1:{port}{clip['url']}")
-    assert status == 200 and headers["content-type"] == "video/mp4" and body.startswith(part)
+    ranged = get(f"http://127.0.0.1:{port}{clip['url']}", headers={"Range": "bytes=0-99"}, timeout=30)
+    part = ranged.body
+    assert ranged.status == 206 and len(part) == 100 and ranged.headers["content-range"].startswith("bytes 0-99/")
+    whole = get(f"http://127.0.0.1:{port}{clip['url']}", timeout=30)
+    body = whole.body
+    assert whole.status == 200 and whole.headers["content-type"] == "video/mp4" and body.startswith(part)
     path = tmp / "event.mp4"
     path.write_bytes(body)
     frames, keyframe_first = _frames(path)
     assert keyframe_first and len(frames) == clip["frames"]
     assert clip["start_ms"] <= event["capture_time_ms"] - PRE * 1000
     assert clip["start_ms"] + _duration(path) * 1000 >= event["capture_time_ms"] + POST * 1000 - 1000 / FPS
-    _, _, jpeg = _get(f"http://127.0.0.1:{port}/events/{event['event_id']}.jpg")
+    jpeg = get(f"http://127.0.0.1:{port}/events/{event['event_id']}.jpg", timeout=30, expect=200).body
     snapshot = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
     scores = [cv2.PSNR(frame, snapshot) for frame in frames]
     expected = (event["capture_time_ms"] - clip["start_ms"]) / 1000 * FPS
@@ -164,26 +159,22 @@ def test_overlapping_events_share_footage_and_metrics_and_cli_see_the_clips(run)
     tmp, port, config, _daemon, subscriber = run
     pairs = sorted(_pairs(subscriber), key=lambda p: p[0]["capture_time_ms"])
     a, b = next((x, y) for x, y in zip(pairs, pairs[1:]) if y[0]["capture_time_ms"] - x[0]["capture_time_ms"] < 3000)
-    sizes = [len(_get(f"http://127.0.0.1:{port}{p[1]['url']}")[2]) for p in (a, b)]
+    sizes = [len(get(f"http://127.0.0.1:{port}{p[1]['url']}", timeout=30, expect=200).body) for p in (a, b)]
     union = [f for f in (tmp / "state" / "recordings" / "hall").glob("[0-9]*-[0-9]*.mp4")
              if int(f.stem.split("-")[1]) > a[1]["start_ms"] and int(f.stem.split("-")[0]) < b[1]["end_ms"]]
     assert union and sum(f.stat().st_size for f in union) < sum(sizes)
 
     def counted() -> bool:  # the keeper reports every two seconds
-        metrics = _get(f"http://127.0.0.1:{port}/metrics")[2].decode()
+        metrics = get(f"http://127.0.0.1:{port}/metrics", timeout=30, expect=200).text
         written = [float(line.split()[-1]) for line in metrics.splitlines()
                    if line.startswith('appliance_clips_written_total{camera="hall"}')]
         return bool(written) and written[0] >= 3 and 'appliance_recording{camera="hall"} 1.0' in metrics
 
     wait_until(counted, 30, 0.5, "the clip metrics")
-    listed = subprocess.run([sys.executable, "-m", "appliance", "clips", "list", "--config", str(config), "--json"],
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert listed.returncode == 0, listed.stderr
+    listed = run_appliance("clips", "list", "--config", str(config), "--json")
     assert {a[0]["event_id"], b[0]["event_id"]} <= {e["event_id"] for e in json.loads(listed.stdout)}
     out = tmp / "export.mp4"
-    exported = subprocess.run([sys.executable, "-m", "appliance", "clips", "export", a[0]["event_id"], "--config",
-                               str(config), "-o", str(out)], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert exported.returncode == 0, exported.stderr
+    run_appliance("clips", "export", a[0]["event_id"], "--config", str(config), "-o", str(out))
     assert len(_frames(out)[0]) == a[1]["frames"]
 
 

@@ -7,14 +7,12 @@ log stays a handful of lines, also under 1,000 refused commands."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from support.cli import run_appliance
 from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.mqttdocs import subscriber_check
 from support.ports import free_port
@@ -27,14 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 MB = 1024 * 1024
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx", "darknet_images")]
-
-
-def _code(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def _log_lines(daemon: RunningDaemon, since: int) -> list[str]:
@@ -72,9 +62,8 @@ def test_a_full_state_dir_is_counted_announced_and_recovered(tmp_path: Path, shm
             health = fetch_health(url)
             assert health["ok"] and health["level"] == "degraded", health  # it runs; it says what it cannot do
             assert any(r.startswith("disk full: ") for r in health["reasons"]), health["reasons"]
-            assert (_code(f"{url}/livez"), _code(f"{url}/readyz")) == (200, 503)
-            status = subprocess.run([sys.executable, "-m", "appliance", "status", "--url", url], capture_output=True,
-                                    text=True, timeout=60, cwd=REPO)
+            assert (get(f"{url}/livez").status, get(f"{url}/readyz").status) == (200, 503)
+            status = run_appliance("status", "--url", url, expect=None)
             assert status.returncode == 1 and "  - disk full: " in status.stdout, status.stdout
             assert health["inference"]["per_s"] > 0  # inference goes on; its results are what is held
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
+from support.cli import run_appliance
 from support.daemon import IMAGES_IN_ORDER, RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.subscriber import Subscriber
@@ -104,9 +103,7 @@ def test_daemon_publishes_correct_detections_notifies_systemd_and_stops_cleanly(
 def test_invalid_config_exits_2_and_names_the_line(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("device: {id: x}\ncameras: []\nmqtt: {host: localhost, prot: 1883}\n")
-    result = subprocess.run([sys.executable, "-m", "appliance", "run", "--config", str(config)],
-                            capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert result.returncode == 2
+    result = run_appliance("run", "--config", str(config), expect=2)
     assert f"{config}:2: cameras:" in result.stderr
     assert f"{config}:3: mqtt.prot: unknown key" in result.stderr
 

@@ -3,14 +3,12 @@ the port once it is free."""
 
 from __future__ import annotations
 
-import json
 import socket
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.subscriber import Subscriber
 
@@ -21,10 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx", "darkne
 
 def _healthz(port: int) -> dict | None:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
-            return dict(json.load(response))
-    except urllib.error.HTTPError as exc:
-        return dict(json.load(exc))
+        return dict(get(f"http://127.0.0.1:{port}/healthz", timeout=5).json())
     except OSError:
         return None
 

@@ -7,21 +7,18 @@ feeding systemd's watchdog; once the file is fixed the next retry brings it back
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from support.cli import run_appliance
 from support.engineseed import seed_state_dir
 from support.daemon import IMAGES_IN_ORDER, RunningDaemon, make_camera_dir
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.processes import stubs_serving
@@ -99,15 +96,11 @@ health:
         return self.subscriber.of_type("detections")
 
     def healthz(self) -> tuple[int, dict]:
-        try:
-            with urllib.request.urlopen(f"{self.url}/healthz", timeout=10) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+        reply = get(f"{self.url}/healthz")
+        return reply.status, reply.json()
 
     def metric(self, name: str, **labels: str) -> float:
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
-            text = response.read().decode()
+        text = get(f"{self.url}/metrics", expect=200).text
         want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         for line in text.splitlines():
             match = re.match(r"^([a-zA-Z_:]+)(?:\{(.*)\})? (\S+)$", line)
@@ -188,8 +181,7 @@ def test_a_model_that_cannot_come_back_is_reported_as_a_crash_loop_with_backoff(
         code, health = daemon.healthz()
         assert code == 503 and not health["ok"] and health["level"] == "failed"
         assert health["pipeline"]["state"] == "crash_loop" and health["pipeline"]["models"] == ["detector"]
-        result = subprocess.run([sys.executable, "-m", "appliance", "status", "--url", daemon.url],
-                                capture_output=True, text=True, timeout=60, cwd=REPO)
+        result = run_appliance("status", "--url", daemon.url, expect=None)
         assert result.returncode == 2 and result.stdout.startswith("CRITICAL: "), result.stdout + result.stderr
         assert re.search(r"^  pipeline +CRASH LOOP \(yolov3-tiny@base\): detector", result.stdout, re.M), result.stdout
         reported = daemon.wait("MQTT health saying so", lambda: [

@@ -11,17 +11,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.cli import appliance_argv, appliance_env, run_appliance
 from support.daemon import device_of, make_camera_dir, write_config
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.schemas import validate_message
@@ -70,8 +69,7 @@ def _bundle(tmp_path: Path, private_key: Path, version: str = "2") -> Path:
 def _ota_cli(*args: str, refused: bool = False, timeout: float = 150) -> subprocess.CompletedProcess[str]:
     """The real `appliance ota` command line, as an operator runs it; ``refused``: the device refuses it (its
     reply, or the update's verdict)."""
-    done = subprocess.run([sys.executable, "-m", "appliance", "ota", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    done = run_appliance("ota", *args, timeout=timeout, expect=None)
     if refused:
         assert done.returncode == 1 and done.stderr.startswith("refused: "), (done.stdout, done.stderr)
     else:
@@ -81,8 +79,7 @@ def _ota_cli(*args: str, refused: bool = False, timeout: float = 150) -> subproc
 
 def _ota_gauge(health_port: int) -> dict[str, float]:
     """appliance_ota_state by state, from the daemon's /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+    text = get(f"http://127.0.0.1:{health_port}/metrics", expect=200).text
     family = next(f for f in text_string_to_metric_families(text) if f.name == "appliance_ota_state")
     return {s.labels["state"]: s.value for s in family.samples}
 
@@ -110,11 +107,7 @@ class _Poller:
     def _run(self, url: str) -> None:
         while not self._done.wait(0.1):
             for path, codes in self.codes.items():
-                try:
-                    with urllib.request.urlopen(f"{url}/{path}", timeout=5) as response:
-                        codes.append(response.status)
-                except urllib.error.HTTPError as exc:
-                    codes.append(exc.code)
+                codes.append(get(f"{url}/{path}", timeout=5).status)
 
     def stop(self) -> dict[str, list[int]]:
         self._done.set()
@@ -123,9 +116,9 @@ class _Poller:
 
 
 def _start(config: Path, notify: NotifySocket, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "NOTIFY_SOCKET": str(notify.path), "PYTHONFAULTHANDLER": "1"}
-    return subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],
-                            stdout=log.open("a"), stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    env = appliance_env({"NOTIFY_SOCKET": str(notify.path), "PYTHONFAULTHANDLER": "1"})
+    return subprocess.Popen(appliance_argv("run", "--config", str(config)), stdout=log.open("a"),
+                            stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 
 def _stop(daemon: subprocess.Popen, log: Path) -> list[int]:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from support.cli import run_appliance
 from support.daemon import IMAGES_IN_ORDER, RunningDaemon, device_of, write_config
 from support.mosquitto import Mosquitto
 from support.ports import free_port
@@ -96,13 +95,11 @@ def test_the_reported_rate_falls_to_0_within_15_s_of_the_camera_stopping_while_t
         fell_after_s = time.monotonic() - ended
         daemon.wait(lambda: ", 0.0 inferences/s," in _last_status(daemon), 5, "STATUS= to say 0.0 inferences/s")
 
-        result = subprocess.run([sys.executable, "-m", "appliance", "status", "--url", url, "--json"],
-                                capture_output=True, text=True, timeout=60, cwd=REPO)
+        result = run_appliance("status", "--url", url, "--json", expect=None)
         reported = json.loads(result.stdout)
         assert result.returncode == 1, (result.stdout, result.stderr)  # WARNING: its one camera is not streaming
         assert reported["level"] == "degraded" and reported["reasons"][0].startswith("camera line1 is "), reported
-        text = subprocess.run([sys.executable, "-m", "appliance", "status", "--url", url],
-                              capture_output=True, text=True, timeout=60, cwd=REPO).stdout
+        text = run_appliance("status", "--url", url, expect=None).stdout
         assert time.monotonic() - ended < RESUME_S - 5, "the checks ran inside the camera's quiet period"
         inference = reported["inference"]
         assert inference["per_s"] == 0, inference

@@ -9,21 +9,20 @@ and every camera keeps running."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-import sys
 import time
 import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support.cli import run_appliance
 from support.daemon import RunningDaemon, make_camera_dir
 from support.engineseed import seed_state_dir
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.schemas import validate_message
@@ -61,9 +60,9 @@ def _exec_reload(config: Path, pid: int) -> subprocess.CompletedProcess[str]:
     place of the installed one."""
     [line] = re.findall(r"^ExecReload=(.+)$", (REPO / "systemd" / "appliance.service").read_text(), re.M)
     assert line.startswith(f"{INSTALLED_BIN} "), line
-    argv = [sys.executable, "-m", "appliance", *line.removeprefix(INSTALLED_BIN).replace(
-        "/etc/appliance/appliance.yaml", str(config)).replace("$MAINPID", str(pid)).split()]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=REPO)
+    args = line.removeprefix(INSTALLED_BIN).replace("/etc/appliance/appliance.yaml", str(config)).replace(
+        "$MAINPID", str(pid)).split()
+    return run_appliance(*args, timeout=180, expect=None)
 
 
 def _detections(subscriber: Subscriber, camera: str, since_ms: float = 0.0,
@@ -73,20 +72,8 @@ def _detections(subscriber: Subscriber, camera: str, since_ms: float = 0.0,
     return sorted(unique.values(), key=lambda m: m["message_seq"])
 
 
-def _status(port: int, path: str) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 def _healthz(port: int) -> dict[str, Any]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:  # 503: up, not healthy; the summary still comes
-        return json.loads(exc.read())
+    return dict(get(f"http://127.0.0.1:{port}/healthz").json())  # 503 (up, not healthy) has the summary too
 
 
 def test_reload_applies_what_changed_and_refuses_a_bad_config(tmp_path: Path, shm_root: Path,
@@ -123,9 +110,10 @@ def test_reload_applies_what_changed_and_refuses_a_bad_config(tmp_path: Path, sh
             assert said in applied.stdout, applied.stdout
 
         daemon.wait(lambda: len(_detections(moved, "cam4")) >= 3, 60, "camera 4's detections on the new broker")
-        assert [_status(new_port, f"/camera/{c}") for c in ("cam4", "cam3")] == [200, 404]  # the page follows
+        page = f"http://127.0.0.1:{new_port}/camera"
+        assert [get(f"{page}/{c}").status for c in ("cam4", "cam3")] == [200, 404]  # the page follows
         with pytest.raises(urllib.error.URLError):
-            _status(health_port, "/healthz")  # the old port is closed
+            get(f"http://127.0.0.1:{health_port}/healthz")  # the old port is closed
         daemon.wait(lambda: any(e["camera_id"] == "cam2" and e["event"] == "cross" and e["line"] == "middle"
                                 for e in moved.of_type("event")), 120, "a crossing of camera 2's new line")
         counts = [m for m in moved.of_type("counts") if m["camera_id"] == "cam2"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,6 +20,7 @@ import cv2
 import numpy as np
 import pytest
 from support.bundleserver import serve_directory
+from support.cli import run_appliance
 from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.subscriber import Subscriber
@@ -113,10 +113,9 @@ def fleet(tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path) 
 
 def rollout(port: int, keys: Path, bundle: Path, url: str, rollout_id: str) -> subprocess.CompletedProcess[str]:
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "appliance", "ota", "rollout", "--bundle", str(bundle), "--url", url,
-                           "--sign-key", str(keys / "ota.key"), "--mqtt", f"127.0.0.1:{port}", "--group", "canary",
-                           "--group", "line", "--soak", "5", "--timeout", "300", "--rollout-id", rollout_id],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    done = run_appliance("ota", "rollout", "--bundle", str(bundle), "--url", url, "--sign-key", str(keys / "ota.key"),
+                         "--mqtt", f"127.0.0.1:{port}", "--group", "canary", "--group", "line", "--soak", "5",
+                         "--timeout", "300", "--rollout-id", rollout_id, timeout=600, expect=None)
     print(f"rollout {rollout_id}: {time.monotonic() - began:.1f} s, rc={done.returncode}\n{done.stdout}{done.stderr}")
     return done
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.cli import run_appliance
 from support.daemon import make_camera_dir, write_config
 from support.mosquitto import Mosquitto
 from support.shm import private_shm_dir
@@ -28,8 +29,7 @@ def test_a_second_instance_on_the_same_state_dir_exits_2_naming_the_pid(tmp_path
                               stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        second = subprocess.run([sys.executable, "-m", "appliance", "run", "--config", str(config)],
-                                capture_output=True, text=True, timeout=120, cwd=REPO)
+        second = run_appliance("run", "--config", str(config), expect=None)
         assert second.returncode == 2, second.stderr[-3000:]
         assert f"in use by another process (pid {holder.pid})" in second.stderr, second.stderr[-3000:]
     finally:

@@ -7,14 +7,11 @@ test causes, and an OTA install journal the test leaves as a power cut would."""
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +19,9 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.cli import appliance_argv, appliance_env, run_appliance
 from support.daemon import device_of, make_camera_dir, write_config
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.promql import load_dashboard, unknown_metrics
@@ -79,9 +78,9 @@ def running(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iter
         subscriber = Subscriber(broker, f"appliance/{device_of(config)}/#")
         log = tmp / "daemon.log"
         started = time.monotonic()
-        daemon = subprocess.Popen([sys.executable, "-m", "appliance", "run", "--config", str(config)],
-                                  stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO,
-                                  env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
+        daemon = subprocess.Popen(appliance_argv("run", "--config", str(config)), stdout=log.open("w"),
+                                  stderr=subprocess.STDOUT, cwd=REPO,
+                                  env=appliance_env({"NOTIFY_SOCKET": str(notify.path)}))
         run = Running(f"http://127.0.0.1:{port}", broker, daemon, log, subscriber, tmp / "state", started)
         try:
             assert notify.wait_for("READY=1", 240), run.log_tail()
@@ -104,8 +103,7 @@ def running(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iter
 
 
 def _status(run: Running, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", "status", "--url", run.url, *extra],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    return run_appliance("status", "--url", run.url, *extra, expect=None)
 
 
 def _summary(run: Running) -> dict[str, Any]:
@@ -117,8 +115,7 @@ _MOVING = ("status", "uptime_s", "cameras", "inference", "spool")  # change betw
 
 
 def _metrics(run: Running) -> str:
-    with urllib.request.urlopen(f"{run.url}/metrics", timeout=10) as response:
-        return response.read().decode()
+    return get(f"{run.url}/metrics", expect=200).text
 
 
 def _row(text: str, label: str) -> str:

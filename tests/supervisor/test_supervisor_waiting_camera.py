@@ -8,16 +8,14 @@ status keeps its old error only as `last_error`."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.cli import run_appliance
 from support.daemon import RunningDaemon, device_of, make_camera_dir, write_config
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.subscriber import Subscriber
@@ -36,20 +34,12 @@ pytestmark = [
 
 
 def _waiting_gauge(url: str, camera: str) -> float | None:
-    text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
+    text = get(f"{url}/metrics", expect=200).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "appliance_camera_waiting" and sample.labels.get("camera") == camera:
                 return sample.value
     return None
-
-
-def _code(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_file_appears(
@@ -87,15 +77,13 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
         assert health["ok"] and health["level"] == "degraded", health  # serving, not everything: not failed
         assert health["reasons"] == [f"camera {c} is waiting: {health['cameras'][c]['waiting_for']}"
                                      for c in ("line2", "line3")]  # line3 has no ring yet: still counted
-        assert (_code(f"{url}/livez"), _code(f"{url}/readyz"), _code(f"{url}/healthz")) == (200, 503, 200)
+        assert [get(f"{url}/{path}").status for path in ("livez", "readyz", "healthz")] == [200, 503, 200]
         line2 = health["cameras"]["line2"]
         assert line2["state"] == "waiting" and f"{later} does not exist" in line2["waiting_for"], line2
         assert line2["waiting_since"] == waiting["since"], (line2, waiting)  # one moment, wherever it is shown
         assert "1/3 cameras streaming (2 waiting for their source)" in health["status"], health["status"]
         _check_line3_waits(line2_status("waiting", "line3")[0], health["cameras"]["line3"], sizeless)
-        shown = subprocess.run([sys.executable, "-m", "appliance", "status", "--url", url], capture_output=True,
-                               text=True, timeout=60, cwd=REPO)
-        assert shown.returncode == 1, shown.stderr  # WARNING
+        shown = run_appliance("status", "--url", url, expect=1)  # WARNING
         assert shown.stdout.startswith("WARNING: ") and "  - camera line2 is waiting: " in shown.stdout, shown.stdout
         assert f"line2: waiting since {line2['waiting_since']}: file {later} does not exist" in shown.stdout, \
             shown.stdout
@@ -121,7 +109,7 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
         assert f"file {later} does not exist" in streaming["last_error"], streaming
         assert since <= streaming["last_error_time_ms"] <= streaming["time_ms"], streaming
         daemon.wait(lambda: fetch_health(url)["level"] == "ok", 30, "the level ok again")
-        assert _code(f"{url}/readyz") == 200
+        assert get(f"{url}/readyz").status == 200
         assert daemon.terminate() == 0, daemon.tail()
     finally:
         daemon.close()
@@ -131,9 +119,7 @@ def test_a_camera_absent_at_boot_waits_while_the_others_run_and_starts_when_its_
 def _reload_keeps_line3_waiting(config: Path, pid: int, url: str, before: dict) -> None:
     """A reload of the same file while line3's source is silent is applied (nothing changed) and line3 waits on,
     since the same moment."""
-    reloaded = subprocess.run([sys.executable, "-m", "appliance", "reload", "--config", str(config), "--pid",
-                               str(pid)], capture_output=True, text=True, timeout=180, cwd=REPO)
-    assert reloaded.returncode == 0, reloaded.stdout + reloaded.stderr
+    run_appliance("reload", "--config", str(config), "--pid", str(pid), timeout=180)
     assert fetch_health(url)["cameras"]["line3"] == before
 
 

@@ -4,15 +4,14 @@ notify socket (appliance.harness.notify). What it publishes is read with support
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Callable, Sequence
 
+from support.cli import appliance_argv, appliance_env
 from support.engineseed import seed_state_dir
 from support.mosquitto import Mosquitto
 from support.provisioned import DARKNET_IMAGES
@@ -94,9 +93,9 @@ class RunningDaemon:
         self.log_path = tmp_path / "daemon.log"
         self._log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "appliance", *global_args, "run", "--config", str(config)], stdout=self._log,
+            appliance_argv(*global_args, "run", "--config", str(config)), stdout=self._log,
             stderr=subprocess.STDOUT, cwd=cwd,
-            env={**os.environ, "NOTIFY_SOCKET": str(self.notify.path), "PYTHONFAULTHANDLER": "1"})
+            env=appliance_env({"NOTIFY_SOCKET": str(self.notify.path), "PYTHONFAULTHANDLER": "1"}))
 
     def tail(self) -> str:
         return self.log_path.read_text()[-3000:]

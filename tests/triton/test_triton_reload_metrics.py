@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,26 @@ MODEL = "metered"
 RELOADS = 3
 SERVE_AFTER_RELOAD_S = 2.5  # the new stubs push their metrics at most once a second
 FPS = 50  # per camera, two cameras
+
+
+def _reload_while_serving(server: Any, repo: Path) -> int:
+    """Reload ``metered`` RELOADS times, serving SERVE_AFTER_RELOAD_S before and after each; how many reloads
+    replaced every stub (an appliance.triton Server: imported in the child only)."""
+    reloaded = 0
+    time.sleep(SERVE_AFTER_RELOAD_S)
+    for i in range(RELOADS):
+        old = set(server.stub_pids())
+        # A new file in the version directory (as the stub's __pycache__ is): Triton reloads a changed model.
+        (repo / MODEL / "1" / f"changed-{i}").write_text("")
+        server.load_model(MODEL)
+        deadline = time.monotonic() + 60
+        while set(server.stub_pids()) & old and time.monotonic() < deadline:  # old stubs drop their metrics
+            time.sleep(0.05)
+        new = set(server.stub_pids())
+        print(f"reload {i}: stubs {sorted(old)} -> {sorted(new)}", flush=True)
+        reloaded += bool(new) and not (new & old)
+        time.sleep(SERVE_AFTER_RELOAD_S)
+    return reloaded
 
 
 def _workload(repo: Path) -> int:
@@ -85,19 +106,7 @@ def _workload(repo: Path) -> int:
     scheduler.start()
     reloaded = 0
     try:
-        time.sleep(SERVE_AFTER_RELOAD_S)
-        for i in range(RELOADS):
-            old = set(server.stub_pids())
-            # A new file in the version directory (as the stub's __pycache__ is): Triton reloads a changed model.
-            (repo / MODEL / "1" / f"changed-{i}").write_text("")
-            server.load_model(MODEL)
-            deadline = time.monotonic() + 60
-            while set(server.stub_pids()) & old and time.monotonic() < deadline:  # old stubs drop their metrics
-                time.sleep(0.05)
-            new = set(server.stub_pids())
-            print(f"reload {i}: stubs {sorted(old)} -> {sorted(new)}", flush=True)
-            reloaded += bool(new) and not (new & old)
-            time.sleep(SERVE_AFTER_RELOAD_S)
+        reloaded = _reload_while_serving(server, repo)
     finally:
         drained = scheduler.stop(drain_timeout_s=30)
         server.stop()

@@ -11,9 +11,7 @@ import http.client
 import json
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from support.browser import chromium, save_screenshot
 from support.daemon import RunningDaemon
 from support.engineseed import seed_state_dir
 from support.eventpage import page_with_events
+from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.shm import private_shm_dir
@@ -199,7 +198,7 @@ def test_the_operator_sees_the_picture_draws_a_line_and_it_counts(site: Site, br
     wait_until(lambda: browser.execute_script(
         "return [...document.querySelectorAll('#events li')].some(li => li.dataset.name === 'aisle')"), 20, 0.2,
         "the line's events on the overview")
-    level = json.loads(urllib.request.urlopen(f"{site.url}/healthz", timeout=10).read())["level"]
+    level = get(f"{site.url}/healthz", expect=200).json()["level"]
     wait_until(lambda: browser.find_element(By.ID, "verdict").text.startswith(level.upper()), 10, 0.2,
                f"the overview's verdict saying the health level {level!r}")
     save_screenshot(browser, site.artifacts, "ui-overview.png")
@@ -311,9 +310,7 @@ def test_the_camera_view_shows_earlier_events_and_an_unknown_camera_is_a_404(sit
     browser.get(f"{site.url}/camera/no-such-cam")
     assert browser.find_element(By.ID, "not-found").text == "No camera 'no-such-cam'"
     assert "hall" in browser.find_element(By.TAG_NAME, "main").text
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(f"{site.url}/events/0123.jpg", timeout=10)  # no login: no camera images either
-    assert refused.value.code == 401
+    assert get(f"{site.url}/events/0123.jpg").status == 401  # no login: no camera images either
 
 
 def test_the_events_page_filters_and_pages_through_500_events(site: Site, browser: Chrome) -> None:
@@ -386,9 +383,9 @@ def _post_json(site: Site, cookie: str, csrf: str, body: bytes) -> tuple[int, by
 
 def test_a_huge_layout_is_refused_at_once_with_a_short_message(site: Site) -> None:
     cookie, _header = login_cookie(site.url, "olga", USERS["olga"][1])
-    request = urllib.request.Request(f"{site.url}/api/overview", headers={"Cookie": f"appliance_session={cookie}"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        csrf = json.load(response)["me"]["csrf"]
+    overview = get(f"{site.url}/api/overview", headers={"Cookie": f"appliance_session={cookie}"}, timeout=30,
+                   expect=200)
+    csrf = overview.json()["me"]["csrf"]
     walkway = {"name": "walkway", "a": [10, 300], "b": [700, 300], "in_side": "left"}
     zone = {"name": "floor", "points": [[i % 700, (i * 7) % 500] for i in range(100_000)]}
     huge_name = {"name": "n" * 10_000_000, "a": [10, 300], "b": [700, 300], "in_side": "left"}
@@ -415,10 +412,8 @@ def test_a_huge_layout_is_refused_at_once_with_a_short_message(site: Site) -> No
 
 
 def _layout_of(site: Site, cookie: str) -> dict:
-    request = urllib.request.Request(f"{site.url}/api/cameras/hall/layout",
-                                     headers={"Cookie": f"appliance_session={cookie}"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return dict(json.load(response))
+    return dict(get(f"{site.url}/api/cameras/hall/layout", headers={"Cookie": f"appliance_session={cookie}"},
+                    timeout=30, expect=200).json())
 
 
 def test_failed_logins_are_held_back_and_logged_once(site: Site) -> None:
@@ -436,8 +431,7 @@ def test_failed_logins_are_held_back_and_logged_once(site: Site) -> None:
 
 
 def _healthz(site: Site) -> dict:
-    with urllib.request.urlopen(f"{site.url}/healthz", timeout=10) as response:  # open without a login
-        return dict(json.load(response))
+    return dict(get(f"{site.url}/healthz", expect=200).json())  # open without a login
 
 
 def test_the_applied_layout_survives_a_restart_and_status_names_it(site: Site) -> None:
