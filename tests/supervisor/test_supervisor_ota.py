@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import threading
+from dataclasses import dataclass
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,146 @@ def _stop(daemon: subprocess.Popen, log: Path) -> list[int]:
     return stubs
 
 
+@dataclass
+class _Device:
+    """The device under test as its steps see it: its broker, what it published, its health port, its log."""
+
+    tmp_path: Path
+    broker: Mosquitto
+    sub: Subscriber
+    name: str
+    health_port: int
+    log: Path
+
+    def push(self, *args: str, refused: bool = False, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+        return _ota_cli("push", *args, "--mqtt", f"127.0.0.1:{self.broker.port}", "--device", self.name,
+                        refused=refused, timeout=timeout)
+
+
+def _ended(sub: Subscriber, since: float) -> list[dict[str, Any]]:
+    return [p for _t, p in _timed(sub, "ota_status", since) if p["state"] in ("active", "rolled_back", "rejected")]
+
+
+def _the_interrupted_install_is_reported(dev: _Device, daemon: subprocess.Popen) -> None:
+    _wait(lambda: [p for _t, p in _timed(dev.sub, "ota_status") if p.get("version") == "7"], 30, daemon, dev.log)
+    interrupted = [p for _t, p in _timed(dev.sub, "ota_status") if p.get("version") == "7"]
+    assert [(p["state"], p["code"]) for p in interrupted] == [("rejected", "interrupted")], interrupted
+    validate_message("ota_status", interrupted[0])
+    assert "building" in interrupted[0]["message"] and "base serves" in interrupted[0]["message"]
+    _wait(lambda: len(_timed(dev.sub, "detections")) >= 3, 120, daemon, dev.log)
+    assert {p["model"]["version"] for _t, p in _timed(dev.sub, "detections")} == {"base"}
+
+
+def _the_update_switches_without_a_gap(dev: _Device, daemon: subprocess.Popen, bundle: Path) -> None:
+    sub, log = dev.sub, dev.log
+    t_push = time.monotonic()
+    probes = _Poller(dev.health_port)
+    pushed = dev.push(str(bundle), "--chunk-bytes", str(1 << 20), "--sign-key", str(dev.tmp_path / "ota.key"),
+                      "--json", timeout=330)  # the bundle key signs commands too (default); it waits for the verdict
+    verdict = json.loads(pushed.stdout)["verdict"]
+    assert (verdict["state"], verdict["version"]) == ("active", "2"), pushed.stdout
+
+    def outcome() -> list[dict[str, Any]]:
+        return [p for _t, p in _timed(sub, "ota_status")
+                if p.get("version") == "2" and p["state"] in ("active", "rolled_back", "rejected")]
+
+    _wait(outcome, 300, daemon, log)
+    t_done = time.monotonic()
+    codes = probes.stop()  # the old version was unloaded before "active": the probes saw the whole switch
+    assert len(codes["livez"]) > 20 and set(codes["livez"]) == {200}, codes["livez"]
+    assert set(codes["healthz"]) == {200}, codes["healthz"]  # a model switch is not a failure
+    assert outcome()[-1]["state"] == "active", outcome()
+    states = [p["state"] for _t, p in _timed(sub, "ota_status")]
+    for _t, p in _timed(sub, "ota_status"):
+        validate_message("ota_status", p)
+        assert p["device_id"] == dev.name
+    for step in ("received", "verifying", "staging", "building", "switching", "checking", "watching", "active"):
+        assert step in states, (step, states)
+    _wait(lambda: any(p["model"]["version"] == "2" for _t, p in _timed(sub, "detections", t_done)), 30, daemon, log)
+    arrivals = [t for t, _p in _timed(sub, "detections", t_push) if t <= t_done]
+    gaps = _gaps(arrivals)
+    print(f"\ndaemon OTA: {len(arrivals)} detections published during the update ({t_done - t_push:.1f} s); "
+          f"longest gap {max(gaps) * 1000:.0f} ms")
+    assert len(arrivals) > 10 and max(gaps) < MAX_GAP_S, (max(gaps), log.read_text()[-3000:])
+    # once switched, every frame comes from version 2 (never back to base)
+    versions = [p["model"]["version"] for _t, p in _timed(sub, "detections", t_push)]
+    first = versions.index("2")
+    assert set(versions[first:]) == {"2"} and set(versions[:first]) <= {"base"}
+
+
+def _an_untrusted_bundle_is_rejected(dev: _Device, restarted: subprocess.Popen, rogue: Path) -> None:
+    """A bundle signed with an untrusted key, pushed by the CLI (the commands signed by the operator's key):
+    rejected, version 2 serves on without a gap."""
+    sub, log = dev.sub, dev.log
+    t_rogue = time.monotonic()
+    pushed = dev.push(str(rogue), "--chunk-bytes", str(1 << 20), "--sign-key", str(dev.tmp_path / "ota.key"),
+                      refused=True)
+    assert "rejected (unknown_key)" in pushed.stderr, pushed.stderr  # the device's verdict, exit 1
+    _wait(lambda: _ended(sub, t_rogue), 60, restarted, log)
+    t_rejected = time.monotonic()
+    rejected = _ended(sub, t_rogue)
+    assert [(p["state"], p.get("code")) for p in rejected] == [("rejected", "unknown_key")], rejected
+    assert "version" not in rejected[0] and rejected[0]["request_id"].startswith("push-"), rejected[0]
+    for _t, p in _timed(sub, "ota_status", t_rogue):
+        validate_message("ota_status", p)
+    retained = _retained(dev.broker, f"appliance/{dev.name}/ota/status")
+    validate_message("ota_status", retained)
+    assert (retained["state"], retained["code"]) == ("rejected", "unknown_key"), retained
+    assert _ota_gauge(dev.health_port) == {s: 1.0 if s == "rejected" else 0.0 for s in STATES}
+    _wait(lambda: len(_timed(sub, "detections", t_rejected)) >= 3, 30, restarted, log)
+    across = _timed(sub, "detections", t_rogue)
+    assert {p["model"]["version"] for _t, p in across} == {"2"}
+    assert max(_gaps([t for t, _p in across])) < MAX_GAP_S, log.read_text()[-3000:]
+
+
+def _an_unsigned_rollback_is_refused(dev: _Device, restarted: subprocess.Popen) -> None:
+    """The CLI fails with the device's reason, and nothing rolls back."""
+    t_unsigned = time.monotonic()
+    unsigned = dev.push("--action", "rollback", refused=True)
+    assert "(unsigned)" in unsigned.stderr and "--sign-key" in unsigned.stderr, unsigned.stderr
+    assert _ended(dev.sub, t_unsigned) == [] and "Traceback" not in unsigned.stderr
+    _wait(lambda: [p for _t, p in _timed(dev.sub, "health", t_unsigned)
+                   if p["mqtt"]["commands_refused"]["unsigned"] == 1], 30, restarted, dev.log)
+    validate_message("health", _timed(dev.sub, "health", t_unsigned)[-1][1])
+
+
+def _a_signed_rollback_goes_back_to_base(dev: _Device, restarted: subprocess.Popen) -> None:
+    """The signed `rollback` action (the CLI sends {"action": "rollback"} with `auth`): back to the base model,
+    no long gap."""
+    sub, log = dev.sub, dev.log
+    t_rollback = time.monotonic()
+    done = dev.push("--action", "rollback", "--sign-key", str(dev.tmp_path / "ota.key"), "--reply-timeout", "120")
+    assert json.loads(done.stdout) == {"state": "rolled_back", "from": "2", "to": None}, done.stdout
+    _wait(lambda: _ended(sub, t_rollback), 120, restarted, log)
+    rolled = _ended(sub, t_rollback)
+    assert [(p["state"], p.get("code")) for p in rolled] == [("rolled_back", "manual")], rolled
+    validate_message("ota_status", rolled[0])
+    assert "version" not in rolled[0], rolled[0]  # absent: the base model serves
+
+    def replies() -> list[dict[str, Any]]:  # the reply follows the status: the handler returns after it
+        return [p for _t, p in _timed(sub, "command_reply", t_rollback) if p["command"] == "ota"]
+
+    _wait(replies, 30, restarted, log)
+    validate_message("command_reply", replies()[0])
+    assert [(r["ok"], r.get("result")) for r in replies()] == [(True, {"state": "rolled_back", "from": "2",
+                                                                       "to": None})], replies()
+    _wait(lambda: any(p["model"]["version"] == "base" for _t, p in _timed(sub, "detections", t_rollback)),
+          30, restarted, log)
+    t_base = time.monotonic()
+    _wait(lambda: len(_timed(sub, "detections", t_base)) >= 3, 30, restarted, log)
+    assert _ota_gauge(dev.health_port) == {s: 1.0 if s == "rolled_back" else 0.0 for s in STATES}
+    across = _timed(sub, "detections", t_rollback)
+    versions = [p["model"]["version"] for _t, p in across]
+    first = versions.index("base")
+    assert set(versions[first:]) == {"base"} and set(versions[:first]) <= {"2"}, versions
+    gaps = _gaps([t for t, _p in across])
+    print(f"rejection and rollback: {len(across)} detections across the rollback, longest gap "
+          f"{max(gaps) * 1000:.0f} ms")
+    assert max(gaps) < MAX_GAP_S, log.read_text()[-3000:]
+    status = json.loads(dev.push("--action", "status").stdout)  # an unsigned status is answered
+    assert (status["active"], status["serving"]) == (None, "yolov3-tiny@base"), status
+
+
 def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_restart(
         tmp_path: Path, broker: Mosquitto, shm_root: Path, engine_seed: Path) -> None:
     camera_dir = make_camera_dir(tmp_path)
@@ -151,53 +292,13 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
     OtaStore(tmp_path / "state").write_journal(
         OtaStatus("building", "building", "7", "yolov3-tiny", percent=40.0, time=time.time()).to_dict())
     sub = Subscriber(broker, f"appliance/{device}/#")
+    dev = _Device(tmp_path, broker, sub, device, health_port, log)
     daemon = _start(config, notify, log)
     restarted: subprocess.Popen | None = None
     try:
         assert notify.wait_for("READY=1", 240), log.read_text()[-3000:]
-        _wait(lambda: [p for _t, p in _timed(sub, "ota_status") if p.get("version") == "7"], 30, daemon, log)
-        interrupted = [p for _t, p in _timed(sub, "ota_status") if p.get("version") == "7"]
-        assert [(p["state"], p["code"]) for p in interrupted] == [("rejected", "interrupted")], interrupted
-        validate_message("ota_status", interrupted[0])
-        assert "building" in interrupted[0]["message"] and "base serves" in interrupted[0]["message"]
-        _wait(lambda: len(_timed(sub, "detections")) >= 3, 120, daemon, log)
-        assert {p["model"]["version"] for _t, p in _timed(sub, "detections")} == {"base"}
-
-        t_push = time.monotonic()
-        probes = _Poller(health_port)
-        pushed = _ota_cli("push", str(bundle), "--mqtt", f"127.0.0.1:{broker.port}", "--device", device,
-                          "--chunk-bytes", str(1 << 20), "--sign-key", str(tmp_path / "ota.key"), "--json",
-                          timeout=330)  # the bundle key signs commands too (default); it waits for the verdict
-        verdict = json.loads(pushed.stdout)["verdict"]
-        assert (verdict["state"], verdict["version"]) == ("active", "2"), pushed.stdout
-
-        def outcome() -> list[dict[str, Any]]:
-            return [p for _t, p in _timed(sub, "ota_status")
-                    if p.get("version") == "2" and p["state"] in ("active", "rolled_back", "rejected")]
-
-        _wait(outcome, 300, daemon, log)
-        t_done = time.monotonic()
-        codes = probes.stop()  # the old version was unloaded before "active": the probes saw the whole switch
-        assert len(codes["livez"]) > 20 and set(codes["livez"]) == {200}, codes["livez"]
-        assert set(codes["healthz"]) == {200}, codes["healthz"]  # a model switch is not a failure
-        assert outcome()[-1]["state"] == "active", outcome()
-        states = [p["state"] for _t, p in _timed(sub, "ota_status")]
-        for _t, p in _timed(sub, "ota_status"):
-            validate_message("ota_status", p)
-            assert p["device_id"] == device
-        for step in ("received", "verifying", "staging", "building", "switching", "checking", "watching", "active"):
-            assert step in states, (step, states)
-        _wait(lambda: any(p["model"]["version"] == "2" for _t, p in _timed(sub, "detections", t_done)),
-              30, daemon, log)
-        arrivals = [t for t, _p in _timed(sub, "detections", t_push) if t <= t_done]
-        gaps = _gaps(arrivals)
-        print(f"\ndaemon OTA: {len(arrivals)} detections published during the update ({t_done - t_push:.1f} s); "
-              f"longest gap {max(gaps) * 1000:.0f} ms")
-        assert len(arrivals) > 10 and max(gaps) < MAX_GAP_S, (max(gaps), log.read_text()[-3000:])
-        # once switched, every frame comes from version 2 (never back to base)
-        versions = [p["model"]["version"] for _t, p in _timed(sub, "detections", t_push)]
-        first = versions.index("2")
-        assert set(versions[first:]) == {"2"} and set(versions[:first]) <= {"base"}
+        _the_interrupted_install_is_reported(dev, daemon)
+        _the_update_switches_without_a_gap(dev, daemon, bundle)
         _stop(daemon, log)
 
         # a restart serves the active version again
@@ -208,78 +309,9 @@ def test_ota_update_through_the_daemon_switches_without_a_gap_and_survives_a_res
         _wait(lambda: len(_timed(sub, "detections", t_restart)) >= 2, 120, restarted, log)
         assert {p["model"]["version"] for _t, p in _timed(sub, "detections", t_restart)} == {"2"}
 
-        # a bundle signed with an untrusted key, pushed by the CLI (the commands signed by the operator's key):
-        # rejected, version 2 serves on without a gap
-        t_rogue = time.monotonic()
-        pushed = _ota_cli("push", str(rogue), "--mqtt", f"127.0.0.1:{broker.port}", "--device", device,
-                          "--chunk-bytes", str(1 << 20), "--sign-key", str(tmp_path / "ota.key"), refused=True)
-        assert "rejected (unknown_key)" in pushed.stderr, pushed.stderr  # the device's verdict, exit 1
-
-        def ended(since: float) -> list[dict[str, Any]]:
-            return [p for _t, p in _timed(sub, "ota_status", since) if p["state"] in ("active", "rolled_back",
-                                                                                         "rejected")]
-
-        _wait(lambda: ended(t_rogue), 60, restarted, log)
-        t_rejected = time.monotonic()
-        rejected = ended(t_rogue)
-        assert [(p["state"], p.get("code")) for p in rejected] == [("rejected", "unknown_key")], rejected
-        assert "version" not in rejected[0] and rejected[0]["request_id"].startswith("push-"), rejected[0]
-        for _t, p in _timed(sub, "ota_status", t_rogue):
-            validate_message("ota_status", p)
-        retained = _retained(broker, f"appliance/{device}/ota/status")
-        validate_message("ota_status", retained)
-        assert (retained["state"], retained["code"]) == ("rejected", "unknown_key"), retained
-        assert _ota_gauge(health_port) == {s: 1.0 if s == "rejected" else 0.0 for s in STATES}
-        _wait(lambda: len(_timed(sub, "detections", t_rejected)) >= 3, 30, restarted, log)
-        across = _timed(sub, "detections", t_rogue)
-        assert {p["model"]["version"] for _t, p in across} == {"2"}
-        assert max(_gaps([t for t, _p in across])) < MAX_GAP_S, log.read_text()[-3000:]
-
-        # an unsigned `rollback` is refused: the CLI fails with the device's reason, and nothing rolls back
-        t_unsigned = time.monotonic()
-        unsigned = _ota_cli("push", "--mqtt", f"127.0.0.1:{broker.port}", "--device", device, "--action",
-                            "rollback", refused=True)
-        assert "(unsigned)" in unsigned.stderr and "--sign-key" in unsigned.stderr, unsigned.stderr
-        assert ended(t_unsigned) == [] and "Traceback" not in unsigned.stderr
-        _wait(lambda: [p for _t, p in _timed(sub, "health", t_unsigned)
-                       if p["mqtt"]["commands_refused"]["unsigned"] == 1], 30, restarted, log)
-        validate_message("health", _timed(sub, "health", t_unsigned)[-1][1])
-
-        # the signed `rollback` action (the CLI sends {"action": "rollback"} with `auth`): back to the base model,
-        # no long gap
-        t_rollback = time.monotonic()
-        done = _ota_cli("push", "--mqtt", f"127.0.0.1:{broker.port}", "--device", device, "--action", "rollback",
-                        "--sign-key", str(tmp_path / "ota.key"), "--reply-timeout", "120")
-        assert json.loads(done.stdout) == {"state": "rolled_back", "from": "2", "to": None}, done.stdout
-        _wait(lambda: ended(t_rollback), 120, restarted, log)
-        rolled = ended(t_rollback)
-        assert [(p["state"], p.get("code")) for p in rolled] == [("rolled_back", "manual")], rolled
-        validate_message("ota_status", rolled[0])
-        assert "version" not in rolled[0], rolled[0]  # absent: the base model serves
-
-        def replies() -> list[dict[str, Any]]:  # the reply follows the status: the handler returns after it
-            return [p for _t, p in _timed(sub, "command_reply", t_rollback) if p["command"] == "ota"]
-
-        _wait(replies, 30, restarted, log)
-        validate_message("command_reply", replies()[0])
-        assert [(r["ok"], r.get("result")) for r in replies()] == [(True, {"state": "rolled_back", "from": "2",
-                                                                           "to": None})], replies()
-        _wait(lambda: any(p["model"]["version"] == "base" for _t, p in _timed(sub, "detections", t_rollback)),
-              30, restarted, log)
-        t_base = time.monotonic()
-        _wait(lambda: len(_timed(sub, "detections", t_base)) >= 3, 30, restarted, log)
-        assert _ota_gauge(health_port) == {s: 1.0 if s == "rolled_back" else 0.0 for s in STATES}
-        across = _timed(sub, "detections", t_rollback)
-        versions = [p["model"]["version"] for _t, p in across]
-        first = versions.index("base")
-        assert set(versions[first:]) == {"base"} and set(versions[:first]) <= {"2"}, versions
-        gaps = _gaps([t for t, _p in across])
-        print(f"rejection and rollback: {len(across)} detections across the rollback, longest gap "
-              f"{max(gaps) * 1000:.0f} ms")
-        assert max(gaps) < MAX_GAP_S, log.read_text()[-3000:]
-        status = json.loads(_ota_cli("push", "--mqtt", f"127.0.0.1:{broker.port}", "--device", device,
-                                     "--action", "status").stdout)  # an unsigned status is answered
-        assert (status["active"], status["serving"]) == (None, "yolov3-tiny@base"), status
+        _an_untrusted_bundle_is_rejected(dev, restarted, rogue)
+        _an_unsigned_rollback_is_refused(dev, restarted)
+        _a_signed_rollback_goes_back_to_base(dev, restarted)
         _stop(restarted, log)
     finally:
         for proc in (daemon, restarted):
