@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
 from appliance.errors import ApplianceError
 
 MB = 1024 * 1024

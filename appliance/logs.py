@@ -22,9 +22,9 @@ import struct
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 JOURNAL_SOCKET = Path("/run/systemd/journal/socket")

@@ -13,7 +13,6 @@ import os
 import socket
 from typing import Mapping
 
-
 log = logging.getLogger(__name__)
 
 

@@ -25,10 +25,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from appliance.paths import models_dir
 from appliance.detector.engines.devicerepo import PROFILES
-from appliance.detector.repository.materialize import DetectorSource, RepositoryOptions, materialize
 from appliance.detector.profile import load_profile
+from appliance.detector.repository.materialize import DetectorSource, RepositoryOptions, materialize
+from appliance.paths import models_dir
 from appliance.triton import Server, ServerOptions
 
 BOX_PX, SCORE = 1.0, 1e-3

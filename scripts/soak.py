@@ -38,9 +38,9 @@ from soakparts import Daemon, Recorder, sampler
 
 from appliance.capture.sample import ensure_sample_video
 from appliance.harness.bundle import detector_bundle
+from appliance.harness.localbroker import LocalBroker
 from appliance.harness.processes import running
 from appliance.harness.rtsp import RtspServer
-from appliance.harness.localbroker import LocalBroker
 from appliance.ota.signing import generate_keypair
 from appliance.paths import models_dir
 from appliance.triton.stubs import StubScanner, region_server_pid

@@ -18,7 +18,6 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
-
 from soakcheck import Sample, Seen, parse_status_rss_kib
 
 from appliance.harness.notify import NotifySocket

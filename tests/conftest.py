@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.mosquitto import Mosquitto
 from support.engineseed import build_seed, seed_root
+from support.mosquitto import Mosquitto
 from support.provisioned import require_darknet_images, require_detector, require_triton
 from support.shm import private_shm_dir
 

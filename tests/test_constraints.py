@@ -4,9 +4,8 @@ files, or a range moved past a pin, fails here."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import importlib.metadata
+from pathlib import Path
 
 import pytest
 from packaging.markers import Marker, default_environment

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from appliance.analytics.config import Anchor, AnalyticsConfig, PointXY
+from appliance.analytics.config import AnalyticsConfig, Anchor, PointXY
 from appliance.analytics.geometry import segments_touch
 
 

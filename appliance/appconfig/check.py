@@ -21,18 +21,18 @@ from appliance import paths
 from appliance.analytics.check import check_analytics, unknown_classes
 from appliance.analytics.overlay import OverlayError, overlaid, read_overlay
 from appliance.appconfig.app import AppConfig
+from appliance.appconfig.space import space_warnings
 from appliance.capture.check import absent_source, check_cameras
 from appliance.capture.config import CameraConfig
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, ConfigIssue, YamlDocument, read_yaml
-from appliance.appconfig.space import space_warnings
-from appliance.detector.buildprofile import ProfileError, load_profile as load_engine_profile
+from appliance.detector.buildprofile import ProfileError
+from appliance.detector.buildprofile import load_profile as load_engine_profile
 from appliance.detector.profile import load_profile as load_model_profile
 from appliance.ota.errors import OtaError
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.store import OtaStore
 from appliance.triton.locate import TritonNotFound, locate
-
 
 DOC_NETS = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")  # for examples only
 

@@ -72,8 +72,8 @@ def bench_naive(repo, dist, video: Path, port: int, seconds: float, workdir: Pat
     import tritonclient.http as httpclient
 
     from appliance.bench.triton import BinaryServer
-    from appliance.detector.profile import load_profile
     from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
+    from appliance.detector.profile import load_profile
 
     profile = load_profile(PROFILE)
     pre, post = Preprocessor(profile), Postprocessor(profile)

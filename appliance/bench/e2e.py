@@ -26,19 +26,19 @@ from typing import Any
 import numpy as np
 
 from appliance.bench._broker import start_local_broker
-from appliance.bench._e2e_restream import alternate, restream_section, watch_rtsp
-from appliance.bench._e2e_record import record_vs_off
+from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, python_stages_engines, video_frames
 from appliance.bench._e2e_cameras import appliance_config, camera_configs, cameras_yaml
 from appliance.bench._e2e_decode import bench_detector_plus_decode
-from appliance.bench._e2e_opcua import Window, close_window, open_window, opcua_setup, start_client, stop_client
+from appliance.bench._e2e_opcua import Window, close_window, opcua_setup, open_window, start_client, stop_client
 from appliance.bench._e2e_profile import Profile
-from appliance.bench._e2e_baselines import PROFILE, bench_detector, bench_naive, python_stages_engines, video_frames
+from appliance.bench._e2e_record import record_vs_off
+from appliance.bench._e2e_restream import alternate, restream_section, watch_rtsp
 from appliance.bench._e2e_stages import STAGES, pct, split_line, stage_means, stage_totals
 from appliance.bench._e2e_subscriber import Received, subscriber, topic_counter
 from appliance.bench._e2e_viewer import health_section, side_by_side, watch
 from appliance.exitcodes import ExitCode
-from appliance.paths import models_dir
 from appliance.helptext import plain_help
+from appliance.paths import models_dir
 
 OFFERED_VS_DETECTOR = 1.5  # the cameras together offer this many times what the detector alone does
 
@@ -223,8 +223,8 @@ def run(opts: Options) -> int:
     """Every alternative, then the table and the ratios on stdout. BAD_INPUT (the reason on stderr): no detector,
     or no tritonserver for the naive design."""
     from appliance.capture.sample import ensure_sample_video
-    from appliance.detector.profile import load_profile
     from appliance.detector.prepost.pipeline import Preprocessor
+    from appliance.detector.profile import load_profile
     from appliance.triton import stubsite
     from appliance.triton.locate import locate
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from appliance.bench.pipeline import Ensemble, Run
 from appliance.exitcodes import ExitCode
-from appliance.paths import engines_dir, models_dir
 from appliance.helptext import plain_help
+from appliance.paths import engines_dir, models_dir
 
 
 def _session(path: Path, optimize: bool = True) -> Any:
@@ -138,8 +138,8 @@ def main(argv: list[str]) -> int:
 
 def run(opts: Options) -> int:
     """The bench; its report on stdout. BAD_INPUT (the reason on stderr): no profile, ONNX or frames."""
-    from appliance.detector.calibration.frames import CalibrationError
     from appliance.detector.buildprofile import ProfileError, load_profile
+    from appliance.detector.calibration.frames import CalibrationError
 
     try:
         profile = load_profile(opts.engine_profile)

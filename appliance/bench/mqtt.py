@@ -19,13 +19,13 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.bench._broker import start_local_broker
 from appliance.detections import Detections
-from appliance.mqtt.config import MqttConfig
 from appliance.harness.localbroker import LocalBroker
+from appliance.helptext import plain_help
+from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo, detections_payload, encode, new_message_id
 from appliance.mqtt.numbering import MessageCounter
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.mqtt.spool import Spool, SpoolRecord
-from appliance.helptext import plain_help
 
 CAMERAS = ("cam0", "cam1", "cam2", "cam3")
 MODEL = ModelInfo("yolov3-tiny", "1", "sha256:" + "0f" * 32)

@@ -19,12 +19,12 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from appliance.exitcodes import ExitCode
-from appliance.detector.repository.materialize import Repository, RepositoryOptions
 from appliance.detector.profile import ModelProfile
+from appliance.detector.repository.materialize import Repository, RepositoryOptions
+from appliance.exitcodes import ExitCode
+from appliance.helptext import plain_help
 from appliance.paths import models_dir, profiles_dir
 from appliance.triton.server import Server
-from appliance.helptext import plain_help
 
 IMAGES = Path("/usr/share/darknet/data")
 IMAGE_NAMES = ("dog", "person", "horses", "kite", "eagle", "giraffe")
@@ -263,8 +263,8 @@ def run(opts: Options) -> int:
         return ExitCode.BAD_INPUT
 
     from appliance.appconfig.app import TritonConfig
-    from appliance.detector.repository.materialize import DetectorSource, materialize
     from appliance.detector.profile import load_profile
+    from appliance.detector.repository.materialize import DetectorSource, materialize
     from appliance.triton import stubsite
     from appliance.triton.locate import locate
     from appliance.triton.server import ServerOptions

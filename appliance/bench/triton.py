@@ -26,10 +26,10 @@ import numpy as np
 
 from appliance.exitcodes import ExitCode
 from appliance.harness.ports import free_port
+from appliance.helptext import plain_help
 from appliance.procs import stop_process
 from appliance.triton.locate import locate
 from appliance.triton.server import Server, ServerOptions
-from appliance.helptext import plain_help
 
 MODEL_PY = '''\
 import _appliance_site  # noqa: F401

@@ -15,18 +15,17 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from appliance.detector.engines import ensure_engines
 from appliance.detector.engines.devicerepo import PROFILES
-from appliance.detector.repository.materialize import RepositoryOptions
 from appliance.detector.profile import load_profile
-from appliance.paths import engines_dir, models_dir
+from appliance.detector.repository.materialize import RepositoryOptions
 from appliance.detector.serving.router import Router
 from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 from appliance.detector.serving.warmup import FrameShape, WarmupPlan, warmup_frame
+from appliance.helptext import plain_help
+from appliance.paths import engines_dir, models_dir
 from appliance.triton import stubsite
 from appliance.triton.server import Server, ServerOptions
-from appliance.helptext import plain_help
 
 FRAME = FrameShape(1080, 1920, "BGR")
 

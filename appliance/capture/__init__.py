@@ -6,15 +6,6 @@ Inference side: :class:`RingReader` -> :class:`FrameLease` (zero-copy view, rele
 """
 
 from appliance.capture.config import CameraConfig
-from appliance.capture.layout import CaptureState, RingGeometry
-from appliance.capture.process import (
-    EXIT_CONFIG,
-    EXIT_HUNG,
-    EXIT_OK,
-    EXIT_RING_BUSY,
-    CaptureProcess,
-    CaptureStartError,
-)
 from appliance.capture.errors import (
     RingBusyError,
     RingError,
@@ -24,6 +15,15 @@ from appliance.capture.errors import (
     ShmSpaceError,
 )
 from appliance.capture.health import CaptureHealth
+from appliance.capture.layout import CaptureState, RingGeometry
+from appliance.capture.process import (
+    EXIT_CONFIG,
+    EXIT_HUNG,
+    EXIT_OK,
+    EXIT_RING_BUSY,
+    CaptureProcess,
+    CaptureStartError,
+)
 from appliance.capture.ring import FrameLease, FrameMeta, RingReader
 from appliance.capture.ringdir import RingDirectory
 from appliance.capture.ringfile import reclaim_stale_rings, ring_path

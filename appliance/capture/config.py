@@ -14,10 +14,10 @@ from pydantic import Field, field_validator, model_validator
 
 from appliance.analytics.config import AnalyticsConfig
 from appliance.backoff import BackoffConfig as BaseBackoffConfig
-from appliance.config.redact import redact_credentials
+from appliance.capture.recordconfig import RecordConfig
 from appliance.config.base import StrictModel
 from appliance.config.ids import Id
-from appliance.capture.recordconfig import RecordConfig
+from appliance.config.redact import redact_credentials
 from appliance.errors import ApplianceError
 
 PixelFormat = Literal["bgr", "rgb"]

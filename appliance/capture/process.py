@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from appliance.capture.config import RECORDED_SOURCES, CameraConfig
-from appliance.capture.layout import CaptureState, RingGeometry
 from appliance.capture.errors import RingBusyError
 from appliance.capture.health import CaptureHealth
+from appliance.capture.layout import CaptureState, RingGeometry
 from appliance.capture.ring import RingReader
 from appliance.capture.ringfile import RingOwner, create_ring, ring_path
 from appliance.capture.stderrfilter import StderrRedactor
+from appliance.errors import ApplianceError
 from appliance.logs import JOURNAL_SOCKET
 from appliance.logs import configure as configure_logging
 from appliance.procs import stop_process
-from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:
     from appliance.capture.packets import PacketFanout, RestreamFeed

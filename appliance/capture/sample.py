@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
 from appliance.errors import ApplianceError
 
 # A build temp file untouched this long belongs to a build that was killed.

@@ -14,8 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from appliance.capture.config import (FileSource, GStreamerSource, ImagesSource, RtspSource, Source,
-                                      V4l2Source)
+from appliance.capture.config import FileSource, GStreamerSource, ImagesSource, RtspSource, Source, V4l2Source
 
 ARGUS_SOCKET = "/tmp/argus_socket"
 _NVMAP = ("/dev/nvmap", "/dev/nvhost-ctrl")

@@ -12,13 +12,13 @@ from pathlib import Path
 from appliance import diskspace, paths
 from appliance.appconfig.check import resolved_paths
 from appliance.commands.configload import load_and_report
-from appliance.exitcodes import ExitCode
+from appliance.detector.buildprofile import ProfileError
 from appliance.detector.engines.builders import BuilderUnavailable
 from appliance.detector.engines.cache import CacheError
-from appliance.detector.engines.manager import EngineBuildError, ensure_engines
-from appliance.detector.buildprofile import ProfileError
 from appliance.detector.engines.devicerepo import materialize_for_device
+from appliance.detector.engines.manager import EngineBuildError, ensure_engines
 from appliance.detector.repository.materialize import RepositoryOptions
+from appliance.exitcodes import ExitCode
 from appliance.sdnotify import Notifier
 
 log = logging.getLogger(__name__)

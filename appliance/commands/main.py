@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 import appliance
 from appliance.commands.bench import bench_names
-from appliance.exitcodes import ExitCode
 from appliance.commands.mqttoptions import add_mqtt_client_arguments
+from appliance.exitcodes import ExitCode
 from appliance.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure
 
 DESCRIPTION = "Edge vision appliance: cameras, object detection on Triton, results over MQTT."

@@ -15,6 +15,7 @@ import argparse
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
+
 from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:

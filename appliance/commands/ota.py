@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from appliance.commands import rollout
-from appliance.exitcodes import ExitCode
-from appliance.commands.mqttoptions import MqttOptionsError, mqtt_config_from_args
 from appliance.appconfig.check import resolved_paths
+from appliance.commands import rollout
 from appliance.commands.configload import load_and_report
-from appliance.paths import installed_config, state_dir
+from appliance.commands.mqttoptions import MqttOptionsError, mqtt_config_from_args
+from appliance.detector.serving.switcher import ModelSpec
+from appliance.exitcodes import ExitCode
 from appliance.fleet import push
 from appliance.fleet.bundle import build_bundle
 from appliance.ota.config import OtaConfig
@@ -26,7 +26,7 @@ from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
-from appliance.detector.serving.switcher import ModelSpec
+from appliance.paths import installed_config, state_dir
 
 
 def run(args: argparse.Namespace) -> int:

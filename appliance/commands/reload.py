@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from appliance import paths
-from appliance.exitcodes import ExitCode
 from appliance.config.yamlsource import ConfigError, read_yaml
+from appliance.exitcodes import ExitCode
 from appliance.supervisor.reloadstate import appliance_pid, read_outcome
 
 

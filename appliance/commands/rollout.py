@@ -21,15 +21,15 @@ import paho.mqtt.client as mqtt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from appliance.exitcodes import ExitCode
 from appliance.durable import sha256_file
-from appliance.mqtt.topics import group_desired
+from appliance.exitcodes import ExitCode
 from appliance.fleet.broker import connect, publish_retained, send_command
 from appliance.fleet.desiredstate import sign_desired
+from appliance.fleet.rollout import Action, DeviceView, Rollout
+from appliance.mqtt.config import MqttConfig
+from appliance.mqtt.topics import group_desired
 from appliance.ota.desired import NAME, DesiredState
 from appliance.ota.errors import OtaError
-from appliance.mqtt.config import MqttConfig
-from appliance.fleet.rollout import Action, DeviceView, Rollout
 from appliance.ota.signing import TrustedKeys, key_id, load_private_key
 from appliance.ota.unpack import verify_bundle
 

@@ -19,8 +19,8 @@ from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_v
 from appliance.capture.probe import split_by_size
 from appliance.capture.stderrfilter import StderrFilter
 from appliance.commands.configload import check_and_report, load_and_report
-from appliance.exitcodes import ExitCode
 from appliance.diskspace import NotEnoughSpace
+from appliance.exitcodes import ExitCode
 from appliance.mqtt.errors import SpoolInUse
 from appliance.supervisor.app import Appliance
 from appliance.supervisor.cudanoise import CudaNoise

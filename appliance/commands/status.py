@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from appliance.appconfig.app import AppConfig
-from appliance.exitcodes import ExitCode
 from appliance.config.validate import validate_document
 from appliance.config.yamlsource import ConfigError, read_yaml
+from appliance.exitcodes import ExitCode
 from appliance.paths import installed_config
 
 DEFAULT_URL = "http://127.0.0.1:9108"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+
 from appliance.errors import ApplianceError
 
 Path_ = tuple[object, ...]  # a key path: str keys and int list indices

@@ -12,11 +12,11 @@ from typing import Any, Callable, Mapping
 import paho.mqtt.client as mqtt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from appliance.fleet.push import PushError
 from appliance.mqtt.cliclient import CliClient
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.errors import MqttError
 from appliance.ota.commandsig import sign_command
-from appliance.fleet.push import PushError
 
 MessageCallback = Callable[[str, bytes], None]  # topic, payload; on paho's network thread
 

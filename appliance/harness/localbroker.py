@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import IO, Iterable, Optional
 
+from appliance.errors import ApplianceError
 from appliance.harness.ports import free_port
 from appliance.procs import kill_process, stop_process
-from appliance.errors import ApplianceError
 
 
 class LocalBrokerError(ApplianceError, RuntimeError):

@@ -17,8 +17,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.mqtt.config import Broker, MqttConfig
-from appliance.mqtt.connection import (configure_security, describe_connect_error, describe_early_close,
-                                       describe_refusal)
+from appliance.mqtt.connection import configure_security, describe_connect_error, describe_early_close, describe_refusal
 from appliance.mqtt.errors import MqttConnectError
 
 

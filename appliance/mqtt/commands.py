@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     import paho.mqtt.client as paho
 
     from appliance.mqtt.authz import CommandAuthorizer
-
     from appliance.mqtt.config import MqttConfig
     from appliance.mqtt.shared import Clock, Shared
     from appliance.mqtt.topics import Topics

@@ -10,8 +10,8 @@ from typing import Optional
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from appliance.mqtt.config import Broker, MqttConfig
 from appliance.mqtt.errors import MqttConfigError

@@ -1,6 +1,7 @@
 """Typed errors of the MQTT publisher, one base so callers can catch the family."""
 
 from __future__ import annotations
+
 from appliance.errors import ApplianceError
 
 

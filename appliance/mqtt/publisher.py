@@ -15,13 +15,13 @@ from typing import Any, Mapping, Optional, Sequence
 
 import appliance
 from appliance.events import Event
+from appliance.mqtt import messages as wire
 from appliance.mqtt.authz import CommandAuthorizer, SignatureCheck
 from appliance.mqtt.commands import CommandHandler, CommandRunner, ReadOnly
 from appliance.mqtt.config import MqttConfig, PublishConfig
 from appliance.mqtt.errors import NotStartedError
 from appliance.mqtt.healthreport import HealthProvider, HealthReport
 from appliance.mqtt.holdback import Held, Holdback, gap_payload
-from appliance.mqtt import messages as wire
 from appliance.mqtt.messages import CameraStatus, ClipMessage, DetectionsMessage
 from appliance.mqtt.modes import PublishGate
 from appliance.mqtt.nonces import NonceStore

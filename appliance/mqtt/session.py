@@ -18,8 +18,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from appliance.backoff import Backoff
-from appliance.mqtt.connection import (aim, build_client, describe_connect_error, describe_early_close,
-                                        describe_refusal)
+from appliance.mqtt.connection import aim, build_client, describe_connect_error, describe_early_close, describe_refusal
 from appliance.mqtt.messages import device_status_payload, encode
 from appliance.mqtt.rotation import BrokerRotation
 from appliance.mqtt.shared import State

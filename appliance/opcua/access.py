@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from asyncua import ua
-from cryptography import x509
 from asyncua.crypto.permission_rules import USER_TYPES, PermissionRuleset, User, UserRole
 from asyncua.crypto.truststore import TrustStore
+from cryptography import x509
 
 from appliance.opcua.passwords import UserEntry, verify_password
 

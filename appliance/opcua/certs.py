@@ -13,8 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from asyncua.crypto.cert_gen import dump_private_key_as_pem, generate_private_key
-from asyncua.crypto.cert_gen import generate_self_signed_app_certificate
+from asyncua.crypto.cert_gen import dump_private_key_as_pem, generate_private_key, generate_self_signed_app_certificate
 from asyncua.crypto.truststore import TrustStore
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding

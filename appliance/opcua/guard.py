@@ -25,6 +25,7 @@ from asyncua.server.binary_server_asyncio import BinaryServer, OPCUAProtocol
 from asyncua.server.internal_session import SessionState
 from asyncua.server.uaprocessor import UaProcessor
 from asyncua.ua.ua_binary import struct_from_binary, uatcp_to_binary
+
 from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)

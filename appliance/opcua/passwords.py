@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.passwords import check_hash_format, hash_password, verify_password
 from appliance.errors import ApplianceError
+from appliance.passwords import check_hash_format, hash_password, verify_password
 
 __all__ = ["PasswordFileError", "UserEntry", "check_hash_format", "hash_password", "read_users_file",
            "verify_password"]

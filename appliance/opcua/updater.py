@@ -19,9 +19,21 @@ from asyncua.server.event_generator import EventGenerator
 from appliance.opcua.feed import Feed, Taken
 from appliance.opcua.machinevision import result_fields
 from appliance.opcua.space import Space, write_state, write_values
-from appliance.opcua.values import (HALTED, PREOPERATIONAL, CameraLayout, Value, camera_values, count_values,
-                                    device_key, device_values, last_event_values, latest_per_camera, state_path, utc,
-                                    vision_state)
+from appliance.opcua.values import (
+    HALTED,
+    PREOPERATIONAL,
+    CameraLayout,
+    Value,
+    camera_values,
+    count_values,
+    device_key,
+    device_values,
+    last_event_values,
+    latest_per_camera,
+    state_path,
+    utc,
+    vision_state,
+)
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-
 from appliance.ota.errors import OtaRejected
 from appliance.ota.signing import TrustedKeys
 

@@ -21,8 +21,8 @@ from appliance.mqtt.publisher import MqttPublisher
 from appliance.mqtt.topics import group_desired
 from appliance.ota import floor
 from appliance.ota.config import OtaConfig
-from appliance.ota.download import fetch
 from appliance.ota.desired import NAME, DesiredState, parse_desired
+from appliance.ota.download import fetch
 from appliance.ota.errors import OtaError, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.manifest import version_order

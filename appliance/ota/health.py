@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from appliance.ota.config import HealthPolicy
 from appliance.detector.serving.router import HealthSample
+from appliance.ota.config import HealthPolicy
 
 
 def breach(policy: HealthPolicy, new: HealthSample, baseline: HealthSample | None, final: bool) -> str | None:

@@ -21,6 +21,9 @@ from typing import Any, Callable
 
 import appliance
 from appliance.detector.engines.manager import InstalledEngine
+from appliance.detector.serving.errors import ServingError
+from appliance.detector.serving.router import Route
+from appliance.detector.serving.switcher import ModelSpec, ModelSwitcher
 from appliance.ota import compat, floor, steps
 from appliance.ota.config import OtaConfig
 from appliance.ota.errors import OtaRejected, RollbackError, rejection_for
@@ -31,9 +34,6 @@ from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus, StatusCallback
 from appliance.ota.store import OtaStore, Pointer
 from appliance.ota.unpack import FreeSpace, disk_free, verify_bundle
-from appliance.detector.serving.errors import ServingError
-from appliance.detector.serving.router import Route
-from appliance.detector.serving.switcher import ModelSpec, ModelSwitcher
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from typing import Any, Callable
 import numpy as np
 
 from appliance.detections import RawDetections
-from appliance.ota.errors import OtaRejected
 from appliance.detector.serving.router import HealthSample, Route, Router
 from appliance.detector.serving.switcher import ModelSpec, prefix_for
+from appliance.ota.errors import OtaRejected
 
 
 class OfflineSwitcher:

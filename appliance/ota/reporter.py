@@ -9,11 +9,11 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from appliance.detector.serving.router import Route
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manifest import Manifest
 from appliance.ota.status import FINAL_STATES, OtaStatus, StatusCallback
 from appliance.ota.store import OtaStore
-from appliance.detector.serving.router import Route
 
 log = logging.getLogger(__name__)
 

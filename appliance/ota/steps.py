@@ -10,18 +10,18 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from appliance.durable import fsync_path
 from appliance.detector.engines.builders import select_builder
 from appliance.detector.engines.manager import EngineBuildError, EngineManager, InstalledEngine
 from appliance.detector.engines.progress import ProgressReporter
+from appliance.detector.serving.router import Route
+from appliance.detector.serving.switcher import ModelSwitcher
+from appliance.durable import fsync_path
 from appliance.ota import golden
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manifest import MANIFEST_NAME, SIGNATURE_NAME, Manifest
 from appliance.ota.reporter import Report
 from appliance.ota.store import OtaStore
 from appliance.ota.unpack import FreeSpace, OpenedBundle, extract_verified
-from appliance.detector.serving.router import Route
-from appliance.detector.serving.switcher import ModelSwitcher
 
 
 def stage(store: OtaStore, bundle: Path, opened: OpenedBundle, free_space: FreeSpace, reserve_bytes: int,

@@ -22,8 +22,8 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig
-from appliance.analytics.events import Analytics
 from appliance.analytics.draw import DrawnLine, DrawnZone, boxes_of
+from appliance.analytics.events import Analytics
 from appliance.events import ClipPlan, Event
 from appliance.mqtt.messages import DetectionsMessage
 from appliance.pipeline.sink import Counts, Sinks

@@ -19,11 +19,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from appliance.capture.ring import FrameMeta
-from appliance.health.rate import RecentRate
-from appliance.mqtt.messages import DetectionsMessage, ModelInfo
+from appliance.detector.calibration.collector import CalibrationFeed
 from appliance.detector.serving.probe import Fault, fault_from_error
 from appliance.detector.serving.router import Route
-from appliance.detector.calibration.collector import CalibrationFeed
+from appliance.health.rate import RecentRate
+from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.pipeline.eventstage import CameraAnalytics
 from appliance.pipeline.results import build_message
 from appliance.pipeline.scheduler import Lease

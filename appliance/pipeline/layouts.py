@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from appliance.analytics.config import AnalyticsConfig
-from appliance.analytics.overlay import Classes, LayoutProblem, OverlayError, layout_yaml, overlaid, read_overlay
-from appliance.analytics.overlay import with_layout, write_overlay
+from appliance.analytics.overlay import (
+    Classes,
+    LayoutProblem,
+    OverlayError,
+    layout_yaml,
+    overlaid,
+    read_overlay,
+    with_layout,
+    write_overlay,
+)
 from appliance.capture.config import CameraConfig
 from appliance.pipeline.eventstage import CameraAnalytics
 

@@ -26,9 +26,9 @@ gi.require_version("GstRtsp", "1.0")
 gi.require_version("GstRtspServer", "1.0")
 from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
 
+from appliance.passwords import verify_password  # noqa: E402
 from appliance.restream.passthrough import Passthrough  # noqa: E402
 from appliance.restream.wire import read_frame, watch_line  # noqa: E402
-from appliance.passwords import verify_password  # noqa: E402
 
 # The Jetson's NVENC wants NVMM memory: nvvidconv copies the frame there once. x264 with one thread makes one
 # slice per frame: with zerolatency's sliced threads, ffmpeg's RTSP client showed only one slice of each frame.

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from appliance.capture.h264encoders import device_encoder_element
+from appliance.errors import ApplianceError
+from appliance.passwords import hash_password
 from appliance.procs import stop_process
 from appliance.restream.config import RestreamConfig
 from appliance.restream.wire import send_frame
-from appliance.passwords import hash_password
-from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)
 SYSTEM_PYTHON = "/usr/bin/python3"  # python3-gi exists only for it

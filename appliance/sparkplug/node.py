@@ -20,13 +20,11 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from appliance.backoff import Backoff
 from appliance.mqtt.config import MqttConfig
-from appliance.mqtt.connection import (aim, build_client, describe_connect_error, describe_early_close,
-                                        describe_refusal)
+from appliance.mqtt.connection import aim, build_client, describe_connect_error, describe_early_close, describe_refusal
 from appliance.mqtt.rotation import BrokerRotation
 from appliance.sparkplug.payload import PayloadError, decode_payload
 from appliance.sparkplug.primaryhost import PrimaryHost
-from appliance.sparkplug.reports import (REBIRTH, NodeReports, Outgoing, Readings, SparkplugTopics,
-                                         death_payload)
+from appliance.sparkplug.reports import REBIRTH, NodeReports, Outgoing, Readings, SparkplugTopics, death_payload
 from appliance.sparkplug.sequence import BdSeqStore
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from typing import Any, Optional, Sequence, Union
 
 from google.protobuf.message import DecodeError
 
-from appliance.sparkplug import sparkplug_b_pb2 as pb
 from appliance.errors import ApplianceError
+from appliance.sparkplug import sparkplug_b_pb2 as pb
 
 Scalar = Union[bool, int, float, str]
 

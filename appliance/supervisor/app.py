@@ -21,38 +21,38 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
 from appliance.detector.engines.progress import ProgressEvent
+from appliance.detector.serving.recovery import PipelineRecovery
+from appliance.detector.serving.router import Router
+from appliance.errors import ApplianceError
 from appliance.health.metrics import ApplianceMetrics
-from appliance.webserver.server import WebServer
 from appliance.health.system import SystemMonitor
 from appliance.health.tegrastats import TegrastatsMonitor
+from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.publisher import MqttPublisher
+from appliance.opcua.errors import OpcUaStartError
+from appliance.opcua.feed import Feed
 from appliance.ota.commandsig import signature_check
 from appliance.ota.delivery import is_read_only
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus
-from appliance.sdnotify import Notifier
-from appliance.detector.serving.recovery import PipelineRecovery
-from appliance.detector.serving.router import Router
-from appliance.opcua.errors import OpcUaStartError
-from appliance.opcua.feed import Feed
 from appliance.pipeline.sink import Sink
+from appliance.sdnotify import Notifier
 from appliance.sparkplug.node import EdgeNode
-from appliance.mqtt.config import MqttConfig
 from appliance.supervisor import faces, reloader, reporting, running
-from appliance.supervisor.reloadplan import ReloadPlan
 from appliance.supervisor.cameras import CaptureChild, SupervisedCamera, set_up_capture
 from appliance.supervisor.children import ChildState, ChildSupervisor
 from appliance.supervisor.detectorsetup import EngineStatusForwarder, build_engine, set_up_detector
 from appliance.supervisor.httpserver import open_http
 from appliance.supervisor.latecameras import LateCameras, Waiting
+from appliance.supervisor.reloadplan import ReloadPlan
 from appliance.supervisor.running import Built, Capturing, Connected, Inference, Running, Serving, Stage, TritonUp
 from appliance.supervisor.servedmodel import LateHandler, start_serving
 from appliance.supervisor.sparkplugreadings import readings_from_summary
 from appliance.supervisor.tritonorphans import reclaim_triton_orphans
 from appliance.triton.server import Server
-from appliance.errors import ApplianceError
+from appliance.webserver.server import WebServer
 
 if TYPE_CHECKING:  # asyncua is imported only when an opcua: section asks for the server
     from appliance.opcua.server import OpcUaServer

@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from appliance.backoff import RestartPolicy
-from appliance.capture import (CameraConfig, CaptureHealth, CaptureProcess, CaptureStartError, CaptureState,
-                               RingDirectory, RingError, RingReader)
-from appliance.capture.ringdir import RESTREAM_SOCKET
+from appliance.capture import (
+    CameraConfig,
+    CaptureHealth,
+    CaptureProcess,
+    CaptureStartError,
+    CaptureState,
+    RingDirectory,
+    RingError,
+    RingReader,
+)
 from appliance.capture.doorbell import Doorbell
+from appliance.capture.ringdir import RESTREAM_SOCKET
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import CameraState, CameraStatus
 from appliance.supervisor.children import ChildSupervisor

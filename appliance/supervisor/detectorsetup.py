@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from appliance.appconfig.app import AppConfig
+from appliance.detector.engines.devicerepo import PROFILES
 from appliance.detector.engines.manager import InstalledEngine, ensure_engines
 from appliance.detector.engines.progress import FINAL_PHASES, ProgressEvent
-from appliance.detector.engines.devicerepo import PROFILES
+from appliance.detector.profile import load_profile
 from appliance.detector.repository.layout import DetectorLayout, detector_layout
 from appliance.detector.repository.materialize import RepositoryOptions
-from appliance.detector.profile import load_profile
-from appliance.mqtt.messages import engine_status_payload
-from appliance.sdnotify import Notifier
 from appliance.detector.serving.switcher import ModelSpec
 from appliance.detector.serving.warmup import FrameShape, WarmupPlan
+from appliance.mqtt.messages import engine_status_payload
+from appliance.sdnotify import Notifier
 
 log = logging.getLogger(__name__)
 WARMUP_MAX_CONCURRENCY = 32  # a larger max_inflight only queues in Triton: no new batch size or instance to warm

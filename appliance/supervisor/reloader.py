@@ -14,7 +14,6 @@ from pathlib import Path
 from appliance.appconfig.app import AppConfig
 from appliance.appconfig.check import resolved_paths
 from appliance.capture.config import CameraConfig
-from appliance.webserver.server import WebServer
 from appliance.mqtt.errors import MqttConfigError
 from appliance.mqtt.messages import reload_status_payload
 from appliance.supervisor.children import ChildSupervisor
@@ -23,6 +22,7 @@ from appliance.supervisor.reloadplan import MQTT_RECONNECT, ReloadPlan, plan_rel
 from appliance.supervisor.reloadstate import ReloadOutcome as ReloadOutcome  # the appliance names it from here
 from appliance.supervisor.reloadstate import write_outcome
 from appliance.supervisor.running import Running
+from appliance.webserver.server import WebServer
 
 log = logging.getLogger(__name__)
 OpenHttp = Callable[[AppConfig, Running], "WebServer | None"]  # the HTTP server for a config (httpserver)

@@ -23,23 +23,23 @@ import appliance
 from appliance import diskspace
 from appliance.appconfig.app import AppConfig
 from appliance.detector.engines.progress import ProgressEvent
+from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.health.levels import Readings, assess
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.system import SystemMonitor, SystemReading
 from appliance.health.tegrastats import TegrastatsMonitor, system_fields
 from appliance.mqtt.messages import epoch_ms, iso_utc_ms, ota_status_payload
 from appliance.ota.status import STATES, OtaStatus
-from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
-from appliance.supervisor.cameras import SupervisedCamera
 from appliance.pipeline.scheduler import Scheduler
+from appliance.supervisor.cameras import SupervisedCamera
 from appliance.triton.errors import ServerStateError, TritonError
 
 if TYPE_CHECKING:  # annotations only: importing them here would load paho and the Triton wrapper for nothing
     from appliance.capture.health import CaptureHealth
     from appliance.detector.engines.manager import InstalledEngine
+    from appliance.detector.serving.router import Router
     from appliance.mqtt.publisher import MqttPublisher
     from appliance.restream.tap import Restream
-    from appliance.detector.serving.router import Router
     from appliance.triton.server import Server
 
 

@@ -20,31 +20,30 @@ from pathlib import Path
 
 from appliance.appconfig.app import AppConfig, TritonConfig
 from appliance.capture.config import RECORDED_SOURCES, CameraConfig
+from appliance.detector.calibration.collector import start_calibration_feed
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.publisher import MqttPublisher
-from appliance.detector.calibration.collector import start_calibration_feed
-from appliance.supervisor.cameras import Capture
 from appliance.pipeline.clipkeeper import ClipKeeper
-from appliance.supervisor.detectorsetup import DetectorSetup
 from appliance.pipeline.eventstage import CameraAnalytics, StageParts, camera_stage, start_analytics
 from appliance.pipeline.framepath import FramePath, Model, Reports
 from appliance.pipeline.layouts import Layouts
 from appliance.pipeline.scheduler import Scheduler
 from appliance.pipeline.sink import Sink, Sinks
 from appliance.pipeline.sinks import EventMirror, MqttSink, OpcUaSink, PageSink, RestreamSink
-from appliance.supervisor.servedmodel import Served
 from appliance.pipeline.snapshots import SnapshotWorker
-from appliance.triton.locate import locate
-from appliance.triton.server import Server, ServerOptions
-from appliance.web.auth import Auth
-from appliance.web.files import clip_routes
-from appliance.webserver.routes import Routes
-from appliance.webserver.server import WebServer
-from appliance.web.feed import EventFeed
-from appliance.web.auth import is_loopback, load_users
-from appliance.web.live import LiveFrames
 from appliance.restream.server import RestreamServer
 from appliance.restream.tap import Restream
+from appliance.supervisor.cameras import Capture
+from appliance.supervisor.detectorsetup import DetectorSetup
+from appliance.supervisor.servedmodel import Served
+from appliance.triton.locate import locate
+from appliance.triton.server import Server, ServerOptions
+from appliance.web.auth import Auth, is_loopback, load_users
+from appliance.web.feed import EventFeed
+from appliance.web.files import clip_routes
+from appliance.web.live import LiveFrames
+from appliance.webserver.routes import Routes
+from appliance.webserver.server import WebServer
 
 log = logging.getLogger(__name__)
 # The scheduler sleeps until a camera rings its doorbell or a request completes; it looks at the rings this

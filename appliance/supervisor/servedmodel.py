@@ -17,6 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from appliance.appconfig.app import AppConfig
+from appliance.detector.serving.probe import ModelProbe
+from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
+from appliance.detector.serving.reload import TritonReloader
+from appliance.detector.serving.router import Router
+from appliance.detector.serving.switcher import TritonSwitcher
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.commands import Command, CommandHandler
 from appliance.mqtt.errors import CommandError
@@ -26,11 +31,6 @@ from appliance.ota.follower import DesiredStateFollower, follow_group
 from appliance.ota.manager import OtaManager
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus
-from appliance.detector.serving.probe import ModelProbe
-from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
-from appliance.detector.serving.reload import TritonReloader
-from appliance.detector.serving.router import Router
-from appliance.detector.serving.switcher import TritonSwitcher
 from appliance.supervisor.detectorsetup import DetectorSetup
 from appliance.triton.server import Server
 

@@ -17,6 +17,7 @@ import threading
 from _ctypes import CFuncPtr  # the base of every foreign function; typeshed hides ctypes._CFuncPtr
 from ctypes import POINTER, c_bool, c_char_p, c_int, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 from pathlib import Path
+
 from appliance.errors import ApplianceError
 
 # Enums (values from tritonserver.h).

@@ -8,6 +8,7 @@ the error object exactly once; errors owned by a response are converted with ``f
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
 from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.paths import installed_layout, triton_checkout_home
 from appliance.errors import ApplianceError
+from appliance.paths import installed_layout, triton_checkout_home
 
 ENV_VAR = "APPLIANCE_TRITON_HOME"
 SYSTEM_HOME = Path("/opt/tritonserver")

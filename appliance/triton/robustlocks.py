@@ -16,8 +16,8 @@ import struct
 import time
 from pathlib import Path
 
-from appliance.procs import stat_fields
 from appliance.errors import ApplianceError
+from appliance.procs import stat_fields
 
 log = logging.getLogger(__name__)
 

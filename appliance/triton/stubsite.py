@@ -19,6 +19,7 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
 from appliance.errors import ApplianceError
 
 ENV_VAR = "APPLIANCE_TRITON_STUB_SITE"

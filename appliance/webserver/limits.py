@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.webserver.routes import Kind
 from appliance.errors import ApplianceError
+from appliance.webserver.routes import Kind
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,6 @@
 logic and its tests live."""
 
 import _appliance_site  # noqa: F401  (written by appliance.triton.pymodels; must be the first import)
-
 import triton_python_backend_utils as pb_utils
 
 from appliance.detector.repository.stages.preprocess import PreprocessStage

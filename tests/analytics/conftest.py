@@ -14,9 +14,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from appliance.detector.profile import load_profile
 from appliance.detections import Detections
 from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
+from appliance.detector.profile import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"

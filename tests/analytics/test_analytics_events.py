@@ -8,12 +8,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from support.tracks import CLASSES, FPS, box_at, frame
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig, ZoneConfig
 from appliance.analytics.events import Analytics
 from appliance.detections import NO_TRACK, Detections
 from appliance.events import Event
-from support.tracks import CLASSES, FPS, box_at, frame
+
 
 def analytics(**overrides: object) -> Analytics:
     config = {"zones": [ZoneConfig(name="cell", points=[(200, 250), (400, 250), (400, 350), (200, 350)], dwell_s=1.45)],

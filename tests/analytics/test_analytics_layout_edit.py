@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import itertools
 
+from support.tracks import CLASSES, FPS, box_at, frame
+
 from appliance.analytics.config import AnalyticsConfig, LineConfig, TrackerConfig, ZoneConfig
 from appliance.analytics.events import Analytics
 from appliance.events import Event
-from support.tracks import CLASSES, FPS, box_at, frame
 
 CELL = ZoneConfig(name="cell", points=[(200, 250), (400, 250), (400, 350), (200, 350)])
 GATE = LineConfig(name="gate", a=(300, 200), b=(300, 400), in_side="right")  # a->b downwards: right is x < 300

@@ -4,12 +4,12 @@ with identical boxes are told apart by their index, never by their box."""
 from __future__ import annotations
 
 import numpy as np
+from support.tracks import CLASSES, FPS, box_at, frame
 
 from appliance.analytics.config import AnalyticsConfig, TrackerConfig
 from appliance.analytics.events import Analytics
 from appliance.analytics.tracker import ByteTracker
 from appliance.detections import NO_TRACK
-from support.tracks import CLASSES, FPS, box_at, frame
 
 BOX = box_at(300)
 

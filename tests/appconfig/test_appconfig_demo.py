@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from support.cli import run_appliance
 
-from appliance.capture.check import check_camera
 from appliance.appconfig.check import check_config
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV, prepare_demo_video
+from appliance.capture.check import check_camera
 
 VTEST = Path(__file__).resolve().parents[2] / ".models" / "vtest" / "vtest.avi"  # scripts/setup.d/40-vtest.sh
 

@@ -7,6 +7,7 @@ import signal
 import struct
 import time
 import zlib
+
 import numpy as np
 
 from appliance.capture.layout import RingGeometry

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from support.rtsp import make_test_video
 
 from appliance.capture.config import CameraConfig
-from support.rtsp import make_test_video
 
 DARKNET = Path("/usr/share/darknet/data")
 

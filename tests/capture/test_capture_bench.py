@@ -8,7 +8,6 @@ import pytest
 
 from appliance.bench.capture import main
 
-
 # The handoff the ring exists for: 1080p measures ~137x here (docs/capture.md); 720p, 30 frames (2 s), measured
 # 20x to 137x on this 2-core host, also with three busy loops competing. Below 5x the ring would have lost its point.
 SHM_SPEEDUP_FLOOR = 5.0

@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+from support.journal import FakeJournald
 from support.wait import wait_until
 
 from appliance.capture import (
@@ -21,7 +22,6 @@ from appliance.capture import (
     RingReader,
     ring_path,
 )
-from support.journal import FakeJournald
 
 
 @pytest.fixture

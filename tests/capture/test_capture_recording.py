@@ -10,18 +10,18 @@ import shutil
 import cv2
 import numpy as np
 import pytest
-from support.rtsp import make_test_video
 from support.recording import decoded_frames, ffprobe_keyframes, ring_frames_while_recording, when_shown
+from support.rtsp import make_test_video
 from support.wait import wait_until
 
 from appliance.capture.config import CameraConfig
-from appliance.harness.rtsp import RtspServer
+from appliance.capture.packets import PacketFanout
 from appliance.capture.recordconfig import RecordConfig, RetainConfig
 from appliance.capture.recording.clips import ClipError, covering, write_clip
-from appliance.capture.packets import PacketFanout
 from appliance.capture.recording.recorder import SegmentRecorder
 from appliance.capture.recording.segments import enforce_retention, kept_bytes, list_segments, read_status
 from appliance.capture.sources.pyav import AvCapture
+from appliance.harness.rtsp import RtspServer
 
 PRE = POST = 2.0
 RUN_S = 8.0

@@ -5,7 +5,6 @@ the ground truth of what was shown when. A broken encoder stops recording with a
 
 from __future__ import annotations
 
-
 import pytest
 from support.recording import decoded_frames, ffprobe_keyframes, ring_frames_while_recording, when_shown
 from support.wait import wait_until

@@ -7,16 +7,15 @@ import multiprocessing
 import os
 import time
 
+import capture_helpers
 import numpy as np
 import pytest
 from support.wait import wait_until
 
-from appliance.capture.layout import CaptureState, RingGeometry
 from appliance.capture.errors import RingBusyError, RingError, RingFormatError, RingNotFoundError, ShmSpaceError
+from appliance.capture.layout import CaptureState, RingGeometry
 from appliance.capture.ring import RingReader, RingWriter
 from appliance.capture.ringfile import create_ring, reclaim_stale_rings, ring_path
-
-import capture_helpers
 
 CTX = multiprocessing.get_context("spawn")
 GEOM = RingGeometry(width=64, height=48, slots=4)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from support.rtsp import make_test_video
+from support.wait import wait_until
 
 from appliance.capture import CaptureProcess, CaptureState
 from appliance.harness.rtsp import RtspServer
-from support.rtsp import make_test_video
-from support.wait import wait_until
 
 
 @pytest.fixture(scope="module")

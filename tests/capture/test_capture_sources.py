@@ -5,10 +5,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
+from support.ports import free_port
 
 from appliance.capture.sources import DecodeError, EndOfStream, SourceConfigError, SourceError, make_source
 from appliance.config.redact import redact_credentials
-from support.ports import free_port
 
 
 def frame(shape=(240, 320)) -> np.ndarray:

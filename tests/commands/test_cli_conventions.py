@@ -15,8 +15,8 @@ from support.cli import run_appliance
 
 from appliance.appconfig.demo import DEMO_CONFIG
 from appliance.commands.bench import bench_names
-from appliance.exitcodes import ExitCode
 from appliance.commands.main import build_parser, main
+from appliance.exitcodes import ExitCode
 
 MARKUP = re.compile(r"``|:(class|mod|func|meth|data|attr|exc):`")
 BROKEN = "device: {id: dev1}\ncameras: []\nmqtt: {host: localhost}\n"

@@ -17,7 +17,6 @@ from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca, make_
 from support.ports import free_port
 from support.subscriber import Subscriber
 
-
 PASSWORD = f"pw-{uuid.uuid4().hex}"
 
 

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from appliance.exitcodes import ExitCode
 from appliance.commands.main import main
 from appliance.commands.reload import format_outcome
+from appliance.exitcodes import ExitCode
 from appliance.supervisor.reloadstate import appliance_pid
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from support.cli import run_appliance
 
+from appliance.commands.status import format_bytes, format_duration, format_status
 from appliance.health.routes import health_routes
 from appliance.webserver.server import WebServer
-from appliance.commands.status import format_bytes, format_duration, format_status
 
 
 def _status(url: str) -> subprocess.CompletedProcess[str]:

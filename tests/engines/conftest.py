@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from engines_helpers import EngineEnv, make_onnx, write_jetson_tree, write_profile
 
 

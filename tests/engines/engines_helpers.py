@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import yaml
 
+from appliance.detector.buildprofile import EngineProfile, load_profile
 from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.detector.engines.fingerprint import DeviceProbe
 from appliance.detector.engines.manager import EngineManager
-from appliance.detector.buildprofile import EngineProfile, load_profile
 from appliance.detector.engines.progress import ProgressEvent, ProgressReporter
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,10 +19,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from appliance.detector.buildprofile import load_profile  # noqa: E402
 from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder  # noqa: E402
 from appliance.detector.engines.fingerprint import DeviceProbe  # noqa: E402
 from appliance.detector.engines.manager import EngineManager  # noqa: E402
-from appliance.detector.buildprofile import load_profile  # noqa: E402
 from appliance.detector.engines.progress import ProgressEvent, ProgressReporter  # noqa: E402
 
 

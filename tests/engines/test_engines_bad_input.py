@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from engines_helpers import EngineEnv, make_onnx, write_profile
 
 from appliance.detector.engines.manager import EngineBuildError
 from appliance.detector.engines.onnxinfo import OnnxModelError, inspect_onnx
-from engines_helpers import EngineEnv, make_onnx, write_profile
 
 
 def _nothing_installed(env: EngineEnv) -> None:

@@ -8,11 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+from engines_helpers import EngineEnv, make_onnx
 
 from appliance.detector.engines.cache import EngineCache
 from appliance.detector.engines.manager import TIMED_RUNS
 from appliance.detector.engines.progress import ProgressEvent
-from engines_helpers import EngineEnv, make_onnx
 
 
 def test_first_build_then_hit_with_manifest(env: EngineEnv) -> None:

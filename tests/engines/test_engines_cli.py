@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from engines_helpers import REPO, EngineEnv, make_onnx, write_profile
 from support.cli import run_appliance
 from support.smalldisk import small_tmpfs
-
-from engines_helpers import REPO, EngineEnv, make_onnx, write_profile
 
 UNIT = REPO / "systemd" / "appliance-build-engines.service"
 

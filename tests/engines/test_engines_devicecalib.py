@@ -10,9 +10,9 @@ import cv2
 import numpy as np
 import pytest
 
-from appliance.detector.calibration.frames import frame_set, model_profile_for
-from appliance.detector.calibration.device import CalibrationCollector
 from appliance.detector.buildprofile import EngineProfile, load_profile
+from appliance.detector.calibration.device import CalibrationCollector
+from appliance.detector.calibration.frames import frame_set, model_profile_for
 
 REPO = Path(__file__).resolve().parents[2]
 DARKNET = Path("/usr/share/darknet/data")

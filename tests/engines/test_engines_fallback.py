@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from appliance.detector.buildprofile import EngineProfile, load_profile
 from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder, OrtRunner
 from appliance.detector.engines.builders.trt import TensorRTBuilder
 from appliance.detector.engines.fingerprint import DeviceProbe
 from appliance.detector.engines.manager import EngineManager
-from appliance.detector.buildprofile import EngineProfile, load_profile
 from appliance.detector.engines.progress import ProgressEvent, ProgressReporter
 
 REPO = Path(__file__).resolve().parents[2]

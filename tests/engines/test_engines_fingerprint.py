@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from engines_helpers import ORIN_CPUINFO, X86_CPUINFO, EngineEnv, make_onnx, write_jetson_tree
 
+from appliance.detector.buildprofile import EngineProfile
 from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.detector.engines.fingerprint import DeviceProbe
-from appliance.detector.buildprofile import EngineProfile
-from engines_helpers import ORIN_CPUINFO, X86_CPUINFO, EngineEnv, make_onnx, write_jetson_tree
 
 
 def test_reads_a_jetson_tree(tmp_path: Path) -> None:

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import onnx
 import pytest
+from engines_helpers import REPO, EngineEnv, write_profile
 
-from appliance.durable import sha256_file
+from appliance.detector.buildprofile import load_profile
 from appliance.detector.engines.builders.trt import TensorRTBuilder
 from appliance.detector.engines.ingraph import plan_wrap, prepare
 from appliance.detector.engines.manager import EngineManager
 from appliance.detector.engines.onnxinfo import inspect_onnx
-from appliance.detector.buildprofile import load_profile
 from appliance.detector.profile import load_profile as load_model_profile
 from appliance.detector.repository.wrap import FRAME_INPUT
-from engines_helpers import REPO, EngineEnv, write_profile
+from appliance.durable import sha256_file
 from tests.engines.trt_standin import StandInGpu, make_tensorrt
 
 SHIPPED = REPO / "engines" / "yolov3-tiny.yaml"

@@ -11,15 +11,15 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from support.schemas import validate_message
 
-from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
+from appliance.detector.buildprofile import EngineProfile, load_profile
 from appliance.detector.calibration.frames import CalibrationError, frame_set, model_profile_for
+from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.detector.engines.fingerprint import DeviceProbe
 from appliance.detector.engines.manager import EngineBuildError, EngineManager
-from appliance.detector.buildprofile import EngineProfile, load_profile
 from appliance.detector.engines.progress import ProgressEvent, ProgressReporter
 from appliance.mqtt.messages import engine_status_payload
-from support.schemas import validate_message
 
 REPO = Path(__file__).resolve().parents[2]
 DARKNET = Path("/usr/share/darknet/data")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from engines_helpers import REPO
 from onnx import TensorProto, numpy_helper
 
 from appliance.detector.buildprofile import EngineProfile, load_profile
@@ -24,7 +25,6 @@ from appliance.detector.engines.onnxinfo import inspect_onnx
 from appliance.detector.engines.quantize import build_int8_model
 from appliance.detector.profile import load_profile as load_model_profile
 from appliance.detector.repository.wrap import FRAME_INPUT, OUTPUTS, PREFIX, WrapSpec
-from engines_helpers import REPO
 from tests.engines.trt_standin import StandInGpu, make_tensorrt
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("detector_onnx", "darknet_images")]

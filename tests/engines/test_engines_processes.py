@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from engines_helpers import EngineEnv
 from support.wait import wait_until
 
 from appliance.detector.engines.cache import EngineCache
-from engines_helpers import EngineEnv
 
 WORKER = Path(__file__).with_name("engines_worker.py")
 WAIT_S = 60  # generous upper bound for a marker to appear on a loaded 2-core machine; not a speed assertion

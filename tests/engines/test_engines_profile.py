@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+from engines_helpers import REPO, write_profile
 
 from appliance.detector.buildprofile import ProfileError, load_profile, load_profiles
-from engines_helpers import REPO, write_profile
 
 
 def test_shipped_profiles_validate() -> None:

@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
+from engines_helpers import REPO, EngineEnv
 
 from appliance.detector.engines import ensure_engines
 from appliance.detector.engines.devicerepo import RepositoryWiringError, detector_source, materialize_for_device
-from engines_helpers import REPO, EngineEnv
 
 pytestmark = pytest.mark.usefixtures("detector_onnx")  # fails, not skips, without the detector (tests/conftest.py)
 

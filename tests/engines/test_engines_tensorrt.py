@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from engines_helpers import REPO, EngineEnv, write_profile
 
 from appliance.detector.engines.builders import BuilderUnavailable, gpu_visible, select_builder
 from appliance.detector.engines.manager import EngineBuildError
-from engines_helpers import REPO, EngineEnv, write_profile
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 # `gpu` alone skips only where no GPU node exists (tests/conftest.py); a GPU host without the tensorrt package

@@ -14,17 +14,16 @@ from typing import Any
 
 import pytest
 import yaml
+from engines_helpers import EngineEnv, make_onnx, write_profile
 
-from appliance.detector.buildprofile import QuantizationProfile
+from appliance.detector.buildprofile import EngineProfile, QuantizationProfile
+from appliance.detector.calibration.frames import FrameSet, frame_set, model_profile_for
 from appliance.detector.engines.builders.base import BuildError
 from appliance.detector.engines.builders.trt import TensorRTBuilder
-from appliance.detector.calibration.frames import FrameSet, frame_set, model_profile_for
 from appliance.detector.engines.manager import EngineBuildError
 from appliance.detector.engines.onnxinfo import inspect_onnx
 from appliance.detector.engines.qdqcheck import QdqCheckError, check_quantized
 from appliance.detector.engines.quantize import build_int8_model
-from appliance.detector.buildprofile import EngineProfile
-from engines_helpers import EngineEnv, make_onnx, write_profile
 from tests.engines.trt_standin import BuilderFlag, DeviceType, MemoryPoolType, StandInGpu, make_tensorrt
 
 IDENTITY = {"gpu_name": "Orin (stand-in)", "gpu_cc": "8.7", "cuda_driver": "12.2"}
@@ -255,6 +254,7 @@ def test_the_quantized_model_keeps_to_tensorrt_rules_and_the_old_form_does_not(e
     import onnx
     from onnx import numpy_helper
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
     from appliance.detector.engines.quantize import _FrameReader
 
     model = onnx.load(str(_quantized(env)))

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engines_helpers import EngineEnv, make_onnx, write_profile
 
+from appliance.detector.buildprofile import EngineProfile, Tolerance, load_profile
 from appliance.detector.engines.builders.base import IOMismatchError, check_io
 from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.detector.engines.manager import VerificationFailed
 from appliance.detector.engines.onnxinfo import inspect_onnx
-from appliance.detector.buildprofile import EngineProfile, Tolerance, load_profile
 from appliance.detector.engines.verify import GoldenInputError, compare, golden_batches, golden_inputs
-from engines_helpers import EngineEnv, make_onnx, write_profile
 
 
 def test_compare_passes_within_tolerance() -> None:

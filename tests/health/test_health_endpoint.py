@@ -15,9 +15,9 @@ from support.wait import wait_until
 
 from appliance.health.metrics import ApplianceMetrics
 from appliance.health.routes import health_routes
+from appliance.health.system import SystemMonitor
 from appliance.webserver.limits import Limits
 from appliance.webserver.server import WebServer
-from appliance.health.system import SystemMonitor
 
 
 def _write(root: Path, rel: str, text: str) -> None:

@@ -7,9 +7,9 @@ import socket
 from pathlib import Path
 
 import pytest
+from support.journal import FakeJournald, parse_entry
 
 from appliance.logs import JournalHandler, configure, use_journal
-from support.journal import FakeJournald, parse_entry
 
 
 def test_entries_carry_priority_logger_and_structured_fields(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from appliance.bench import pipeline
 from appliance.appconfig.app import ModelConfig
-from appliance.exitcodes import ExitCode
+from appliance.bench import pipeline
 from appliance.detector.repository.layout import detector_layout
+from appliance.exitcodes import ExitCode
 
 pytestmark = [
     pytest.mark.slow,

@@ -14,13 +14,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from models_reference import assert_same_detections, write_v8_adapter
 from onnx import TensorProto, helper, numpy_helper
 
-from appliance.detector.repository.materialize import DetectorSource, materialize
-from appliance.detector.repository.wrap import FRAME_INPUT, TRT_DOMAIN, Unwrappable, WrapSpec, wrap_model
 from appliance.detector.prepost.errors import InputRejected
 from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
-from models_reference import assert_same_detections, write_v8_adapter
+from appliance.detector.repository.materialize import DetectorSource, materialize
+from appliance.detector.repository.wrap import FRAME_INPUT, TRT_DOMAIN, Unwrappable, WrapSpec, wrap_model
 
 C = 3  # classes of the synthetic heads
 

@@ -6,9 +6,9 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
+from models_reference import assert_same_detections
 
 from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
-from models_reference import assert_same_detections
 
 
 @pytest.fixture(scope="module")

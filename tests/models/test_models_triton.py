@@ -8,10 +8,10 @@ import re
 import cv2
 import numpy as np
 import pytest
+from models_reference import assert_same_detections, write_v8_adapter
 
 from appliance.detector.repository.materialize import DetectorSource, RepositoryOptions, materialize
 from appliance.triton import InvalidArgumentError
-from models_reference import assert_same_detections, write_v8_adapter
 
 pytestmark = pytest.mark.slow
 V8_QUEUE_DELAY_US = 500_000  # long enough that concurrent frames always meet in one detector batch

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 import pytest
-
 from support.mosquitto import Mosquitto
 from support.subscriber import Subscriber
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import jsonschema
+from support.detections import rows
+from support.mosquitto import Mosquitto
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.messages import DetectionsMessage, ModelInfo
 from appliance.mqtt.schema import load_schema
-from support.detections import rows
-from support.mosquitto import Mosquitto
 
 MODEL = ModelInfo("yolov3-tiny", "1", "sha256:" + "ab" * 32)
 

@@ -17,14 +17,14 @@ from typing import Any, Iterator
 
 import paho.mqtt.client as paho
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
-
-from appliance.mqtt.messages import Command
-from appliance.mqtt.publisher import MqttPublisher, PublishResult
 from mqtt_helpers import frame, make_config, validate
+from paho.mqtt.enums import CallbackAPIVersion
 from support.mosquitto import Mosquitto, publish_as, shipped_acl
 from support.subscriber import Subscriber
 from support.wait import wait_until
+
+from appliance.mqtt.messages import Command
+from appliance.mqtt.publisher import MqttPublisher, PublishResult
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORDS = {"dev1": "pw-dev1", "dev2": "pw-dev2", "operator@ops": "pw-op", "dashboard@ops": "pw-dash"}

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pytest
+from mqtt_helpers import CameraStreams, seqs_by_camera
+from support.mosquitto import Mosquitto, MosquittoFromFile, publish_as
 from support.ports import free_port
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.publisher import MqttPublisher, State
-from mqtt_helpers import CameraStreams, seqs_by_camera
-from support.mosquitto import Mosquitto, MosquittoFromFile, publish_as
-from support.subscriber import Subscriber
 
 BRIDGE_CONF = Path(__file__).resolve().parents[2] / "docs" / "examples" / "mosquitto" / "bridge.conf"
 CAMERAS = ("cam0", "cam1", "cam2", "cam3")

@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 import paho.mqtt.client as paho
-
-from appliance.mqtt.connection import build_client
 from mqtt_helpers import make_config
 from support.mosquitto import Mosquitto
+
+from appliance.mqtt.connection import build_client
 
 
 def test_publish_from_another_thread_only_queues_and_the_loop_sends_in_order(broker: Mosquitto,

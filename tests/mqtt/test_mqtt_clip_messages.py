@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import jsonschema
 import pytest
+from mqtt_helpers import validate
 
 from appliance.events import ClipPlan, Event
 from appliance.mqtt.messages import ClipMessage, clip_payload, event_payload
-from mqtt_helpers import validate
 
 EVENT_ID = "ab" * 16
 

@@ -11,15 +11,15 @@ from typing import Any, Iterator
 
 import paho.mqtt.client as paho
 import pytest
+from mqtt_helpers import make_config, validate
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 
 from appliance.mqtt.errors import CommandError
 from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher
-from mqtt_helpers import make_config, validate
-from support.mosquitto import Mosquitto
-from support.subscriber import Subscriber
 
 
 @pytest.fixture

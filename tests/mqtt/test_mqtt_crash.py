@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
-
 from mqtt_helpers import make_config, seqs_by_camera, validate
 from support.mosquitto import Mosquitto
 from support.subscriber import Subscriber

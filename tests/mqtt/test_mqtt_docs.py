@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from mqtt_helpers import validate
 from support.mqttdocs import MQTT_DOC, documented_commands, subscriber_check
 
 from appliance.mqtt.schema import MESSAGE_TYPES
-from mqtt_helpers import validate
 
 EXAMPLE = re.compile(r"<!-- schema: (\w+) -->\s*```json\n(.*?)```", re.S)
 

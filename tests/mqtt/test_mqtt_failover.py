@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mqtt_helpers import CameraStreams, validate
+from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca
 from support.mqttdocs import subscriber_check
 from support.ports import free_port
+from support.subscriber import Message, Subscriber
 from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.publisher import MqttPublisher, State
-from mqtt_helpers import CameraStreams, validate
-from support.mosquitto import Mosquitto, TlsMaterial, issue_cert, make_ca
-from support.subscriber import Message, Subscriber
 
 CAMERAS = ("cam0", "cam1", "cam2")
 TOPICS = ["plant/dev1/+/detections"]

@@ -14,7 +14,6 @@ from appliance.config.validate import load_config
 from appliance.config.yamlsource import ConfigError
 from appliance.mqtt.config import Broker, MqttConfig
 
-
 CONFIG = """\
 device: {id: line1-box}
 cameras:

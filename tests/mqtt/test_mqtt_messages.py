@@ -10,14 +10,22 @@ from typing import Any
 
 import jsonschema
 import pytest
-
-from appliance.mqtt.messages import (CameraStatus, DetectionsMessage, ModelInfo, camera_status_payload,
-                                     command_reply_payload, detections_payload, device_status_payload, encode,
-                                     iso_utc_ms)
-from appliance.mqtt.numbering import MessageCounter, MessageNumber
-from appliance.mqtt.schema import MESSAGE_TYPES, load_schema
 from mqtt_helpers import MODEL, frame, validate
 from support.detections import rows
+
+from appliance.mqtt.messages import (
+    CameraStatus,
+    DetectionsMessage,
+    ModelInfo,
+    camera_status_payload,
+    command_reply_payload,
+    detections_payload,
+    device_status_payload,
+    encode,
+    iso_utc_ms,
+)
+from appliance.mqtt.numbering import MessageCounter, MessageNumber
+from appliance.mqtt.schema import MESSAGE_TYPES, load_schema
 
 NUMBER = MessageNumber("0123456789abcdef0123456789abcdef", 5, 2)
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import random
 
+from support.detections import rows
 
 from appliance.backoff import Backoff
 from appliance.mqtt.config import BackoffConfig, PublishConfig
 from appliance.mqtt.modes import PublishGate
-from support.detections import rows
 
 PERSON = (0, "person", 0.9, (0, 0, 1, 1))
 WEAK_PERSON = (0, "person", 0.2, (0, 0, 1, 1))

@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from appliance.mqtt.publisher import MqttPublisher, State
 from mqtt_helpers import CameraStreams, make_config, seqs_by_camera, validate
 from support.mosquitto import Mosquitto
 from support.subscriber import Subscriber
+
+from appliance.mqtt.publisher import MqttPublisher, State
 
 CAMERAS = ("cam0", "cam1", "cam2", "cam3")
 OUTAGE_S = 30.0

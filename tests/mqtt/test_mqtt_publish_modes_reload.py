@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance.mqtt.config import PublishConfig
-from appliance.mqtt.publisher import MqttPublisher, PublishResult
 from mqtt_helpers import frame, make_config
 from support.mosquitto import Mosquitto
+
+from appliance.mqtt.config import PublishConfig
+from appliance.mqtt.publisher import MqttPublisher, PublishResult
 
 S, X = PublishResult.SPOOLED, PublishResult.SUPPRESSED
 

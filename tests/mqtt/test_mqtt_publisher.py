@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from appliance.mqtt.errors import NotStartedError
-from appliance.mqtt.messages import CameraStatus
-from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 from mqtt_helpers import frame, make_config, seqs_by_camera, set_aside_payloads, validate
 from support.detections import rows
 from support.mosquitto import Mosquitto, publish_as
 from support.ports import free_port
 from support.wait import wait_until
+
+from appliance.mqtt.errors import NotStartedError
+from appliance.mqtt.messages import CameraStatus
+from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 
 
 class SteppedClock:

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mqtt_helpers import CameraStreams
+from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
 from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.errors import MqttConfigError
 from appliance.mqtt.publisher import MqttPublisher, State
-from mqtt_helpers import CameraStreams
-from support.mosquitto import Mosquitto
-from support.subscriber import Subscriber
 
 CAMERAS = ("cam0", "cam1")
 TOPICS = ["plant/dev1/+/detections", "plant/dev1/status"]

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from appliance.mqtt.errors import MqttConfigError
-from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 from mqtt_helpers import frame, make_config, validate
 from support.mosquitto import Mosquitto, issue_cert, make_ca, make_tls_material
 from support.wait import wait_until
+
+from appliance.mqtt.errors import MqttConfigError
+from appliance.mqtt.publisher import MqttPublisher, PublishResult, State
 
 
 @pytest.fixture

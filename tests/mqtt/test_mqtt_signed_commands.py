@@ -15,7 +15,13 @@ from typing import Any, Iterator
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from mqtt_helpers import make_config, validate
+from support.cli import run_appliance
+from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
+from support.wait import wait_until
 
+from appliance.fleet.push import PushError, PushRefused, push_mqtt
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.errors import CommandRefused
 from appliance.mqtt.messages import Command
@@ -23,13 +29,7 @@ from appliance.mqtt.nonces import NonceStore
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.commandsig import sign_command, signature_check
 from appliance.ota.delivery import is_read_only
-from appliance.fleet.push import PushError, PushRefused, push_mqtt
 from appliance.ota.signing import TrustedKeys, generate_keypair, load_private_key
-from mqtt_helpers import make_config, validate
-from support.cli import run_appliance
-from support.mosquitto import Mosquitto
-from support.subscriber import Subscriber
-from support.wait import wait_until
 
 ROLLBACK = {"action": "rollback"}
 

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as paho
-
-from appliance.mqtt.messages import snapshot_properties
-from appliance.mqtt.publisher import MqttPublisher
 from mqtt_helpers import make_config
 from support.mosquitto import Mosquitto
 from support.subscriber import Message
 from support.wait import wait_until
+
+from appliance.mqtt.messages import snapshot_properties
+from appliance.mqtt.publisher import MqttPublisher
 
 TOPIC = "plant/dev1/cam0/snapshot"
 JPEG = b"\xff\xd8\xff\xe0 not really a picture \xff\xd9"

@@ -16,8 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.opcua import (ClientIdentity, Resets, client_identity, o6_steps, run_o6_client, start_o6_client,
-                           start_server, trust)
+from support.opcua import (
+    ClientIdentity,
+    Resets,
+    client_identity,
+    o6_steps,
+    run_o6_client,
+    start_o6_client,
+    start_server,
+    trust,
+)
 from support.ports import free_port
 
 from appliance.events import Event

@@ -19,8 +19,8 @@ from appliance.events import Event
 from appliance.opcua.config import OpcUaConfig
 from appliance.opcua.feed import Feed
 from appliance.opcua.passwords import PasswordFileError, hash_password, read_users_file, verify_password
-from appliance.web.config import UserConfig
 from appliance.opcua.values import CameraLayout, count_values, last_event_values, state_path, vision_state
+from appliance.web.config import UserConfig
 
 
 def test_the_defaults_refuse_anonymous_and_unencrypted_sessions() -> None:

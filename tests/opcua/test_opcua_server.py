@@ -18,6 +18,7 @@ from support.ports import free_port
 
 from appliance.opcua.passwords import hash_password
 
+
 @pytest.fixture
 def users_file(tmp_path: Path) -> Path:
     path = tmp_path / "users"

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from ota_helpers import Keys, make_tiny_detector, tiny_engine_profile, tiny_model_profile, write_source
 from support.bundleserver import Server, serve_directory
 
 from appliance.fleet.bundle import build_bundle
-from ota_helpers import Keys, make_tiny_detector, tiny_engine_profile, tiny_model_profile, write_source
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Not 'from conftest import': with several test directories that name is whichever conftest pytest imported.
+from ota_helpers import DETECTOR_ONNX, make_tiny_detector, tiny_model_profile, yolo_engine_profile, yolo_model_profile  # noqa: E402
 from support.cli import run_appliance
 from support.otamanager import ota_manager
 from support.provisioned import require_detector
@@ -24,10 +27,6 @@ from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.store import Pointer
-
-# Not 'from conftest import': with several test directories that name is whichever conftest pytest imported.
-from ota_helpers import (DETECTOR_ONNX, make_tiny_detector, tiny_model_profile,  # noqa: E402
-                         yolo_engine_profile, yolo_model_profile)
 
 
 def rewrite(bundle: Path, out: Path, edit) -> Path:  # type: ignore[no-untyped-def]
@@ -415,8 +414,8 @@ def test_cli_keygen_sign_install_status_rollback(tmp_path, tiny_source) -> None:
 
 
 def test_inbox_push_is_atomic_and_the_watcher_installs(tmp_path, keys, sign, tiny_source) -> None:
-    from appliance.ota.delivery import InboxWatcher
     from appliance.fleet.push import push_to_inbox
+    from appliance.ota.delivery import InboxWatcher
 
     m = ota_manager(tmp_path / "state", keys.trusted())
     inbox = tmp_path / "inbox"
@@ -436,7 +435,6 @@ def test_the_engine_profiles_golden_inputs_travel_in_the_bundle_and_the_build_us
         tmp_path, keys, sign, tiny_source, tiny_onnx) -> None:
     import numpy as np
     import onnxruntime as ort
-
     from ota_helpers import tiny_engine_profile
 
     spec = ort.InferenceSession(str(tiny_onnx), providers=["CPUExecutionProvider"]).get_inputs()[0]
@@ -460,9 +458,9 @@ def test_the_engine_profiles_golden_inputs_travel_in_the_bundle_and_the_build_us
 
 def test_an_engine_golden_file_missing_from_the_bundle_is_an_invalid_manifest(tmp_path, keys, sign,
                                                                             tiny_source) -> None:
-    from appliance.fleet.bundle import BundleSourceError
-
     from ota_helpers import tiny_engine_profile
+
+    from appliance.fleet.bundle import BundleSourceError
 
     profile = tiny_engine_profile()
     profile["verify"]["golden"] = "golden/engine.npz"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ota_helpers import tiny_engine_profile, tiny_model_profile
 
 from appliance.fleet.bundle import BundleSourceError, manifest_from_source
-from ota_helpers import tiny_engine_profile, tiny_model_profile
 
 ENGINE = """\
 x-verify: &verify

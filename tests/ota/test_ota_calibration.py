@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ota_helpers import DETECTOR_ONNX, IMAGES, yolo_engine_profile, yolo_model_profile  # noqa: E402
 from support.otamanager import ota_manager
 from support.provisioned import require_detector
 
-from appliance.detector.calibration.frames import files_digest
 from appliance.detector.buildprofile import EngineProfile
+from appliance.detector.calibration.frames import files_digest
 from appliance.fleet.bundle import BundleSourceError
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manifest import Manifest
-
-from ota_helpers import DETECTOR_ONNX, IMAGES, yolo_engine_profile, yolo_model_profile  # noqa: E402
 
 CALIB = ("dog", "eagle", "giraffe", "scream")
 HELD_OUT = ("horses", "kite", "person")

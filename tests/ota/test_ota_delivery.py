@@ -15,12 +15,12 @@ from support.otamanager import ota_manager
 from support.ports import free_port
 from support.schemas import validate_ota_status
 
+from appliance.fleet.push import chunk_payloads
 from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.delivery import ChunkAssembler, DeliveryError, OtaCommandHandler
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
-from appliance.fleet.push import chunk_payloads
 
 
 class Clock:

@@ -17,16 +17,16 @@ import pytest
 from support.schemas import validate_message, validate_ota_status
 from support.wait import wait_until
 
+from appliance.detector.serving.switcher import ModelSpec
 from appliance.durable import sha256_file
-from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.fleet.desiredstate import sign_desired
+from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.desired import DesiredState, canonical, parse_desired
 from appliance.ota.errors import OtaRejected
 from appliance.ota.follower import DesiredStateFollower
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import load_private_key
-from appliance.detector.serving.switcher import ModelSpec
 
 
 class Device:

@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from ota_helpers import Traffic  # noqa: E402
 
+from appliance.detector.serving.router import HealthSample
 from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.health import breach
 from appliance.ota.manager import OtaManager
-from appliance.detector.serving.router import HealthSample
-
-from ota_helpers import Traffic  # noqa: E402
 
 POLICY = HealthPolicy(min_requests=10, max_error_rate=0.1, max_latency_ratio=3.0, min_detection_ratio=0.5)
 BASE = HealthSample(requests=100, errors=0, latency_p95_s=0.1, with_detections=80)  # 80% of frames see something

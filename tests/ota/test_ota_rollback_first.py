@@ -16,6 +16,8 @@ from support.mosquitto import Mosquitto
 from support.wait import wait_until
 
 from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
+from appliance.detector.serving.switcher import ModelSpec
+from appliance.fleet.push import push_mqtt
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.ota.commandsig import signature_check
@@ -23,9 +25,7 @@ from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.delivery import OtaCommandHandler, is_read_only
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
-from appliance.fleet.push import push_mqtt
 from appliance.ota.signing import load_private_key
-from appliance.detector.serving.switcher import ModelSpec
 
 ROLLBACK = {"action": "rollback"}
 

@@ -11,19 +11,18 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-
-from appliance.ota.config import HealthPolicy, OtaConfig
-from appliance.ota.errors import REJECT_CODES, OtaRejected, rejection_for
-from appliance.ota.manager import OtaManager
-from appliance.ota.offline import OfflineSwitcher
-from appliance.detector.serving.errors import SERVING_CODES, LoadFailed, RouteChanged, ServingError
-from appliance.detector.serving.router import Router
-from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
-
 from ota_helpers import REPO  # noqa: E402
 from support.engineseed import seed_state_dir  # noqa: E402
 from support.otamanager import ota_manager  # noqa: E402
 from support.provisioned import require_detector  # noqa: E402
+
+from appliance.detector.serving.errors import SERVING_CODES, LoadFailed, RouteChanged, ServingError
+from appliance.detector.serving.router import Router
+from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
+from appliance.ota.config import HealthPolicy, OtaConfig
+from appliance.ota.errors import REJECT_CODES, OtaRejected, rejection_for
+from appliance.ota.manager import OtaManager
+from appliance.ota.offline import OfflineSwitcher
 
 
 def test_a_load_failure_is_rejected_as_load_failed_with_its_message() -> None:

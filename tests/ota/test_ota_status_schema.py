@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import jsonschema
 import pytest
+from ota_helpers import Traffic  # noqa: E402
 from support.schemas import validate_message, validate_ota_status
 
 from appliance.mqtt.messages import ota_status_payload
@@ -18,8 +19,6 @@ from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.errors import REJECT_CODES, OtaRejected
 from appliance.ota.manager import OtaManager
 from appliance.ota.status import STATES, OtaStatus
-
-from ota_helpers import Traffic  # noqa: E402
 
 
 @pytest.fixture

@@ -15,22 +15,20 @@ from typing import Any, Iterator
 import cv2
 import numpy as np
 import pytest
+from ota_helpers import DETECTOR_ONNX, IMAGES, REPO, write_source, yolo_engine_profile, yolo_model_profile  # noqa: E402
 from support.engineseed import seed_state_dir
 from support.provisioned import require_detector
 from support.schemas import validate_ota_status
 from support.subscriber import Subscriber
 from support.wait import wait_until
 
-from appliance.ota.config import HealthPolicy, OtaConfig
+from appliance.detector.serving.router import Router
+from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 from appliance.ota.commandsig import signature_check
+from appliance.ota.config import HealthPolicy, OtaConfig
 from appliance.ota.delivery import OtaCommandHandler, is_read_only
 from appliance.ota.errors import OtaRejected
 from appliance.ota.manager import OtaManager
-from appliance.detector.serving.router import Router
-from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
-
-from ota_helpers import (DETECTOR_ONNX, IMAGES, REPO, write_source, yolo_engine_profile,  # noqa: E402
-                         yolo_model_profile)
 
 pytestmark = pytest.mark.slow
 DOG = IMAGES / "dog.jpg"
@@ -39,8 +37,8 @@ DOG = IMAGES / "dog.jpg"
 def reference(profile_dict: dict[str, Any], image: np.ndarray) -> list[dict[str, Any]]:
     """Expected detections from the plain pipeline (ONNX Runtime on the original ONNX), an independent path."""
     from appliance.detector.engines.builders.ort import reference_session
-    from appliance.detector.profile import ModelProfile
     from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
+    from appliance.detector.profile import ModelProfile
 
     profile = ModelProfile.model_validate(profile_dict)
     session = reference_session(DETECTOR_ONNX)
@@ -145,14 +143,15 @@ class Live:
 def live(tmp_path_factory: pytest.TempPathFactory, keys: Any, engine_seed: Path) -> Iterator[Live]:
     require_detector()  # fails, not skips, without the detector
 
-    from appliance.detector.engines import ensure_engines
-    from appliance.detector.engines.devicerepo import PROFILES
-    from appliance.detector.repository.materialize import RepositoryOptions
-    from appliance.detector.profile import load_profile
-    from appliance.mqtt.config import MqttConfig
-    from appliance.mqtt.publisher import MqttPublisher
     from support.mosquitto import Mosquitto
     from support.triton import started_server
+
+    from appliance.detector.engines import ensure_engines
+    from appliance.detector.engines.devicerepo import PROFILES
+    from appliance.detector.profile import load_profile
+    from appliance.detector.repository.materialize import RepositoryOptions
+    from appliance.mqtt.config import MqttConfig
+    from appliance.mqtt.publisher import MqttPublisher
 
     tmp = tmp_path_factory.mktemp("ota-live")
     lv = Live(tmp, keys)
@@ -192,8 +191,8 @@ def live(tmp_path_factory: pytest.TempPathFactory, keys: Any, engine_seed: Path)
 
 
 def test_update_over_mqtt_chunks_switches_with_frames_flowing(live: Live) -> None:
-    from appliance.mqtt.config import MqttConfig
     from appliance.fleet.push import chunk_payloads, push_mqtt
+    from appliance.mqtt.config import MqttConfig
     from appliance.ota.signing import load_private_key
 
     assert live.router.current().version is None  # the base model serves

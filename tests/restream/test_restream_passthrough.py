@@ -18,8 +18,8 @@ from support.wait import wait_until
 
 from appliance.capture import CaptureProcess
 from appliance.capture.config import CameraConfig
-from appliance.restream.config import RestreamConfig
 from appliance.health.metrics import ApplianceMetrics
+from appliance.restream.config import RestreamConfig
 from appliance.restream.server import RestreamServer
 from appliance.restream.tap import Restream
 

@@ -11,8 +11,8 @@ from support.engineseed import seed_state_dir
 from support.triton import started_server
 
 from appliance.detector.engines import ensure_engines
-from appliance.detector.engines.manager import InstalledEngine
 from appliance.detector.engines.devicerepo import PROFILES
+from appliance.detector.engines.manager import InstalledEngine
 from appliance.detector.profile import load_profile
 from appliance.detector.serving.switcher import ModelSpec
 

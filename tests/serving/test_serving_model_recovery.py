@@ -18,11 +18,11 @@ from support.engineseed import seed_state_dir
 from support.processes import stubs_serving
 
 from appliance.backoff import RestartPolicy
-from appliance.health.metrics import ApplianceMetrics
 from appliance.detector.serving.probe import ModelProbe, fault_from_error
 from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.detector.serving.reload import TritonReloader
 from appliance.detector.serving.router import Route, Router
+from appliance.health.metrics import ApplianceMetrics
 from appliance.triton.errors import TritonError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,8 +47,8 @@ def live(tmp_path_factory: pytest.TempPathFactory, engine_seed: Path) -> Iterato
 
     from appliance.detector.engines import ensure_engines
     from appliance.detector.engines.devicerepo import PROFILES
-    from appliance.detector.repository.materialize import RepositoryOptions
     from appliance.detector.profile import load_profile
+    from appliance.detector.repository.materialize import RepositoryOptions
     from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 
     state = seed_state_dir(tmp_path_factory.mktemp("recovery") / "state", engine_seed)

@@ -11,11 +11,11 @@ from typing import Sequence
 import pytest
 
 from appliance.backoff import RestartPolicy
-from appliance.health.metrics import ApplianceMetrics
 from appliance.detector.serving.errors import RouteChanged
 from appliance.detector.serving.probe import Fault, expected_stubs, fault_from_error
 from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.detector.serving.router import Route
+from appliance.health.metrics import ApplianceMetrics
 from appliance.triton.errors import InternalError, NotFoundError
 
 BASE = Route("detect", ("preprocess", "detector", "postprocess", "detect"), "yolov3-tiny", None, ("dog",))

@@ -16,14 +16,14 @@ import pytest
 from support.wait import wait_until
 
 from appliance.detector.repository.materialize import RepositoryOptions
-from appliance.ota.manager import OtaManager
-from appliance.ota.signing import TrustedKeys
 from appliance.detector.serving.errors import LoadFailed
 from appliance.detector.serving.probe import ModelProbe
 from appliance.detector.serving.reload import TritonReloader
 from appliance.detector.serving.router import Route, Router
 from appliance.detector.serving.switcher import ModelSpec, TritonSwitcher
 from appliance.detector.serving.warmup import FrameShape, WarmupPlan
+from appliance.ota.manager import OtaManager
+from appliance.ota.signing import TrustedKeys
 
 OPTIONS = RepositoryOptions(preprocess_instances=1, intra_op_threads=1)
 PLAN = WarmupPlan(frames=2, shapes=(FrameShape(480, 640, "BGR"), FrameShape(240, 320, "RGB")), concurrency=3)

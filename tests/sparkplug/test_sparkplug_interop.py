@@ -10,10 +10,10 @@ from typing import Any, Iterator
 
 import pytest
 from google.protobuf import descriptor_pb2
+from support.tahu import TahuCodec
 
 from appliance.sparkplug import sparkplug_b_pb2
 from appliance.sparkplug.payload import DataType, Metric, decode_payload, encode_payload
-from support.tahu import TahuCodec
 
 PROTO = Path(sparkplug_b_pb2.__file__).with_name("sparkplug_b.proto")
 F = descriptor_pb2.FieldDescriptorProto

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from support.mosquitto import Mosquitto
+from support.sparkplug_b import Received, SparkplugSubscriber, rebirth_command
 
 from appliance.mqtt.config import MqttConfig
 from appliance.sparkplug.node import EdgeNode
 from appliance.sparkplug.payload import DataType
 from appliance.sparkplug.reports import Readings
-from support.mosquitto import Mosquitto
-from support.sparkplug_b import Received, SparkplugSubscriber, rebirth_command
 
 CHILD = Path(__file__).with_name("sparkplug_child_node.py")
 NODE_TOPIC = "spBv1.0/plant1/{}/dev1"

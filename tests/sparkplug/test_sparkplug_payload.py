@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from support.sparkplug_b import DATATYPES, Payload, metric_value, parse, rebirth_command
 
 from appliance.sparkplug.payload import DataType, Metric, PayloadError, decode_payload, encode_payload
-from support.sparkplug_b import DATATYPES, Payload, metric_value, parse, rebirth_command
 
 CASES = [
     Metric("i8", DataType.Int8, -128, 5), Metric("i16", DataType.Int16, -2, 5), Metric("i32", DataType.Int32, -1, 5),

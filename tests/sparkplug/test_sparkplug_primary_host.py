@@ -14,14 +14,14 @@ from typing import Any, Iterator
 import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
+from support.mosquitto import Mosquitto
+from support.sparkplug_b import SparkplugSubscriber
 
 from appliance.mqtt.config import MqttConfig
 from appliance.sparkplug.node import EdgeNode
 from appliance.sparkplug.payload import DataType
 from appliance.sparkplug.primaryhost import PrimaryHost, parse_state
 from appliance.sparkplug.reports import Readings
-from support.mosquitto import Mosquitto
-from support.sparkplug_b import SparkplugSubscriber
 
 STATE = "spBv1.0/STATE/scada"
 READINGS = Readings(node={"Model/Version": (DataType.String, "base")},

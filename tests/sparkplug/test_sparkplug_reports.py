@@ -3,10 +3,11 @@ seq on every message but NDEATH. Decoded with the spec's schema (tests/support/s
 
 from __future__ import annotations
 
+from support.sparkplug_b import announced, metrics_of, parse
+
 from appliance.sparkplug.payload import DataType
 from appliance.sparkplug.reports import NodeReports, Outgoing, Readings, SparkplugTopics, death_payload
 from appliance.sparkplug.sequence import SeqCounter
-from support.sparkplug_b import announced, metrics_of, parse
 
 TOPICS = SparkplugTopics("plant1", "edge7")
 NODE = {"Model/Version": (DataType.String, "base"), "Inference/Latency p50 ms": (DataType.Double, None)}

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from support.mosquitto import Mosquitto, make_tls_material, publish_as, shipped_acl
+from support.sparkplug_b import SparkplugSubscriber, rebirth_command
+from support.wait import wait_until
 
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.errors import MqttConfigError
 from appliance.sparkplug.node import EdgeNode
 from appliance.sparkplug.payload import DataType
 from appliance.sparkplug.reports import Readings
-from support.mosquitto import Mosquitto, make_tls_material, publish_as, shipped_acl
-from support.sparkplug_b import SparkplugSubscriber, rebirth_command
-from support.wait import wait_until
 
 
 @pytest.fixture

@@ -9,22 +9,50 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 import pytest
-
+from sparkplug_tck_checks import (
+    aliases_alone_in_data,
+    aliases_in_births,
+    aliases_unique,
+    assert_clean_311,
+    bdseq_increments,
+    births_lead,
+    births_list_every_metric,
+    births_then_each,
+    births_wait_for_host,
+    data_only_changes,
+    datatypes_in_births_only,
+    ddeath_for_a_lost_device,
+    decodes,
+    every_message_has_seq,
+    every_metric_of_births,
+    first_publish_is_nbirth_after_connack,
+    has_timestamp,
+    known_datatypes,
+    metric_timestamps,
+    mqtt_flags,
+    nbirth_bdseq_matches_will,
+    nbirth_seq_zero,
+    ndeath_only_bdseq,
+    ndeath_then_disconnect_on_host_offline,
+    no_birth_before,
+    null_values,
+    one_connection_at_a_time,
+    one_value_each,
+    rebirth_metric,
+    rebirth_on_request,
+    reconnects_after_host_offline,
+    seq_follows,
+    stays_on_a_stale_offline,
+    subscribed,
+    topic_is,
+    topic_levels,
+    unique_names,
+    will_payload,
+    will_registered,
+)
 from support.mosquitto import Mosquitto
 from support.sparkplugsession import GROUP, NODE, STATE, Life, Script
 from support.tahu import TahuCodec
-
-from sparkplug_tck_checks import (aliases_alone_in_data, aliases_in_births, aliases_unique, assert_clean_311,
-                                  bdseq_increments, births_lead, births_list_every_metric, births_then_each,
-                                  births_wait_for_host, data_only_changes, datatypes_in_births_only,
-                                  ddeath_for_a_lost_device, decodes, every_message_has_seq, every_metric_of_births,
-                                  first_publish_is_nbirth_after_connack, has_timestamp, known_datatypes,
-                                  metric_timestamps, mqtt_flags, nbirth_bdseq_matches_will, nbirth_seq_zero,
-                                  ndeath_only_bdseq, ndeath_then_disconnect_on_host_offline, no_birth_before,
-                                  null_values, one_connection_at_a_time, one_value_each, rebirth_metric,
-                                  rebirth_on_request, reconnects_after_host_offline, seq_follows,
-                                  stays_on_a_stale_offline, subscribed, topic_is, topic_levels, unique_names,
-                                  will_payload, will_registered)
 
 DEBUG_LOG = ["log_type debug", "log_type subscribe"]
 

@@ -25,14 +25,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon
+from support.engineseed import seed_state_dir
 from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.schemas import validate_message
 from support.subscriber import Subscriber
-
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"

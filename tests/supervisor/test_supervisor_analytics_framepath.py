@@ -16,13 +16,13 @@ import cv2
 import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig, SnapshotConfig
-from appliance.capture.ring import FrameMeta
-from appliance.health.metrics import ApplianceMetrics
-from appliance.events import Event
-from appliance.mqtt.messages import DetectionsMessage
 from appliance.backoff import RestartPolicy
+from appliance.capture.ring import FrameMeta
 from appliance.detector.serving.recovery import PipelineRecovery, PipelineState
 from appliance.detector.serving.router import Route, Router
+from appliance.events import Event
+from appliance.health.metrics import ApplianceMetrics
+from appliance.mqtt.messages import DetectionsMessage
 from appliance.pipeline.eventstage import CameraAnalytics, StageParts
 from appliance.pipeline.framepath import FramePath, Model, Reports
 from appliance.pipeline.sink import Sinks

@@ -15,7 +15,6 @@ from support.cli import run_appliance
 from appliance.bench._profile_parts import PART_KEYS
 from appliance.exitcodes import ExitCode
 
-
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.usefixtures("detector_onnx"),  # fails, not skips, without the detector (tests/conftest.py)

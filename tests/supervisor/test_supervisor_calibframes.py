@@ -12,8 +12,8 @@ import cv2
 import numpy as np
 from support.wait import wait_until
 
-from appliance.detector.calibration.device import CalibrationCollector
 from appliance.detector.calibration.collector import CalibrationFeed, start_calibration_feed
+from appliance.detector.calibration.device import CalibrationCollector
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,11 +15,11 @@ from support.daemon import RunningDaemon, write_config
 from support.mosquitto import Mosquitto
 from support.provisioned import DARKNET_IMAGES
 
-from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
+from appliance.detector.buildprofile import load_profile
 from appliance.detector.calibration.frames import read_frames
+from appliance.detector.engines.builders.ort import OnnxRuntimeBuilder
 from appliance.detector.engines.fingerprint import DeviceProbe
 from appliance.detector.engines.manager import EngineManager
-from appliance.detector.buildprofile import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 

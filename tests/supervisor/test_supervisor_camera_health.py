@@ -17,10 +17,10 @@ from support.wait import wait_until
 from appliance.appconfig.app import AppConfig
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.schema import load_schema
+from appliance.pipeline.scheduler import Scheduler
 from appliance.supervisor import reporting
 from appliance.supervisor.cameras import set_up_capture
 from appliance.supervisor.children import ChildSupervisor
-from appliance.pipeline.scheduler import Scheduler
 
 IMAGE = Path("/usr/share/darknet/data/dog.jpg")
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from appliance.analytics.config import AnalyticsConfig, LineConfig
-from appliance.health.metrics import ApplianceMetrics
 from appliance.events import Event
+from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import ModelInfo
 from appliance.pipeline.eventstage import CameraAnalytics, StageParts
 from appliance.pipeline.results import build_message

@@ -16,13 +16,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.backoff import RestartPolicy
 from appliance.capture.ring import FrameMeta
+from appliance.detector.serving.recovery import PipelineRecovery
+from appliance.detector.serving.router import Route, Router
 from appliance.health.metrics import ApplianceMetrics
 from appliance.mqtt.messages import DetectionsMessage
-from appliance.detector.serving.router import Route, Router
 from appliance.pipeline.framepath import FramePath, Model, Reports
 from appliance.pipeline.sink import Frame, Sink, Sinks
 from appliance.pipeline.sinks import MqttSink
-from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.triton.errors import InternalError
 from appliance.triton.infer import InferResult
 

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from support.mosquitto import Mosquitto
+from support.subscriber import Subscriber
+from support.wait import wait_until
 
 from appliance.mqtt.messages import Command
 from appliance.mqtt.publisher import MqttPublisher
 from appliance.supervisor.servedmodel import LateHandler
-from support.mosquitto import Mosquitto
-from support.subscriber import Subscriber
-from support.wait import wait_until
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon, make_camera_dir
+from support.engineseed import seed_state_dir
 from support.mosquitto import Mosquitto
 from support.mqttdocs import documented_commands, subscriber_check
 from support.schemas import validate_message

@@ -16,15 +16,14 @@ from typing import Any, Callable
 
 import pytest
 from support.cli import run_appliance
-from support.engineseed import seed_state_dir
 from support.daemon import IMAGES_IN_ORDER, RunningDaemon, make_camera_dir
+from support.engineseed import seed_state_dir
 from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
 from support.processes import stubs_serving
 from support.subscriber import Subscriber
 from support.wait import wait_until
-
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import os
 import signal
 import subprocess
 import threading
-from dataclasses import dataclass
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

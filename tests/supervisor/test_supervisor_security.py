@@ -17,14 +17,13 @@ from typing import Callable
 
 import pytest
 from support.cli import run_appliance
-from support.engineseed import seed_state_dir
 from support.daemon import RunningDaemon, make_camera_dir
+from support.engineseed import seed_state_dir
 from support.httpclient import get
 from support.mosquitto import Mosquitto, TlsMaterial, make_tls_material, publish_as, shipped_acl
 from support.ports import free_port
 from support.schemas import validate_message
 from support.subscriber import Subscriber
-
 
 REPO = Path(__file__).resolve().parents[2]
 

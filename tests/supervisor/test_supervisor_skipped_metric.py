@@ -10,8 +10,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.health.metrics import ApplianceMetrics
-from appliance.supervisor import reporting
 from appliance.pipeline.scheduler import Scheduler
+from appliance.supervisor import reporting
 
 
 @dataclass(frozen=True)

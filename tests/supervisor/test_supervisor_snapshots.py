@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from appliance.analytics.config import SnapshotConfig
+from appliance.analytics.draw import DrawnBox
 from appliance.health.routes import health_routes
+from appliance.pipeline.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
 from appliance.web.files import snapshot_routes
 from appliance.webserver.server import WebServer
-from appliance.analytics.draw import DrawnBox
-from appliance.pipeline.snapshots import SnapshotJob, SnapshotStore, SnapshotWorker, encode_snapshot
 
 W, H = 160, 120
 

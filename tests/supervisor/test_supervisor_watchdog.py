@@ -11,8 +11,8 @@ from appliance.backoff import RestartPolicy
 from appliance.detector.serving.probe import Fault
 from appliance.detector.serving.recovery import PipelineRecovery
 from appliance.detector.serving.router import Route
-from appliance.supervisor import reporting
 from appliance.pipeline.scheduler import Scheduler
+from appliance.supervisor import reporting
 
 ROUTE = Route("detect", ("detector", "detect"), "yolov3-tiny", None, ())
 

@@ -11,13 +11,12 @@ import uuid
 from pathlib import Path
 from typing import Callable, Sequence
 
+from appliance.harness.notify import NotifySocket
 from support.cli import appliance_argv, appliance_env
 from support.engineseed import seed_state_dir
 from support.mosquitto import Mosquitto
 from support.provisioned import DARKNET_IMAGES
 from support.wait import wait_until
-
-from appliance.harness.notify import NotifySocket
 
 # Played in name order, so frame seq k shows IMAGES_IN_ORDER[(k - 1) % 3].
 IMAGES_IN_ORDER = [("dog.jpg", "dog"), ("eagle.jpg", "bird"), ("horses.jpg", "horse")]

@@ -10,15 +10,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from appliance.health.routes import health_routes
-from appliance.webserver.server import WebServer
 from appliance.events import Event
+from appliance.health.routes import health_routes
 from appliance.pipeline.layouts import Layouts
 from appliance.supervisor.page import ApplianceSite
 from appliance.web.auth import Auth
 from appliance.web.feed import EventFeed
 from appliance.web.live import LiveFrames
 from appliance.web.routes import page_routes
+from appliance.webserver.server import WebServer
 
 KINDS = ("enter", "exit", "cross", "dwell")
 

@@ -18,18 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from appliance import logs
+from appliance.detector.serving.switcher import ModelSpec
 from appliance.mqtt.config import MqttConfig
 from appliance.mqtt.messages import ota_status_payload
 from appliance.mqtt.publisher import MqttPublisher
-from appliance.ota.config import OtaConfig
 from appliance.ota.commandsig import signature_check
+from appliance.ota.config import OtaConfig
 from appliance.ota.delivery import OtaCommandHandler, is_read_only
 from appliance.ota.follower import follow_group
 from appliance.ota.manager import OtaManager
 from appliance.ota.offline import OfflineSwitcher
 from appliance.ota.signing import TrustedKeys
 from appliance.ota.status import OtaStatus
-from appliance.detector.serving.switcher import ModelSpec
 
 
 def main(config_path: str) -> int:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from support.shm import private_shm_dir
 
 from appliance.capture import CaptureProcess
 from appliance.capture.config import CameraConfig
+from support.shm import private_shm_dir
 
 
 def ring_frames_while_recording(camera: CameraConfig, folder: Path, seconds: float) -> list[tuple[float, np.ndarray]]:

@@ -105,9 +105,9 @@ def test_stub_site_rejects_numpy_2(tmp_path: Path) -> None:
 
 
 def test_stub_site_needed_for_the_provisioned_stub_only_with_numpy_2(tmp_path: Path) -> None:
-    from appliance.triton.locate import locate
-
     import numpy
+
+    from appliance.triton.locate import locate
 
     real_stub = locate().python_stub
     assert stubsite.handles_numpy2(real_stub) is False  # the 2.51 stub's pybind11 only knows numpy.core

@@ -29,16 +29,16 @@ from support.eventpage import page_with_events
 from support.httpclient import get
 from support.mosquitto import Mosquitto
 from support.ports import free_port
-from support.shm import private_shm_dir
 from support.rtspclients import frames_of, probe, psnr, rate, start_grab
+from support.shm import private_shm_dir
 from support.subscriber import Subscriber
 from support.wait import wait_until
 from support.webattack import HealthPoller, login_cookie, open_streams, slow_bodies
 
 from appliance.appconfig.demo import DEMO_CONFIG, DEMO_VIDEO_ENV
-from appliance.webserver import limits
 from appliance.web.auth import hash_password
 from appliance.web.routes import STREAMS_PER_SESSION
+from appliance.webserver import limits
 
 REPO = Path(__file__).resolve().parents[2]
 VTEST = REPO / ".models" / "vtest" / "vtest.avi"

@@ -18,7 +18,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from appliance.health.routes import health_routes
-from appliance.webserver.server import WebServer
 from appliance.pipeline.layouts import Layouts
 from appliance.supervisor.page import ApplianceSite
 from appliance.web.auth import Auth, hash_password
@@ -26,6 +25,7 @@ from appliance.web.config import UserConfig, WebConfig
 from appliance.web.feed import EventFeed
 from appliance.web.live import LiveFrames
 from appliance.web.routes import page_routes
+from appliance.webserver.server import WebServer
 
 
 def _self_signed(folder: Path) -> tuple[Path, Path]:

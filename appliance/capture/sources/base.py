@@ -6,6 +6,7 @@ import abc
 from typing import TypedDict
 
 import numpy as np
+
 from appliance.errors import ApplianceError
 
 

@@ -19,8 +19,8 @@ from typing import IO, TYPE_CHECKING, NoReturn, cast
 
 import numpy as np
 
-from appliance.config.redact import redact_credentials
 from appliance.capture.sources.base import EndOfStream, FrameShape, FrameSource, SourceConfigError
+from appliance.config.redact import redact_credentials
 from appliance.procs import stop_process
 
 if TYPE_CHECKING:

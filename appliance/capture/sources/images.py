@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from appliance.capture.sources.base import (DecodeError, EndOfStream, FrameShape, FrameSource, SourceAbsent,
-                                           fit_frame)
+from appliance.capture.sources.base import DecodeError, EndOfStream, FrameShape, FrameSource, SourceAbsent, fit_frame
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; the Jetson runs Python 3.10

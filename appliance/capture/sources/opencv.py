@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
-from appliance.config.redact import redact_credentials
 from appliance.capture.sources.base import (
     DecodeError,
     EndOfStream,
@@ -21,6 +20,7 @@ from appliance.capture.sources.base import (
     SourceError,
     fit_frame,
 )
+from appliance.config.redact import redact_credentials
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; the Jetson runs Python 3.10

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.detector.calibration.device import CalibrationCollector
 from appliance.detector.buildprofile import load_profiles
+from appliance.detector.calibration.device import CalibrationCollector
 
 log = logging.getLogger(__name__)
 

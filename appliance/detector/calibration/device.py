@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.durable import write_file_durably
 from appliance.detector.calibration.frames import device_frames_dir
+from appliance.durable import write_file_durably
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 

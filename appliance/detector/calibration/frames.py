@@ -21,11 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from appliance import paths
-from appliance.durable import sha256_file
 from appliance.detector.buildprofile import EngineProfile, FrameSource
-from appliance.detector.profile import ModelProfile, load_profile as load_model_profile
 from appliance.detector.prepost.errors import InputRejected
 from appliance.detector.prepost.pipeline import Preprocessor
+from appliance.detector.profile import ModelProfile
+from appliance.detector.profile import load_profile as load_model_profile
+from appliance.durable import sha256_file
 from appliance.errors import ApplianceError
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp"})

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from appliance.detector.buildprofile import EngineProfile
 from appliance.detector.calibration.frames import FrameSet, check_held_out, frame_set, model_profile_for
 from appliance.detector.engines.gate import GateReport
-from appliance.detector.buildprofile import EngineProfile
 from appliance.detector.engines.verify import VerificationReport
 from appliance.detector.profile import ModelProfile
 

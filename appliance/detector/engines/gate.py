@@ -16,12 +16,12 @@ from typing import Callable, Mapping
 import numpy as np
 
 from appliance.detections import RawDetections
-from appliance.detector.calibration.frames import FrameSet
 from appliance.detector.buildprofile import GateProfile
-from appliance.detector.profile import ModelProfile
+from appliance.detector.calibration.frames import FrameSet
 from appliance.detector.prepost.letterbox import plan
-from appliance.detector.repository.wrap import FRAME_INPUT
 from appliance.detector.prepost.pipeline import Postprocessor, Preprocessor
+from appliance.detector.profile import ModelProfile
+from appliance.detector.repository.wrap import FRAME_INPUT
 
 RunFn = Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
 

@@ -14,11 +14,11 @@ from typing import Literal
 
 import onnx
 
-from appliance.durable import sha256_file
-from appliance.detector.calibration.frames import CalibrationError, model_profile_for
 from appliance.detector.buildprofile import EngineProfile
+from appliance.detector.calibration.frames import CalibrationError, model_profile_for
 from appliance.detector.profile import ModelProfile
 from appliance.detector.repository.wrap import NmsKind, Unwrappable, WrapSpec, wrap_model
+from appliance.durable import sha256_file
 
 log = logging.getLogger(__name__)
 

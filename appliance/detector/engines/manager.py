@@ -13,27 +13,31 @@ from typing import Any, Callable, Sequence
 
 import appliance
 from appliance import diskspace
-from appliance.detector.engines.builders import BuilderName, EngineBuilder, select_builder
+from appliance.detector.buildprofile import EngineProfile, load_profiles
+from appliance.detector.calibration.frames import CalibrationError, files_digest
 from appliance.detector.engines.acceptance import calibration_frames, gate_frames, verdict
+from appliance.detector.engines.builders import BuilderName, EngineBuilder, select_builder
 from appliance.detector.engines.builders.base import EngineRunner, check_io
 from appliance.detector.engines.builders.ort import reference_session
-from appliance.detector.calibration.frames import CalibrationError, files_digest
-from appliance.durable import sha256_file
 from appliance.detector.engines.cache import CacheEntry, EngineCache
 from appliance.detector.engines.failures import (
-    EngineBuildError, FailureRecords, FramesMissing, GateRefused, VerificationFailed,
+    EngineBuildError,
+    FailureRecords,
+    FramesMissing,
+    GateRefused,
+    VerificationFailed,
 )
-from appliance.detector.engines.gate import GateReport, run_gate
-from appliance.detector.engines.installed import InstalledEngine, batch_of, installed_from, time_engine
 from appliance.detector.engines.fingerprint import DeviceProbe, Fingerprint, engine_fingerprint
+from appliance.detector.engines.gate import GateReport, run_gate
 from appliance.detector.engines.ingraph import plan_wrap, prepare
+from appliance.detector.engines.installed import InstalledEngine, batch_of, installed_from, time_engine
 from appliance.detector.engines.onnxinfo import OnnxInfo, inspect_onnx
-from appliance.detector.engines.quantize import build_int8_model, quantizer_fields
 from appliance.detector.engines.phases import BuildJob, BuildPhase, Built, Parsed, Verified, run_phase
-from appliance.detector.engines.verify import golden_inputs, verify
-from appliance.detector.buildprofile import EngineProfile, load_profiles
-from appliance.detector.profile import ModelProfile
 from appliance.detector.engines.progress import ProgressCallback, ProgressReporter
+from appliance.detector.engines.quantize import build_int8_model, quantizer_fields
+from appliance.detector.engines.verify import golden_inputs, verify
+from appliance.detector.profile import ModelProfile
+from appliance.durable import sha256_file
 from appliance.sdnotify import Notifier
 
 log = logging.getLogger(__name__)

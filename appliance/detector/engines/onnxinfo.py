@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from appliance.errors import ApplianceError
 
 MIN_OPSET = 7  # older graphs use pre-opset-7 broadcasting semantics that no current builder accepts

@@ -10,7 +10,7 @@ from typing import Any, Callable, TypeVar
 
 from appliance.detector.buildprofile import EngineProfile
 from appliance.detector.calibration.frames import CalibrationError, FrameSet
-from appliance.detector.engines.builders.base import BuilderUnavailable, BuildError
+from appliance.detector.engines.builders.base import BuildError, BuilderUnavailable
 from appliance.detector.engines.failures import EngineBuildError
 from appliance.detector.engines.fingerprint import Fingerprint
 from appliance.detector.engines.ingraph import BuildSources

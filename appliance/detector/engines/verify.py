@@ -8,8 +8,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile, Tolerance
+from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.errors import ApplianceError
 
 Feeds = dict[str, np.ndarray]

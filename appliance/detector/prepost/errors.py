@@ -1,6 +1,7 @@
 """The one error type for input a stage refuses; ``reason`` is a short stable label for metrics."""
 
 from __future__ import annotations
+
 from appliance.errors import ApplianceError
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from appliance.detections import RawDetections
-from appliance.detector.profile import ModelProfile
 from appliance.detector.prepost import decode as _decode
 from appliance.detector.prepost import letterbox as _lb
 from appliance.detector.prepost.errors import InputRejected
 from appliance.detector.prepost.frames import FrameLimits, check_frame, decode_image
 from appliance.detector.prepost.nms import nms
 from appliance.detector.prepost.normalize import to_tensor
+from appliance.detector.profile import ModelProfile
 
 
 class Preprocessor:

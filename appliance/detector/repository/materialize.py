@@ -27,11 +27,11 @@ import onnx
 from pydantic import Field
 
 from appliance.config import StrictModel
+from appliance.detector.profile import ModelProfile
 from appliance.detector.repository.stages.common import PROFILE_FILE
 from appliance.detector.repository.wrap import FRAME_INPUT, Unwrappable, WrapSpec, wrap_model
-from appliance.detector.profile import ModelProfile
-from appliance.paths import repository_templates_dir
 from appliance.errors import ApplianceError
+from appliance.paths import repository_templates_dir
 
 log = logging.getLogger(__name__)
 TEMPLATES = repository_templates_dir()

@@ -2,6 +2,7 @@
 own rejection code) and a human ``message`` naming what failed."""
 
 from __future__ import annotations
+
 from appliance.errors import ApplianceError
 
 SERVING_CODES = (

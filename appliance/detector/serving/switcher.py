@@ -22,10 +22,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from appliance.detections import RawDetections
-from appliance.durable import sha256_file
 from appliance.detector.serving.errors import LoadFailed
 from appliance.detector.serving.router import HealthSample, Route, Router
 from appliance.detector.serving.warmup import FrameShape, WarmupPlan, WarmupResult, warm_up
+from appliance.durable import sha256_file
 
 log = logging.getLogger(__name__)
 

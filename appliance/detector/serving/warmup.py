@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+
 from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)

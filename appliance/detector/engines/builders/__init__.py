@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from appliance.detector.engines.builders.base import (
-    BuilderUnavailable,
     BuildError,
+    BuilderUnavailable,
     EngineBuilder,
     EngineRunner,
     IOMismatchError,

@@ -7,8 +7,8 @@ from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
-from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile
+from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.errors import ApplianceError
 
 # Progress inside a build: (fraction 0..1 of the build phase, message).

@@ -10,7 +10,7 @@ import ctypes
 import ctypes.util
 from typing import Any
 
-from appliance.detector.engines.builders.base import BuilderUnavailable, BuildError
+from appliance.detector.engines.builders.base import BuildError, BuilderUnavailable
 
 _CU_ATTR_CC_MAJOR = 75
 _CU_ATTR_CC_MINOR = 76

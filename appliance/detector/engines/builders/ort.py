@@ -21,9 +21,9 @@ from typing import Mapping
 
 import numpy as np
 
+from appliance.detector.buildprofile import EngineProfile
 from appliance.detector.engines.builders.base import BuildError, BuilderUnavailable, BuildProgress
 from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
-from appliance.detector.buildprofile import EngineProfile
 
 log = logging.getLogger(__name__)
 

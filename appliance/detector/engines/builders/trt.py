@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.detector.engines.builders.base import BuilderUnavailable, BuildError, BuildProgress
-from appliance.detector.engines.builders.trt_runner import TrtRunner
-from appliance.durable import write_file_durably
-from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.buildprofile import EngineProfile, TensorRTProfile
+from appliance.detector.engines.builders.base import BuildError, BuilderUnavailable, BuildProgress
+from appliance.detector.engines.builders.trt_runner import TrtRunner
+from appliance.detector.engines.onnxinfo import OnnxInfo, TensorSpec
 from appliance.detector.engines.verify import GoldenInputError, input_shape
+from appliance.durable import write_file_durably
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from appliance.detector.profile import ModelProfile
 from appliance.detector.prepost.errors import InputRejected
+from appliance.detector.profile import ModelProfile
 
 LATENCY_METRIC = "appliance_stage_busy_seconds_total"
 REQUESTS_METRIC = "appliance_stage_requests_total"

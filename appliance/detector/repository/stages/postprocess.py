@@ -10,10 +10,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from appliance.detector.repository.stages.common import StageMetrics, execute_each, load_model_profile, model_parameters
 from appliance.detector.prepost.errors import InputRejected
 from appliance.detector.prepost.letterbox import Letterbox
 from appliance.detector.prepost.pipeline import Postprocessor
+from appliance.detector.repository.stages.common import StageMetrics, execute_each, load_model_profile, model_parameters
 
 
 class PostprocessStage:

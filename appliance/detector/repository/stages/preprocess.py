@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from appliance.detector.repository.stages.common import StageMetrics, execute_each, load_model_profile, model_parameters
 from appliance.detector.prepost.errors import InputRejected
 from appliance.detector.prepost.pipeline import Preprocessor
+from appliance.detector.repository.stages.common import StageMetrics, execute_each, load_model_profile, model_parameters
 
 
 class PreprocessStage:

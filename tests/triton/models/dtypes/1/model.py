@@ -1,5 +1,4 @@
 import _appliance_site  # noqa: F401
-
 import numpy as np
 import triton_python_backend_utils as pb_utils
 

@@ -1,7 +1,6 @@
-import _appliance_site  # noqa: F401
-
 import time
 
+import _appliance_site  # noqa: F401
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
