@@ -11,7 +11,7 @@ import pytest
 from engines_helpers import EngineEnv, make_onnx
 
 from appliance.detector.engines.cache import EngineCache
-from appliance.detector.engines.manager import TIMED_RUNS
+from appliance.detector.engines.installed import TIMED_RUNS
 from appliance.detector.engines.progress import ProgressEvent
 
 
