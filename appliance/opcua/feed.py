@@ -24,7 +24,7 @@ class Taken:
 
 
 class Feed:
-    """Speaks the frame path's ``EventSink`` (``publish_events``, ``publish_counts``) beside the MQTT publisher."""
+    """What appliance.pipeline.sinks.OpcUaSink hands events and counts to (``publish_events``, ``publish_counts``)."""
 
     def __init__(self, max_events: int = MAX_EVENTS) -> None:
         self._lock = threading.Lock()

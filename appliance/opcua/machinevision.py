@@ -29,7 +29,7 @@ TRANSITION_IDS = {"PreoperationalToOperationalAuto": 5254, "PreoperationalToErro
                   "OperationalToErrorAuto": 5051, "OperationalToHaltedAuto": 5050, "ErrorToPreoperationalAuto": 5040,
                   "ErrorToHaltedAuto": 5042, "ErrorToOperationalAuto": 5255, "HaltedToPreoperationalAuto": 5038}
 RESET_METHOD, HALT_METHOD = 7093, 7094
-TRIMMED_STRING, RESULT_STATE, BINARY_ID_BASE = 3017, 3009, 3019
+TRIMMED_STRING, RESULT_STATE = 3017, 3009
 RESULT_ID, JOB_ID, CONFIGURATION_ID, RECIPE_ID_INTERNAL = 3021, 3016, 3008, 3013
 # Each id structure's "Default Binary" encoding, as the NodeSet numbers it: the type id of the value on the wire,
 # by which a client that knows 40100 (open62541's o6) decodes it.
