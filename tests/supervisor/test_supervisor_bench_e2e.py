@@ -93,7 +93,7 @@ def test_a_models_dir_without_the_detector_is_bad_input(tmp_path: Path) -> None:
 
 def _check_profile(lines: list[str], rates: dict[str, float]) -> None:
     """The --profile table: its shares add up to 100 %, the capture processes decoded and wrote frames, and on a
-    CPU host the detector's stub outweighs decoding (ONNX Runtime takes ~50 ms or more a frame, decoding one
+    CPU host the detector's stub outweighs capture (ONNX Runtime takes ~50 ms or more a frame, decoding one
     640x480 frame a few ms); its key lines add up to the appliance's total."""
     start = lines.index(next(line for line in lines if line.startswith("part (CPU of one e2e run)")))
     end = lines.index(next(line for line in lines if line.startswith("the appliance, all parts above")))
@@ -103,6 +103,9 @@ def _check_profile(lines: list[str], rates: dict[str, float]) -> None:
         row = next(line for line in lines if line.startswith(f"camera {cam}: capture process"))
         assert float(re.search(r"([\d.]+) frames/s written", row).group(1)) > 0, row
     profile = {key[len("profile_"):-len("_ms_per_frame")]: v for key, v in rates.items() if key.startswith("profile_")}
-    assert profile["decode"] > 0 and profile["triton_stub"] > profile["decode"], profile
+    # the capture processes' CPU comes from /proc; its split into decode, ring copy and loop comes from py-spy's few
+    # samples of a 3 s run, so only their sum is certain to be non-zero here
+    capture = profile["decode"] + profile["ring_copy"] + profile["capture_other"]
+    assert capture > 0 and profile["triton_stub"] > capture, profile
     inside = sum(v for key, v in profile.items() if key not in ("bench", "broker", "profiler", "appliance"))
     assert profile["appliance"] == pytest.approx(inside, abs=0.01 * len(profile))

@@ -5,7 +5,6 @@ its limits is refused before any geometry, with a short message."""
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 
 import pytest
@@ -22,13 +21,13 @@ def test_a_login_costs_the_same_for_a_known_and_an_unknown_name() -> None:
     auth = Auth({"olga": UserConfig(name="olga", role="operator", password_hash=hash_password("pw-o"))},
                 open_access=False, session_s=60)
     known, unknown = [], []
-    for _ in range(20):  # interleaved, so a slower moment of the machine falls on both
+    for _ in range(10):  # interleaved; CPU time of this thread and the fastest try, so other processes do not count
         for name, times in (("olga", known), ("nobody", unknown)):
-            started = time.perf_counter()
+            started = time.thread_time()
             assert auth.login(name, "wrong") is None
-            times.append(time.perf_counter() - started)
-    ratio = statistics.median(unknown) / statistics.median(known)
-    assert 0.8 < ratio < 1.2, (statistics.median(known), statistics.median(unknown))
+            times.append(time.thread_time() - started)
+    ratio = min(unknown) / min(known)  # an unknown name that skipped scrypt would cost a few microseconds
+    assert 0.75 < ratio < 1.33, (min(known), min(unknown))
 
 
 class Clock:
