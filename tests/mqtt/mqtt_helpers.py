@@ -31,11 +31,16 @@ class CameraStreams:
         self.sent: dict[str, int] = {cam: 0 for cam in cameras}
         self.errors: list[BaseException] = []
         self._halt = threading.Event()
+        self._go = threading.Event()
+        self._go.set()
 
         def camera(cam: str) -> None:
             try:
                 seq = 0
                 while not self._halt.is_set():
+                    if not self._go.is_set():  # held: publish nothing until released
+                        self._go.wait(0.05)
+                        continue
                     assert publisher.publish_detections(frame(cam, seq)) is PublishResult.SPOOLED
                     seq += 1
                     self.sent[cam] = seq
@@ -56,6 +61,13 @@ class CameraStreams:
             if t.ident is not None:  # started
                 t.join(10)
         assert not self.errors, self.errors
+
+    def hold(self) -> None:
+        """Pause the cameras after the publish each may be making now (``release`` resumes them)."""
+        self._go.clear()
+
+    def release(self) -> None:
+        self._go.set()
 
     def halt(self) -> None:
         """Stop the cameras without waiting (a test's ``finally``)."""

@@ -40,6 +40,11 @@ def _by_camera(messages: list[Message]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def _union_complete(messages: list[Message], sent: dict[str, int]) -> bool:
+    got = _by_camera(messages)
+    return all({p["message_seq"] for p in got[cam]} >= set(range(1, sent[cam] + 1)) for cam in CAMERAS)
+
+
 @pytest.mark.slow
 def test_sigkill_of_the_active_broker_moves_to_the_next_and_loses_nothing(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -59,8 +64,15 @@ def test_sigkill_of_the_active_broker_moves_to_the_next_and_loses_nothing(
         streams.start()
         assert sub_first.wait_for(lambda ms: len(ms) >= 60)
         # A hung broker first, so detections are surely sent and unacknowledged when it dies: those must be
-        # sent again, from the spool, to the second broker, which never saw them.
+        # sent again, from the spool, to the second broker, which never saw them. It hangs with everything
+        # before it delivered: a broker stopped between its PUBACK and its forward would lose a message it had
+        # taken responsibility for, which no publisher can resend.
+        streams.hold()
+        assert publisher.wait_idle(30), publisher.stats()
+        wait_until(lambda: _union_complete(sub_first.messages, streams.sent), 30,
+                   message="the first broker's subscriber has everything published before the hang")
         first.pause()
+        streams.release()
         in_flight = wait_until(lambda: publisher.stats().inflight, 20, message="detections in flight to the "
                                "hung broker")
         first.kill()
@@ -71,12 +83,8 @@ def test_sigkill_of_the_active_broker_moves_to_the_next_and_loses_nothing(
         streams.stop()
         assert publisher.wait_idle(60), publisher.stats()
 
-        def union_complete() -> bool:
-            got = _by_camera(sub_first.messages + sub_second.messages)
-            return all({p["message_seq"] for p in got[cam]} >= set(range(1, streams.sent[cam] + 1))
-                       for cam in CAMERAS)
-
-        wait_until(union_complete, 30, message="every message_seq of every camera at one of the subscribers")
+        wait_until(lambda: _union_complete(sub_first.messages + sub_second.messages, streams.sent), 30,
+                   message="every message_seq of every camera at one of the subscribers")
         # In order per camera, read as a subscriber of both brokers would: everything from the first broker,
         # then everything from the second; a redelivery (same message_id) is the only duplicate allowed
         # (docs/mqtt.md's subscriber check, run as documented).
