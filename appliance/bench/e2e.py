@@ -225,7 +225,7 @@ def run(opts: Options) -> int:
     from appliance.capture.sample import ensure_sample_video
     from appliance.detector.prepost.pipeline import Preprocessor
     from appliance.detector.profile import load_profile
-    from appliance.triton import stubsite
+    from appliance.triton import stubmalloc, stubsite
     from appliance.triton.locate import locate
 
     onnx = models_dir() / "yolov3-tiny" / "model.onnx"
@@ -238,6 +238,7 @@ def run(opts: Options) -> int:
         return ExitCode.BAD_INPUT
     if stubsite.needed():
         stubsite.ensure()
+    stubmalloc.keep_frame_blocks()  # every alternative's processes alike, not only those after the first server
     video = ensure_sample_video(models_dir() / "sample" / "sample.mp4")
     profile = load_profile(PROFILE)
     pre = Preprocessor(profile)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from appliance.triton import _capi, infer, modelcontrol, pymodels, stubs
+from appliance.triton import _capi, infer, modelcontrol, pymodels, stubmalloc, stubs
 from appliance.triton.errors import ServerStateError, StartupError, TritonError, UnavailableError, check, non_null, take
 from appliance.triton.locate import TritonDistribution, locate
 from appliance.triton.options import ServerOptions, apply_options
@@ -101,6 +101,7 @@ class Server:
                 raise StartupError(f"model repository {repo} does not exist")
             if self.options.prepare_python_models:
                 pymodels.prepare_repository(repo, stub=dist.python_stub)
+        stubmalloc.keep_frame_blocks()  # before any stub starts
         api = self._api = _capi.load(dist.library)
         self._runtime = infer.Runtime(api, self.counters)
         opts = ctypes.c_void_p()
