@@ -57,6 +57,18 @@ def stub_pids(parent: int, proc: Path = Path("/proc")) -> list[int]:
     return pids
 
 
+def stub_part(pid: int, proc: Path = Path("/proc")) -> str:
+    """The profile part of a stub: by its model (argv[1] is ``<repository>/<model>/<version>/model.py``)."""
+    try:
+        argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+        model = Path(argv[1].decode()).parts[-3]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return "stub_detector"  # gone: its CPU was read already; the detector's is by far the most
+    if model.endswith("preprocess"):
+        return "stub_preprocess"
+    return "stub_postprocess" if model.endswith("postprocess") else "stub_detector"
+
+
 def _delta(after: dict[int, float], before: dict[int, float]) -> dict[int, float]:
     return {tid: ms - before.get(tid, 0.0) for tid, ms in after.items()}
 
@@ -120,9 +132,10 @@ class Profile:
         for pid, (spy, out) in self._spies.items():
             spy.wait(timeout=60)
             samples[pid] = parse_raw(out.read_text() if out.exists() else "")
-        unsampled = {"supervisor": "triton_core", "capture": "decode", "stub": "triton_stub", "broker": "broker"}
+        unsampled = {"supervisor": "triton_core", "capture": "decode", "broker": "broker"}
         cpu = {pid: _delta(after[pid], self._before.get(pid, {})) for pid in after}
-        processes = [ProcessCpu(cpu[pid], unsampled[kind], samples.get(pid)) for pid, kind in self._kinds.items()]
+        processes = [ProcessCpu(cpu[pid], stub_part(pid) if kind == "stub" else unsampled[kind], samples.get(pid))
+                     for pid, kind in self._kinds.items()]
         processes += [ProcessCpu(cpu[spy.pid], "profiler") for spy, _ in self._spies.values()]
         ms = attribute(processes)
         cameras = max(len(self._cameras), 1)

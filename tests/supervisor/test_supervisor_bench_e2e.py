@@ -106,6 +106,6 @@ def _check_profile(lines: list[str], rates: dict[str, float]) -> None:
     # the capture processes' CPU comes from /proc; its split into decode, ring copy and loop comes from py-spy's few
     # samples of a 3 s run, so only their sum is certain to be non-zero here
     capture = profile["decode"] + profile["ring_copy"] + profile["capture_other"]
-    assert capture > 0 and profile["triton_stub"] > capture, profile
+    assert capture > 0 and profile["stub_detector"] > capture, profile
     inside = sum(v for key, v in profile.items() if key not in ("bench", "broker", "profiler", "appliance"))
     assert profile["appliance"] == pytest.approx(inside, abs=0.01 * len(profile))

@@ -6,9 +6,11 @@ test_supervisor_bench_e2e.py."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from appliance.bench._e2e_profile import stub_part
 from appliance.bench._profile_parts import PART_KEYS, ProcessCpu, attribute, key_lines, parse_raw, table
 
 BOOT = "Thread._bootstrap (threading.py:1002);Thread._bootstrap_inner (threading.py:1045);Thread.run (threading.py:982)"
@@ -41,14 +43,14 @@ thread (201): MainThread;capture_main (appliance/capture/process.py:115);Capture
 # (FFmpeg's or OpenCV's own thread) was never sampled.
 EXPECTED = {"scheduling": 300 + 40, "json": 100, "mqtt": 50, "triton_core": 40 + 60, "bench": 20 + 20, "spool": 30,
             "health": 60, "supervisor_other": 20,
-            "decode": 60 + 40, "ring_copy": 20 + 10, "capture_other": 10, "triton_stub": 600, "profiler": 70}
+            "decode": 60 + 40, "ring_copy": 20 + 10, "capture_other": 10, "stub_detector": 600, "profiler": 70}
 
 
 def _processes() -> list[ProcessCpu]:
     return [
         ProcessCpu({100: 100, 101: 400, 102: 50, 103: 80, 104: 20, 105: 60, 106: 30}, "triton_core", parse_raw(SUPERVISOR)),
         ProcessCpu({201: 100, 202: 40}, "decode", parse_raw(CAPTURE)),
-        ProcessCpu({301: 500, 302: 100}, "triton_stub"),  # a stub: /proc only, never sampled
+        ProcessCpu({301: 500, 302: 100}, "stub_detector"),  # a stub: /proc only, never sampled
         ProcessCpu({401: 70}, "profiler"),
     ]
 
@@ -78,10 +80,21 @@ def test_the_table_and_key_lines_agree_with_the_split() -> None:
     assert sum(float(share) for share, _, _ in rows.values()) == pytest.approx(100, abs=0.3)
     assert len(rows) == len(EXPECTED)
     assert float(appliance[1]) == pytest.approx((1550 - 40 - 70) / frames, abs=0.01)
-    assert float(rows["Triton stubs (preprocess, detector, postprocess)"][2]) == pytest.approx(600 / seconds / 2,
+    assert float(rows["Triton stub: detector (with its in-graph pre/post)"][2]) == pytest.approx(600 / seconds / 2,
                                                                                               abs=0.05)
     keys = [re.fullmatch(r"profile_(\w+)_ms_per_frame=([\d.]+)", line) for line in key_lines(ms, frames)]
     assert all(keys)
     per_frame = {m.group(1): float(m.group(2)) for m in keys if m}
     assert list(per_frame) == [*PART_KEYS, "appliance"]
     assert per_frame["scheduling"] == 34.0 and per_frame["analytics"] == 0.0 and per_frame["appliance"] == 144.0
+
+
+def test_a_stubs_part_is_named_by_its_model(tmp_path: Path) -> None:
+    stub = "/opt/tritonserver/backends/python/triton_python_backend_stub"
+    for pid, model, part in ((11, "preprocess", "stub_preprocess"), (12, "detector", "stub_detector"),
+                             (13, "l0_postprocess", "stub_postprocess")):
+        (tmp_path / str(pid)).mkdir()
+        argv = [stub, f"/var/lib/appliance/repository/{model}/1/model.py", "shm-region", "16777216"]
+        (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        assert stub_part(pid, tmp_path) == part
+    assert stub_part(99, tmp_path) == "stub_detector"  # gone before its cmdline was read
