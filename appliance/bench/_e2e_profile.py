@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from appliance.bench._profile_parts import ProcessCpu, attribute, key_lines, parse_raw, table
+from appliance.triton.stubs import StubScanner
 
 # Samples per second (off the beat of the cameras' rates): py-spy costs about half a millisecond of CPU a sample,
 # so the capture processes, which run the same simple loop, are sampled less often.
 RATE_HZ = 49
 CAPTURE_RATE_HZ = 19
-_STUB_COMM = "triton_python_b"  # triton_python_backend_stub, as the kernel cuts its name
 _TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
@@ -42,28 +42,8 @@ def thread_cpu_ms(pid: int, proc: Path = Path("/proc")) -> dict[int, float]:
     return out
 
 
-def stub_pids(parent: int, proc: Path = Path("/proc")) -> list[int]:
-    """The Triton Python-backend stubs the embedded server in ``parent`` started."""
-    pids = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm, _, rest = (entry / "stat").read_text().partition(") ")
-        except OSError:
-            continue
-        if int(rest.split()[1]) == parent and comm.partition("(")[2].startswith(_STUB_COMM):
-            pids.append(int(entry.name))
-    return pids
-
-
-def stub_part(pid: int, proc: Path = Path("/proc")) -> str:
-    """The profile part of a stub: by its model (argv[1] is ``<repository>/<model>/<version>/model.py``)."""
-    try:
-        argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
-        model = Path(argv[1].decode()).parts[-3]
-    except (OSError, IndexError, UnicodeDecodeError):
-        return "stub_detector"  # gone: its CPU was read already; the detector's is by far the most
+def stub_part(model: str) -> str:
+    """The profile part of a stub serving ``model`` (a prefixed name too: ``l0_preprocess``)."""
     if model.endswith("preprocess"):
         return "stub_preprocess"
     return "stub_postprocess" if model.endswith("postprocess") else "stub_detector"
@@ -82,7 +62,7 @@ class Profile:
     broker_pid: int | None
     lines: list[str] = field(default_factory=list)
     _spies: dict[int, tuple[subprocess.Popen[bytes], Path]] = field(default_factory=dict)
-    _kinds: dict[int, str] = field(default_factory=dict)  # pid -> supervisor, capture, stub, broker
+    _kinds: dict[int, str] = field(default_factory=dict)  # pid -> supervisor, capture, broker, or a stub's part
     _cameras: dict[str, Any] = field(default_factory=dict)  # camera id -> its CaptureProcess
     _before: dict[int, dict[int, float]] = field(default_factory=dict)
     _frames_before: dict[str, int] = field(default_factory=dict)
@@ -93,8 +73,9 @@ class Profile:
         if not Path(executable).exists():
             raise SystemExit("error: --profile needs py-spy (pip install -e '.[test]' installs it)")
         self._cameras = {cid: cam.capture for cid, cam in app.running.capture.cameras.items()}
+        stubs = StubScanner().models(app.running.server.stub_pids())
         self._kinds = {os.getpid(): "supervisor", **{c.pid: "capture" for c in self._cameras.values()},
-                       **{pid: "stub" for pid in stub_pids(os.getpid())}}
+                       **{pid: stub_part(model) for pid, model in stubs.items()}}
         if self.broker_pid is not None:
             self._kinds[self.broker_pid] = "broker"
         # the supervisor's last: its samples of the bench starting the others would fall outside the window's CPU
@@ -132,9 +113,9 @@ class Profile:
         for pid, (spy, out) in self._spies.items():
             spy.wait(timeout=60)
             samples[pid] = parse_raw(out.read_text() if out.exists() else "")
-        unsampled = {"supervisor": "triton_core", "capture": "decode", "broker": "broker"}
+        unsampled = {"supervisor": "triton_core", "capture": "decode"}  # the broker and each stub: their own part
         cpu = {pid: _delta(after[pid], self._before.get(pid, {})) for pid in after}
-        processes = [ProcessCpu(cpu[pid], stub_part(pid) if kind == "stub" else unsampled[kind], samples.get(pid))
+        processes = [ProcessCpu(cpu[pid], unsampled.get(kind, kind), samples.get(pid))
                      for pid, kind in self._kinds.items()]
         processes += [ProcessCpu(cpu[spy.pid], "profiler") for spy, _ in self._spies.values()]
         ms = attribute(processes)
