@@ -21,6 +21,9 @@ from appliance.config.redact import redact_credentials
 from appliance.errors import ApplianceError
 
 PixelFormat = Literal["bgr", "rgb"]
+DECODE_THREADS_HELP = ("FFmpeg decoder threads. 1: each frame leaves the decoder as soon as its packet is in, at the "
+                       "least CPU per frame. N > 1: frame threads hold N-1 frames back (a frame period each) and "
+                       "cost more CPU in all; for a stream one core cannot decode in time. 0: one per core")
 #: Source types whose own compressed packets are kept when recording is on (capture/sources/pyav.py); the
 #: others are encoded from their frames (capture/recording/encoder.py).
 RECORDED_SOURCES = ("file", "rtsp")
@@ -55,6 +58,7 @@ class RtspSource(StrictModel):
     url: str = Field(description="rtsp://, rtsps://, http:// or https:// URL, credentials included if needed")
     transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP transport; tcp survives lossy networks better")
     open_timeout_s: float = Field(10.0, gt=0, le=120, description="give up connecting after this long")
+    decode_threads: int = Field(1, ge=0, le=16, description=DECODE_THREADS_HELP)
 
     @field_validator("url")
     @classmethod
@@ -72,6 +76,7 @@ class FileSource(StrictModel):
     path: Path = Field(description="video file readable by FFmpeg")
     loop: bool = Field(True, description="start again at the end instead of reconnecting")
     realtime: bool = Field(True, description="pace frames at the camera fps (or the file's own rate)")
+    decode_threads: int = Field(1, ge=0, le=16, description=DECODE_THREADS_HELP)
 
 
 class ImagesSource(StrictModel):

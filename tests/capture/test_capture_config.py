@@ -26,6 +26,7 @@ def test_defaults_are_sane():
     c = cfg({"type": "rtsp", "url": "rtsp://cam/1"})
     assert (c.pixel_format, c.ring_slots, c.resize, c.source.transport) == ("bgr", 4, False, "tcp")
     assert (c.record.enabled, c.record.pre_capture_s, c.record.post_capture_s) == (False, 5.0, 5.0)
+    assert c.source.decode_threads == 1
 
 
 @pytest.mark.parametrize(
@@ -36,6 +37,7 @@ def test_defaults_are_sane():
         ({"type": "usb", "device": "/dev/video0"}, {}, "does not match any of the expected tags"),
         ({"type": "rtsp", "url": "ftp://cam/1"}, {}, "url must start with rtsp://"),
         ({"type": "rtsp", "url": "rtsp://cam/1", "transport": "quic"}, {}, "'tcp' or 'udp'"),
+        ({"type": "file", "path": "/v.mp4", "decode_threads": -1}, {}, "greater than or equal to 0"),
         ({"type": "v4l2", "device": "video0"}, {}, "device must be a /dev path"),
         ({"type": "v4l2", "fourcc": "XXXX"}, {}, "Input should be"),
         ({"type": "gstreamer", "pipeline": "videotestsrc ! autovideosink"}, {}, "must not end in a sink"),

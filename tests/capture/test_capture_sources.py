@@ -36,6 +36,35 @@ def test_file_source_reads_every_frame_then_loops_to_the_first(camera, video):
         source.close()
 
 
+@pytest.mark.parametrize("threads", [None, 2, 0])
+def test_ffmpeg_decodes_in_the_capture_thread_unless_told_otherwise(camera, video, threads):
+    """OpenCV's own default is a decoder thread per core, and each frame thread holds a frame back; the source
+    asks for the configured count (1 by default; 0 leaves OpenCV's default)."""
+    extra = {} if threads is None else {"decode_threads": threads}
+    source = opened(camera({"type": "file", "path": str(video), **extra}))
+    try:
+        source.read_into(frame())
+        expected = {None: 1, 2: 2, 0: min(cv2.getNumberOfCPUs(), 16)}[threads]
+        assert source._cap.get(cv2.CAP_PROP_N_THREADS) == expected
+    finally:
+        source.close()
+
+
+def test_pyav_source_decodes_with_the_configured_threads(video):
+    from appliance.capture.sources.pyav import AvCapture
+
+    for threads, kind in ((1, "SLICE"), (2, "AUTO")):
+        source = AvCapture(str(video), packets=None, is_file=True, decode_threads=threads, width=320, height=240,
+                           pixel_format="bgr", resize=False)
+        source.open()
+        try:
+            source.read_into(frame())
+            codec = source._container.streams.video[0].codec_context
+            assert (codec.thread_count, codec.thread_type.name) == (threads, kind)
+        finally:
+            source.close()
+
+
 def test_file_source_without_loop_ends(camera, video):
     source = opened(camera({"type": "file", "path": str(video), "loop": False}))
     out = frame()

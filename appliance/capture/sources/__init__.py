@@ -35,18 +35,20 @@ def make_source(camera: CameraConfig, packets: PacketFanout | None = None) -> Fr
 
         if src.type == "file":
             return AvCapture(str(src.path), packets=packets, is_file=True, loop=src.loop, realtime=src.realtime,
-                             **common)
+                             decode_threads=src.decode_threads, **common)
         return AvCapture(src.url, packets=packets, is_file=False, transport=src.transport,
-                         open_timeout_s=src.open_timeout_s, read_timeout_s=camera.stall_timeout_s + 2.0, **common)
+                         open_timeout_s=src.open_timeout_s, read_timeout_s=camera.stall_timeout_s + 2.0,
+                         decode_threads=src.decode_threads, **common)
     if src.type == "file":
         from appliance.capture.sources.opencv import FileCapture
 
-        return FileCapture(src.path, src.loop, src.realtime, **common)
+        return FileCapture(src.path, src.loop, src.realtime, decode_threads=src.decode_threads, **common)
     if src.type == "rtsp":
         from appliance.capture.sources.opencv import RtspCapture
 
         # Reads time out a little after the stall watchdog fires, so a silent stream is reported as a stall.
-        return RtspCapture(src.url, src.transport, src.open_timeout_s, camera.stall_timeout_s + 2.0, **common)
+        return RtspCapture(src.url, src.transport, src.open_timeout_s, camera.stall_timeout_s + 2.0,
+                           decode_threads=src.decode_threads, **common)
     if src.type == "v4l2":
         from appliance.capture.sources.opencv import V4l2Capture
 

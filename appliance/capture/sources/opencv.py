@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def decoder_params(decode_threads: int) -> list[int]:
+    """OpenCV's open parameters for FFmpeg's decoder threads (0: none given, OpenCV's one per core). OpenCV's
+    own default is one per core, and FFmpeg's frame threads each hold a frame back."""
+    return [cv2.CAP_PROP_N_THREADS, decode_threads] if decode_threads > 0 else []
+
+
 class _OpenCvSource(FrameSource):
     def __init__(self, width: int, height: int, pixel_format: str, resize: bool) -> None:
         super().__init__(width, height, pixel_format, resize)
@@ -64,9 +70,9 @@ class RtspCapture(_OpenCvSource):
     """An RTSP/HTTP stream through FFmpeg, with open and read timeouts so a dead server cannot hang us."""
 
     def __init__(self, url: str, transport: str, open_timeout_s: float, read_timeout_s: float,
-                 **kw: Unpack[FrameShape]) -> None:
+                 decode_threads: int = 1, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
-        self.url, self.transport = url, transport
+        self.url, self.transport, self.decode_threads = url, transport, decode_threads
         self.open_timeout_s, self.read_timeout_s = open_timeout_s, read_timeout_s
 
     def describe(self) -> str:
@@ -79,6 +85,7 @@ class RtspCapture(_OpenCvSource):
         params = [
             cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(self.open_timeout_s * 1000),
             cv2.CAP_PROP_READ_TIMEOUT_MSEC, int(self.read_timeout_s * 1000),
+            *decoder_params(self.decode_threads),
         ]  # fmt: skip
         cap = cv2.VideoCapture(self.url, cv2.CAP_FFMPEG, params)
         if not cap.isOpened():
@@ -98,9 +105,10 @@ class FileCapture(_OpenCvSource):
 
     paced = True
 
-    def __init__(self, path: Path, loop: bool, realtime: bool, **kw: Unpack[FrameShape]) -> None:
+    def __init__(self, path: Path, loop: bool, realtime: bool, decode_threads: int = 1,
+                 **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
-        self.path, self.loop = Path(path), loop
+        self.path, self.loop, self.decode_threads = Path(path), loop, decode_threads
         self.paced = realtime
         self._declared = 0
         self._pos = 0
@@ -117,7 +125,7 @@ class FileCapture(_OpenCvSource):
     def open(self) -> None:
         if not self.path.is_file():
             raise SourceAbsent(f"{self.describe()} does not exist or is not a file")
-        cap = cv2.VideoCapture(str(self.path), cv2.CAP_FFMPEG)
+        cap = cv2.VideoCapture(str(self.path), cv2.CAP_FFMPEG, decoder_params(self.decode_threads))
         if not cap.isOpened():
             cap.release()
             raise SourceError(f"could not open {self.describe()}: corrupt, truncated before its index, or not a video")

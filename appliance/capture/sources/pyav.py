@@ -42,9 +42,10 @@ class AvCapture(FrameSource):
 
     def __init__(self, target: str, *, packets: PacketFanout | None, is_file: bool, loop: bool = False,
                  realtime: bool = True, transport: str = "tcp", open_timeout_s: float = 10.0,
-                 read_timeout_s: float = 10.0, **kw: Unpack[FrameShape]) -> None:
+                 read_timeout_s: float = 10.0, decode_threads: int = 1, **kw: Unpack[FrameShape]) -> None:
         super().__init__(**kw)
         self.target, self.packets, self.is_file, self.loop = target, packets, is_file, loop
+        self.decode_threads = decode_threads  # CameraConfig's source.decode_threads (capture/config.py)
         self.paced = is_file and realtime
         self.transport, self.open_timeout_s, self.read_timeout_s = transport, open_timeout_s, read_timeout_s
         self._container: Any = None
@@ -76,6 +77,9 @@ class AvCapture(FrameSource):
             self._release()
             raise SourceError(f"{self.describe()} has no video stream")
         stream = self._container.streams.video[0]
+        stream.codec_context.thread_count = self.decode_threads  # 0: FFmpeg's one per core
+        if self.decode_threads != 1:
+            stream.codec_context.thread_type = "AUTO"
         rate = stream.average_rate or stream.guessed_rate
         self._fps = float(rate) if rate and 0 < float(rate) < 1000 else None
         self._frames = self._decode(stream)
