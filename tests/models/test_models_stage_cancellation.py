@@ -126,6 +126,20 @@ class _CountingSession:
         return self._session.run(names, feeds)
 
 
+def test_preprocess_resizes_in_its_own_thread(pb, repo_in_graph) -> None:
+    """Not cancellation, but the same stand-in: a stage instance is a process serving one request at a time, so
+    OpenCV's pool of threads would only add hand-offs on busy cores."""
+    import cv2
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(4)
+    try:
+        PreprocessStage(pb, _args(repo_in_graph.path / repo_in_graph.preprocess))
+        assert cv2.getNumThreads() == 1
+    finally:
+        cv2.setNumThreads(before)
+
+
 def test_preprocess_answers_a_cancelled_request_without_reading_it(pb, repo, images) -> None:
     stage = PreprocessStage(pb, _args(repo.path / repo.preprocess))
     live, cancelled = _Request(False, IMAGE=images["dog"]), _Request(True, IMAGE=images["dog"])

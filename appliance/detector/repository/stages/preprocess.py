@@ -19,8 +19,19 @@ from appliance.detector.prepost.pipeline import Preprocessor
 from appliance.detector.repository.stages.common import StageMetrics, execute_each, load_model_profile, model_parameters
 
 
+def one_opencv_thread() -> None:
+    """OpenCV's resize in this process's own thread. A stage instance is a process that serves one request at a
+    time, and Triton runs as many instances as the config asks: a pool of OpenCV threads beside them hands work
+    between threads on already busy cores (measured: 0.47 ms of CPU per 640x480 letterbox with 2 threads, 0.30
+    with 1, on 2 cores)."""
+    import cv2
+
+    cv2.setNumThreads(1)
+
+
 class PreprocessStage:
     def __init__(self, pb_utils: ModuleType, args: dict[str, str]) -> None:
+        one_opencv_thread()
         self.pb = pb_utils
         profile = load_model_profile(args)
         self.pre = Preprocessor(profile)
