@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 
 
 def decoder_params(decode_threads: int) -> list[int]:
-    """OpenCV's open parameters for FFmpeg's decoder threads (0: none given, OpenCV's one per core). OpenCV's
-    own default is one per core, and FFmpeg's frame threads each hold a frame back."""
+    """OpenCV's open parameters for FFmpeg's decoder thread count; none for 0, which leaves OpenCV's default of
+    one per core (each of FFmpeg's frame threads holds a frame back)."""
     return [cv2.CAP_PROP_N_THREADS, decode_threads] if decode_threads > 0 else []
 
 
